@@ -1,0 +1,46 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+
+	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/demo"
+)
+
+func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "127.0.0.1:8080", "proxy listen address")
+	adminAddr := fs.String("admin", "127.0.0.1:9901", "admin listen address")
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
+		return exitUsage
+	}
+	d, err := demo.Start()
+	if err != nil {
+		return exitCode(err, stderr)
+	}
+	defer d.Close()
+	src := func() (*config.Config, error) { return config.Parse(d.Config(*listen, *adminAddr)) }
+	printTry := func(proxy []net.Addr, admin net.Addr) {
+		p, a := proxy[0].String(), admin.String()
+		fmt.Fprintf(stdout, `
+levee demo is running: apps "photos" and "api", three sample backends each.
+  proxy  http://%[1]s
+  admin  http://%[2]s  (/metrics, /healthz, /readyz, POST /reload)
+
+Try:
+  curl -H 'Host: photos.localhost' http://%[1]s/
+  for i in $(seq 40); do curl -s -o /dev/null -w '%%{http_code}\n' -H 'Host: api.localhost' 'http://%[1]s/slow?ms=500' & done | sort | uniq -c
+  curl -s http://%[2]s/metrics | grep -E '^levee_(requests|rejected)_total'
+
+The second command overloads "api" (8 in flight, 8 queued for at most 100ms):
+most requests are refused at once with 503, Retry-After and Levee-Reject.
+Ctrl-C to stop.
+`, p, a)
+	}
+	return exitCode(serve(ctx, src, stdout, stderr, printTry), stderr)
+}

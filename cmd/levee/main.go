@@ -1,0 +1,124 @@
+// Command levee is an HTTP edge proxy that keeps serving when offered more
+// traffic than the system behind it can take.
+//
+//	levee serve --config FILE   run the proxy
+//	levee check --config FILE   validate a config; exit 1 listing every problem
+//	levee demo                  run levee in front of sample backends on loopback
+//	levee version               print the version
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+
+	"github.com/leveeproxy/levee/internal/config"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+const usage = `levee: an HTTP edge proxy that keeps serving under overload
+
+Usage:
+  levee serve --config FILE   run the proxy
+  levee check --config FILE   validate a config; exit 1 listing every problem
+  levee demo [--listen ADDR] [--admin ADDR]
+                              run levee in front of sample backends on loopback
+  levee version               print the version
+`
+
+// exitUsage is the exit code for a command line levee cannot understand.
+const exitUsage = 2
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "serve":
+		path, ok := configFlag("serve", rest, stderr)
+		if !ok {
+			return exitUsage
+		}
+		return exitCode(serve(ctx, fileSource(path), stdout, stderr), stderr)
+	case "check":
+		path, ok := configFlag("check", rest, stderr)
+		if !ok {
+			return exitUsage
+		}
+		return check(path, stdout, stderr)
+	case "demo":
+		return demoCmd(ctx, rest, stdout, stderr)
+	case "version", "--version", "-v":
+		fmt.Fprintln(stdout, versionString())
+		return 0
+	case "help", "--help", "-h":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "levee: unknown command %q\n\n%s", cmd, usage)
+	return exitUsage
+}
+
+func configFlag(cmd string, args []string, stderr io.Writer) (string, bool) {
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "path to the YAML config file")
+	if err := fs.Parse(args); err != nil {
+		return "", false
+	}
+	if *path == "" || fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "levee %s: want --config FILE\n", cmd)
+		return "", false
+	}
+	return *path, true
+}
+
+func check(path string, stdout, stderr io.Writer) int {
+	cfg, err := config.Load(path)
+	if err != nil {
+		var errs config.Errors
+		if errors.As(err, &errs) {
+			fmt.Fprintf(stderr, "%s: %d problem(s):\n", path, len(errs))
+			for _, e := range errs {
+				fmt.Fprintf(stderr, "  %s\n", e.Error())
+			}
+		} else {
+			fmt.Fprintf(stderr, "%s: %v\n", path, err)
+		}
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: ok (%d apps, %d listeners)\n", path, len(cfg.Apps), len(cfg.Listen))
+	return 0
+}
+
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintf(stderr, "levee: %v\n", err)
+	return 1
+}
+
+func versionString() string {
+	v := version
+	if bi, ok := debug.ReadBuildInfo(); ok && v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		v = bi.Main.Version
+	}
+	return "levee " + v
+}

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/leveeproxy/levee/internal/admin"
+	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/server"
+)
+
+// source loads the config, at start and on every reload.
+type source func() (*config.Config, error)
+
+func fileSource(path string) source {
+	return func() (*config.Config, error) { return config.Load(path) }
+}
+
+// started is told the bound addresses once levee serves (the demo prints them).
+type started func(proxy []net.Addr, admin net.Addr)
+
+// serve runs levee until ctx is done, then drains. SIGHUP and POST /reload
+// reload the config from src; a bad one is refused and the old one serves on.
+func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ...started) error {
+	cfg, err := src()
+	if err != nil {
+		return err
+	}
+	level := new(slog.LevelVar)
+	log := newLogger(cfg.Log, level, stderr)
+	srv := server.New(cfg, server.Options{Logger: log, LogLevel: level})
+	if err := srv.Listen(); err != nil {
+		return err
+	}
+	adminLn, err := net.Listen("tcp", cfg.Admin)
+	if err != nil {
+		return fmt.Errorf("admin: listen %s: %w", cfg.Admin, err)
+	}
+
+	var reloadMu sync.Mutex // one reload at a time, from SIGHUP or the API
+	reload := func(trigger string) error {
+		reloadMu.Lock()
+		defer reloadMu.Unlock()
+		next, err := src()
+		if err == nil {
+			err = srv.Reload(next)
+		} else {
+			srv.Metrics().Reload(false)
+		}
+		if err != nil {
+			log.Error("reload refused; the previous config keeps serving", "trigger", trigger, "err", err)
+			return err
+		}
+		log.Info("config reloaded", "trigger", trigger, "apps", len(next.Apps))
+		return nil
+	}
+
+	var ready atomic.Bool
+	adminSrv := &http.Server{
+		Handler: admin.Handler(admin.Options{
+			Registry: srv.Metrics().Registry,
+			Ready:    ready.Load,
+			Reload:   func() error { return reload("api") },
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	var tasks sync.WaitGroup
+	tasks.Go(func() {
+		if err := adminSrv.Serve(adminLn); !errors.Is(err, http.ErrServerClosed) {
+			log.Error("admin listener failed", "err", err)
+		}
+	})
+
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	serveCtx, stopServing := context.WithCancel(ctx)
+	defer stopServing()
+	tasks.Go(func() {
+		for {
+			select {
+			case <-hup:
+				_ = reload("SIGHUP")
+			case <-serveCtx.Done():
+				ready.Store(false) // load balancers stop sending while we drain
+				return
+			}
+		}
+	})
+
+	log.Info("levee serving", "listen", srv.Addrs(), "admin", adminLn.Addr().String(), "apps", len(cfg.Apps))
+	for _, f := range onStart {
+		f(srv.Addrs(), adminLn.Addr())
+	}
+	ready.Store(true)
+	err = srv.Serve(serveCtx)
+	log.Info("levee stopped", "err", err)
+	stopServing()
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = adminSrv.Shutdown(shutdownCtx)
+	tasks.Wait()
+	return err
+}
+
+func newLogger(c config.Log, level *slog.LevelVar, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}

@@ -1,0 +1,51 @@
+// Package admin serves levee's admin listener: health, readiness, metrics
+// and reload. It sits beside the request path, never on it.
+package admin
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Options wire the admin endpoints to the running proxy.
+type Options struct {
+	Registry *prometheus.Registry
+	// Ready reports whether the proxy is serving (listeners bound, not draining).
+	Ready func() bool
+	// Reload reloads the config file, returning why it was refused.
+	Reload func() error
+}
+
+// Handler returns the admin endpoints:
+//
+//	GET  /healthz   200 while the process runs
+//	GET  /readyz    200 while serving, 503 before and while draining
+//	GET  /metrics   Prometheus metrics
+//	POST /reload    reload the config; 200 or 400 with the reason (JSON)
+func Handler(o Options) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if o.Ready != nil && !o.Ready() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ready\n"))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{Registry: o.Registry}))
+	mux.HandleFunc("POST /reload", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if err := o.Reload(); err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			json.NewEncoder(w).Encode(map[string]any{"ok": false, "error": err.Error()})
+			return
+		}
+		json.NewEncoder(w).Encode(map[string]any{"ok": true})
+	})
+	return mux
+}

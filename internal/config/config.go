@@ -1,0 +1,219 @@
+// Package config is levee's typed configuration: YAML in, defaults applied,
+// validated as a whole, then handed out as an immutable value.
+//
+// A Config returned by Load or Parse has passed Validate; callers must treat
+// it as read-only, because a reload swaps whole configs, never edits one.
+package config
+
+import (
+	"fmt"
+	"reflect"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is the whole of levee's configuration.
+type Config struct {
+	// Listen is where the proxy accepts client traffic.
+	Listen Listeners `yaml:"listen"`
+	// Admin is the address of the admin listener (/metrics, /healthz, /reload).
+	Admin    string          `yaml:"admin"`
+	Server   Server          `yaml:"server"`
+	Upstream Upstream        `yaml:"upstream"`
+	Log      Log             `yaml:"log"`
+	Apps     map[string]*App `yaml:"apps"`
+}
+
+// Listener is one client-facing address.
+type Listener struct {
+	Addr string `yaml:"addr"`
+	// TLS, when set, serves HTTPS with HTTP/2 negotiated by ALPN.
+	TLS *TLS `yaml:"tls"`
+	// H2C serves HTTP/2 without TLS (prior knowledge) beside HTTP/1.1.
+	H2C bool `yaml:"h2c"`
+}
+
+// TLS names a certificate and key in PEM files.
+type TLS struct {
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
+}
+
+// Server holds the client-facing protections shared by every listener.
+type Server struct {
+	ReadHeaderTimeout Duration `yaml:"read_header_timeout"`
+	// ReadTimeout bounds reading a whole request, body included.
+	ReadTimeout Duration `yaml:"read_timeout"`
+	// WriteTimeout bounds writing a whole response, from the end of the request headers.
+	WriteTimeout   Duration `yaml:"write_timeout"`
+	IdleTimeout    Duration `yaml:"idle_timeout"`
+	MaxHeaderBytes ByteSize `yaml:"max_header_bytes"`
+	// MaxConns is the most open client connections per listener; more are closed at accept.
+	MaxConns int `yaml:"max_conns"`
+	// TrustedProxies are the peers (IPs or CIDRs) whose X-Forwarded-* and
+	// Forwarded headers levee keeps and extends; from anyone else they are replaced.
+	TrustedProxies []string `yaml:"trusted_proxies"`
+	// DrainTimeout bounds how long SIGTERM waits for in-flight requests.
+	DrainTimeout Duration `yaml:"drain_timeout"`
+}
+
+// Upstream holds the connection settings toward backends.
+type Upstream struct {
+	// MaxConnsPerBackend bounds connections (idle and active) to one backend address.
+	MaxConnsPerBackend    int      `yaml:"max_conns_per_backend"`
+	MaxIdlePerBackend     int      `yaml:"max_idle_per_backend"`
+	DialTimeout           Duration `yaml:"dial_timeout"`
+	ResponseHeaderTimeout Duration `yaml:"response_header_timeout"`
+	IdleTimeout           Duration `yaml:"idle_timeout"`
+}
+
+// Log configures levee's own logs.
+type Log struct {
+	Level  string `yaml:"level"`  // debug, info, warn, error
+	Format string `yaml:"format"` // text or json
+	// Access turns on one log line per request (off by default: it costs).
+	Access bool `yaml:"access"`
+	// ErrorsPerSecond caps request-path error lines; the rest are counted and summarised.
+	ErrorsPerSecond int `yaml:"errors_per_second"`
+}
+
+// App is one tenant: the hosts and paths it claims, its backends and its limits.
+type App struct {
+	Hosts    []string  `yaml:"hosts"`
+	Paths    []string  `yaml:"paths"`
+	Backends []Backend `yaml:"backends"`
+	Limits   Limits    `yaml:"limits"`
+}
+
+// Limits are an app's admission limits. Every app has them, configured or not.
+type Limits struct {
+	// Concurrency is the most requests of the app in flight to its backends.
+	Concurrency int   `yaml:"concurrency"`
+	Queue       Queue `yaml:"queue"`
+	// Body is the largest request body accepted; larger ones get 413.
+	Body ByteSize `yaml:"body"`
+}
+
+// Queue bounds the wait for a concurrency slot.
+type Queue struct {
+	// MaxWait is the longest a request waits for a slot; 0 means no waiting.
+	MaxWait Duration `yaml:"max_wait"`
+	// MaxLen is the most requests waiting at once; 0 means no queue.
+	MaxLen int `yaml:"max_len"`
+}
+
+// Defaults. Each is documented in docs/config.md; change both together.
+const (
+	DefaultListen                = "127.0.0.1:8080"
+	DefaultAdmin                 = "127.0.0.1:9901"
+	DefaultReadHeaderTimeout     = 10 * time.Second
+	DefaultReadTimeout           = 5 * time.Minute
+	DefaultWriteTimeout          = 5 * time.Minute
+	DefaultIdleTimeout           = 120 * time.Second
+	DefaultMaxHeaderBytes        = 64 << 10
+	DefaultMaxConns              = 10000
+	DefaultDrainTimeout          = 30 * time.Second
+	DefaultMaxConnsPerBackend    = 256
+	DefaultMaxIdlePerBackend     = 64
+	DefaultDialTimeout           = 2 * time.Second
+	DefaultResponseHeaderTimeout = 30 * time.Second
+	DefaultUpstreamIdleTimeout   = 90 * time.Second
+	DefaultErrorsPerSecond       = 10
+	DefaultConcurrency           = 256
+	DefaultQueueMaxWait          = 50 * time.Millisecond
+	DefaultQueueMaxLen           = 1024
+	DefaultBody                  = 10 * 1000 * 1000
+)
+
+// Bounds that keep every limit finite: "unlimited" cannot be configured.
+const (
+	MaxConcurrency = 1 << 20
+	MaxQueueLen    = 1 << 20
+	MaxQueueWait   = time.Minute
+)
+
+// Default returns a Config with every default filled in and no apps.
+func Default() Config {
+	return Config{
+		Listen: Listeners{{Addr: DefaultListen}},
+		Admin:  DefaultAdmin,
+		Server: Server{
+			ReadHeaderTimeout: Duration(DefaultReadHeaderTimeout),
+			ReadTimeout:       Duration(DefaultReadTimeout),
+			WriteTimeout:      Duration(DefaultWriteTimeout),
+			IdleTimeout:       Duration(DefaultIdleTimeout),
+			MaxHeaderBytes:    DefaultMaxHeaderBytes,
+			MaxConns:          DefaultMaxConns,
+			DrainTimeout:      Duration(DefaultDrainTimeout),
+		},
+		Upstream: Upstream{
+			MaxConnsPerBackend:    DefaultMaxConnsPerBackend,
+			MaxIdlePerBackend:     DefaultMaxIdlePerBackend,
+			DialTimeout:           Duration(DefaultDialTimeout),
+			ResponseHeaderTimeout: Duration(DefaultResponseHeaderTimeout),
+			IdleTimeout:           Duration(DefaultUpstreamIdleTimeout),
+		},
+		Log: Log{Level: "info", Format: "text", ErrorsPerSecond: DefaultErrorsPerSecond},
+	}
+}
+
+// DefaultApp returns an App with every default limit; decoding fills the rest.
+func DefaultApp() *App {
+	return &App{
+		Paths: []string{"/"},
+		Limits: Limits{
+			Concurrency: DefaultConcurrency,
+			Queue:       Queue{MaxWait: Duration(DefaultQueueMaxWait), MaxLen: DefaultQueueMaxLen},
+			Body:        DefaultBody,
+		},
+	}
+}
+
+// newElem lets the decoder start each map value from its defaults.
+func (*App) newElem() any { return DefaultApp() }
+
+// Listeners accepts one address, a list of addresses, or a list of listener mappings.
+type Listeners []Listener
+
+func (l *Listeners) decodeYAML(n *yaml.Node, path string, errs *Errors) {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		*l = Listeners{{Addr: n.Value}}
+	case yaml.SequenceNode:
+		out := make(Listeners, len(n.Content))
+		for i, e := range n.Content {
+			p := fmt.Sprintf("%s[%d]", path, i)
+			switch e = resolve(e); {
+			case isNull(e):
+				errs.add(p, "empty list item")
+			case e.Kind == yaml.ScalarNode:
+				out[i].Addr = e.Value
+			default:
+				decodeValue(e, reflect.ValueOf(&out[i]).Elem(), p, errs)
+			}
+		}
+		*l = out
+	default:
+		errs.add(path, "want an address or a list of listeners, got a %s", kindName(n))
+	}
+}
+
+// Backend is one upstream address of an app, with a relative weight.
+type Backend struct {
+	Addr   string `yaml:"addr"`
+	Weight int    `yaml:"weight"`
+}
+
+// decodeYAML accepts "host:port" or {addr: host:port, weight: N}.
+func (b *Backend) decodeYAML(n *yaml.Node, path string, errs *Errors) {
+	b.Weight = 1
+	if n.Kind == yaml.ScalarNode {
+		b.Addr = n.Value
+		return
+	}
+	type plain Backend // without decodeYAML, so the struct form decodes field by field
+	p := plain(*b)
+	decodeValue(n, reflect.ValueOf(&p).Elem(), path, errs)
+	*b = Backend(p)
+}

@@ -1,0 +1,253 @@
+package config
+
+import (
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Validate checks the whole config and returns Errors listing every problem
+// with its field path, or nil. It reads TLS files to prove they load.
+func (c *Config) Validate() error {
+	var errs Errors
+	addrs := map[string]string{} // listen address → field path, to catch reuse
+	claim := func(path, addr string) {
+		if prev, ok := addrs[addr]; ok && !strings.HasSuffix(addr, ":0") {
+			errs.add(path, "address %s is already used by %s", addr, prev)
+		}
+		addrs[addr] = path
+	}
+	if len(c.Listen) == 0 {
+		errs.add("listen", "at least one listener is required")
+	}
+	for i, l := range c.Listen {
+		p := fmt.Sprintf("listen[%d]", i)
+		checkListenAddr(&errs, p+".addr", l.Addr)
+		claim(p+".addr", l.Addr)
+		if l.TLS != nil {
+			checkTLS(&errs, p+".tls", l.TLS)
+			if l.H2C {
+				errs.add(p+".h2c", "h2c is for listeners without tls (a TLS listener negotiates HTTP/2 by ALPN)")
+			}
+		}
+	}
+	checkListenAddr(&errs, "admin", c.Admin)
+	claim("admin", c.Admin)
+	c.Server.validate(&errs)
+	c.Upstream.validate(&errs)
+	c.Log.validate(&errs)
+	routes := map[string]string{} // host+path → app, to catch two apps claiming one route
+	for _, name := range c.AppNames() {
+		validateApp(&errs, name, c.Apps[name], routes)
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	return nil
+}
+
+// AppNames returns the app names in sorted order, for deterministic output.
+func (c *Config) AppNames() []string {
+	names := make([]string, 0, len(c.Apps))
+	for n := range c.Apps {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func checkListenAddr(errs *Errors, path, addr string) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		errs.add(path, "%q is not host:port", addr)
+		return
+	}
+	if host != "" && net.ParseIP(host) == nil && host != "localhost" {
+		errs.add(path, "host %q must be an IP address or localhost", host)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		errs.add(path, "port %q must be 0..65535", port)
+	}
+}
+
+func checkTLS(errs *Errors, path string, t *TLS) {
+	if t.Cert == "" || t.Key == "" {
+		errs.add(path, "both cert and key are required")
+		return
+	}
+	if _, err := tls.LoadX509KeyPair(t.Cert, t.Key); err != nil {
+		errs.add(path, "cannot load certificate: %v", err)
+	}
+}
+
+func positive(errs *Errors, path string, d Duration) {
+	if d <= 0 {
+		errs.add(path, "must be > 0 (got %s)", d)
+	}
+}
+
+func within(errs *Errors, path string, v, lo, hi int) {
+	if v < lo || v > hi {
+		errs.add(path, "must be %d..%d (got %d)", lo, hi, v)
+	}
+}
+
+func (s *Server) validate(errs *Errors) {
+	positive(errs, "server.read_header_timeout", s.ReadHeaderTimeout)
+	positive(errs, "server.read_timeout", s.ReadTimeout)
+	positive(errs, "server.write_timeout", s.WriteTimeout)
+	positive(errs, "server.idle_timeout", s.IdleTimeout)
+	positive(errs, "server.drain_timeout", s.DrainTimeout)
+	if s.MaxHeaderBytes < 1024 || s.MaxHeaderBytes > 16<<20 {
+		errs.add("server.max_header_bytes", "must be 1KiB..16MiB (got %d)", s.MaxHeaderBytes)
+	}
+	within(errs, "server.max_conns", s.MaxConns, 1, 10_000_000)
+	for i, p := range s.TrustedProxies {
+		if _, err := parsePrefix(p); err != nil {
+			errs.add(fmt.Sprintf("server.trusted_proxies[%d]", i), "%v", err)
+		}
+	}
+}
+
+// TrustedPrefixes returns server.trusted_proxies parsed; call it only on a validated config.
+func (s *Server) TrustedPrefixes() []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(s.TrustedProxies))
+	for _, p := range s.TrustedProxies {
+		if pr, err := parsePrefix(p); err == nil {
+			out = append(out, pr)
+		}
+	}
+	return out
+}
+
+func parsePrefix(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return netip.Prefix{}, fmt.Errorf("%q is not an IP or CIDR", s)
+		}
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q is not an IP or CIDR", s)
+	}
+	return netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()), nil
+}
+
+func (u *Upstream) validate(errs *Errors) {
+	within(errs, "upstream.max_conns_per_backend", u.MaxConnsPerBackend, 1, 1_000_000)
+	// The idle bound depends on the connection bound; check it only against a valid one.
+	if u.MaxConnsPerBackend >= 1 && u.MaxConnsPerBackend <= 1_000_000 {
+		within(errs, "upstream.max_idle_per_backend", u.MaxIdlePerBackend, 0, u.MaxConnsPerBackend)
+	}
+	positive(errs, "upstream.dial_timeout", u.DialTimeout)
+	positive(errs, "upstream.response_header_timeout", u.ResponseHeaderTimeout)
+	positive(errs, "upstream.idle_timeout", u.IdleTimeout)
+}
+
+func (l *Log) validate(errs *Errors) {
+	switch l.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		errs.add("log.level", "must be debug, info, warn or error (got %q)", l.Level)
+	}
+	switch l.Format {
+	case "text", "json":
+	default:
+		errs.add("log.format", "must be text or json (got %q)", l.Format)
+	}
+	within(errs, "log.errors_per_second", l.ErrorsPerSecond, 1, 100_000)
+}
+
+func validateApp(errs *Errors, name string, a *App, routes map[string]string) {
+	p := "apps." + name
+	if a == nil {
+		errs.add(p, "an app needs hosts and backends")
+		return
+	}
+	if !validName(name) {
+		errs.add(p, "app names use letters, digits, '-', '_' and '.' (max 128)")
+	}
+	if len(a.Hosts) == 0 {
+		errs.add(p+".hosts", "at least one host is required")
+	}
+	if len(a.Paths) == 0 {
+		errs.add(p+".paths", "at least one path prefix is required (use / for all)")
+	}
+	for i, h := range a.Hosts {
+		if err := checkHost(h); err != nil {
+			errs.add(fmt.Sprintf("%s.hosts[%d]", p, i), "%v", err)
+		}
+	}
+	for i, path := range a.Paths {
+		if !strings.HasPrefix(path, "/") {
+			errs.add(fmt.Sprintf("%s.paths[%d]", p, i), "%q must start with /", path)
+		}
+	}
+	for _, h := range a.Hosts {
+		for _, path := range a.Paths {
+			key := strings.ToLower(h) + path
+			if prev, ok := routes[key]; ok && prev != name {
+				errs.add(p, "host %s path %s is already claimed by app %s", h, path, prev)
+			}
+			routes[key] = name
+		}
+	}
+	if len(a.Backends) == 0 {
+		errs.add(p+".backends", "at least one backend is required")
+	}
+	seen := map[string]bool{}
+	for i, b := range a.Backends {
+		bp := fmt.Sprintf("%s.backends[%d]", p, i)
+		checkBackend(errs, bp, b)
+		if seen[b.Addr] {
+			errs.add(bp, "backend %s is listed twice", b.Addr)
+		}
+		seen[b.Addr] = true
+	}
+	l := a.Limits
+	within(errs, p+".limits.concurrency", l.Concurrency, 1, MaxConcurrency)
+	within(errs, p+".limits.queue.max_len", l.Queue.MaxLen, 0, MaxQueueLen)
+	if l.Queue.MaxWait < 0 || l.Queue.MaxWait.D() > MaxQueueWait {
+		errs.add(p+".limits.queue.max_wait", "must be 0..%s (got %s)", MaxQueueWait, l.Queue.MaxWait)
+	}
+	if l.Body < 0 || l.Body > 1<<40 {
+		errs.add(p+".limits.body", "must be 0..1TiB (got %d)", l.Body)
+	}
+}
+
+func validName(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// checkHost accepts "example.com" and "*.example.com" (no ports, no other wildcards).
+func checkHost(h string) error {
+	name := strings.TrimPrefix(h, "*.")
+	if name == "" || strings.ContainsAny(name, "*:/ ") || strings.HasPrefix(name, ".") || strings.HasSuffix(name, ".") {
+		return fmt.Errorf("%q is not a host name (want example.com or *.example.com, no port)", h)
+	}
+	return nil
+}
+
+func checkBackend(errs *Errors, path string, b Backend) {
+	host, port, err := net.SplitHostPort(b.Addr)
+	if err != nil || host == "" {
+		errs.add(path, "%q is not host:port", b.Addr)
+	} else if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		errs.add(path, "port %q must be 1..65535", port)
+	}
+	within(errs, path+".weight", b.Weight, 1, 1000)
+}

@@ -1,0 +1,115 @@
+package forward
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"sync"
+
+	"github.com/leveeproxy/levee/internal/balance"
+	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/observe"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Headers that explain a response levee made itself rather than the backend.
+const (
+	// HeaderReject names the limit that refused a request (see admit.Reason).
+	HeaderReject = "Levee-Reject"
+	// HeaderError names why levee could not get a response from a backend.
+	HeaderError = "Levee-Error"
+)
+
+// Options build a Pool.
+type Options struct {
+	App       string
+	Backends  []config.Backend
+	Transport http.RoundTripper
+	Trust     Trust
+	ErrorLog  *observe.ErrorLog
+	Metrics   *observe.Metrics
+}
+
+// Pool forwards one app's requests to its backends. Safe for concurrent use.
+type Pool struct {
+	app      string
+	backends []*backend
+	picker   balance.Picker
+	errlog   *observe.ErrorLog
+}
+
+type backend struct {
+	addr     string
+	proxy    *httputil.ReverseProxy
+	requests prometheus.Counter
+}
+
+// NewPool returns a Pool over o.Backends.
+func NewPool(o Options) *Pool {
+	p := &Pool{app: o.App, errlog: o.ErrorLog, picker: balance.NewRoundRobin(len(o.Backends))}
+	for _, b := range o.Backends {
+		be := &backend{addr: b.Addr, requests: o.Metrics.BackendCounter(o.App, b.Addr)}
+		target := &url.URL{Scheme: "http", Host: b.Addr}
+		be.proxy = &httputil.ReverseProxy{
+			Rewrite: func(pr *httputil.ProxyRequest) {
+				pr.Out.URL.Scheme, pr.Out.URL.Host = target.Scheme, target.Host
+				// Keep the client's Host: backends of a multi-tenant edge route on it.
+				pr.Out.Host = pr.In.Host
+				o.Trust.setForwarded(pr.In, pr.Out.Header)
+			},
+			Transport:    o.Transport,
+			BufferPool:   bufferPool{},
+			ErrorHandler: p.errorHandler(be),
+			// Unknown-length and event-stream responses are flushed as they
+			// arrive (ReverseProxy's rule); others are copied through a 32 KiB buffer.
+			FlushInterval: 0,
+		}
+		p.backends = append(p.backends, be)
+	}
+	return p
+}
+
+// ServeHTTP forwards r to the next backend and streams back its response.
+func (p *Pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	be := p.backends[p.picker.Pick()]
+	be.requests.Inc()
+	be.proxy.ServeHTTP(w, r)
+}
+
+func (p *Pool) errorHandler(be *backend) func(http.ResponseWriter, *http.Request, error) {
+	return func(w http.ResponseWriter, r *http.Request, err error) {
+		var tooBig *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooBig):
+			w.Header().Set(HeaderReject, "body")
+			http.Error(w, "levee: request body too large", http.StatusRequestEntityTooLarge)
+		case r.Context().Err() != nil:
+			// The client went away; there is no one to answer and nothing to log.
+		case isTimeout(err):
+			p.errlog.Error("backend timeout", "app", p.app, "backend", be.addr, "err", err)
+			w.Header().Set(HeaderError, "backend-timeout")
+			http.Error(w, "levee: backend timed out", http.StatusGatewayTimeout)
+		default:
+			p.errlog.Error("backend unreachable", "app", p.app, "backend", be.addr, "err", err)
+			w.Header().Set(HeaderError, "backend-unreachable")
+			http.Error(w, "levee: backend unreachable", http.StatusBadGateway)
+		}
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// bufferPool recycles ReverseProxy's copy buffers: one 32 KiB allocation
+// per response otherwise dominates the proxy's garbage.
+type bufferPool struct{}
+
+var buffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (bufferPool) Get() []byte  { return *buffers.Get().(*[]byte) }
+func (bufferPool) Put(b []byte) { buffers.Put(&b) }

@@ -1,0 +1,124 @@
+package server
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/leveeproxy/levee/internal/admit"
+	"github.com/leveeproxy/levee/internal/forward"
+)
+
+// StatusClientClosed is recorded (never sent) when the client went away
+// before levee could answer, as nginx does.
+const StatusClientClosed = 499
+
+// rejectBody reason: the limit behind a 413 for limits.body.
+const reasonBody = "body"
+
+// ServeHTTP is the request path: route, shape, admit, forward, observe.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rt, ok := s.current.Load().catalog.Lookup(r.Host, r.URL.Path)
+	if !ok {
+		// Never an open proxy: a host no app claims gets a short 404.
+		w.Header().Set(forward.HeaderError, "no-route")
+		http.Error(w, "levee: no app for this host and path", http.StatusNotFound)
+		return
+	}
+	start := s.clk.Now()
+	rec := newRecorder(w)
+	defer func() {
+		rt.app.metrics.Observe(rec.status(r), s.clk.Now().Sub(start).Seconds())
+		rec.free()
+	}()
+
+	if r.ContentLength > rt.body {
+		reject(rec, http.StatusRequestEntityTooLarge, reasonBody, 0)
+		rt.app.metrics.Rejected(reasonBody)
+		return
+	}
+	if r.ContentLength < 0 { // chunked: enforce the limit while streaming
+		r.Body = http.MaxBytesReader(rec, r.Body, rt.body)
+	}
+
+	if err := rt.app.limiter.Acquire(r.Context()); err != nil {
+		var rej *admit.Rejection
+		if errors.As(err, &rej) {
+			reject(rec, http.StatusServiceUnavailable, string(rej.Reason), rej.RetryAfter)
+			rt.app.metrics.Rejected(string(rej.Reason))
+		}
+		return // otherwise the client went away while queued
+	}
+	defer rt.app.limiter.Release() // deferred: ReverseProxy aborts with a panic mid-body
+	rt.pool.ServeHTTP(rec, r)
+}
+
+// reject answers a request refused by a limit. It allocates little and
+// keeps the connection open: under overload a reconnect costs more than a reply.
+func reject(w http.ResponseWriter, code int, reason string, retryAfter time.Duration) {
+	h := w.Header()
+	if retryAfter > 0 {
+		h["Retry-After"] = []string{retryAfterSeconds(retryAfter)}
+	}
+	h[forward.HeaderReject] = []string{reason}
+	h["Content-Type"] = []string{"text/plain; charset=utf-8"}
+	h["X-Content-Type-Options"] = []string{"nosniff"}
+	w.WriteHeader(code)
+	_, _ = w.Write([]byte("levee: rejected: " + reason + "\n"))
+}
+
+// retryAfterSeconds renders d as whole seconds, rounded up, at least 1.
+func retryAfterSeconds(d time.Duration) string {
+	secs := int64((d + time.Second - 1) / time.Second)
+	return strconv.FormatInt(max(secs, 1), 10)
+}
+
+// recorder remembers the status code a handler wrote, for metrics.
+// Unwrap lets http.ResponseController reach Flush and Hijack underneath.
+type recorder struct {
+	http.ResponseWriter
+	code int
+}
+
+var recorders = sync.Pool{New: func() any { return new(recorder) }}
+
+func newRecorder(w http.ResponseWriter) *recorder {
+	rec := recorders.Get().(*recorder)
+	rec.ResponseWriter, rec.code = w, 0
+	return rec
+}
+
+func (rec *recorder) free() {
+	rec.ResponseWriter = nil
+	recorders.Put(rec)
+}
+
+func (rec *recorder) WriteHeader(code int) {
+	if rec.code == 0 || (rec.code >= 100 && rec.code < 200 && rec.code != http.StatusSwitchingProtocols) {
+		rec.code = code
+	}
+	rec.ResponseWriter.WriteHeader(code)
+}
+
+func (rec *recorder) Write(p []byte) (int, error) {
+	if rec.code == 0 {
+		rec.code = http.StatusOK
+	}
+	return rec.ResponseWriter.Write(p)
+}
+
+func (rec *recorder) Unwrap() http.ResponseWriter { return rec.ResponseWriter }
+
+// status is the code to record: what was written, or 499 if the client
+// left before anything was.
+func (rec *recorder) status(r *http.Request) int {
+	if rec.code == 0 {
+		if r.Context().Err() != nil {
+			return StatusClientClosed
+		}
+		return http.StatusOK
+	}
+	return rec.code
+}

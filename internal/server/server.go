@@ -1,0 +1,317 @@
+// Package server is levee's HTTP edge: it accepts client connections, finds
+// each request's app, applies the app's limits, hands admitted requests to
+// the app's backends, and swaps whole configs atomically on reload.
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leveeproxy/levee/internal/admit"
+	"github.com/leveeproxy/levee/internal/catalog"
+	"github.com/leveeproxy/levee/internal/clock"
+	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/forward"
+	"github.com/leveeproxy/levee/internal/observe"
+)
+
+// Options are a Server's collaborators. Zero values get sensible defaults.
+type Options struct {
+	Logger *slog.Logger
+	// LogLevel, when set, is updated from log.level on every reload.
+	LogLevel *slog.LevelVar
+	Clock    clock.Clock
+}
+
+// Server is one levee proxy. Create it with New, bind with Listen, run with
+// Serve. Reload may be called at any time from any goroutine.
+type Server struct {
+	log     *slog.Logger
+	level   *slog.LevelVar
+	clk     clock.Clock
+	metrics *observe.Metrics
+	errlog  *observe.ErrorLog
+
+	// current is what the request path reads: one atomic load per request.
+	current atomic.Pointer[snapshot]
+
+	mu   sync.Mutex // serialises reloads; guards cfg and apps
+	cfg  *config.Config
+	apps map[string]*app // state that must outlive a reload, by app name
+
+	listeners []*listener
+	serving   sync.WaitGroup
+}
+
+// snapshot is one config's routing table, immutable once published.
+type snapshot struct {
+	catalog catalog.Catalog[*route]
+}
+
+// app is the state of one app that survives reloads: its concurrency limit
+// keeps counting requests admitted under the old config, so a reload can
+// never let more than the limit through; its connection pool stays warm.
+type app struct {
+	name      string
+	limiter   *admit.Limiter
+	metrics   *observe.AppMetrics
+	upstream  config.Upstream
+	transport *http.Transport
+}
+
+// route is an app as composed for one config: every request path step in order.
+type route struct {
+	app  *app
+	body int64 // limits.body
+	pool *forward.Pool
+}
+
+// New returns a Server for cfg, which must have passed Validate.
+func New(cfg *config.Config, o Options) *Server {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	s := &Server{log: o.Logger, level: o.LogLevel, clk: o.Clock, apps: map[string]*app{}}
+	s.metrics = observe.NewMetrics(s)
+	s.errlog = s.metrics.ErrorLog(s.log, cfg.Log.ErrorsPerSecond)
+	s.apply(cfg)
+	return s
+}
+
+// Metrics returns the server's metrics, for the admin listener.
+func (s *Server) Metrics() *observe.Metrics { return s.metrics }
+
+// Config returns the config in force.
+func (s *Server) Config() *config.Config {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg
+}
+
+// Reload swaps in cfg (which must have passed Validate) atomically: requests
+// already routed finish on the old config, new ones use the new. Settings
+// bound to open sockets (listen, admin, server) cannot change without a
+// restart; such a config is refused whole and nothing changes.
+func (s *Server) Reload(cfg *config.Config) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := needsRestart(s.cfg, cfg); err != nil {
+		s.metrics.Reload(false)
+		return err
+	}
+	s.applyLocked(cfg)
+	s.metrics.Reload(true)
+	return nil
+}
+
+func needsRestart(old, cfg *config.Config) error {
+	switch {
+	case !reflect.DeepEqual(old.Listen, cfg.Listen):
+		return errors.New("reload: listen changed; restart levee to apply it (nothing was changed)")
+	case old.Admin != cfg.Admin:
+		return errors.New("reload: admin changed; restart levee to apply it (nothing was changed)")
+	case !reflect.DeepEqual(old.Server, cfg.Server):
+		return errors.New("reload: server settings changed; restart levee to apply them (nothing was changed)")
+	}
+	return nil
+}
+
+func (s *Server) apply(cfg *config.Config) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.applyLocked(cfg)
+}
+
+func (s *Server) applyLocked(cfg *config.Config) {
+	if s.level != nil {
+		s.level.Set(parseLevel(cfg.Log.Level))
+	}
+	trust := forward.NewTrust(cfg.Server.TrustedPrefixes())
+	entries := make([]catalog.Entry[*route], 0, len(cfg.Apps))
+	var retired []*http.Transport
+	for _, name := range cfg.AppNames() {
+		ac := cfg.Apps[name]
+		a := s.apps[name]
+		lim := admit.Limits{
+			Concurrency: ac.Limits.Concurrency,
+			MaxLen:      ac.Limits.Queue.MaxLen,
+			MaxWait:     ac.Limits.Queue.MaxWait.D(),
+		}
+		if a == nil {
+			a = &app{name: name, limiter: admit.NewLimiter(lim, s.clk), metrics: s.metrics.App(name)}
+			s.apps[name] = a
+		} else {
+			a.limiter.SetLimits(lim)
+		}
+		if a.transport == nil || a.upstream != cfg.Upstream {
+			if a.transport != nil {
+				retired = append(retired, a.transport)
+			}
+			a.upstream, a.transport = cfg.Upstream, forward.NewTransport(cfg.Upstream)
+		}
+		rt := &route{app: a, body: int64(ac.Limits.Body), pool: forward.NewPool(forward.Options{
+			App: name, Backends: ac.Backends, Transport: a.transport, Trust: trust,
+			ErrorLog: s.errlog, Metrics: s.metrics,
+		})}
+		entries = append(entries, catalog.Entry[*route]{Hosts: ac.Hosts, Paths: ac.Paths, Value: rt})
+	}
+	s.current.Store(&snapshot{catalog: catalog.Build(entries)})
+	for name, a := range s.apps {
+		if _, ok := cfg.Apps[name]; !ok {
+			delete(s.apps, name)
+			retired = append(retired, a.transport)
+			s.metrics.Forget(name)
+		}
+	}
+	// Connections in use finish their requests; idle ones close now.
+	for _, t := range retired {
+		t.CloseIdleConnections()
+	}
+	s.cfg = cfg
+}
+
+// EachApp reports per-app gauges to the metrics collector.
+func (s *Server) EachApp(fn func(app string, inflight, queued, limit int)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, a := range s.apps {
+		fn(name, a.limiter.InFlight(), a.limiter.Queued(), a.limiter.Limits().Concurrency)
+	}
+}
+
+func parseLevel(s string) slog.Level {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(s)) // validated by config
+	return l
+}
+
+// listener is one client-facing socket and the http.Server on it.
+type listener struct {
+	cfg config.Listener
+	ln  net.Listener
+	srv *http.Server
+}
+
+// Listen binds every configured listener. It returns an error, and binds
+// nothing, if any address cannot be bound.
+func (s *Server) Listen() error {
+	cfg := s.Config()
+	var bound []*listener
+	for _, lc := range cfg.Listen {
+		ln, err := net.Listen("tcp", lc.Addr)
+		if err != nil {
+			for _, b := range bound {
+				b.ln.Close()
+			}
+			return fmt.Errorf("server: listen %s: %w", lc.Addr, err)
+		}
+		l := &listener{cfg: lc, srv: s.httpServer(cfg, lc)}
+		l.ln = limitListener(ln, cfg.Server.MaxConns, func() { s.metrics.ConnRejected(lc.Addr) })
+		bound = append(bound, l)
+	}
+	s.listeners = bound
+	return nil
+}
+
+// Addrs returns the bound addresses of the listeners, in config order.
+func (s *Server) Addrs() []net.Addr {
+	out := make([]net.Addr, len(s.listeners))
+	for i, l := range s.listeners {
+		out[i] = l.ln.Addr()
+	}
+	return out
+}
+
+func (s *Server) httpServer(cfg *config.Config, lc config.Listener) *http.Server {
+	sc := cfg.Server
+	srv := &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: sc.ReadHeaderTimeout.D(),
+		ReadTimeout:       sc.ReadTimeout.D(),
+		WriteTimeout:      sc.WriteTimeout.D(),
+		IdleTimeout:       sc.IdleTimeout.D(),
+		MaxHeaderBytes:    int(sc.MaxHeaderBytes),
+		ErrorLog:          s.errlog.StdLogger("http"),
+		Protocols:         new(http.Protocols),
+	}
+	srv.Protocols.SetHTTP1(true)
+	if lc.TLS != nil {
+		srv.Protocols.SetHTTP2(true)
+		// Loaded at Listen; config validation already proved the files load.
+		cert, err := tls.LoadX509KeyPair(lc.TLS.Cert, lc.TLS.Key)
+		if err != nil {
+			s.log.Error("tls certificate", "listener", lc.Addr, "err", err)
+		}
+		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	if lc.H2C {
+		srv.Protocols.SetUnencryptedHTTP2(true)
+	}
+	return srv
+}
+
+// Serve serves on the bound listeners until ctx is done, then drains:
+// in-flight requests get up to server.drain_timeout to finish. It returns
+// the first listener error, or the drain's error, or nil.
+func (s *Server) Serve(ctx context.Context) error {
+	errc := make(chan error, len(s.listeners))
+	for _, l := range s.listeners {
+		s.serving.Go(func() {
+			var err error
+			if l.cfg.TLS != nil {
+				err = l.srv.ServeTLS(l.ln, "", "")
+			} else {
+				err = l.srv.Serve(l.ln)
+			}
+			if !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("server: %s: %w", l.cfg.Addr, err)
+			}
+		})
+	}
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+	}
+	drain, cancel := context.WithTimeout(context.Background(), s.Config().Server.DrainTimeout.D())
+	defer cancel()
+	err := s.shutdown(drain)
+	s.serving.Wait()
+	return errors.Join(serveErr, err)
+}
+
+func (s *Server) shutdown(ctx context.Context) error {
+	start := s.clk.Now()
+	var wg sync.WaitGroup
+	errs := make([]error, len(s.listeners))
+	for i, l := range s.listeners {
+		wg.Go(func() { errs[i] = l.srv.Shutdown(ctx) })
+	}
+	wg.Wait()
+	s.mu.Lock()
+	for _, a := range s.apps {
+		a.transport.CloseIdleConnections()
+	}
+	s.mu.Unlock()
+	err := errors.Join(errs...)
+	if err != nil {
+		s.log.Warn("drain deadline passed; closing remaining connections", "after", s.clk.Now().Sub(start).Round(time.Millisecond))
+		for _, l := range s.listeners {
+			l.srv.Close()
+		}
+		return fmt.Errorf("server: drain: %w", err)
+	}
+	return nil
+}
