@@ -1,0 +1,153 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leveeproxy/levee/internal/config"
+)
+
+// proxy is a real levee Server on a loopback port, for end-to-end tests.
+type proxy struct {
+	t    *testing.T
+	srv  *Server
+	URL  string // http://127.0.0.1:PORT of the first listener
+	logs *syncBuffer
+	stop context.CancelFunc
+	done chan error
+}
+
+// startProxy parses yamlCfg (listen and admin default to free loopback
+// ports), starts levee on it and stops it when the test ends.
+func startProxy(t *testing.T, yamlCfg string) *proxy {
+	t.Helper()
+	cfg := mustParse(t, yamlCfg)
+	p := &proxy{t: t, logs: &syncBuffer{}, done: make(chan error, 1)}
+	p.srv = New(cfg, Options{Logger: slog.New(slog.NewTextHandler(p.logs, nil))})
+	if err := p.srv.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	p.URL = "http://" + p.srv.Addrs()[0].String()
+	ctx, cancel := context.WithCancel(context.Background())
+	p.stop = cancel
+	go func() { p.done <- p.srv.Serve(ctx) }()
+	t.Cleanup(func() {
+		p.Stop()
+	})
+	return p
+}
+
+// Stop drains the proxy and waits for Serve to return (idempotent).
+func (p *proxy) Stop() error {
+	p.stop()
+	select {
+	case err, ok := <-p.done:
+		if ok {
+			close(p.done)
+		}
+		return err
+	case <-time.After(30 * time.Second):
+		p.t.Error("proxy did not stop within 30s")
+		return errors.New("stuck")
+	}
+}
+
+// mustParse parses a test config; listen/admin default to free loopback ports.
+func mustParse(t *testing.T, yamlCfg string) *config.Config {
+	t.Helper()
+	if !strings.Contains(yamlCfg, "listen:") {
+		yamlCfg = "listen: 127.0.0.1:0\n" + yamlCfg
+	}
+	if !strings.Contains(yamlCfg, "admin:") {
+		yamlCfg = "admin: 127.0.0.1:0\n" + yamlCfg
+	}
+	cfg, err := config.Parse([]byte(yamlCfg))
+	if err != nil {
+		t.Fatalf("config: %v\n%s", err, yamlCfg)
+	}
+	return cfg
+}
+
+// get sends a GET for host and path through the proxy.
+func (p *proxy) get(host, path string) *http.Response {
+	p.t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, p.URL+path, nil)
+	req.Host = host
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		p.t.Fatalf("GET %s%s: %v", host, path, err)
+	}
+	return resp
+}
+
+// readAll reads and closes a response body.
+func readAll(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("read body: %v", err)
+	}
+	return string(b)
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// metric returns the value of the series name{labels} in the proxy's
+// registry, or 0 when it does not exist.
+func (p *proxy) metric(name string, labels map[string]string) float64 {
+	p.t.Helper()
+	mfs, err := p.srv.metrics.Registry.Gather()
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for k, v := range labels {
+				if have[k] != v {
+					continue series
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				return m.Counter.GetValue()
+			case m.Gauge != nil:
+				return m.Gauge.GetValue()
+			case m.Histogram != nil:
+				return float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return 0
+}
