@@ -21,6 +21,12 @@ type Limits struct {
 // slots free in milliseconds, but a client told "0" would retry in a tight loop.
 const retryAfterBusy = time.Second
 
+// Rejections are shared values, so refusing a request allocates nothing.
+var (
+	errQueueFull    = &Rejection{Reason: QueueFull, RetryAfter: retryAfterBusy}
+	errQueueTimeout = &Rejection{Reason: QueueTimeout, RetryAfter: retryAfterBusy}
+)
+
 // Limiter bounds the requests in flight and the requests waiting for a slot.
 // Waiters are served first in, first out; a waiter gives up after MaxWait.
 // Its zero value is not usable; create one with NewLimiter. It is safe for
@@ -88,7 +94,7 @@ func (l *Limiter) Acquire(ctx context.Context) error {
 	}
 	if l.queued >= l.limits.MaxLen || l.limits.MaxWait <= 0 {
 		l.mu.Unlock()
-		return &Rejection{Reason: QueueFull, RetryAfter: retryAfterBusy}
+		return errQueueFull
 	}
 	if dl, ok := ctx.Deadline(); ok && !dl.After(l.clk.Now()) {
 		// ctx.Err() may still be nil: its timer fires a little after the deadline.
@@ -101,8 +107,10 @@ func (l *Limiter) Acquire(ctx context.Context) error {
 	l.mu.Unlock()
 
 	t := l.clk.NewTimer(maxWait)
+	received := false // whether the grant was taken from w.ready
 	select {
 	case <-w.ready:
+		received = true
 	case <-t.C():
 	case <-done:
 	}
@@ -113,14 +121,14 @@ func (l *Limiter) Acquire(ctx context.Context) error {
 	case !w.granted: // timed out or cancelled while still queued
 		l.remove(w)
 		if err == nil {
-			err = &Rejection{Reason: QueueTimeout, RetryAfter: retryAfterBusy}
+			err = errQueueTimeout
 		}
 	case err != nil: // cancelled, but granted meanwhile: pass the slot on
 		l.releaseLocked()
 	}
 	// Otherwise granted, possibly as the timer fired: the slot is kept, not lost.
 	l.mu.Unlock()
-	if w.granted {
+	if w.granted && !received {
 		<-w.ready // drain the grant so the waiter can be reused
 	}
 	w.granted = false

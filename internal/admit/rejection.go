@@ -21,7 +21,8 @@ const (
 )
 
 // Rejection is a request refused by a limit. RetryAfter is a hint for the
-// client (the Retry-After header), never zero.
+// client (the Retry-After header), never zero. Rejections returned by this
+// package may be shared between requests: treat them as read-only.
 type Rejection struct {
 	Reason     Reason
 	RetryAfter time.Duration

@@ -5,6 +5,7 @@ package observe
 
 import (
 	"strconv"
+	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -101,6 +102,8 @@ type AppMetrics struct {
 	// codes caches the counter child of each status 100..599 once it is first
 	// used, so only codes that happened appear as series.
 	codes [500]atomic.Pointer[counter]
+	// rejected caches the counter child of each rejection reason.
+	rejected sync.Map // reason → prometheus.Counter
 }
 
 type counter struct{ prometheus.Counter }
@@ -122,7 +125,12 @@ func (a *AppMetrics) Observe(code int, seconds float64) {
 
 // Rejected counts a request refused for reason.
 func (a *AppMetrics) Rejected(reason string) {
-	a.m.rejected.WithLabelValues(a.app, reason).Inc()
+	if c, ok := a.rejected.Load(reason); ok {
+		c.(prometheus.Counter).Inc()
+		return
+	}
+	c, _ := a.rejected.LoadOrStore(reason, a.m.rejected.WithLabelValues(a.app, reason))
+	c.(prometheus.Counter).Inc()
 }
 
 type appCollector struct{ gauges AppGauges }

@@ -55,18 +55,50 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt.pool.ServeHTTP(rec, r)
 }
 
-// reject answers a request refused by a limit. It allocates little and
-// keeps the connection open: under overload a reconnect costs more than a reply.
+// reject answers a request refused by a limit. It keeps the connection
+// open (under overload a reconnect costs more than a reply) and, for the
+// known reasons, allocates nothing: header values and bodies are prebuilt.
 func reject(w http.ResponseWriter, code int, reason string, retryAfter time.Duration) {
+	r, ok := rejections[reason]
+	if !ok {
+		r = newRejectReply(reason)
+	}
 	h := w.Header()
 	if retryAfter > 0 {
-		h["Retry-After"] = []string{retryAfterSeconds(retryAfter)}
+		if retryAfter == time.Second {
+			h["Retry-After"] = oneSecond
+		} else {
+			h["Retry-After"] = []string{retryAfterSeconds(retryAfter)}
+		}
 	}
-	h[forward.HeaderReject] = []string{reason}
-	h["Content-Type"] = []string{"text/plain; charset=utf-8"}
-	h["X-Content-Type-Options"] = []string{"nosniff"}
+	h[forward.HeaderReject] = r.header
+	h["Content-Type"] = textPlain
+	h["X-Content-Type-Options"] = nosniff
 	w.WriteHeader(code)
-	_, _ = w.Write([]byte("levee: rejected: " + reason + "\n"))
+	_, _ = w.Write(r.body)
+}
+
+// Shared header values: net/http only reads them; nothing may append to them.
+var (
+	oneSecond  = []string{"1"}
+	textPlain  = []string{"text/plain; charset=utf-8"}
+	nosniff    = []string{"nosniff"}
+	rejections = map[string]rejectReply{}
+)
+
+type rejectReply struct {
+	header []string
+	body   []byte
+}
+
+func newRejectReply(reason string) rejectReply {
+	return rejectReply{header: []string{reason}, body: []byte("levee: rejected: " + reason + "\n")}
+}
+
+func init() {
+	for _, r := range []string{string(admit.QueueFull), string(admit.QueueTimeout), reasonBody} {
+		rejections[r] = newRejectReply(r)
+	}
 }
 
 // retryAfterSeconds renders d as whole seconds, rounded up, at least 1.

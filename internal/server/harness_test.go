@@ -17,7 +17,7 @@ import (
 
 // proxy is a real levee Server on a loopback port, for end-to-end tests.
 type proxy struct {
-	t    *testing.T
+	t    testing.TB
 	srv  *Server
 	URL  string // http://127.0.0.1:PORT of the first listener
 	logs *syncBuffer
@@ -27,7 +27,7 @@ type proxy struct {
 
 // startProxy parses yamlCfg (listen and admin default to free loopback
 // ports), starts levee on it and stops it when the test ends.
-func startProxy(t *testing.T, yamlCfg string) *proxy {
+func startProxy(t testing.TB, yamlCfg string) *proxy {
 	t.Helper()
 	cfg := mustParse(t, yamlCfg)
 	p := &proxy{t: t, logs: &syncBuffer{}, done: make(chan error, 1)}
@@ -61,7 +61,7 @@ func (p *proxy) Stop() error {
 }
 
 // mustParse parses a test config; listen/admin default to free loopback ports.
-func mustParse(t *testing.T, yamlCfg string) *config.Config {
+func mustParse(t testing.TB, yamlCfg string) *config.Config {
 	t.Helper()
 	if !strings.Contains(yamlCfg, "listen:") {
 		yamlCfg = "listen: 127.0.0.1:0\n" + yamlCfg

@@ -1,0 +1,41 @@
+// Package layering_test keeps the request path's packages from depending on
+// the admin side or the command: the data path must build, run and be
+// tested without them, and an admin change must never slow a request.
+package layering_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/leveeproxy/levee"
+
+// dataPath are the packages a request passes through.
+var dataPath = []string{
+	"internal/admit", "internal/balance", "internal/catalog", "internal/clock",
+	"internal/config", "internal/forward", "internal/observe", "internal/server",
+}
+
+// forbidden are what the data path must never import.
+var forbidden = []string{"internal/admin", "internal/demo", "cmd/"}
+
+func TestDataPathDoesNotImportAdminOrCmd(t *testing.T) {
+	for _, pkg := range dataPath {
+		out, err := exec.Command("go", "list", "-deps", module+"/"+pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list %s: %v\n%s", pkg, err, out)
+		}
+		deps := strings.Fields(string(out))
+		if len(deps) < 2 {
+			t.Fatalf("go list %s listed %d packages; the check would prove nothing", pkg, len(deps))
+		}
+		for _, dep := range deps {
+			for _, bad := range forbidden {
+				if strings.HasPrefix(dep, module+"/"+bad) {
+					t.Errorf("%s imports %s: the request path must not depend on %s", pkg, dep, bad)
+				}
+			}
+		}
+	}
+}
