@@ -16,7 +16,11 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:8080", "proxy listen address")
 	adminAddr := fs.String("admin", "127.0.0.1:9901", "admin listen address")
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "levee demo: unexpected argument %q\n\n%s", fs.Arg(0), usage)
 		return exitUsage
 	}
 	d, err := demo.Start()

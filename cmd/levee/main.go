@@ -48,6 +48,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// After the first signal starts the drain, restore the default action so
+	// a second SIGINT or SIGTERM ends levee at once.
+	go func() { <-ctx.Done(); stop() }()
 	cmd, rest := args[0], args[1:]
 	switch cmd {
 	case "serve":

@@ -88,6 +88,9 @@ func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ..
 	defer signal.Stop(hup)
 	serveCtx, stopServing := context.WithCancel(ctx)
 	defer stopServing()
+	// Ready before the loop below starts, so its Store(false) on shutdown
+	// always comes after: a signal during startup must not leave us ready.
+	ready.Store(true)
 	tasks.Go(func() {
 		for {
 			select {
@@ -104,7 +107,6 @@ func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ..
 	for _, f := range onStart {
 		f(srv.Addrs(), adminLn.Addr())
 	}
-	ready.Store(true)
 	err = srv.Serve(serveCtx)
 	log.Info("levee stopped", "err", err)
 	stopServing()

@@ -20,13 +20,13 @@ import (
 type ErrorLog struct {
 	log        *slog.Logger
 	clk        clock.Clock
-	perSecond  int
 	suppressed prometheus.Counter // may be nil
 
-	mu      sync.Mutex
-	window  time.Time // start of the current one-second window
-	written int       // lines written in the window
-	dropped int       // lines dropped since the last written line
+	mu        sync.Mutex
+	perSecond int
+	window    time.Time // start of the current one-second window
+	written   int       // lines written in the window
+	dropped   int       // lines dropped since the last written line
 }
 
 // NewErrorLog returns an ErrorLog writing to l. suppressed, if not nil,
@@ -41,6 +41,13 @@ func NewErrorLog(l *slog.Logger, perSecond int, clk clock.Clock, suppressed prom
 // ErrorLog returns a rate-limited error log over m's suppression counter.
 func (m *Metrics) ErrorLog(l *slog.Logger, perSecond int) *ErrorLog {
 	return NewErrorLog(l, perSecond, nil, m.logsSuppressed)
+}
+
+// SetPerSecond changes the budget (on config reload).
+func (e *ErrorLog) SetPerSecond(n int) {
+	e.mu.Lock()
+	e.perSecond = max(n, 1)
+	e.mu.Unlock()
 }
 
 // Error logs msg with args at error level, if the budget allows.

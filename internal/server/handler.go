@@ -20,17 +20,24 @@ const reasonBody = "body"
 
 // ServeHTTP is the request path: route, shape, admit, forward, observe.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	rt, ok := s.current.Load().catalog.Lookup(r.Host, r.URL.Path)
+	snap := s.current.Load()
+	rt, ok := snap.catalog.Lookup(r.Host, r.URL.Path)
 	if !ok {
 		// Never an open proxy: a host no app claims gets a short 404.
 		w.Header().Set(forward.HeaderError, "no-route")
 		http.Error(w, "levee: no app for this host and path", http.StatusNotFound)
+		s.unrouted.Observe(http.StatusNotFound, 0)
 		return
 	}
 	start := s.clk.Now()
 	rec := newRecorder(w)
 	defer func() {
-		rt.app.metrics.Observe(rec.status(r), s.clk.Now().Sub(start).Seconds())
+		code, took := rec.status(r), s.clk.Now().Sub(start)
+		rt.app.metrics.Observe(code, took.Seconds())
+		if snap.access {
+			s.log.Info("access", "app", rt.app.name, "method", r.Method, "host", r.Host,
+				"path", r.URL.Path, "status", code, "duration", took, "remote", r.RemoteAddr)
+		}
 		rec.free()
 	}()
 

@@ -40,6 +40,8 @@ type Server struct {
 	clk     clock.Clock
 	metrics *observe.Metrics
 	errlog  *observe.ErrorLog
+	// unrouted counts requests no app claims, under app="".
+	unrouted *observe.AppMetrics
 
 	// current is what the request path reads: one atomic load per request.
 	current atomic.Pointer[snapshot]
@@ -55,6 +57,7 @@ type Server struct {
 // snapshot is one config's routing table, immutable once published.
 type snapshot struct {
 	catalog catalog.Catalog[*route]
+	access  bool // log.access: one log line per request
 }
 
 // app is the state of one app that survives reloads: its concurrency limit
@@ -86,6 +89,7 @@ func New(cfg *config.Config, o Options) *Server {
 	s := &Server{log: o.Logger, level: o.LogLevel, clk: o.Clock, apps: map[string]*app{}}
 	s.metrics = observe.NewMetrics(s)
 	s.errlog = s.metrics.ErrorLog(s.log, cfg.Log.ErrorsPerSecond)
+	s.unrouted = s.metrics.App("")
 	s.apply(cfg)
 	return s
 }
@@ -124,6 +128,8 @@ func needsRestart(old, cfg *config.Config) error {
 		return errors.New("reload: admin changed; restart levee to apply it (nothing was changed)")
 	case !reflect.DeepEqual(old.Server, cfg.Server):
 		return errors.New("reload: server settings changed; restart levee to apply them (nothing was changed)")
+	case old.Log.Format != cfg.Log.Format:
+		return errors.New("reload: log.format changed; restart levee to apply it (nothing was changed)")
 	}
 	return nil
 }
@@ -138,6 +144,7 @@ func (s *Server) applyLocked(cfg *config.Config) {
 	if s.level != nil {
 		s.level.Set(parseLevel(cfg.Log.Level))
 	}
+	s.errlog.SetPerSecond(cfg.Log.ErrorsPerSecond)
 	trust := forward.NewTrust(cfg.Server.TrustedPrefixes())
 	entries := make([]catalog.Entry[*route], 0, len(cfg.Apps))
 	var retired []*http.Transport
@@ -167,7 +174,7 @@ func (s *Server) applyLocked(cfg *config.Config) {
 		})}
 		entries = append(entries, catalog.Entry[*route]{Hosts: ac.Hosts, Paths: ac.Paths, Value: rt})
 	}
-	s.current.Store(&snapshot{catalog: catalog.Build(entries)})
+	s.current.Store(&snapshot{catalog: catalog.Build(entries), access: cfg.Log.Access})
 	for name, a := range s.apps {
 		if _, ok := cfg.Apps[name]; !ok {
 			delete(s.apps, name)

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func writeTemp(t *testing.T, cfg string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "levee.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestCheckValid(t *testing.T) {
+	path := writeTemp(t, appConfig("127.0.0.1:9001", ""))
+	code, stdout, stderr := runLevee(t, "check", "--config", path)
+	if code != 0 {
+		t.Fatalf("check exit = %d, want 0\nstderr:\n%s", code, stderr)
+	}
+	if !strings.Contains(stdout, path+": ok (1 apps, 1 listeners)") {
+		t.Errorf("check stdout = %q, want it to say ok", stdout)
+	}
+}
+
+func TestCheckListsEveryProblem(t *testing.T) {
+	path := writeTemp(t, `listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+colour: blue
+apps:
+  photos:
+    hosts: [photos.test]
+    backends: [127.0.0.1:9001, "not-an-address"]
+    limits:
+      concurrency: 0
+`)
+	code, stdout, stderr := runLevee(t, "check", "--config", path)
+	if code != 1 {
+		t.Fatalf("check exit = %d, want 1\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	for _, want := range []string{
+		"3 problem(s)",
+		"colour: unknown key",
+		`apps.photos.backends[1]: "not-an-address" is not host:port`,
+		"apps.photos.limits.concurrency: must be 1..",
+	} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("check stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	if strings.Contains(stdout, "ok") {
+		t.Errorf("check of a bad config printed %q on stdout", stdout)
+	}
+}
+
+func TestCheckMissingFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "absent.yaml")
+	code, _, stderr := runLevee(t, "check", "--config", path)
+	if code != 1 {
+		t.Fatalf("check exit = %d, want 1\nstderr:\n%s", code, stderr)
+	}
+	if !strings.Contains(stderr, path) {
+		t.Errorf("check stderr does not name the file %s:\n%s", path, stderr)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string // on stderr
+	}{
+		{"no args", nil, "Usage:"},
+		{"unknown command", []string{"frobnicate"}, `unknown command "frobnicate"`},
+		{"check without --config", []string{"check"}, "want --config FILE"},
+		{"serve without --config", []string{"serve"}, "want --config FILE"},
+		{"check with extra args", []string{"check", "--config", "a.yaml", "b.yaml"}, "want --config FILE"},
+		{"check unknown flag", []string{"check", "--nope"}, "flag provided but not defined"},
+		{"demo extra args", []string{"demo", "extra"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr := runLevee(t, tc.args...)
+			if code != exitUsage {
+				t.Fatalf("levee %q exit = %d, want %d\nstderr:\n%s", tc.args, code, exitUsage, stderr)
+			}
+			if !strings.Contains(stderr, tc.want) {
+				t.Errorf("levee %q stderr lacks %q:\n%s", tc.args, tc.want, stderr)
+			}
+		})
+	}
+}
+
+func TestVersion(t *testing.T) {
+	for _, arg := range []string{"version", "--version"} {
+		code, stdout, stderr := runLevee(t, arg)
+		if code != 0 || !strings.HasPrefix(stdout, "levee ") {
+			t.Errorf("levee %s = %d %q, want 0 \"levee ...\"\nstderr:\n%s", arg, code, stdout, stderr)
+		}
+	}
+}
+
+func TestHelp(t *testing.T) {
+	code, stdout, _ := runLevee(t, "help")
+	if code != 0 || !strings.Contains(stdout, "levee serve --config FILE") {
+		t.Errorf("levee help = %d %q, want 0 and the usage", code, stdout)
+	}
+}
