@@ -3,7 +3,6 @@ package admin
 import (
 	"errors"
 	"io"
-	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
@@ -66,4 +65,3 @@ func TestEndpoints(t *testing.T) {
 	}
 }
 
-var _ http.Handler = Handler(Options{Registry: prometheus.NewRegistry()})

@@ -100,7 +100,7 @@ func parseDocument(data []byte) (*yaml.Node, error) {
 	case err != nil:
 		return nil, err
 	case len(next.Content) > 0 && !isNull(next.Content[0]):
-		return nil, fmt.Errorf("line %d: a config file holds one YAML document, found a second", next.Line)
+		return nil, fmt.Errorf("line %d: a config file holds one YAML document, found a second", next.Content[0].Line)
 	}
 	if len(doc.Content) == 0 {
 		return nil, nil

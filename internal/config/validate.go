@@ -189,15 +189,7 @@ func validateApp(errs *Errors, name string, a *App, routes map[string]string) {
 			errs.add(fmt.Sprintf("%s.paths[%d]", p, i), "%q must start with /", path)
 		}
 	}
-	for _, h := range a.Hosts {
-		for _, path := range a.Paths {
-			key := strings.ToLower(h) + path
-			if prev, ok := routes[key]; ok && prev != name {
-				errs.add(p, "host %s path %s is already claimed by app %s", h, path, prev)
-			}
-			routes[key] = name
-		}
-	}
+	checkRoutes(errs, p, name, a, routes)
 	if len(a.Backends) == 0 {
 		errs.add(p+".backends", "at least one backend is required")
 	}
@@ -218,6 +210,45 @@ func validateApp(errs *Errors, name string, a *App, routes map[string]string) {
 	}
 	if l.Body < 0 || l.Body > 1<<40 {
 		errs.add(p+".limits.body", "must be 0..1TiB (got %d)", l.Body)
+	}
+}
+
+// checkRoutes claims a's host and path pairs in routes, reporting pairs that
+// an earlier app (which keeps them) claimed: once per such app, not once per
+// pair, so copying an app with many hosts and paths does not flood the output.
+func checkRoutes(errs *Errors, p, name string, a *App, routes map[string]string) {
+	type clash struct {
+		host, path string
+		n          int
+	}
+	clashes := map[string]*clash{}
+	var order []string
+	for _, h := range a.Hosts {
+		for _, path := range a.Paths {
+			key := strings.ToLower(h) + " " + path
+			prev, ok := routes[key]
+			if !ok {
+				routes[key] = name
+				continue
+			}
+			if prev == name {
+				continue
+			}
+			if c := clashes[prev]; c != nil {
+				c.n++
+				continue
+			}
+			clashes[prev] = &clash{host: h, path: path, n: 1}
+			order = append(order, prev)
+		}
+	}
+	for _, prev := range order {
+		c := clashes[prev]
+		more := ""
+		if c.n > 1 {
+			more = fmt.Sprintf(" (and %d more host and path pairs)", c.n-1)
+		}
+		errs.add(p, "host %s path %s is already claimed by app %s%s", c.host, c.path, prev, more)
 	}
 }
 

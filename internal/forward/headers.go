@@ -86,6 +86,25 @@ func forwardedElement(peer netip.Addr, host, proto string) string {
 	return b.String()
 }
 
+// dropH2CUpgrade removes a client's request to upgrade to cleartext HTTP/2
+// (ReverseProxy passes it on; golang/go#80416). A backend that accepted would
+// turn the connection into an opaque tunnel carrying any number of requests
+// past levee's routing, limits and forwarding headers. The request is then
+// forwarded as an ordinary one; WebSocket and other upgrades are untouched.
+func dropH2CUpgrade(h http.Header) {
+	for _, v := range h["Upgrade"] {
+		for proto := range strings.SplitSeq(v, ",") {
+			name, _, _ := strings.Cut(strings.TrimSpace(proto), "/")
+			if strings.EqualFold(name, "h2c") {
+				delete(h, "Upgrade")
+				delete(h, "Connection") // ReverseProxy reduced it to "Upgrade"
+				delete(h, "Http2-Settings")
+				return
+			}
+		}
+	}
+}
+
 func quoteIfNeeded(s string) string {
 	for i := 0; i < len(s); i++ {
 		c := s[i]

@@ -59,6 +59,7 @@ func NewPool(o Options) *Pool {
 				// Keep the client's Host: backends of a multi-tenant edge route on it.
 				pr.Out.Host = pr.In.Host
 				o.Trust.setForwarded(pr.In, pr.Out.Header)
+				dropH2CUpgrade(pr.Out.Header)
 			},
 			Transport:    o.Transport,
 			BufferPool:   bufferPool{},
