@@ -49,7 +49,11 @@ type backend struct {
 
 // NewPool returns a Pool over o.Backends.
 func NewPool(o Options) *Pool {
-	p := &Pool{app: o.App, errlog: o.ErrorLog, picker: balance.NewRoundRobin(len(o.Backends))}
+	weights := make([]int, len(o.Backends))
+	for i, b := range o.Backends {
+		weights[i] = b.Weight
+	}
+	p := &Pool{app: o.App, errlog: o.ErrorLog, picker: balance.NewWeighted(weights)}
 	for _, b := range o.Backends {
 		be := &backend{addr: b.Addr, requests: o.Metrics.BackendCounter(o.App, b.Addr)}
 		target := &url.URL{Scheme: "http", Host: b.Addr}
