@@ -1,0 +1,136 @@
+package forward
+
+import (
+	"crypto/tls"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"testing"
+)
+
+func TestForwardedElement(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		peer        netip.Addr
+		host, proto string
+		want        string
+	}{
+		{"ipv4", netip.MustParseAddr("192.0.2.60"), "photos.test", "http",
+			`for=192.0.2.60;host=photos.test;proto=http`},
+		// RFC 7239 §6: an IPv6 node is bracketed, and the brackets and
+		// colons are outside the token grammar, so the value is quoted.
+		{"ipv6", netip.MustParseAddr("2001:db8:cafe::17"), "photos.test", "https",
+			`for="[2001:db8:cafe::17]";host=photos.test;proto=https`},
+		{"ipv6 loopback", netip.IPv6Loopback(), "photos.test", "http",
+			`for="[::1]";host=photos.test;proto=http`},
+		{"unknown peer", netip.Addr{}, "photos.test", "http",
+			`for=unknown;host=photos.test;proto=http`},
+		{"host with port is quoted", netip.MustParseAddr("192.0.2.60"), "photos.test:8443", "https",
+			`for=192.0.2.60;host="photos.test:8443";proto=https`},
+		{"ipv6 host literal is quoted", netip.MustParseAddr("2001:db8::1"), "[2001:db8::2]:8080", "http",
+			`for="[2001:db8::1]";host="[2001:db8::2]:8080";proto=http`},
+		{"quotes and backslashes are escaped", netip.MustParseAddr("192.0.2.60"), `a"b\c`, "http",
+			`for=192.0.2.60;host="a\"b\\c";proto=http`},
+		{"no host", netip.MustParseAddr("192.0.2.60"), "", "http",
+			`for=192.0.2.60;proto=http`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := forwardedElement(tc.peer, tc.host, tc.proto); got != tc.want {
+				t.Errorf("forwardedElement(%v, %q, %q)\n got %s\nwant %s", tc.peer, tc.host, tc.proto, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestSetForwardedIPv6Peer(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		trust      Trust
+		remoteAddr string
+		tls        bool
+		in         http.Header
+		want       http.Header
+	}{{
+		name:       "untrusted ipv6 peer over tls",
+		remoteAddr: "[2001:db8::7]:51000",
+		tls:        true,
+		in: http.Header{
+			"X-Forwarded-For": {"6.6.6.6"}, "X-Forwarded-Host": {"evil.test"},
+			"X-Forwarded-Proto": {"http"}, "Forwarded": {"for=6.6.6.6"},
+		},
+		want: http.Header{
+			"X-Forwarded-For":   {"2001:db8::7"},
+			"X-Forwarded-Host":  {"photos.test"},
+			"X-Forwarded-Proto": {"https"},
+			"Forwarded":         {`for="[2001:db8::7]";host=photos.test;proto=https`},
+		},
+	}, {
+		name:       "ipv4-mapped peer is written as ipv4",
+		remoteAddr: "[::ffff:192.0.2.1]:80",
+		want: http.Header{
+			"X-Forwarded-For":   {"192.0.2.1"},
+			"X-Forwarded-Host":  {"photos.test"},
+			"X-Forwarded-Proto": {"http"},
+			"Forwarded":         {`for=192.0.2.1;host=photos.test;proto=http`},
+		},
+	}, {
+		name:       "trusted ipv6 peer extends the chain",
+		trust:      NewTrust([]netip.Prefix{netip.MustParsePrefix("2001:db8::/32")}),
+		remoteAddr: "[2001:db8::7]:51000",
+		in: http.Header{
+			"X-Forwarded-For": {"192.0.2.60", "198.51.100.1"}, "X-Forwarded-Host": {"orig.test"},
+			"X-Forwarded-Proto": {"https"}, "Forwarded": {"for=192.0.2.60;proto=https"},
+		},
+		want: http.Header{
+			"X-Forwarded-For":   {"192.0.2.60, 198.51.100.1, 2001:db8::7"},
+			"X-Forwarded-Host":  {"orig.test"},
+			"X-Forwarded-Proto": {"https"},
+			"Forwarded":         {`for=192.0.2.60;proto=https, for="[2001:db8::7]";host=photos.test;proto=http`},
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := httptest.NewRequest(http.MethodGet, "http://photos.test/", nil)
+			in.RemoteAddr = tc.remoteAddr
+			if tc.tls {
+				in.TLS = &tls.ConnectionState{}
+			}
+			for k, v := range tc.in {
+				in.Header[k] = v
+			}
+			out := http.Header{}
+			tc.trust.setForwarded(in, out)
+			for k, want := range tc.want {
+				if got := out[k]; len(got) != len(want) || got[0] != want[0] {
+					t.Errorf("%s = %q, want %q", k, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestDropH2CUpgrade(t *testing.T) {
+	for _, tc := range []struct {
+		upgrade string
+		dropped bool
+	}{
+		{"h2c", true},
+		{"H2C", true},
+		{"websocket, h2c", true},
+		{"h2c/1.0", true},
+		{"websocket", false},
+		{"WebSocket", false},
+		{"h2", false}, // not cleartext HTTP/2; left to the backend, like any protocol
+		{"tls/1.2, websocket", false},
+	} {
+		h := http.Header{"Connection": {"Upgrade"}, "Upgrade": {tc.upgrade}, "Http2-Settings": {"AAMAAABkAARAAAAAAAIAAAAA"}, "X-Keep": {"1"}}
+		dropH2CUpgrade(h)
+		_, hasUpgrade := h["Upgrade"]
+		_, hasConn := h["Connection"]
+		if hasUpgrade == tc.dropped || hasConn == tc.dropped {
+			t.Errorf("Upgrade: %s: after drop %v, want dropped=%v", tc.upgrade, h, tc.dropped)
+		}
+		if h.Get("X-Keep") != "1" {
+			t.Errorf("Upgrade: %s: an unrelated header was removed", tc.upgrade)
+		}
+	}
+}
