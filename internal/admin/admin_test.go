@@ -64,4 +64,3 @@ func TestEndpoints(t *testing.T) {
 		})
 	}
 }
-
