@@ -17,9 +17,8 @@ import (
 // under load closes and reopens connections until TIME_WAIT sockets exhaust
 // the ephemeral ports.
 func NewTransport(u config.Upstream) *http.Transport {
-	d := &net.Dialer{Timeout: u.DialTimeout.D(), KeepAlive: 30 * time.Second}
 	return &http.Transport{
-		DialContext:           d.DialContext,
+		DialContext:           newDialer(u).DialContext,
 		MaxConnsPerHost:       u.MaxConnsPerBackend,
 		MaxIdleConnsPerHost:   u.MaxIdlePerBackend,
 		MaxIdleConns:          0, // bounded per host above; no global cap to thrash
@@ -33,4 +32,9 @@ func NewTransport(u config.Upstream) *http.Transport {
 		ForceAttemptHTTP2: false,
 		Proxy:             nil, // never honour HTTP_PROXY from the environment
 	}
+}
+
+// newDialer bounds every connect to a backend by upstream.dial_timeout.
+func newDialer(u config.Upstream) *net.Dialer {
+	return &net.Dialer{Timeout: u.DialTimeout.D(), KeepAlive: 30 * time.Second}
 }
