@@ -34,6 +34,15 @@ func (c *Config) Validate() error {
 				errs.add(p+".h2c", "h2c is for listeners without tls (a TLS listener negotiates HTTP/2 by ALPN)")
 			}
 		}
+		switch l.Engine {
+		case EngineNetHTTP:
+		case EngineFastHTTP:
+			if l.TLS != nil || l.H2C {
+				errs.add(p+".engine", "fasthttp serves HTTP/1.1 only: use engine: nethttp for a listener with tls or h2c")
+			}
+		default:
+			errs.add(p+".engine", "want nethttp or fasthttp, got %q", l.Engine)
+		}
 	}
 	checkListenAddr(&errs, "admin", c.Admin)
 	claim("admin", c.Admin)
