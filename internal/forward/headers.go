@@ -25,35 +25,56 @@ func (t Trust) trusted(ip netip.Addr) bool {
 	return false
 }
 
-// setForwarded writes X-Forwarded-For/-Host/-Proto and Forwarded on out.
-// From a trusted peer the incoming values are kept and extended; from
-// anyone else they are replaced, so a client cannot forge its address.
-func (t Trust) setForwarded(in *http.Request, out http.Header) {
-	peer := peerIP(in.RemoteAddr)
+// forwarded are the values levee sets on a request it forwards.
+type forwarded struct{ xff, host, proto, fwd string }
+
+// priorHeaders reads the forwarding headers a client sent, whatever the
+// engine: all joins every value of name with ", "; first is the first value.
+type priorHeaders interface {
+	all(name string) string
+	first(name string) string
+}
+
+// forwarded computes X-Forwarded-For/-Host/-Proto and Forwarded for a
+// request from peer for host. From a trusted peer the incoming values (read
+// from in) are kept and extended; from anyone else they are replaced, so a
+// client cannot forge its address. Both engines call it.
+func (t Trust) forwarded(peer netip.Addr, host string, tls bool, in priorHeaders) forwarded {
 	proto := "http"
-	if in.TLS != nil {
+	if tls {
 		proto = "https"
 	}
-	host := in.Host
-	xff, fwd := peer.String(), forwardedElement(peer, host, proto)
+	f := forwarded{xff: peer.String(), host: host, proto: proto, fwd: forwardedElement(peer, host, proto)}
 	if peer.IsValid() && t.trusted(peer) {
-		if prior := strings.Join(in.Header.Values("X-Forwarded-For"), ", "); prior != "" {
-			xff = prior + ", " + xff
+		if prior := in.all("X-Forwarded-For"); prior != "" {
+			f.xff = prior + ", " + f.xff
 		}
-		if v := in.Header.Get("X-Forwarded-Host"); v != "" {
-			host = v
+		if v := in.first("X-Forwarded-Host"); v != "" {
+			f.host = v
 		}
-		if v := in.Header.Get("X-Forwarded-Proto"); v != "" {
-			proto = v
+		if v := in.first("X-Forwarded-Proto"); v != "" {
+			f.proto = v
 		}
-		if prior := strings.Join(in.Header.Values("Forwarded"), ", "); prior != "" {
-			fwd = prior + ", " + fwd
+		if prior := in.all("Forwarded"); prior != "" {
+			f.fwd = prior + ", " + f.fwd
 		}
 	}
-	out["X-Forwarded-For"] = []string{xff}
-	out["X-Forwarded-Host"] = []string{host}
-	out["X-Forwarded-Proto"] = []string{proto}
-	out["Forwarded"] = []string{fwd}
+	return f
+}
+
+// stdHeader reads a net/http request's headers.
+type stdHeader http.Header
+
+func (h stdHeader) all(name string) string   { return strings.Join(http.Header(h).Values(name), ", ") }
+func (h stdHeader) first(name string) string { return http.Header(h).Get(name) }
+
+// setForwarded writes the forwarding headers of in on out (net/http engine).
+func (t Trust) setForwarded(in *http.Request, out http.Header) {
+	f := t.forwarded(peerIP(in.RemoteAddr), in.Host, in.TLS != nil, stdHeader(in.Header))
+	out["X-Forwarded-For"] = []string{f.xff}
+	out["X-Forwarded-Host"] = []string{f.host}
+	out["X-Forwarded-Proto"] = []string{f.proto}
+	out["Forwarded"] = []string{f.fwd}
 }
 
 func peerIP(remoteAddr string) netip.Addr {

@@ -3,6 +3,7 @@ package forward
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -13,6 +14,7 @@ import (
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
 )
 
 // Headers that explain a response levee made itself rather than the backend.
@@ -31,6 +33,11 @@ type Options struct {
 	Trust     Trust
 	ErrorLog  *observe.ErrorLog
 	Metrics   *observe.Metrics
+	// FastClients are the fasthttp clients by backend address (see
+	// NewFastClient), for ServeFast; nil when no listener uses fasthttp.
+	FastClients map[string]*fasthttp.HostClient
+	// Upstream bounds the dial and the response headers of upgrades (fasthttp).
+	Upstream config.Upstream
 }
 
 // Pool forwards one app's requests to its backends. Safe for concurrent use.
@@ -39,11 +46,14 @@ type Pool struct {
 	backends []*backend
 	picker   balance.Picker
 	errlog   *observe.ErrorLog
+	trust    Trust
+	upstream config.Upstream
 }
 
 type backend struct {
 	addr     string
 	proxy    *httputil.ReverseProxy
+	fast     *fasthttp.HostClient
 	requests prometheus.Counter
 }
 
@@ -53,9 +63,9 @@ func NewPool(o Options) *Pool {
 	for i, b := range o.Backends {
 		weights[i] = b.Weight
 	}
-	p := &Pool{app: o.App, errlog: o.ErrorLog, picker: balance.NewWeighted(weights)}
+	p := &Pool{app: o.App, errlog: o.ErrorLog, picker: balance.NewWeighted(weights), trust: o.Trust, upstream: o.Upstream}
 	for _, b := range o.Backends {
-		be := &backend{addr: b.Addr, requests: o.Metrics.BackendCounter(o.App, b.Addr)}
+		be := &backend{addr: b.Addr, requests: o.Metrics.BackendCounter(o.App, b.Addr), fast: o.FastClients[b.Addr]}
 		target := &url.URL{Scheme: "http", Host: b.Addr}
 		be.proxy = &httputil.ReverseProxy{
 			Rewrite: func(pr *httputil.ProxyRequest) {
@@ -93,6 +103,10 @@ func (p *Pool) errorHandler(be *backend) func(http.ResponseWriter, *http.Request
 			http.Error(w, "levee: request body too large", http.StatusRequestEntityTooLarge)
 		case r.Context().Err() != nil:
 			// The client went away; there is no one to answer and nothing to log.
+		case errors.As(err, new(*BadBodyError)):
+			w.Header().Set(HeaderError, "bad-request-body")
+			w.Header().Set("Connection", "close")
+			http.Error(w, "levee: bad request body", http.StatusBadRequest)
 		case isTimeout(err):
 			p.errlog.Error("backend timeout", "app", p.app, "backend", be.addr, "err", err)
 			w.Header().Set(HeaderError, "backend-timeout")
@@ -103,6 +117,28 @@ func (p *Pool) errorHandler(be *backend) func(http.ResponseWriter, *http.Request
 			http.Error(w, "levee: backend unreachable", http.StatusBadGateway)
 		}
 	}
+}
+
+// BadBodyError is a client's request body that could not be read: broken
+// chunked framing, or a connection that failed mid-body.
+type BadBodyError struct{ Err error }
+
+func (e *BadBodyError) Error() string { return "forward: reading the request body: " + e.Err.Error() }
+func (e *BadBodyError) Unwrap() error { return e.Err }
+
+// GuardBody marks errors reading body (other than EOF and a limit's
+// *http.MaxBytesError) as *BadBodyError, so that a badly framed request is
+// answered 400, not 502 as if the backend had failed.
+func GuardBody(body io.ReadCloser) io.ReadCloser { return &guardedBody{body} }
+
+type guardedBody struct{ io.ReadCloser }
+
+func (b *guardedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF && !errors.As(err, new(*http.MaxBytesError)) {
+		err = &BadBodyError{Err: err}
+	}
+	return n, err
 }
 
 func isTimeout(err error) bool {

@@ -1,0 +1,460 @@
+package forward
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/leveeproxy/levee/internal/config"
+)
+
+// NewFastClient returns the fasthttp client for one backend address, bounded
+// like the net/http Transport: at most MaxConnsPerBackend connections, a
+// request beyond that waiting up to response_header_timeout for one.
+//
+// fasthttp's ReadTimeout bounds reading the whole response, so
+// response_header_timeout here also bounds a streamed response body (a
+// difference from the net/http engine, where it covers the headers only).
+// fasthttp has no cap on idle connections: MaxIdlePerBackend does not apply;
+// idle ones close after IdleTimeout.
+func NewFastClient(addr string, u config.Upstream) *fasthttp.HostClient {
+	d := &net.Dialer{Timeout: u.DialTimeout.D(), KeepAlive: 30 * time.Second}
+	return &fasthttp.HostClient{
+		Addr:                          addr,
+		Dial:                          func(a string) (net.Conn, error) { return d.Dial("tcp", a) },
+		MaxConns:                      u.MaxConnsPerBackend,
+		MaxConnWaitTimeout:            u.ResponseHeaderTimeout.D(),
+		MaxIdleConnDuration:           u.IdleTimeout.D(),
+		ReadTimeout:                   u.ResponseHeaderTimeout.D(),
+		DisablePathNormalizing:        true,
+		DisableHeaderNamesNormalizing: true,
+		NoDefaultUserAgentHeader:      true,
+		StreamResponseBody:            true,
+		MaxIdemponentCallAttempts:     2,
+		// Retry only a request that never reached a backend because a kept-alive
+		// connection had been closed under it, and only one without a body stream.
+		RetryIfErr: func(req *fasthttp.Request, _ int, err error) (bool, bool) {
+			return false, !req.IsBodyStream() && (errors.Is(err, fasthttp.ErrConnectionClosed) || errors.Is(err, io.EOF))
+		},
+	}
+}
+
+// Releaser gives back an admission slot; *admit.Limiter is one.
+type Releaser interface{ Release() }
+
+// errBodyTooLarge is a request body cut off at limits.body while streaming.
+var errBodyTooLarge = errors.New("forward: request body too large")
+
+// ServeFast forwards ctx's request (fasthttp engine) to the next backend and
+// streams back the response. It owns slot and releases it exactly once: when
+// the response body has been passed on or the upgraded connection has
+// closed, which may be after ServeFast returns. bodyLimit is limits.body,
+// enforced while a body of unknown length streams.
+func (p *Pool) ServeFast(ctx *fasthttp.RequestCtx, bodyLimit int64, slot Releaser) {
+	be := p.backends[p.picker.Pick()]
+	be.requests.Inc()
+	out := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(out)
+	upgrading := p.copyRequest(ctx, &out.Header)
+	if upgrading {
+		p.tunnel(ctx, be, out, slot)
+		return
+	}
+	var body *limitedBody
+	if bs := ctx.RequestBodyStream(); bs != nil {
+		body = &limitedBody{r: bs, left: bodyLimit}
+		out.SetBodyStream(body, ctx.Request.Header.ContentLength())
+	} else if b := ctx.Request.Body(); len(b) > 0 {
+		out.SetBodyRaw(b)
+	}
+	resp := fasthttp.AcquireResponse()
+	if err := be.fast.Do(out, resp); err != nil {
+		fasthttp.ReleaseResponse(resp)
+		p.fastError(ctx, be, err, body)
+		slot.Release()
+		return
+	}
+	copyResponse(&ctx.Response, resp)
+	if bs := resp.BodyStream(); bs != nil && !ctx.IsHead() {
+		n := resp.Header.ContentLength()
+		if n < 0 {
+			n = -1 // chunked to the client, whatever the backend's framing
+		}
+		ctx.Response.SetBodyStream(&fastBody{resp: resp, slot: slot}, n)
+		return
+	}
+	resp.CloseBodyStream()
+	fasthttp.ReleaseResponse(resp)
+	slot.Release()
+}
+
+func (p *Pool) fastError(ctx *fasthttp.RequestCtx, be *backend, err error, body *limitedBody) {
+	switch {
+	case body != nil && errors.Is(body.err, errBodyTooLarge):
+		fastText(ctx, fasthttp.StatusRequestEntityTooLarge, HeaderReject, "body", "levee: request body too large")
+		ctx.SetConnectionClose()
+	case body != nil && body.err != nil:
+		// The client's body broke off or was badly framed (invalid chunking).
+		fastText(ctx, fasthttp.StatusBadRequest, HeaderError, "bad-request-body", "levee: bad request body")
+		ctx.SetConnectionClose()
+	case errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, fasthttp.ErrNoFreeConns) || isTimeout(err):
+		p.errlog.Error("backend timeout", "app", p.app, "backend", be.addr, "err", err)
+		fastText(ctx, fasthttp.StatusGatewayTimeout, HeaderError, "backend-timeout", "levee: backend timed out")
+	default:
+		p.errlog.Error("backend unreachable", "app", p.app, "backend", be.addr, "err", err)
+		fastText(ctx, fasthttp.StatusBadGateway, HeaderError, "backend-unreachable", "levee: backend unreachable")
+	}
+}
+
+func fastText(ctx *fasthttp.RequestCtx, code int, header, value, msg string) {
+	ctx.Response.Reset()
+	ctx.Error(msg+"\n", code) // resets the headers first
+	ctx.Response.Header.Set(header, value)
+	ctx.Response.Header.Set("X-Content-Type-Options", "nosniff")
+}
+
+// limitedBody passes a request body on, failing once more than left bytes
+// have come, and remembers why reading stopped.
+type limitedBody struct {
+	r    io.Reader
+	left int64
+	err  error
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	if int64(len(p)) > b.left+1 {
+		p = p[:b.left+1]
+	}
+	n, err := b.r.Read(p)
+	if int64(n) > b.left {
+		b.err = errBodyTooLarge
+		return int(b.left), b.err
+	}
+	b.left -= int64(n)
+	if err != nil && err != io.EOF {
+		b.err = err
+	}
+	return n, err
+}
+
+// fastBody streams a backend's response body to the client; closing it
+// (fasthttp does, after writing) releases the response and the slot.
+type fastBody struct {
+	resp *fasthttp.Response
+	slot Releaser
+	once sync.Once
+}
+
+func (b *fastBody) Read(p []byte) (int, error) { return b.resp.BodyStream().Read(p) }
+
+func (b *fastBody) Close() error { return b.CloseWithError(nil) }
+
+// CloseWithError passes err on, so a connection whose response was cut off
+// is closed rather than reused.
+func (b *fastBody) CloseWithError(err error) error {
+	b.once.Do(func() {
+		if rc, ok := b.resp.BodyStream().(fasthttp.ReadCloserWithError); ok {
+			rc.CloseWithError(err)
+		} else {
+			b.resp.CloseBodyStream()
+		}
+		fasthttp.ReleaseResponse(b.resp)
+		b.slot.Release()
+	})
+	return nil
+}
+
+// copyRequest writes on out the request line and end-to-end headers of
+// ctx's request, and levee's forwarding headers. It reports whether the
+// request asks for a protocol upgrade that levee passes on (never h2c).
+func (p *Pool) copyRequest(ctx *fasthttp.RequestCtx, out *fasthttp.RequestHeader) (upgrading bool) {
+	in := &ctx.Request.Header
+	out.DisableNormalizing()
+	out.SetMethodBytes(in.Method())
+	out.SetRequestURIBytes(in.RequestURI())
+	var conn connTokens
+	var upgrade []byte
+	for k, v := range in.All() {
+		switch {
+		case equalFold(k, "Connection"):
+			conn.add(v)
+		case equalFold(k, "Upgrade"):
+			upgrade = v
+		}
+	}
+	upgrading = conn.has([]byte("upgrade")) && len(upgrade) > 0 && !hasH2C(upgrade)
+	h2c := len(upgrade) > 0 && hasH2C(upgrade)
+	for k, v := range in.All() {
+		switch {
+		case equalFold(k, "Te"):
+			if hasToken(v, "trailers") {
+				out.Add("Te", "trailers")
+			}
+		case isHopByHop(k) || conn.has(k) || isForwarding(k) ||
+			equalFold(k, "Content-Length") || equalFold(k, "Expect"):
+		case equalFold(k, "Http2-Settings") && h2c:
+		default:
+			out.AddBytesKV(k, v)
+		}
+	}
+	if upgrading {
+		out.Set("Connection", "Upgrade")
+		out.SetBytesV("Upgrade", upgrade)
+	}
+	var peer netip.Addr
+	if ip, ok := netip.AddrFromSlice(ctx.RemoteIP()); ok {
+		peer = ip.Unmap()
+	}
+	f := p.trust.forwarded(peer, string(in.Host()), ctx.IsTLS(), fastHeader{in})
+	out.Set("X-Forwarded-For", f.xff)
+	out.Set("X-Forwarded-Host", f.host)
+	out.Set("X-Forwarded-Proto", f.proto)
+	out.Set("Forwarded", f.fwd)
+	return upgrading
+}
+
+// copyResponse copies a backend's status and end-to-end headers to out.
+func copyResponse(out, in *fasthttp.Response) {
+	out.Header.DisableNormalizing()
+	out.Header.SetNoDefaultContentType(true)
+	out.SetStatusCode(in.StatusCode())
+	var conn connTokens
+	for k, v := range in.Header.All() {
+		if equalFold(k, "Connection") {
+			conn.add(v)
+		}
+	}
+	for k, v := range in.Header.All() {
+		if isHopByHop(k) || conn.has(k) || equalFold(k, "Content-Length") {
+			continue
+		}
+		out.Header.AddBytesKV(k, v)
+	}
+	if n := in.Header.ContentLength(); n >= 0 {
+		out.Header.SetContentLength(n)
+	}
+}
+
+// hopByHop are the headers that describe one connection (RFC 9110 §7.6.1),
+// never forwarded (of a request's Te, "trailers" passes).
+var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Te",
+	"Transfer-Encoding", "Upgrade", "Proxy-Authenticate", "Proxy-Authorization", "Trailer"}
+
+func isHopByHop(k []byte) bool {
+	for _, h := range hopByHop {
+		if equalFold(k, h) {
+			return true
+		}
+	}
+	return false
+}
+
+func isForwarding(k []byte) bool {
+	return equalFold(k, "X-Forwarded-For") || equalFold(k, "X-Forwarded-Host") ||
+		equalFold(k, "X-Forwarded-Proto") || equalFold(k, "Forwarded")
+}
+
+// connTokens are the header names Connection headers list; they point into
+// the header and are valid while it is.
+type connTokens struct{ names [][]byte }
+
+func (c *connTokens) add(v []byte) {
+	for len(v) > 0 {
+		var tok []byte
+		if i := indexByte(v, ','); i >= 0 {
+			tok, v = v[:i], v[i+1:]
+		} else {
+			tok, v = v, nil
+		}
+		if tok = trimSpace(tok); len(tok) > 0 {
+			c.names = append(c.names, tok)
+		}
+	}
+}
+
+func (c *connTokens) has(name []byte) bool {
+	for _, n := range c.names {
+		if equalFold(name, string(n)) {
+			return true
+		}
+	}
+	return false
+}
+
+func hasH2C(upgrade []byte) bool {
+	for _, tok := range splitTokens(upgrade) {
+		name := tok
+		if i := indexByte(tok, '/'); i >= 0 {
+			name = tok[:i]
+		}
+		if equalFold(trimSpace(name), "h2c") {
+			return true
+		}
+	}
+	return false
+}
+
+func hasToken(v []byte, want string) bool {
+	for _, tok := range splitTokens(v) {
+		if equalFold(tok, want) {
+			return true
+		}
+	}
+	return false
+}
+
+func splitTokens(v []byte) [][]byte {
+	var out [][]byte
+	for len(v) > 0 {
+		i := indexByte(v, ',')
+		if i < 0 {
+			out, v = append(out, trimSpace(v)), nil
+		} else {
+			out, v = append(out, trimSpace(v[:i])), v[i+1:]
+		}
+	}
+	return out
+}
+
+func indexByte(b []byte, c byte) int {
+	for i, x := range b {
+		if x == c {
+			return i
+		}
+	}
+	return -1
+}
+
+func trimSpace(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
+		b = b[1:]
+	}
+	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\t') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// equalFold reports whether b equals s in ASCII, ignoring case, without allocating.
+func equalFold(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := range len(b) {
+		if lower(b[i]) != lower(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func lower(c byte) byte {
+	if c >= 'A' && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
+// fastHeader reads a fasthttp request's forwarding headers, matching names
+// in any case (header names are passed through unnormalised).
+type fastHeader struct{ h *fasthttp.RequestHeader }
+
+func (f fastHeader) all(name string) string {
+	var out []byte
+	for k, v := range f.h.All() {
+		if equalFold(k, name) {
+			if len(out) > 0 {
+				out = append(out, ", "...)
+			}
+			out = append(out, v...)
+		}
+	}
+	return string(out)
+}
+
+func (f fastHeader) first(name string) string {
+	for k, v := range f.h.All() {
+		if equalFold(k, name) {
+			return string(v)
+		}
+	}
+	return ""
+}
+
+// tunnel passes an upgrade request to the backend over a connection of its
+// own and, if the backend switches protocols, joins the client's connection
+// to it until either side closes. The slot is held while the tunnel is open.
+func (p *Pool) tunnel(ctx *fasthttp.RequestCtx, be *backend, out *fasthttp.Request, slot Releaser) {
+	conn, err := net.DialTimeout("tcp", be.addr, p.upstream.DialTimeout.D())
+	if err != nil {
+		p.fastError(ctx, be, err, nil)
+		slot.Release()
+		return
+	}
+	conn.SetDeadline(time.Now().Add(p.upstream.ResponseHeaderTimeout.D()))
+	bw := bufio.NewWriter(conn)
+	br := bufio.NewReader(conn)
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseResponse(resp)
+	if err = out.Write(bw); err == nil {
+		err = bw.Flush()
+	}
+	if err == nil {
+		err = resp.Header.Read(br)
+	}
+	if err == nil && resp.StatusCode() != fasthttp.StatusSwitchingProtocols {
+		err = resp.ReadBody(br, 0)
+		if err == nil {
+			copyResponse(&ctx.Response, resp)
+			ctx.Response.SetBody(resp.Body())
+		}
+		conn.Close()
+		slot.Release()
+		if err != nil {
+			p.fastError(ctx, be, err, nil)
+		}
+		return
+	}
+	if err != nil {
+		conn.Close()
+		slot.Release()
+		p.fastError(ctx, be, err, nil)
+		return
+	}
+	conn.SetDeadline(time.Time{})
+	var sw fasthttp.Response
+	copyResponse(&sw, resp)
+	sw.Header.Set("Connection", "Upgrade")
+	sw.Header.SetBytesV("Upgrade", resp.Header.Peek("Upgrade"))
+	head := append([]byte(nil), sw.Header.Header()...)
+	if n := br.Buffered(); n > 0 { // the backend may speak first
+		rest, _ := br.Peek(n)
+		head = append(head, rest...)
+	}
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(client net.Conn) {
+		defer slot.Release()
+		defer conn.Close()
+		if _, err := client.Write(head); err != nil {
+			return
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			io.Copy(client, conn)
+			client.Close()
+		}()
+		io.Copy(conn, client)
+		conn.Close()
+		<-done
+	})
+}
