@@ -8,6 +8,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/leveeproxy/levee/internal/config"
 )
 
 // BenchmarkRejectQueueFull measures the cost of refusing a request at a full
@@ -44,14 +48,22 @@ func BenchmarkNotFound(b *testing.B) {
 
 // BenchmarkProxyLoopback measures a whole proxied request over loopback,
 // client → levee → backend (ns/op, allocs/op of client and levee together),
-// and reports the throughput of the same loop sent directly to the backend
-// as direct_ratio = proxied req/s ÷ direct req/s, measured in the same run.
+// on each engine, and reports the throughput of the same loop sent directly
+// to the backend as direct_ratio = proxied req/s ÷ direct req/s, measured
+// in the same run.
 func BenchmarkProxyLoopback(b *testing.B) {
+	for _, engine := range []string{config.EngineNetHTTP, config.EngineFastHTTP} {
+		b.Run(engine, func(b *testing.B) { benchProxyLoopback(b, engine) })
+	}
+}
+
+func benchProxyLoopback(b *testing.B, engine string) {
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		io.WriteString(w, strings.Repeat("x", 100))
 	}))
 	defer backend.Close()
-	pr := startProxy(b, fmt.Sprintf("apps:\n  a:\n    hosts: [a.test]\n    backends: [%s]\n", strings.TrimPrefix(backend.URL, "http://")))
+	pr := startProxy(b, fmt.Sprintf("listen: [{addr: 127.0.0.1:0, engine: %s}]\napps:\n  a:\n    hosts: [a.test]\n    backends: [%s]\n",
+		engine, strings.TrimPrefix(backend.URL, "http://")))
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	run := func(url string, n int) time.Duration {
 		start := time.Now()
@@ -90,3 +102,52 @@ type discardWriter struct {
 func (w *discardWriter) Header() http.Header         { return w.h }
 func (w *discardWriter) WriteHeader(code int)        { w.code = code }
 func (w *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
+
+// BenchmarkRejectQueueFullFast is BenchmarkRejectQueueFull on the fasthttp engine.
+func BenchmarkRejectQueueFullFast(b *testing.B) {
+	p := benchServer(b, "limits: {concurrency: 1, queue: {max_len: 0, max_wait: 0s}}")
+	a := p.apps["a"]
+	if err := a.limiter.Acquire(b.Context()); err != nil { // hold the only slot
+		b.Fatal(err)
+	}
+	defer a.limiter.Release()
+	var ctx fasthttp.RequestCtx
+	ctx.Init(&fasthttp.Request{}, nil, nil) // a ctx with fasthttp's stand-in server
+	b.ReportAllocs()
+	for b.Loop() {
+		fastRequest(&ctx, "a.test")
+		p.serveFast(&ctx)
+		if ctx.Response.StatusCode() != http.StatusServiceUnavailable {
+			b.Fatalf("status %d", ctx.Response.StatusCode())
+		}
+	}
+}
+
+// A rejection on the fasthttp engine allocates nothing.
+func TestRejectFastAllocatesNothing(t *testing.T) {
+	p := New(mustParse(t, "apps:\n  a:\n    hosts: [a.test]\n    backends: [127.0.0.1:9]\n    limits: {concurrency: 1, queue: {max_len: 0, max_wait: 0s}}\n"), Options{})
+	a := p.apps["a"]
+	if err := a.limiter.Acquire(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer a.limiter.Release()
+	var ctx fasthttp.RequestCtx
+	ctx.Init(&fasthttp.Request{}, nil, nil) // a ctx with fasthttp's stand-in server
+	allocs := testing.AllocsPerRun(100, func() {
+		fastRequest(&ctx, "a.test")
+		p.serveFast(&ctx)
+	})
+	if ctx.Response.StatusCode() != http.StatusServiceUnavailable || string(ctx.Response.Header.Peek("Levee-Reject")) != "queue-full" {
+		t.Fatalf("status %d Levee-Reject %q, want 503 queue-full", ctx.Response.StatusCode(), ctx.Response.Header.Peek("Levee-Reject"))
+	}
+	if allocs != 0 {
+		t.Fatalf("%v allocations per rejection, want 0", allocs)
+	}
+}
+
+func fastRequest(ctx *fasthttp.RequestCtx, host string) {
+	ctx.Request.Reset()
+	ctx.Response.Reset()
+	ctx.Request.Header.SetHost(host)
+	ctx.Request.SetRequestURI("/")
+}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strconv"
@@ -41,20 +42,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rec.free()
 	}()
 
-	if r.ContentLength > rt.body {
-		reject(rec, http.StatusRequestEntityTooLarge, reasonBody, 0)
-		rt.app.metrics.Rejected(reasonBody)
-		return
-	}
 	if r.ContentLength < 0 { // chunked: enforce the limit while streaming
-		r.Body = http.MaxBytesReader(rec, r.Body, rt.body)
+		r.Body = forward.GuardBody(http.MaxBytesReader(rec, r.Body, rt.body))
 	}
-
-	if err := rt.app.limiter.Acquire(r.Context()); err != nil {
-		var rej *admit.Rejection
-		if errors.As(err, &rej) {
-			reject(rec, http.StatusServiceUnavailable, string(rej.Reason), rej.RetryAfter)
-			rt.app.metrics.Rejected(string(rej.Reason))
+	if ref, ok := rt.admit(r.Context(), r.ContentLength); !ok {
+		if ref.code != 0 {
+			reject(rec, ref)
 		}
 		return // otherwise the client went away while queued
 	}
@@ -62,14 +55,56 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt.pool.ServeHTTP(rec, r)
 }
 
+// refusal is a request refused before any backend work. A zero code means
+// the client went away (or the server is shutting down) while it was
+// queued: there is no one to answer.
+type refusal struct {
+	code       int
+	reason     string
+	retryAfter time.Duration
+}
+
+// admit is the engine-neutral core between routing and forwarding, called
+// by both engines: limits.body on the declared length (-1: unknown, then
+// the caller enforces it while streaming), then the app's concurrency
+// limit, waiting in its queue at most until ctx ends. ok means the caller
+// holds a slot and must Release it; otherwise the refusal is counted and
+// says what to answer. It allocates nothing.
+func (rt *route) admit(ctx context.Context, contentLength int64) (refusal, bool) {
+	if contentLength > rt.body {
+		rt.app.metrics.Rejected(reasonBody)
+		return refusal{code: http.StatusRequestEntityTooLarge, reason: reasonBody}, false
+	}
+	if err := rt.app.limiter.Acquire(ctx); err != nil {
+		if rej, ok := asRejection(err); ok {
+			rt.app.metrics.Rejected(string(rej.Reason))
+			return refusal{code: http.StatusServiceUnavailable, reason: string(rej.Reason), retryAfter: rej.RetryAfter}, false
+		}
+		return refusal{}, false
+	}
+	return refusal{}, true
+}
+
+// asRejection finds the *admit.Rejection in err. Acquire returns it
+// unwrapped, and the type assertion then spares errors.As's allocation.
+func asRejection(err error) (*admit.Rejection, bool) {
+	if rej, ok := err.(*admit.Rejection); ok {
+		return rej, true
+	}
+	var rej *admit.Rejection
+	ok := errors.As(err, &rej)
+	return rej, ok
+}
+
 // reject answers a request refused by a limit. It keeps the connection
 // open (under overload a reconnect costs more than a reply) and, for the
 // known reasons, allocates nothing: header values and bodies are prebuilt.
-func reject(w http.ResponseWriter, code int, reason string, retryAfter time.Duration) {
-	r, ok := rejections[reason]
+func reject(w http.ResponseWriter, ref refusal) {
+	r, ok := rejections[ref.reason]
 	if !ok {
-		r = newRejectReply(reason)
+		r = newRejectReply(ref.reason)
 	}
+	retryAfter := ref.retryAfter
 	h := w.Header()
 	if retryAfter > 0 {
 		if retryAfter == time.Second {
@@ -81,7 +116,7 @@ func reject(w http.ResponseWriter, code int, reason string, retryAfter time.Dura
 	h[forward.HeaderReject] = r.header
 	h["Content-Type"] = textPlain
 	h["X-Content-Type-Options"] = nosniff
-	w.WriteHeader(code)
+	w.WriteHeader(ref.code)
 	_, _ = w.Write(r.body)
 }
 

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -73,7 +76,49 @@ func mustParse(t testing.TB, yamlCfg string) *config.Config {
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, yamlCfg)
 	}
+	if e := testEngine(); e != "" && !strings.Contains(yamlCfg, "engine:") {
+		for i, l := range cfg.Listen {
+			if l.TLS == nil && !l.H2C {
+				cfg.Listen[i].Engine = e
+			}
+		}
+	}
 	return cfg
+}
+
+// engineEnv chooses the engine of the test proxies' plain listeners (those
+// without tls or h2c) unless a config names one; TestMain runs the package
+// once more with fasthttp.
+const engineEnv = "LEVEE_TEST_ENGINE"
+
+func testEngine() string { return os.Getenv(engineEnv) }
+
+// skipOnFastHTTP skips a test of what only the net/http engine serves.
+func skipOnFastHTTP(t *testing.T, what string) {
+	t.Helper()
+	if testEngine() == config.EngineFastHTTP {
+		t.Skipf("%s: served by the net/http engine only; covered by the nethttp run", what)
+	}
+}
+
+// TestMain runs the tests on the default engine (net/http), then runs this
+// same test binary again with every plain listener on fasthttp, so that
+// `go test ./...` covers both engines.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if testEngine() != "" {
+		os.Exit(code)
+	}
+	fmt.Fprintf(os.Stderr, "=== engine fasthttp: %s=%s %s\n", engineEnv, config.EngineFastHTTP, os.Args[0])
+	// Benchmarks name their engines and ran already: only tests run again.
+	cmd := exec.Command(os.Args[0], append(os.Args[1:len(os.Args):len(os.Args)], "-test.bench=^$")...)
+	cmd.Env = append(os.Environ(), engineEnv+"="+config.EngineFastHTTP)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintf(os.Stderr, "--- FAIL: engine fasthttp: %v\n", err)
+		code = max(code, 1)
+	}
+	os.Exit(code)
 }
 
 // get sends a GET for host and path through the proxy.

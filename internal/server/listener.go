@@ -9,8 +9,10 @@ import (
 // limitListener closes connections accepted beyond max open ones, at once and
 // counted, rather than leaving them in the kernel's backlog where clients
 // time out slowly and retry.
-func limitListener(ln net.Listener, max int, onReject func()) net.Listener {
-	return &limitedListener{Listener: ln, max: int64(max), onReject: onReject}
+// It also keeps the open connections, so a drain that runs out of time can
+// close them (closeAll).
+func limitListener(ln net.Listener, max int, onReject func()) *limitedListener {
+	return &limitedListener{Listener: ln, max: int64(max), onReject: onReject, conns: map[*countedConn]struct{}{}}
 }
 
 type limitedListener struct {
@@ -18,6 +20,22 @@ type limitedListener struct {
 	open     atomic.Int64
 	max      int64
 	onReject func()
+
+	mu    sync.Mutex
+	conns map[*countedConn]struct{}
+}
+
+// closeAll closes every open connection accepted by l.
+func (l *limitedListener) closeAll() {
+	l.mu.Lock()
+	conns := make([]*countedConn, 0, len(l.conns))
+	for c := range l.conns {
+		conns = append(conns, c)
+	}
+	l.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
 }
 
 func (l *limitedListener) Accept() (net.Conn, error) {
@@ -32,7 +50,11 @@ func (l *limitedListener) Accept() (net.Conn, error) {
 			l.onReject()
 			continue
 		}
-		return &countedConn{Conn: c, l: l}, nil
+		cc := &countedConn{Conn: c, l: l}
+		l.mu.Lock()
+		l.conns[cc] = struct{}{}
+		l.mu.Unlock()
+		return cc, nil
 	}
 }
 
@@ -44,6 +66,11 @@ type countedConn struct {
 
 func (c *countedConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(func() { c.l.open.Add(-1) })
+	c.once.Do(func() {
+		c.l.open.Add(-1)
+		c.l.mu.Lock()
+		delete(c.l.conns, c)
+		c.l.mu.Unlock()
+	})
 	return err
 }

@@ -448,13 +448,20 @@ func TestForwardedHeaders(t *testing.T) {
 
 // --- 4. Streaming ---------------------------------------------------------
 
-// streamingProxy starts levee on an h2c listener (which also serves
-// HTTP/1.1) and returns clients for both protocols.
-func streamingProxy(t *testing.T, backend string) (*proxy, map[string]*http.Client) {
-	p := startProxy(t, photosApp(backend, "", "listen: [{addr: 127.0.0.1:0, h2c: true}]\n"))
-	return p, map[string]*http.Client{
-		"http1": newClient(t, &http.Transport{Protocols: http1Only()}),
-		"h2c":   newClient(t, &http.Transport{Protocols: h2cOnly()}),
+// streamClient is a client and the proxy URL it sends to.
+type streamClient struct {
+	*http.Client
+	URL string
+}
+
+// streamingProxy starts levee on a plain listener (HTTP/1.1, on the engine
+// under test) and an h2c one, and returns a client for each protocol.
+func streamingProxy(t *testing.T, backend string) map[string]streamClient {
+	p := startProxy(t, photosApp(backend, "", "listen: [{addr: 127.0.0.1:0}, {addr: 127.0.0.1:0, h2c: true}]\n"))
+	addrs := p.srv.Addrs()
+	return map[string]streamClient{
+		"http1": {newClient(t, &http.Transport{Protocols: http1Only()}), "http://" + addrs[0].String()},
+		"h2c":   {newClient(t, &http.Transport{Protocols: h2cOnly()}), "http://" + addrs[1].String()},
 	}
 }
 
@@ -474,12 +481,11 @@ func TestStreamingResponse(t *testing.T) {
 		}
 		io.WriteString(w, "chunk 2\n")
 	})
-	p, clients := streamingProxy(t, backend)
-	for name, client := range clients {
+	for name, client := range streamingProxy(t, backend) {
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), guard)
 			defer cancel()
-			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.URL+"/stream", nil)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, client.URL+"/stream", nil)
 			req.Host = "photos.test"
 			resp, err := client.Do(req)
 			if err != nil {
@@ -526,14 +532,13 @@ func TestStreamingRequestBody(t *testing.T) {
 		}
 		fmt.Fprintf(w, "got %q then %q", part1, rest)
 	})
-	p, clients := streamingProxy(t, backend)
-	for name, client := range clients {
+	for name, client := range streamingProxy(t, backend) {
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), guard)
 			defer cancel()
 			pr, pw := io.Pipe()
 			defer pw.CloseWithError(io.ErrUnexpectedEOF) // unblock everything if we fail early
-			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, p.URL+"/upload", pr)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, client.URL+"/upload", pr)
 			req.Host = "photos.test"
 			type result struct {
 				resp *http.Response
@@ -765,6 +770,7 @@ func selfSigned(t *testing.T) (certFile, keyFile string, roots *x509.CertPool) {
 }
 
 func TestHTTP2(t *testing.T) {
+	skipOnFastHTTP(t, "HTTP/2 over TLS and h2c")
 	seen := make(chan seenRequest, 1)
 	backend := newBackend(t, func(w http.ResponseWriter, r *http.Request) {
 		seen <- record(r)
@@ -835,6 +841,7 @@ func TestHTTP2(t *testing.T) {
 // --- 7. The concurrency limit across HTTP/2 streams -----------------------
 
 func TestConcurrencyLimitAcrossH2Streams(t *testing.T) {
+	skipOnFastHTTP(t, "h2c streams")
 	const streams, limit = 12, 2
 	var arrived atomic.Int32
 	arrivals := make(chan struct{}, streams)

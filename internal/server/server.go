@@ -22,6 +22,7 @@ import (
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/forward"
 	"github.com/leveeproxy/levee/internal/observe"
+	"github.com/valyala/fasthttp"
 )
 
 // Options are a Server's collaborators. Zero values get sensible defaults.
@@ -69,6 +70,9 @@ type app struct {
 	metrics   *observe.AppMetrics
 	upstream  config.Upstream
 	transport *http.Transport
+	// fast are the fasthttp clients by backend address, made on first use
+	// by a config and kept, like transport, until upstream changes.
+	fast map[string]*fasthttp.HostClient
 }
 
 // route is an app as composed for one config: every request path step in order.
@@ -148,6 +152,7 @@ func (s *Server) applyLocked(cfg *config.Config) {
 	trust := forward.NewTrust(cfg.Server.TrustedPrefixes())
 	entries := make([]catalog.Entry[*route], 0, len(cfg.Apps))
 	var retired []*http.Transport
+	var retiredFast []*fasthttp.HostClient
 	for _, name := range cfg.AppNames() {
 		ac := cfg.Apps[name]
 		a := s.apps[name]
@@ -166,11 +171,19 @@ func (s *Server) applyLocked(cfg *config.Config) {
 			if a.transport != nil {
 				retired = append(retired, a.transport)
 			}
-			a.upstream, a.transport = cfg.Upstream, forward.NewTransport(cfg.Upstream)
+			for _, c := range a.fast {
+				retiredFast = append(retiredFast, c)
+			}
+			a.upstream, a.transport, a.fast = cfg.Upstream, forward.NewTransport(cfg.Upstream), map[string]*fasthttp.HostClient{}
+		}
+		for _, b := range ac.Backends {
+			if a.fast[b.Addr] == nil {
+				a.fast[b.Addr] = forward.NewFastClient(b.Addr, cfg.Upstream)
+			}
 		}
 		rt := &route{app: a, body: int64(ac.Limits.Body), pool: forward.NewPool(forward.Options{
 			App: name, Backends: ac.Backends, Transport: a.transport, Trust: trust,
-			ErrorLog: s.errlog, Metrics: s.metrics,
+			ErrorLog: s.errlog, Metrics: s.metrics, FastClients: a.fast, Upstream: cfg.Upstream,
 		})}
 		entries = append(entries, catalog.Entry[*route]{Hosts: ac.Hosts, Paths: ac.Paths, Value: rt})
 	}
@@ -179,12 +192,18 @@ func (s *Server) applyLocked(cfg *config.Config) {
 		if _, ok := cfg.Apps[name]; !ok {
 			delete(s.apps, name)
 			retired = append(retired, a.transport)
+			for _, c := range a.fast {
+				retiredFast = append(retiredFast, c)
+			}
 			s.metrics.Forget(name)
 		}
 	}
 	// Connections in use finish their requests; idle ones close now.
 	for _, t := range retired {
 		t.CloseIdleConnections()
+	}
+	for _, c := range retiredFast {
+		c.CloseIdleConnections()
 	}
 	s.cfg = cfg
 }
@@ -204,11 +223,13 @@ func parseLevel(s string) slog.Level {
 	return l
 }
 
-// listener is one client-facing socket and the http.Server on it.
+// listener is one client-facing socket and the server on it: an
+// http.Server, or a fasthttp.Server for engine: fasthttp (fsrv set).
 type listener struct {
-	cfg config.Listener
-	ln  net.Listener
-	srv *http.Server
+	cfg  config.Listener
+	ln   *limitedListener
+	srv  *http.Server
+	fsrv *fasthttp.Server
 }
 
 // Listen binds every configured listener. It returns an error, and binds
@@ -224,7 +245,12 @@ func (s *Server) Listen() error {
 			}
 			return fmt.Errorf("server: listen %s: %w", lc.Addr, err)
 		}
-		l := &listener{cfg: lc, srv: s.httpServer(cfg, lc)}
+		l := &listener{cfg: lc}
+		if lc.Engine == config.EngineFastHTTP {
+			l.fsrv = s.fastServer(cfg)
+		} else {
+			l.srv = s.httpServer(cfg, lc)
+		}
 		l.ln = limitListener(ln, cfg.Server.MaxConns, func() { s.metrics.ConnRejected(lc.Addr) })
 		bound = append(bound, l)
 	}
@@ -277,9 +303,15 @@ func (s *Server) Serve(ctx context.Context) error {
 	for _, l := range s.listeners {
 		s.serving.Go(func() {
 			var err error
-			if l.cfg.TLS != nil {
+			switch {
+			case l.fsrv != nil:
+				// nil once shut down; or the listener was closed before Serve began
+				if err = l.fsrv.Serve(l.ln); err == nil || errors.Is(err, net.ErrClosed) {
+					err = http.ErrServerClosed
+				}
+			case l.cfg.TLS != nil:
 				err = l.srv.ServeTLS(l.ln, "", "")
-			} else {
+			default:
 				err = l.srv.Serve(l.ln)
 			}
 			if !errors.Is(err, http.ErrServerClosed) {
@@ -304,19 +336,33 @@ func (s *Server) shutdown(ctx context.Context) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(s.listeners))
 	for i, l := range s.listeners {
-		wg.Go(func() { errs[i] = l.srv.Shutdown(ctx) })
+		wg.Go(func() {
+			if l.fsrv != nil {
+				errs[i] = l.fsrv.ShutdownWithContext(ctx)
+				l.ln.Close() // in case Serve had not started: it returns at once
+			} else {
+				errs[i] = l.srv.Shutdown(ctx)
+			}
+		})
 	}
 	wg.Wait()
 	s.mu.Lock()
 	for _, a := range s.apps {
 		a.transport.CloseIdleConnections()
+		for _, c := range a.fast {
+			c.CloseIdleConnections()
+		}
 	}
 	s.mu.Unlock()
 	err := errors.Join(errs...)
 	if err != nil {
 		s.log.Warn("drain deadline passed; closing remaining connections", "after", s.clk.Now().Sub(start).Round(time.Millisecond))
 		for _, l := range s.listeners {
-			l.srv.Close()
+			if l.fsrv != nil {
+				l.ln.closeAll() // fasthttp leaves them running
+			} else {
+				l.srv.Close()
+			}
 		}
 		return fmt.Errorf("server: drain: %w", err)
 	}

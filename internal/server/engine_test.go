@@ -1,0 +1,87 @@
+package server
+
+import (
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/leveeproxy/levee/internal/config"
+)
+
+// A request framed two ways (Content-Length and Transfer-Encoding) or with
+// broken chunking is refused with 400: a proxy that passed it on could
+// read the framing differently from its backend (request smuggling).
+func TestBadFramingIsRefused(t *testing.T) {
+	var arrived atomic.Int32
+	backend := newBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		arrived.Add(1)
+		record(r)
+	})
+	p := startProxy(t, photosApp(backend, "", ""))
+	addr := strings.TrimPrefix(p.URL, "http://")
+	for _, tc := range []struct {
+		name, raw string
+		fastOnly  bool
+	}{
+		{"content-length and chunked", "POST / HTTP/1.1\r\nHost: photos.test\r\nContent-Length: 5\r\n" +
+			"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: photos.test\r\n\r\n", true},
+		{"chunked and content-length", "POST / HTTP/1.1\r\nHost: photos.test\r\nTransfer-Encoding: chunked\r\n" +
+			"content-length: 5\r\n\r\n0\r\n\r\n", true},
+		{"invalid chunk size", "POST / HTTP/1.1\r\nHost: photos.test\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.fastOnly && testEngine() != config.EngineFastHTTP {
+				// net/http reads such a request by Transfer-Encoding alone
+				// (RFC 9112 §6.3 allows it), re-frames it for the backend, and
+				// keeps the connection open (§6.3 says close). Not fixable
+				// from a handler: net/http drops Content-Length before.
+				t.Skip("the net/http engine accepts it, framed by Transfer-Encoding")
+			}
+			br, _ := rawExchange(t, addr, tc.raw)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			readAll(t, resp)
+			if resp.StatusCode != http.StatusBadRequest {
+				t.Errorf("status %d, want 400", resp.StatusCode)
+			}
+			if next, err := http.ReadResponse(br, nil); err == nil {
+				readAll(t, next)
+				t.Errorf("a second response (%d) followed on the connection: the rest of the bytes was read as a request", next.StatusCode)
+			}
+		})
+	}
+}
+
+// Forwarding and hop-by-hop headers are matched in any letter case: the
+// fasthttp engine passes header names through as sent.
+func TestHeaderNamesInAnyCase(t *testing.T) {
+	seen := make(chan seenRequest, 1)
+	backend := newBackend(t, func(w http.ResponseWriter, r *http.Request) { seen <- record(r) })
+	p := startProxy(t, photosApp(backend, "", ""))
+	br, _ := rawExchange(t, strings.TrimPrefix(p.URL, "http://"), "GET / HTTP/1.1\r\nHost: photos.test\r\n"+
+		"x-forwarded-for: 6.6.6.6\r\nFORWARDED: for=6.6.6.6\r\nconnection: x-drop\r\nX-DROP: 1\r\n"+
+		"keep-alive: 5\r\nx-keep: kept\r\n\r\n")
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, resp)
+	s := recv(t, seen, "backend request")
+	if got := s.header.Values("X-Forwarded-For"); len(got) != 1 || got[0] != "127.0.0.1" {
+		t.Errorf("X-Forwarded-For %q, want [127.0.0.1]: a forged value in lower case got through", got)
+	}
+	if got := s.header.Values("Forwarded"); len(got) != 1 || !strings.HasPrefix(got[0], "for=127.0.0.1;") {
+		t.Errorf("Forwarded %q, want levee's own only", got)
+	}
+	for _, h := range []string{"X-Drop", "Keep-Alive", "Connection"} {
+		if v, ok := s.header[h]; ok {
+			t.Errorf("backend got hop-by-hop %s: %q", h, v)
+		}
+	}
+	if s.header.Get("X-Keep") != "kept" {
+		t.Errorf("X-Keep %q, want kept", s.header.Get("X-Keep"))
+	}
+}
