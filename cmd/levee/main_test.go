@@ -37,6 +37,10 @@ func TestMain(m *testing.M) {
 }
 
 func buildAndRun(m *testing.M) int {
+	if bin := os.Getenv(binEnv); bin != "" { // the fasthttp run started below
+		leveeBin = bin
+		return m.Run()
+	}
 	dir, err := os.MkdirTemp("", "levee-cmd-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -58,7 +62,20 @@ func buildAndRun(m *testing.M) int {
 		// each test waits for its process's exit, so that would only add time.
 		os.Setenv("GORACE", "atexit_sleep_ms=0")
 	}
-	return m.Run()
+	code := m.Run()
+	if os.Getenv(engineEnv) != "" {
+		return code
+	}
+	// Again with the proxy listener on fasthttp (serve, reload and drain tests).
+	fmt.Fprintf(os.Stderr, "=== engine fasthttp: %s=fasthttp %s\n", engineEnv, os.Args[0])
+	cmd := exec.Command(os.Args[0], append(os.Args[1:len(os.Args):len(os.Args)], "-test.bench=^$")...)
+	cmd.Env = append(os.Environ(), engineEnv+"=fasthttp", binEnv+"="+leveeBin)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintf(os.Stderr, "--- FAIL: engine fasthttp: %v\n", err)
+		code = max(code, 1)
+	}
+	return code
 }
 
 // logBuffer collects a process's output and wakes waiters on every write.
@@ -322,11 +339,27 @@ func namedBackend(t *testing.T, name string) string {
 // appConfig is a config with one app, "a" on host a.test, in front of backend;
 // extra is appended under the app (indented four spaces).
 func appConfig(backend, extra string) string {
-	return fmt.Sprintf(`listen: 127.0.0.1:0
+	return fmt.Sprintf(`%s
 admin: 127.0.0.1:0
 apps:
   a:
     hosts: [a.test]
     backends: [%s]
-%s`, backend, extra)
+%s`, listenLine(), backend, extra)
+}
+
+// engineEnv names the engine of the proxy listener in appConfig; TestMain
+// runs the tests once more with fasthttp. binEnv hands the child run the
+// binary already built.
+const (
+	engineEnv = "LEVEE_TEST_ENGINE"
+	binEnv    = "LEVEE_TEST_BIN"
+)
+
+// listenLine is appConfig's listen key, on the engine under test.
+func listenLine() string {
+	if e := os.Getenv(engineEnv); e != "" {
+		return "listen: [{addr: 127.0.0.1:0, engine: " + e + "}]"
+	}
+	return "listen: 127.0.0.1:0"
 }

@@ -138,7 +138,7 @@ func TestReloadAPI(t *testing.T) {
 func TestReloadRefusesRestartOnlyChanges(t *testing.T) {
 	x, y := namedBackend(t, "X"), namedBackend(t, "Y")
 	s := startServe(t, appConfig(x, ""))
-	moved := strings.Replace(appConfig(y, ""), "listen: 127.0.0.1:0", "listen: [127.0.0.1:0, 127.0.0.1:0]", 1)
+	moved := strings.Replace(appConfig(y, ""), listenLine(), "listen: [127.0.0.1:0, 127.0.0.1:0]", 1)
 	writeConfig(t, s.config, moved)
 	code, body, err := s.adminDo(http.MethodPost, "/reload")
 	if err != nil || code != http.StatusBadRequest || !strings.Contains(body, "listen changed") {
