@@ -37,10 +37,12 @@ func NewFastClient(addr string, u config.Upstream) *fasthttp.HostClient {
 		NoDefaultUserAgentHeader:      true,
 		StreamResponseBody:            true,
 		MaxIdemponentCallAttempts:     2,
-		// Retry only a request that never reached a backend because a kept-alive
-		// connection had been closed under it, and only one without a body stream.
+		// Retry once, on a fresh connection, only an idempotent request without a
+		// body stream whose kept-alive connection closed under it: the backend may
+		// have acted on a POST before closing, and a second copy must never go out.
 		RetryIfErr: func(req *fasthttp.Request, _ int, err error) (bool, bool) {
-			return false, !req.IsBodyStream() && (errors.Is(err, fasthttp.ErrConnectionClosed) || errors.Is(err, io.EOF))
+			return false, isIdempotent(&req.Header) && !req.IsBodyStream() &&
+				(errors.Is(err, fasthttp.ErrConnectionClosed) || errors.Is(err, io.EOF))
 		},
 	}
 }
@@ -457,4 +459,9 @@ func (p *Pool) tunnel(ctx *fasthttp.RequestCtx, be *backend, out *fasthttp.Reque
 		conn.Close()
 		<-done
 	})
+}
+
+// isIdempotent reports a method that may be sent twice (RFC 9110 §9.2.2).
+func isIdempotent(h *fasthttp.RequestHeader) bool {
+	return h.IsGet() || h.IsHead() || h.IsPut() || h.IsDelete() || h.IsOptions() || h.IsTrace()
 }

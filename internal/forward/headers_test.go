@@ -6,6 +6,8 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"testing"
+
+	"github.com/valyala/fasthttp"
 )
 
 func TestForwardedElement(t *testing.T) {
@@ -131,6 +133,19 @@ func TestDropH2CUpgrade(t *testing.T) {
 		}
 		if h.Get("X-Keep") != "1" {
 			t.Errorf("Upgrade: %s: an unrelated header was removed", tc.upgrade)
+		}
+	}
+}
+
+func TestOnlyIdempotentRequestsAreRetried(t *testing.T) {
+	for _, tt := range []struct {
+		method string
+		want   bool
+	}{{"GET", true}, {"HEAD", true}, {"PUT", true}, {"DELETE", true}, {"OPTIONS", true}, {"POST", false}, {"PATCH", false}} {
+		var h fasthttp.RequestHeader
+		h.SetMethod(tt.method)
+		if got := isIdempotent(&h); got != tt.want {
+			t.Errorf("isIdempotent(%s) = %v; want %v", tt.method, got, tt.want)
 		}
 	}
 }
