@@ -44,6 +44,7 @@ BACKEND_PORT=${BACKEND_PORT:-9101}
 NGINX_PORT=18080
 HAPROXY_PORT=18081
 LEVEE_PORT=18082
+LEVEE_FAST_PORT=18083
 LEVEE_ADMIN_PORT=18092
 PROXY_CPU=0
 LOAD_CPU=1
@@ -170,7 +171,9 @@ git -C "$ROOT" diff --quiet HEAD -- 2>/dev/null || LEVEE_REV="$LEVEE_REV+dirty"
 log "building levee (./cmd/levee)"
 if go build -o "$tmp/levee" ./cmd/levee >"$tmp/levee-build.log" 2>&1; then
   cat >"$tmp/levee.yaml" <<EOF
-listen: 127.0.0.1:$LEVEE_PORT
+listen:
+  - {addr: 127.0.0.1:$LEVEE_PORT, engine: nethttp}
+  - {addr: 127.0.0.1:$LEVEE_FAST_PORT, engine: fasthttp}
 admin: 127.0.0.1:$LEVEE_ADMIN_PORT
 apps:
   bench:
@@ -185,6 +188,13 @@ EOF
   if wait_http "http://127.0.0.1:$LEVEE_ADMIN_PORT/readyz" 10 \
      && wait_http "http://127.0.0.1:$LEVEE_PORT/" 5 -H 'Host: bench.local'; then
     URL[levee]="http://127.0.0.1:$LEVEE_PORT/"; HOSTHDR[levee]="bench.local"
+    # the same process on its fasthttp listener: CPU is measured per target run
+    if wait_http "http://127.0.0.1:$LEVEE_FAST_PORT/" 5 -H 'Host: bench.local'; then
+      URL[levee-fasthttp]="http://127.0.0.1:$LEVEE_FAST_PORT/"; HOSTHDR[levee-fasthttp]="bench.local"
+      PID[levee-fasthttp]=${PID[levee]}
+    else
+      NOTE[levee-fasthttp]="skipped: not ready"
+    fi
   else
     log "LEVEE SKIPPED: started but not ready within 10 s (admin /readyz, then GET / with Host: bench.local); last log lines:"
     tail -15 "$tmp/levee.log" >&2 || true
@@ -277,6 +287,7 @@ else
 fi
 
 [[ -n ${URL[levee]:-} ]] && TARGETS+=(levee)
+[[ -n ${URL[levee-fasthttp]:-} ]] && TARGETS+=(levee-fasthttp)
 
 # ---------------------------------------------------------------- load
 # run_wrk TARGET DURATION OUTFILE
@@ -339,7 +350,7 @@ table="$tmp/table.md"
 {
   echo "| target | req/s (median) | req/s vs direct | p50 ms | p50 vs direct | p99 ms | p99 vs direct | proxy CPU µs/req | errors | req/s per round |"
   echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"
-  for t in direct levee nginx haproxy; do
+  for t in direct levee levee-fasthttp nginx haproxy; do
     if [[ -z ${RPS[$t]:-} ]]; then
       [[ $t == direct ]] && continue
       echo "| $t | ${NOTE[$t]:-skipped} | | | | | | | | |"; continue
