@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -93,6 +94,132 @@ func ParseByteSize(s string) (int64, error) {
 	}
 	return n * mult, nil
 }
+
+// Rate is a number of events per unit of time, written "750/s", "100/m", "10/h" or "0.5/s":
+// a positive decimal number (digits with an optional fraction, no sign or exponent), a slash
+// and one of the units s, m, h. It must lie between one event a day and 1e9 events a second.
+//
+// The zero Rate is unset: PerSecond and Interval return 0 and String returns "". Config
+// validation, not this type, decides whether a field may be unset.
+type Rate struct {
+	Events float64       // events per Per; > 0 in a parsed Rate
+	Per    time.Duration // time.Second, time.Minute or time.Hour in a parsed Rate
+}
+
+// Bounds of a parsed Rate.
+const (
+	MaxRatePerSecond = 1e9 // an emission interval of 1ns
+	MinRatePerSecond = 1.0 / 86400
+)
+
+var rateUnits = []struct {
+	name string
+	per  time.Duration
+}{{"s", time.Second}, {"m", time.Minute}, {"h", time.Hour}}
+
+// ParseRate parses a rate such as "750/s", "100/m", "10/h" or "0.5/s".
+// Surrounding spaces and spaces around the slash are allowed.
+func ParseRate(s string) (Rate, error) {
+	num, unit, ok := strings.Cut(strings.TrimSpace(s), "/")
+	num, unit = strings.TrimSpace(num), strings.TrimSpace(unit)
+	if !ok || !isDecimal(num) {
+		return Rate{}, fmt.Errorf("%q is not a rate (want e.g. 750/s, 100/m, 10/h, 0.5/s)", s)
+	}
+	var per time.Duration
+	for _, u := range rateUnits {
+		if unit == u.name {
+			per = u.per
+		}
+	}
+	if per == 0 {
+		return Rate{}, fmt.Errorf("%q is not a rate: the unit after / must be s, m or h", s)
+	}
+	// Only a range error is possible for a decimal: +Inf on overflow (too large below),
+	// 0 on underflow (not greater than 0 below).
+	v, _ := strconv.ParseFloat(num, 64)
+	r := Rate{Events: v, Per: per}
+	switch ps := r.PerSecond(); {
+	case v == 0:
+		return Rate{}, fmt.Errorf("%q is not a rate: it must be greater than 0", s)
+	case ps > MaxRatePerSecond:
+		return Rate{}, fmt.Errorf("%q is too large: at most 1e9 per second", s)
+	case ps < MinRatePerSecond:
+		return Rate{}, fmt.Errorf("%q is too small: at least one per day", s)
+	}
+	return r, nil
+}
+
+// isDecimal reports whether s is digits with an optional fraction: 750, 0.5, 10.25.
+func isDecimal(s string) bool {
+	intPart, frac, hasDot := strings.Cut(s, ".")
+	return allDigits(intPart) && (!hasDot || allDigits(frac))
+}
+
+func allDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// PerSecond returns the rate in events per second (0 for the zero Rate).
+func (r Rate) PerSecond() float64 {
+	if r.Per <= 0 || r.Events <= 0 {
+		return 0
+	}
+	return r.Events / r.Per.Seconds()
+}
+
+// Interval returns the emission interval T = 1/rate, the time one event costs, rounded up
+// to a whole nanosecond (at least 1ns) so that a limiter spacing events by T never admits
+// more than the rate. A quotient within 1e-6ns of a whole number is taken as that number,
+// so 4/s is exactly 250ms despite binary floating point. The zero Rate returns 0.
+func (r Rate) Interval() time.Duration {
+	if r.Per <= 0 || r.Events <= 0 {
+		return 0
+	}
+	q := float64(r.Per) / r.Events
+	if rq := math.Round(q); math.Abs(q-rq) < 1e-6 {
+		q = rq
+	} else {
+		q = math.Ceil(q)
+	}
+	if q >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return max(time.Duration(q), 1)
+}
+
+// String returns the rate in the form ParseRate reads, e.g. "750/s"; "" for the zero Rate.
+func (r Rate) String() string {
+	for _, u := range rateUnits {
+		if r.Per == u.per && r.Events > 0 {
+			return strconv.FormatFloat(r.Events, 'f', -1, 64) + "/" + u.name
+		}
+	}
+	if r == (Rate{}) {
+		return ""
+	}
+	return fmt.Sprintf("%g/%s", r.Events, r.Per) // not produced by ParseRate
+}
+
+// UnmarshalYAML parses "750/s", "100/m", "10/h" and the like.
+func (r *Rate) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("want a rate like 750/s, got a %s", kindName(n))
+	}
+	v, err := ParseRate(n.Value)
+	if err != nil {
+		return err
+	}
+	*r = v
+	return nil
+}
+
+// MarshalYAML writes the rate in its string form.
+func (r Rate) MarshalYAML() (any, error) { return r.String(), nil }
 
 func kindName(n *yaml.Node) string {
 	switch n.Kind {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 )
 
 func TestParseByteSize(t *testing.T) {
@@ -144,6 +146,130 @@ func FuzzParseDuration(f *testing.F) {
 		}
 		if err == nil && d != 0 && !strings.ContainsAny(s, "nsuµmh") {
 			t.Fatalf("ParseDuration(%q) = %v without a unit", s, d)
+		}
+	})
+}
+
+func TestParseRate(t *testing.T) {
+	tests := []struct {
+		in           string
+		want         Rate
+		wantInterval time.Duration
+		wantPerSec   float64
+		wantString   string
+		wantErr      string // fragment; "" means success
+	}{
+		{in: "750/s", want: Rate{750, time.Second}, wantInterval: 1_333_334, wantPerSec: 750, wantString: "750/s"},
+		{in: "100/m", want: Rate{100, time.Minute}, wantInterval: 600 * time.Millisecond, wantPerSec: 100.0 / 60, wantString: "100/m"},
+		{in: "10/h", want: Rate{10, time.Hour}, wantInterval: 6 * time.Minute, wantPerSec: 10.0 / 3600, wantString: "10/h"},
+		{in: "0.5/s", want: Rate{0.5, time.Second}, wantInterval: 2 * time.Second, wantPerSec: 0.5, wantString: "0.5/s"},
+		{in: " 4 / s ", want: Rate{4, time.Second}, wantInterval: 250 * time.Millisecond, wantPerSec: 4, wantString: "4/s"},
+		{in: "3/s", want: Rate{3, time.Second}, wantInterval: 333_333_334, wantPerSec: 3, wantString: "3/s"},
+		{in: "0.1/s", want: Rate{0.1, time.Second}, wantInterval: 10 * time.Second, wantPerSec: 0.1, wantString: "0.1/s"},
+		{in: "1000000000/s", want: Rate{1e9, time.Second}, wantInterval: 1, wantPerSec: 1e9, wantString: "1000000000/s"},
+		{in: "60000000000/m", want: Rate{6e10, time.Minute}, wantInterval: 1, wantPerSec: 1e9, wantString: "60000000000/m"},
+		{in: "24/h", want: Rate{24, time.Hour}, wantInterval: 150 * time.Second, wantPerSec: 24.0 / 3600, wantString: "24/h"},
+		{in: "0.5/h", want: Rate{0.5, time.Hour}, wantInterval: 2 * time.Hour, wantPerSec: 0.5 / 3600, wantString: "0.5/h"},
+		{in: "007.50/s", want: Rate{7.5, time.Second}, wantInterval: 133_333_334, wantPerSec: 7.5, wantString: "7.5/s"},
+		{in: "", wantErr: "is not a rate"},
+		{in: "750", wantErr: "is not a rate"},
+		{in: "750/", wantErr: "unit after / must be"},
+		{in: "/s", wantErr: "is not a rate"},
+		{in: "750/x", wantErr: "unit after / must be"},
+		{in: "750/S", wantErr: "unit after / must be"},
+		{in: "750/ms", wantErr: "unit after / must be"},
+		{in: "750/s/s", wantErr: "unit after / must be"},
+		{in: "0/s", wantErr: "greater than 0"},
+		{in: "0.0/m", wantErr: "greater than 0"},
+		{in: "-1/s", wantErr: "is not a rate"},
+		{in: "+1/s", wantErr: "is not a rate"},
+		{in: "1e3/s", wantErr: "is not a rate"},
+		{in: "Inf/s", wantErr: "is not a rate"},
+		{in: "NaN/s", wantErr: "is not a rate"},
+		{in: "0x10/s", wantErr: "is not a rate"},
+		{in: "1_000/s", wantErr: "is not a rate"},
+		{in: ".5/s", wantErr: "is not a rate"},
+		{in: "5./s", wantErr: "is not a rate"},
+		{in: "1.2.3/s", wantErr: "is not a rate"},
+		{in: "1 000/s", wantErr: "is not a rate"},
+		{in: "1000000001/s", wantErr: "too large"},
+		{in: "60000000001/m", wantErr: "too large"},
+		{in: "1" + strings.Repeat("0", 400) + "/s", wantErr: "too large"},
+		{in: "0." + strings.Repeat("0", 400) + "1/s", wantErr: "greater than 0"},
+		{in: "0.9/h", wantErr: ""},
+		{in: "0.5/m", wantErr: ""},
+		{in: "0.01/h", wantErr: "too small"},
+		{in: "0.00001/s", wantErr: "too small"},
+	}
+	for _, tt := range tests {
+		got, err := ParseRate(tt.in)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) || got != (Rate{}) {
+				t.Errorf("ParseRate(%q) = %v, %v; want an error containing %q", tt.in, got, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("ParseRate(%q) error %v", tt.in, err)
+			continue
+		}
+		if tt.want == (Rate{}) { // only checks that it parses
+			continue
+		}
+		if got != tt.want || got.Interval() != tt.wantInterval || got.PerSecond() != tt.wantPerSec || got.String() != tt.wantString {
+			t.Errorf("ParseRate(%q) = %v (interval %v, %v/s, %q); want %v (interval %v, %v/s, %q)", tt.in,
+				got, got.Interval(), got.PerSecond(), got.String(), tt.want, tt.wantInterval, tt.wantPerSec, tt.wantString)
+		}
+	}
+}
+
+func TestRateZeroAndYAML(t *testing.T) {
+	var zero Rate
+	if zero.PerSecond() != 0 || zero.Interval() != 0 || zero.String() != "" {
+		t.Errorf("zero Rate: PerSecond %v, Interval %v, String %q; want 0, 0, \"\"", zero.PerSecond(), zero.Interval(), zero.String())
+	}
+	type doc struct {
+		R Rate `yaml:"rate"`
+	}
+	var d doc
+	if err := yaml.Unmarshal([]byte("rate: 750/s\n"), &d); err != nil || d.R != (Rate{750, time.Second}) {
+		t.Fatalf("yaml rate: 750/s = %v, %v", d.R, err)
+	}
+	out, err := yaml.Marshal(d)
+	if err != nil || string(out) != "rate: 750/s\n" {
+		t.Errorf("yaml.Marshal = %q, %v; want %q", out, err, "rate: 750/s\n")
+	}
+	for _, src := range []string{"rate: [1, 2]\n", "rate: {a: 1}\n", "rate: 750\n", "rate: 0/s\n"} {
+		if err := yaml.Unmarshal([]byte(src), &d); err == nil {
+			t.Errorf("yaml %q: no error", src)
+		}
+	}
+}
+
+func FuzzParseRate(f *testing.F) {
+	for _, s := range []string{"750/s", "100/m", "10/h", "0.5/s", " 4 / s ", "0/s", "-1/s", "750", "1e3/s",
+		"1000000001/s", "0.01/h", "1.2.3/s", "/", "7.5/h"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		r, err := ParseRate(s)
+		if err != nil {
+			if r != (Rate{}) {
+				t.Fatalf("ParseRate(%q) = %v with error %v, want the zero Rate", s, r, err)
+			}
+			return
+		}
+		ps, iv := r.PerSecond(), r.Interval()
+		if !(ps >= MinRatePerSecond && ps <= MaxRatePerSecond) || iv < 1 || iv > 24*time.Hour {
+			t.Fatalf("ParseRate(%q) = %v: %v/s, interval %v out of bounds", s, r, ps, iv)
+		}
+		// T never admits more than the rate: T >= 1/rate, within a nanosecond's rounding.
+		if exact := 1e9 / ps; float64(iv) < exact*(1-1e-12)-1e-6 || float64(iv) > exact+1 {
+			t.Fatalf("ParseRate(%q): interval %v, want ceil(%v ns)", s, iv, exact)
+		}
+		back, err := ParseRate(r.String())
+		if err != nil || back != r {
+			t.Fatalf("ParseRate(%q) = %v, but ParseRate(%q) = %v, %v", s, r, r.String(), back, err)
 		}
 	})
 }
