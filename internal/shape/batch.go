@@ -1,0 +1,112 @@
+package shape
+
+import (
+	"fmt"
+	"io"
+)
+
+// batchSpec is one batch limit with its prebuilt violations, shared by every
+// BatchReader of a route.
+type batchSpec struct {
+	field    string
+	max      int
+	tooMany  *Violation
+	notArray *Violation
+}
+
+func newBatchSpec(field string, max int) *batchSpec {
+	return &batchSpec{
+		field: field,
+		max:   max,
+		tooMany: newViolation(BatchItems, statusUnprocessable,
+			"batch field %q has more than %d items", field, max),
+		notArray: newViolation(BatchShape, statusUnprocessable,
+			"batch field %q is not an array", field),
+	}
+}
+
+// BatchReader passes a JSON request body through unchanged while it counts
+// the items of one array field of the body's top-level object, and fails
+// once there are too many. It never buffers the body: its state is a few
+// hundred bytes whatever the body's size, and any split of the body into
+// Reads gives the same result.
+//
+// Matching and counting:
+//   - Only keys of the top-level object are matched; a key equal to the
+//     field in a nested object is not the batch.
+//   - Keys are compared after decoding their escapes ("ur\u0069s" is
+//     "uris"), and without regard to case under Unicode case folding, as
+//     Go's encoding/json matches struct fields: a backend that accepts
+//     "URIS" for "uris" must not get an uncounted batch.
+//   - A field that appears more than once counts the total of all its
+//     arrays: whichever one the backend keeps, it holds at most Max items.
+//   - Each direct element counts one, whatever it is: a nested array or
+//     object inside an element is one item.
+//   - The field's value must be an array or null (null, like an absent
+//     field, is zero items); anything else is a batch-shape violation.
+//
+// The whole body is validated as JSON as it streams, so a malformed body can
+// not slip an uncounted batch past the limit: see the package doc for the
+// reasons and statuses.
+//
+// Read returns the bytes before the first offending byte together with the
+// *Violation, and the same *Violation on every later call; it reads nothing
+// more from the body. When the body's own Read fails with an error other
+// than io.EOF (the client went away), that error is returned as it is. A
+// BatchReader is not safe for concurrent use.
+type BatchReader struct {
+	r   io.Reader
+	err error
+	s   scanner
+}
+
+// NewBatchReader returns a BatchReader over r that refuses more than max
+// items in the top-level array field named field. A max below 0 acts as 0.
+// It builds the violation messages for field and max; a Checker built by
+// New does that once per route instead, so prefer Checker.BatchReader on the
+// request path.
+func NewBatchReader(r io.Reader, field string, max int) *BatchReader {
+	b := &BatchReader{}
+	b.reset(r, newBatchSpec(field, max))
+	return b
+}
+
+// Reset makes b read from r with a fresh count and the same limit, so a
+// BatchReader can be reused from a pool.
+func (b *BatchReader) Reset(r io.Reader) { b.reset(r, b.s.spec) }
+
+func (b *BatchReader) reset(r io.Reader, spec *batchSpec) {
+	b.r = r
+	b.err = nil
+	b.s = scanner{spec: spec}
+}
+
+// Count returns the items counted so far (the total over all occurrences of
+// the field). After a batch-items violation it is Max+1.
+func (b *BatchReader) Count() int { return b.s.count }
+
+// Read implements io.Reader.
+func (b *BatchReader) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	n, err := b.r.Read(p)
+	if n > 0 {
+		if k, v := b.s.scan(p[:n]); v != nil {
+			b.err = v
+			return k, v
+		}
+	}
+	if err == io.EOF {
+		if v := b.s.finish(); v != nil {
+			b.err = v
+			return n, v
+		}
+	}
+	return n, err
+}
+
+// String describes the limit, for logs and test failures.
+func (b *BatchReader) String() string {
+	return fmt.Sprintf("shape.BatchReader{field: %q, max: %d, count: %d}", b.s.spec.field, b.s.spec.max, b.s.count)
+}
