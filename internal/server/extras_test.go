@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -109,5 +110,28 @@ func TestUnroutedRequestsAreCounted(t *testing.T) {
 	wg.Wait()
 	if got := p.metric("levee_requests_total", map[string]string{"app": "", "code": "404"}); got != 5 {
 		t.Fatalf(`levee_requests_total{app="",code="404"} = %v; want 5`, got)
+	}
+}
+
+// A certificate that disappeared after validation makes Listen fail and
+// bind nothing, instead of serving a listener whose every handshake fails.
+func TestListenFailsWhenTheCertificateIsGone(t *testing.T) {
+	if testEngine() == "fasthttp" {
+		t.Skip("TLS listeners are served by the nethttp engine only")
+	}
+	cert, key, _ := selfSigned(t)
+	cfg := mustParse(t, fmt.Sprintf(`
+listen: [{addr: 127.0.0.1:0, tls: {cert: %s, key: %s}}]
+apps:
+  a:
+    hosts: [a.test]
+    backends: [127.0.0.1:9]
+`, cert, key))
+	if err := os.Remove(cert); err != nil {
+		t.Fatal(err)
+	}
+	srv := New(cfg, Options{})
+	if err := srv.Listen(); err == nil || !strings.Contains(err.Error(), "tls") {
+		t.Fatalf("Listen with a missing certificate: err = %v; want a tls error", err)
 	}
 }

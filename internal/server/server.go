@@ -248,8 +248,12 @@ func (s *Server) Listen() error {
 		l := &listener{cfg: lc}
 		if lc.Engine == config.EngineFastHTTP {
 			l.fsrv = s.fastServer(cfg)
-		} else {
-			l.srv = s.httpServer(cfg, lc)
+		} else if l.srv, err = s.httpServer(cfg, lc); err != nil {
+			ln.Close()
+			for _, b := range bound {
+				b.ln.Close()
+			}
+			return err
 		}
 		l.ln = limitListener(ln, cfg.Server.MaxConns, func() { s.metrics.ConnRejected(lc.Addr) })
 		bound = append(bound, l)
@@ -267,7 +271,7 @@ func (s *Server) Addrs() []net.Addr {
 	return out
 }
 
-func (s *Server) httpServer(cfg *config.Config, lc config.Listener) *http.Server {
+func (s *Server) httpServer(cfg *config.Config, lc config.Listener) (*http.Server, error) {
 	sc := cfg.Server
 	srv := &http.Server{
 		Handler:           s,
@@ -282,17 +286,17 @@ func (s *Server) httpServer(cfg *config.Config, lc config.Listener) *http.Server
 	srv.Protocols.SetHTTP1(true)
 	if lc.TLS != nil {
 		srv.Protocols.SetHTTP2(true)
-		// Loaded at Listen; config validation already proved the files load.
+		// Validation proved the files load, but they may have changed since.
 		cert, err := tls.LoadX509KeyPair(lc.TLS.Cert, lc.TLS.Key)
 		if err != nil {
-			s.log.Error("tls certificate", "listener", lc.Addr, "err", err)
+			return nil, fmt.Errorf("server: listen %s: tls: %w", lc.Addr, err)
 		}
 		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
 	if lc.H2C {
 		srv.Protocols.SetUnencryptedHTTP2(true)
 	}
-	return srv
+	return srv, nil
 }
 
 // Serve serves on the bound listeners until ctx is done, then drains:
