@@ -2,12 +2,33 @@
 // Each policy is small and knows nothing of HTTP; the forwarder calls Pick.
 package balance
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // Picker chooses the index of the backend for the next request.
-// Implementations are safe for concurrent use.
+// Implementations are safe for concurrent use. It knows nothing of load or
+// health; see Balancer for the policies that do.
 type Picker interface {
 	Pick() int
+}
+
+// NoBackend is what Balancer.Pick returns when no backend is healthy; the
+// caller answers 503 with Levee-Reject: no-backend.
+const NoBackend = -1
+
+// Balancer picks among the healthy backends of a Set and learns from the
+// outcome. Pick counts the request in flight on the chosen backend (and in
+// its request count) before returning; the caller must call Done exactly
+// once with the same index when the response ends, on the same Balancer.
+// key is the request's hash key (header, cookie or client IP) for the hash
+// policy and is ignored by the others. Implementations are safe for
+// concurrent use and do not allocate.
+type Balancer interface {
+	Pick(key string, now time.Time) int
+	Done(i int, o Outcome, latency time.Duration, now time.Time)
+	Set() *Set
 }
 
 // RoundRobin cycles through n backends in order. Safe for concurrent use.
