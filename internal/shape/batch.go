@@ -53,7 +53,8 @@ func newBatchSpec(field string, max int) *batchSpec {
 // *Violation, and the same *Violation on every later call; it reads nothing
 // more from the body. When the body's own Read fails with an error other
 // than io.EOF (the client went away), that error is returned as it is. A
-// BatchReader is not safe for concurrent use.
+// BatchReader is not safe for concurrent use. Its zero value is not usable:
+// get one from Checker.BatchReader or NewBatchReader.
 type BatchReader struct {
 	r   io.Reader
 	err error
