@@ -3,7 +3,6 @@ package admit
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/leveeproxy/levee/internal/clock"
@@ -11,10 +10,18 @@ import (
 
 // Limits configure a Limiter. Concurrency must be ≥ 1; MaxLen and MaxWait
 // may be 0 (no queue: a request that finds no free slot is rejected at once).
+// Target and Interval tune the overload detector; 0 means DefaultTarget and
+// DefaultInterval, and Limits reports them as given.
 type Limits struct {
 	Concurrency int
 	MaxLen      int
 	MaxWait     time.Duration
+	// Target is the queueing delay the queue should stay under (default 5ms).
+	// While overloaded, requests wait at most 2×Target (and MaxWait).
+	Target time.Duration
+	// Interval is how long the delay must stay at or above Target before
+	// the queue counts as overloaded (default 100ms).
+	Interval time.Duration
 }
 
 // retryAfterBusy is the hint given when a concurrency slot could not be had:
@@ -25,42 +32,35 @@ const retryAfterBusy = time.Second
 var (
 	errQueueFull    = &Rejection{Reason: QueueFull, RetryAfter: retryAfterBusy}
 	errQueueTimeout = &Rejection{Reason: QueueTimeout, RetryAfter: retryAfterBusy}
+	errShed         = &Rejection{Reason: Shed, RetryAfter: retryAfterBusy}
+	errClientShare  = &Rejection{Reason: ClientShare, RetryAfter: retryAfterBusy}
 )
 
-// Limiter bounds the requests in flight and the requests waiting for a slot.
-// Waiters are served first in, first out; a waiter gives up after MaxWait.
+// Limiter bounds the requests in flight and the requests waiting for a slot,
+// serving waiters by class, sharing slots fairly between clients and
+// shedding under overload, as the package documentation describes.
 // Its zero value is not usable; create one with NewLimiter. It is safe for
-// concurrent use. Every successful Acquire must be paired with one Release.
+// concurrent use. Every successful Acquire must be paired with one Release,
+// and every successful AcquireFor with one ReleaseFor of the same Client.
 type Limiter struct {
 	clk clock.Clock
-
-	mu       sync.Mutex
-	limits   Limits
-	inflight int
-	head     *waiter // FIFO of waiters; head is served first
-	tail     *waiter
-	queued   int
-
-	// Mirrors for lock-free reads by metrics.
-	inflightGauge atomic.Int64
-	queuedGauge   atomic.Int64
-}
-
-type waiter struct {
-	ready      chan struct{} // receives once when granted a slot
-	granted    bool          // guarded by Limiter.mu
-	prev, next *waiter
+	mu  sync.Mutex
+	s   *sched
 }
 
 var waiterPool = sync.Pool{New: func() any { return &waiter{ready: make(chan struct{}, 1)} }}
 
-// NewLimiter returns a Limiter with the given limits, timing waits on clk.
+// NewLimiter returns a Limiter with the given limits, timing waits on clk
+// (the real clock if nil).
 func NewLimiter(l Limits, clk clock.Clock) *Limiter {
 	if clk == nil {
 		clk = clock.Real{}
 	}
-	return &Limiter{clk: clk, limits: sanitize(l)}
+	return &Limiter{clk: clk, s: newSched(l, clk, notify)}
 }
+
+// notify wakes a waiter; its channel has room for the one send it gets.
+func notify(w *waiter) { w.ready <- struct{}{} }
 
 // sanitize keeps the structural invariant (a finite limit of at least one)
 // even if a caller passes garbage; config validation rejects such values first.
@@ -68,17 +68,30 @@ func sanitize(l Limits) Limits {
 	l.Concurrency = max(l.Concurrency, 1)
 	l.MaxLen = max(l.MaxLen, 0)
 	l.MaxWait = max(l.MaxWait, 0)
+	l.Target = max(l.Target, 0)
+	l.Interval = max(l.Interval, 0)
 	return l
 }
 
-// Acquire takes a slot, waiting up to MaxWait in the queue if none is free.
-// It returns nil when the caller holds a slot (and must Release it), a
-// *Rejection when a limit refused the request, or ctx.Err() (or
-// context.DeadlineExceeded) when ctx ended first or its deadline has passed.
-// A ctx that is already done gets its error even if a slot is free. On any
-// error the Limiter is left as if Acquire had not been called. The
-// uncontended path does not allocate.
+// Acquire is AcquireFor with the zero Ticket: an unidentified Default request.
 func (l *Limiter) Acquire(ctx context.Context) error {
+	return l.AcquireFor(ctx, Ticket{})
+}
+
+// Release is ReleaseFor with the zero Ticket; it returns a slot taken by Acquire.
+func (l *Limiter) Release() {
+	l.ReleaseFor(Ticket{})
+}
+
+// AcquireFor takes a slot for t, waiting in the queue of t.Class if none is
+// free. It returns nil when the caller holds a slot (and must ReleaseFor it
+// with the same t.Client), a *Rejection when a limit refused the request, or
+// ctx.Err() (or context.DeadlineExceeded) when ctx ended first or its
+// deadline has passed. A ctx that is already done gets its error even if a
+// slot is free. On any error the Limiter is left as if AcquireFor had not
+// been called, except that a refusal is seen by the overload detector. The
+// uncontended path does not allocate, with or without a Client.
+func (l *Limiter) AcquireFor(ctx context.Context, t Ticket) error {
 	done := ctx.Done()
 	select {
 	case <-done:
@@ -86,90 +99,94 @@ func (l *Limiter) Acquire(ctx context.Context) error {
 	default:
 	}
 	l.mu.Lock()
-	if l.inflight < l.limits.Concurrency && l.head == nil {
-		l.inflight++
-		l.inflightGauge.Add(1)
+	c := l.s.client(t.Client)
+	if l.s.tryTake(c) {
 		l.mu.Unlock()
 		return nil
 	}
-	if l.queued >= l.limits.MaxLen || l.limits.MaxWait <= 0 {
-		l.mu.Unlock()
-		return errQueueFull
-	}
-	if dl, ok := ctx.Deadline(); ok && !dl.After(l.clk.Now()) {
+	now := l.clk.Now()
+	if dl, ok := ctx.Deadline(); ok && !dl.After(now) {
 		// ctx.Err() may still be nil: its timer fires a little after the deadline.
+		l.s.forget(c)
 		l.mu.Unlock()
 		return context.DeadlineExceeded
 	}
 	w := waiterPool.Get().(*waiter)
-	l.push(w)
-	maxWait := l.limits.MaxWait
+	w.rank, w.cl = t.Class.rank(), c
+	rej, maxWait := l.s.enqueue(now, w)
+	if rej != nil {
+		l.s.forget(c)
+		l.mu.Unlock()
+		w.cl = nil
+		waiterPool.Put(w)
+		return rej
+	}
 	l.mu.Unlock()
+	return l.wait(ctx, w, maxWait)
+}
 
+// wait blocks a queued w until it is granted or dropped, maxWait passes or
+// ctx ends, and returns the outcome.
+func (l *Limiter) wait(ctx context.Context, w *waiter, maxWait time.Duration) error {
 	t := l.clk.NewTimer(maxWait)
-	received := false // whether the grant was taken from w.ready
+	received := false // whether the wake was taken from w.ready
 	select {
 	case <-w.ready:
 		received = true
 	case <-t.C():
-	case <-done:
+	case <-ctx.Done():
 	}
 	t.Stop()
 	err := ctx.Err() // once the caller has gone it gets no slot, whatever else happened
 	l.mu.Lock()
-	switch {
-	case !w.granted: // timed out or cancelled while still queued
-		l.remove(w)
+	state := w.state
+	switch state {
+	case waiting: // timed out or cancelled while still queued
+		l.s.leave(w)
 		if err == nil {
 			err = errQueueTimeout
 		}
-	case err != nil: // cancelled, but granted meanwhile: pass the slot on
-		l.releaseLocked()
+	case granted:
+		if err != nil { // cancelled, but granted meanwhile: pass the slot on
+			l.s.release(w.cl)
+		}
+		// Otherwise granted, possibly as the timer fired: the slot is kept, not lost.
+	case dropped:
+		if err == nil {
+			err = w.rej
+		}
 	}
-	// Otherwise granted, possibly as the timer fired: the slot is kept, not lost.
 	l.mu.Unlock()
-	if w.granted && !received {
-		<-w.ready // drain the grant so the waiter can be reused
+	if state != waiting && !received {
+		<-w.ready // drain the wake so the waiter can be reused
 	}
-	w.granted = false
+	w.cl, w.rej = nil, nil
 	waiterPool.Put(w)
 	return err
 }
 
-// Release returns a slot taken by a successful Acquire, handing it straight
-// to the oldest waiter if there is one. It panics if no slot is held.
-func (l *Limiter) Release() {
+// ReleaseFor returns a slot taken by a successful AcquireFor(ctx, t),
+// handing it to the next waiter if there is one. It panics if t.Client
+// holds no slot.
+func (l *Limiter) ReleaseFor(t Ticket) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.releaseLocked()
-}
-
-// releaseLocked gives up one held slot; l.mu must be held.
-func (l *Limiter) releaseLocked() {
-	if l.inflight <= 0 {
-		panic("admit: Release without a successful Acquire")
+	var c *client
+	if t.Client != "" {
+		c = l.s.clients[t.Client]
+		if c == nil {
+			panic("admit: ReleaseFor a client that holds no slot")
+		}
 	}
-	if l.head != nil && l.inflight <= l.limits.Concurrency {
-		l.grant(l.head) // the slot passes on; inflight is unchanged
-		return
-	}
-	l.inflight--
-	l.inflightGauge.Add(-1)
+	l.s.release(c)
 }
 
 // SetLimits changes the limits in place, keeping in-flight and waiting
 // requests, so a config reload never resets or doubles a limit. A lower
 // concurrency takes effect as requests finish; a higher one admits waiters now.
 func (l *Limiter) SetLimits(lim Limits) {
-	lim = sanitize(lim)
 	l.mu.Lock()
-	l.limits = lim
-	for l.head != nil && l.inflight < l.limits.Concurrency {
-		l.inflight++
-		l.inflightGauge.Add(1)
-		l.grant(l.head)
-	}
-	// Waiters beyond a shrunken MaxLen stay until served or timed out.
+	l.s.setLimits(lim)
 	l.mu.Unlock()
 }
 
@@ -177,46 +194,15 @@ func (l *Limiter) SetLimits(lim Limits) {
 func (l *Limiter) Limits() Limits {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.limits
+	return l.s.limits
 }
 
 // InFlight returns the number of slots held now (read without locking).
-func (l *Limiter) InFlight() int { return int(l.inflightGauge.Load()) }
+func (l *Limiter) InFlight() int { return int(l.s.inflightGauge.Load()) }
 
 // Queued returns the number of requests waiting now (read without locking).
-func (l *Limiter) Queued() int { return int(l.queuedGauge.Load()) }
+func (l *Limiter) Queued() int { return int(l.s.queuedGauge.Load()) }
 
-func (l *Limiter) push(w *waiter) {
-	w.prev, w.next = l.tail, nil
-	if l.tail != nil {
-		l.tail.next = w
-	} else {
-		l.head = w
-	}
-	l.tail = w
-	l.queued++
-	l.queuedGauge.Add(1)
-}
-
-func (l *Limiter) remove(w *waiter) {
-	if w.prev != nil {
-		w.prev.next = w.next
-	} else {
-		l.head = w.next
-	}
-	if w.next != nil {
-		w.next.prev = w.prev
-	} else {
-		l.tail = w.prev
-	}
-	w.prev, w.next = nil, nil
-	l.queued--
-	l.queuedGauge.Add(-1)
-}
-
-// grant must be called with l.mu held.
-func (l *Limiter) grant(w *waiter) {
-	l.remove(w)
-	w.granted = true
-	w.ready <- struct{}{}
-}
+// Overloaded reports whether the queue is overloaded now (read without
+// locking): Sheddable arrivals are shed and waits are short.
+func (l *Limiter) Overloaded() bool { return l.s.overloadedGauge.Load() }

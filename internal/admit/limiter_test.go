@@ -259,7 +259,7 @@ func TestGrantRacingTimeoutKeepsSlot(t *testing.T) {
 	// the waiter sees both: whichever it notices, it must keep the slot.
 	h.l.mu.Lock()
 	h.clk.Advance(time.Second)
-	h.l.releaseLocked() // Release, for a test already holding l.mu
+	h.l.s.release(nil) // Release, for a test already holding l.mu
 	h.l.mu.Unlock()
 
 	if err := w.result(); err != nil {
@@ -278,7 +278,7 @@ func TestCancelRacingGrantPassesSlotOn(t *testing.T) {
 
 	h.l.mu.Lock()
 	first.cancel()
-	h.l.releaseLocked() // Release under the held lock: grants first, whose caller has gone
+	h.l.s.release(nil) // Release under the held lock: grants first, whose caller has gone
 	h.l.mu.Unlock()
 
 	if err := first.result(); !errors.Is(err, context.Canceled) {

@@ -1,6 +1,3 @@
-// Package admit decides whether a request may proceed to a backend now, later
-// (after a bounded wait) or not at all. It knows nothing of HTTP: a refusal is
-// a *Rejection, which only the HTTP edge turns into a status code.
 package admit
 
 import (
@@ -17,7 +14,14 @@ const (
 	// QueueFull: the app is at its concurrency limit and its wait queue is full.
 	QueueFull Reason = "queue-full"
 	// QueueTimeout: the request waited max_wait without getting a slot.
+	// Under overload this includes requests that waited beyond the short wait.
 	QueueTimeout Reason = "queue-timeout"
+	// Shed: the queue is overloaded and the request is Sheddable, or a
+	// queued request was displaced from a full queue by a higher class.
+	Shed Reason = "shed"
+	// ClientShare: the app is at its concurrency limit and the client
+	// already holds or waits for its fair share of the slots.
+	ClientShare Reason = "client-share"
 )
 
 // Rejection is a request refused by a limit. RetryAfter is a hint for the
