@@ -321,3 +321,26 @@ func TestBatchReaderEverySplit(t *testing.T) {
 		}
 	}
 }
+
+// skipPlain agrees with a byte-at-a-time scan for every byte value at every
+// position of a word.
+func TestSkipPlain(t *testing.T) {
+	naive := func(p []byte, i int) int {
+		for i < len(p) && plain[p[i]] {
+			i++
+		}
+		return i
+	}
+	p := []byte(strings.Repeat("abcdefgh\x80\xff\x7f~ ", 3))
+	for c := range 256 {
+		for pos := range len(p) {
+			q := append([]byte(nil), p...)
+			q[pos] = byte(c)
+			for start := range 4 {
+				if got, want := skipPlain(q, start), naive(q, start); got != want {
+					t.Fatalf("byte %#x at %d, start %d: skipPlain = %d, want %d", c, pos, start, got, want)
+				}
+			}
+		}
+	}
+}

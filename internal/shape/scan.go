@@ -1,5 +1,7 @@
 package shape
 
+import "encoding/binary"
+
 // MaxDepth is the deepest nesting of JSON arrays and objects a BatchReader
 // accepts; the top-level object is depth 1. It bounds the reader's state.
 const MaxDepth = 512
@@ -66,6 +68,35 @@ func init() {
 	}
 }
 
+// SWAR constants: a byte repeated in every lane of a uint64.
+const (
+	lanes01    = 0x0101010101010101
+	lanes80    = 0x8080808080808080
+	lanesQuote = '"' * lanes01
+	lanesSlash = '\\' * lanes01
+	lanes20    = 0x20 * lanes01
+)
+
+// skipPlain returns the offset of the first byte at or after i that a
+// string may not hold as it is ('"', '\', a control byte), or len(p). It
+// tests eight bytes at a time: (x - 0x01…) &^ x & 0x80… is non-zero
+// exactly when some byte of x is zero, and (x - n…) &^ x & 0x80… when some
+// byte is below n (n ≤ 0x80).
+func skipPlain(p []byte, i int) int {
+	for ; i+8 <= len(p); i += 8 {
+		x := binary.LittleEndian.Uint64(p[i:])
+		q := x ^ lanesQuote
+		b := x ^ lanesSlash
+		if ((q-lanes01)&^q|(b-lanes01)&^b|(x-lanes20)&^x)&lanes80 != 0 {
+			break
+		}
+	}
+	for i < len(p) && plain[p[i]] {
+		i++
+	}
+	return i
+}
+
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
 func isDigit(c byte) bool { return '0' <= c && c <= '9' }
@@ -79,9 +110,7 @@ func (s *scanner) scan(p []byte) (int, *Violation) {
 		switch s.state {
 		case sString:
 			if !s.key.active {
-				for i < len(p) && plain[p[i]] {
-					i++
-				}
+				i = skipPlain(p, i)
 				if i == len(p) {
 					return i, nil
 				}
