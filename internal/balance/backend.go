@@ -56,6 +56,8 @@ type Backend struct {
 	epoch   time.Time // origin of the ns timestamps below (monotonic when real)
 	mu      sync.Mutex
 	samples uint64        // latency samples so far, guarded by mu
+	ewma    float64       // guarded by mu; published in cost
+	last    int64         // guarded by mu; published in stamp
 	cost    atomic.Uint64 // float64 bits: EWMA latency in ns as of stamp
 	stamp   atomic.Int64  // ns since epoch of the last sample
 }
@@ -149,7 +151,9 @@ func (b *Backend) done(o Outcome, latency time.Duration, now time.Time) {
 	b.inflight.Add(-1)
 	switch o {
 	case OK:
-		b.consecutive.Store(0)
+		if b.consecutive.Load() != 0 {
+			b.consecutive.Store(0)
+		}
 		b.observe(b.since(now), float64(max(latency, 0)), false)
 	case Failed:
 		b.failures.Add(1)
@@ -161,9 +165,8 @@ func (b *Backend) done(o Outcome, latency time.Duration, now time.Time) {
 func (b *Backend) observe(t int64, x float64, failed bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	c := math.Float64frombits(b.cost.Load())
-	dt := max(t-b.stamp.Load(), 0)
-	w := math.Exp(-float64(dt) / float64(EWMADecay))
+	c := b.ewma
+	w := math.Exp(-float64(max(t-b.last, 0)) / float64(EWMADecay))
 	if failed {
 		c = max(2*c*w, x)
 	} else {
@@ -171,8 +174,14 @@ func (b *Backend) observe(t int64, x float64, failed bool) {
 		a := max(1-w, 1/float64(b.samples))
 		c = c*(1-a) + x*a
 	}
+	b.publish(c, max(t, b.last))
+}
+
+// publish sets the average; b.mu is held.
+func (b *Backend) publish(c float64, t int64) {
+	b.ewma, b.last = c, t
 	b.cost.Store(math.Float64bits(c))
-	b.stamp.Store(max(t, b.stamp.Load()))
+	b.stamp.Store(t)
 }
 
 // warm starts a backend with no samples at latency l (the pool's mean), so a
@@ -180,9 +189,8 @@ func (b *Backend) observe(t int64, x float64, failed bool) {
 func (b *Backend) warm(l float64, t int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if math.Float64frombits(b.cost.Load()) == 0 && l > 0 {
-		b.cost.Store(math.Float64bits(l))
-		b.stamp.Store(t)
+	if b.ewma == 0 && l > 0 {
+		b.publish(l, t)
 		b.samples = 1 // the prior counts as one sample
 	}
 }

@@ -35,6 +35,7 @@ func TestGateIdenticalBackends(t *testing.T) {
 	for _, p := range policies {
 		for _, n := range []int{2, 3, 10, 50} {
 			t.Run(fmt.Sprintf("%s/%d", p.name, n), func(t *testing.T) {
+				t.Parallel()
 				s := newSim(uint64(n), n, gateLoad, gateLatency)
 				set := NewSet(specs(names("10.0.0.", n)...), nil, s.now)
 				counts := s.run(p.new(set, uint64(n)), requests, nil, nil)
@@ -49,6 +50,7 @@ func TestGateIdenticalBackends(t *testing.T) {
 }
 
 func TestGateSlowBackendLosesTraffic(t *testing.T) {
+	t.Parallel()
 	const n, requests = 10, 100_000
 	s := newSim(11, n, gateLoad, gateLatency)
 	ids := names("10.0.0.", n)
@@ -72,6 +74,7 @@ func TestGateSlowBackendLosesTraffic(t *testing.T) {
 // too few for a load-aware policy to be within 10% by count: completions
 // follow the latency noise (CV ≈ 0.5 here) whatever the policy.
 func TestGateReloadRebalances(t *testing.T) {
+	t.Parallel()
 	const warm, settle, window = 50_000, 1_000, 10_000
 	s := newSim(5, 10, gateLoad, gateLatency)
 	ids := names("10.0.0.", 10)

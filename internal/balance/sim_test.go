@@ -1,7 +1,6 @@
 package balance
 
 import (
-	"container/heap"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -14,7 +13,9 @@ import (
 // (Done) after its backend's latency, all on a simulated clock. It uses no
 // goroutines and no real time, so every figure is a function of the seed.
 type sim struct {
+	start   time.Time
 	now     time.Time
+	bals    []Balancer // every Balancer that has picked, for pending Dones
 	rng     *rand.Rand
 	rate    float64         // arrivals per second
 	latency map[string]dist // by backend ID; missing means base
@@ -32,30 +33,59 @@ func (d dist) draw(r *rand.Rand) time.Duration {
 	return time.Duration(float64(d.mean) * math.Exp(d.sigma*r.NormFloat64()-d.sigma*d.sigma/2))
 }
 
+// completion is one pending Done, kept small: heap swaps copy it.
 type completion struct {
-	at      time.Time
-	bal     Balancer
-	i       int
-	latency time.Duration
+	at      int64 // ns since sim.start
+	latency int64 // ns
+	i       int32
+	bal     int32 // index into sim.bals
 }
 
+// completions is a binary min-heap by time (typed: no boxing per event).
 type completions []completion
 
-func (c completions) Len() int           { return len(c) }
-func (c completions) Less(i, j int) bool { return c[i].at.Before(c[j].at) }
-func (c completions) Swap(i, j int)      { c[i], c[j] = c[j], c[i] }
-func (c *completions) Push(x any)        { *c = append(*c, x.(completion)) }
-func (c *completions) Pop() any {
-	old := *c
-	x := old[len(old)-1]
-	*c = old[:len(old)-1]
-	return x
+func (c *completions) push(x completion) {
+	h := append(*c, x)
+	for i := len(h) - 1; i > 0; {
+		p := (i - 1) / 2
+		if h[i].at >= h[p].at {
+			break
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
+	}
+	*c = h
+}
+
+func (c *completions) pop() completion {
+	h := *c
+	top := h[0]
+	n := len(h) - 1
+	h[0] = h[n]
+	h = h[:n]
+	for i := 0; ; {
+		l, m := 2*i+1, i
+		if l < n && h[l].at < h[m].at {
+			m = l
+		}
+		if r := l + 1; r < n && h[r].at < h[m].at {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+	*c = h
+	return top
 }
 
 // newSim returns a simulation at a load that keeps about perBackend requests
 // in flight on each of n backends of mean latency base.mean.
 func newSim(seed uint64, n int, perBackend float64, base dist) *sim {
 	return &sim{
+		start:   time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
 		now:     time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
 		rng:     rand.New(rand.NewPCG(seed, 0x1e7ee)),
 		rate:    float64(n) * perBackend / base.mean.Seconds(),
@@ -69,6 +99,10 @@ func newSim(seed uint64, n int, perBackend float64, base dist) *sim {
 // runs after every pick.
 func (s *sim) run(bal Balancer, requests int, key func() string, check func(i int)) []int {
 	counts := make([]int, bal.Set().Len())
+	if len(s.bals) == 0 || s.bals[len(s.bals)-1] != bal {
+		s.bals = append(s.bals, bal)
+	}
+	b := int32(len(s.bals) - 1)
 	for range requests {
 		s.now = s.now.Add(time.Duration(s.rng.ExpFloat64() / s.rate * float64(time.Second)))
 		s.complete(s.now)
@@ -89,23 +123,24 @@ func (s *sim) run(bal Balancer, requests int, key func() string, check func(i in
 			d = s.base
 		}
 		l := d.draw(s.rng)
-		heap.Push(&s.pending, completion{at: s.now.Add(l), bal: bal, i: i, latency: l})
+		s.pending.push(completion{at: int64(s.now.Sub(s.start) + l), latency: int64(l), i: int32(i), bal: b})
 	}
 	return counts
 }
 
 // complete runs every Done due by t, in time order.
 func (s *sim) complete(t time.Time) {
-	for len(s.pending) > 0 && !s.pending[0].at.After(t) {
-		c := heap.Pop(&s.pending).(completion)
-		c.bal.Done(c.i, OK, c.latency, c.at)
+	due := int64(t.Sub(s.start))
+	for len(s.pending) > 0 && s.pending[0].at <= due {
+		c := s.pending.pop()
+		s.bals[c.bal].Done(int(c.i), OK, time.Duration(c.latency), s.start.Add(time.Duration(c.at)))
 	}
 }
 
 // drain completes everything in flight.
 func (s *sim) drain() {
 	for len(s.pending) > 0 {
-		s.now = s.pending[0].at
+		s.now = s.start.Add(time.Duration(s.pending[0].at))
 		s.complete(s.now)
 	}
 }
