@@ -14,6 +14,8 @@ const (
 	DefaultMinSamples = 10
 	DefaultSmoothing  = 0.2
 	DefaultTolerance  = 1.0
+	DefaultProbeEvery = 10 * time.Second
+	DefaultProbeDepth = 0.1
 )
 
 // Config configures a Gradient. Zero fields take the defaults (WithDefaults); the config a user
@@ -39,10 +41,17 @@ type Config struct {
 	// standing queue the limit keeps above the backend's capacity. 0 (the default) means
 	// max(4, √limit).
 	Queue int
+	// ProbeEvery is how often the baseline RTT is re-measured (default 10s).
+	ProbeEvery time.Duration
+	// ProbeDepth sets the probe's limit, (1 − ProbeDepth)·limit − q, in [0, 0.9] (default 0.1).
+	// A probe never goes below Min; it lasts until MinSamples requests admitted under it
+	// completed (at least one Window, at most 20).
+	ProbeDepth float64
 }
 
 // ConfigError reports an invalid Config field. Field is the field's name in configuration
-// (min, max, initial, window, min_samples, smoothing, tolerance, queue), so the caller can
+// (min, max, initial, window, min_samples, smoothing, tolerance, queue,
+// probe_every, probe_depth), so the caller can
 // prefix its own path.
 type ConfigError struct {
 	Field string
@@ -75,6 +84,12 @@ func (c Config) WithDefaults() Config {
 	if c.Tolerance == 0 {
 		c.Tolerance = DefaultTolerance
 	}
+	if c.ProbeEvery == 0 {
+		c.ProbeEvery = DefaultProbeEvery
+	}
+	if c.ProbeDepth == 0 {
+		c.ProbeDepth = DefaultProbeDepth
+	}
 	return c
 }
 
@@ -100,6 +115,10 @@ func (c Config) Validate() error {
 		return bad("tolerance", "must be a finite number ≥ 1, got %v", c.Tolerance)
 	case c.Queue < 0:
 		return bad("queue", "must be ≥ 0, got %d", c.Queue)
+	case c.ProbeEvery <= 0:
+		return bad("probe_every", "must be > 0, got %v", c.ProbeEvery)
+	case !(c.ProbeDepth >= 0 && c.ProbeDepth <= 0.9):
+		return bad("probe_depth", "must be in [0, 0.9], got %v", c.ProbeDepth)
 	}
 	return nil
 }
