@@ -4,8 +4,18 @@
 // the same fixed 100-byte body (Content-Length: 100). An optional -delay holds
 // each response for a fixed time, for overload benchmarks.
 //
+// With -capacity N (N > 0) the backend behaves like a fixed-size worker pool:
+// at most N requests are served at once, each holding its slot for -delay
+// (a timer, not a busy loop), so its capacity is N / delay requests per
+// second. Requests beyond N wait, without limit and in arrival order, for a
+// slot, and a request whose client has gone away is still served when its
+// turn comes (a thread pool does not notice) — which is what makes an
+// unprotected proxy in front of it collapse under overload. -capacity 0 (the
+// default) keeps the original behaviour: no limit, and a client that leaves
+// during -delay ends its request early.
+//
 //	go build -o backend ./bench/backend
-//	GOMAXPROCS=1 ./backend -listen 127.0.0.1:9101 [-delay 5ms]
+//	GOMAXPROCS=1 ./backend -listen 127.0.0.1:9101 [-delay 5ms] [-capacity 32]
 package main
 
 import (
@@ -26,7 +36,17 @@ const bodySize = 100
 func main() {
 	listen := flag.String("listen", "127.0.0.1:9101", "address to listen on (host:port)")
 	delay := flag.Duration("delay", 0, "fixed delay before each response (e.g. 5ms); 0 = none")
+	capacity := flag.Int("capacity", 0, "serve at most this many requests at once, each for -delay; excess requests wait for a slot (0 = no limit)")
 	flag.Parse()
+	if *capacity < 0 {
+		log.Fatalf("backend: -capacity must be >= 0 (got %d)", *capacity)
+	}
+	// slots is the worker pool of -capacity mode: a buffered channel used as
+	// a FIFO-ish semaphore (Go wakes blocked senders in arrival order).
+	var slots chan struct{}
+	if *capacity > 0 {
+		slots = make(chan struct{}, *capacity)
+	}
 
 	body := make([]byte, bodySize)
 	for i := range body {
@@ -41,7 +61,15 @@ func main() {
 		if r.Body != nil {
 			_, _ = io.Copy(io.Discard, r.Body)
 		}
-		if *delay > 0 {
+		if slots != nil {
+			// Fixed-capacity mode: wait for a worker, however long, then hold
+			// it for -delay whether or not the client is still there.
+			slots <- struct{}{}
+			if *delay > 0 {
+				time.Sleep(*delay)
+			}
+			<-slots
+		} else if *delay > 0 {
 			t := time.NewTimer(*delay)
 			select {
 			case <-t.C:
@@ -72,7 +100,15 @@ func main() {
 		_ = srv.Close()
 	}()
 
-	log.Printf("backend: listening on %s (body %d bytes, delay %s)", *listen, bodySize, *delay)
+	if *capacity > 0 {
+		capStr := "unbounded"
+		if *delay > 0 {
+			capStr = strconv.FormatFloat(float64(*capacity)/delay.Seconds(), 'f', 0, 64) + " req/s"
+		}
+		log.Printf("backend: listening on %s (body %d bytes, delay %s, capacity %d concurrent = %s)", *listen, bodySize, *delay, *capacity, capStr)
+	} else {
+		log.Printf("backend: listening on %s (body %d bytes, delay %s)", *listen, bodySize, *delay)
+	}
 	if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
 		log.Fatalf("backend: %v", err)
 	}
