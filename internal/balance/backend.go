@@ -103,7 +103,11 @@ func (b *Backend) EjectUntil(t time.Time) {
 // Healthy reports whether the backend may be picked at now: the health check
 // passes and no ejection is running.
 func (b *Backend) Healthy(now time.Time) bool {
-	return b.healthyAt(b.since(now))
+	if b.down.Load() {
+		return false
+	}
+	e := b.ejectedTill.Load()
+	return e == 0 || b.since(now) >= e
 }
 
 func (b *Backend) healthyAt(t int64) bool {

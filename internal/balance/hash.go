@@ -70,10 +70,14 @@ func (h *Hash) Done(i int, o Outcome, latency time.Duration, now time.Time) {
 func (h *Hash) Pick(key string, now time.Time) int {
 	bs := h.set.backends
 	var inflight, weights int64
-	for _, b := range bs {
+	var healthy uint64 // bit i: backend i is healthy, for the first 64
+	for i, b := range bs {
 		if b.Healthy(now) {
 			inflight += max(b.inflight.Load(), 0)
 			weights += b.weight.Load()
+			if i < 64 {
+				healthy |= 1 << i
+			}
 		}
 	}
 	if weights == 0 {
@@ -84,7 +88,7 @@ func (h *Hash) Pick(key string, now time.Time) int {
 	best, bestScore := NoBackend, -1.0
 	spill, spillScore := NoBackend, -1.0 // best ignoring the bound (float rounding)
 	for i, b := range bs {
-		if !b.Healthy(now) {
+		if i < 64 && healthy&(1<<i) == 0 || i >= 64 && !b.Healthy(now) {
 			continue
 		}
 		s := h.score(k, b)
