@@ -1,5 +1,11 @@
 // Package balance chooses which backend of an app serves a request.
 // Each policy is small and knows nothing of HTTP; the forwarder calls Pick.
+//
+// Picker (RoundRobin, Weighted) is the load-blind interface. Balancer is the
+// load-aware one: a Set holds the live state of an app's backends (in
+// flight, EWMA latency, health; carried across reloads by NewSet), and P2C,
+// Hash and Sequence (a Picker over a Set) pick from it and learn from Done.
+// Set.Shares, Window and Imbalance measure the distribution.
 package balance
 
 import (
