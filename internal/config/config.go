@@ -103,6 +103,24 @@ type Limits struct {
 	Queue       Queue `yaml:"queue"`
 	// Body is the largest request body accepted; larger ones get 413.
 	Body ByteSize `yaml:"body"`
+	// HeaderBytes bounds the request header block (names and values; 431).
+	HeaderBytes ByteSize `yaml:"header_bytes"`
+	// HeaderCount bounds the number of request header fields (431).
+	HeaderCount int `yaml:"header_count"`
+	// URLLength bounds the request target, path and query (414).
+	URLLength ByteSize `yaml:"url_length"`
+	// QueryValues bounds the number of query parameters (414).
+	QueryValues int `yaml:"query_values"`
+	// Batch bounds the items of a JSON array field in the body (422); off
+	// unless json_field is set.
+	Batch Batch `yaml:"batch"`
+}
+
+// Batch names the top-level JSON array field whose elements are counted
+// while the body streams, and the most it may hold.
+type Batch struct {
+	JSONField string `yaml:"json_field"`
+	Max       int    `yaml:"max"`
 }
 
 // Queue bounds the wait for a concurrency slot.
@@ -134,6 +152,10 @@ const (
 	DefaultQueueMaxWait          = 50 * time.Millisecond
 	DefaultQueueMaxLen           = 1024
 	DefaultBody                  = 10 * 1000 * 1000
+	DefaultHeaderBytes           = 64 << 10
+	DefaultHeaderCount           = 100
+	DefaultURLLength             = 8 << 10
+	DefaultQueryValues           = 256
 )
 
 // Bounds that keep every limit finite: "unlimited" cannot be configured.
@@ -176,6 +198,10 @@ func DefaultApp() *App {
 			Concurrency: DefaultConcurrency,
 			Queue:       Queue{MaxWait: Duration(DefaultQueueMaxWait), MaxLen: DefaultQueueMaxLen},
 			Body:        DefaultBody,
+			HeaderBytes: DefaultHeaderBytes,
+			HeaderCount: DefaultHeaderCount,
+			URLLength:   DefaultURLLength,
+			QueryValues: DefaultQueryValues,
 		},
 	}
 }

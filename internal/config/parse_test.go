@@ -116,6 +116,10 @@ func TestParseExampleGetsDefaults(t *testing.T) {
 			Concurrency: DefaultConcurrency,
 			Queue:       Queue{MaxWait: Duration(DefaultQueueMaxWait), MaxLen: DefaultQueueMaxLen},
 			Body:        DefaultBody,
+			HeaderBytes: DefaultHeaderBytes,
+			HeaderCount: DefaultHeaderCount,
+			URLLength:   DefaultURLLength,
+			QueryValues: DefaultQueryValues,
 		},
 	}
 	if got := cfg.Apps["photos"]; !reflect.DeepEqual(got, want) {
@@ -369,7 +373,7 @@ func TestUnknownKeys(t *testing.T) {
 	}
 	// The message lists the known keys, sorted.
 	es := parseErrs(t, appWith("limits: {concurency: 10}"))
-	wantErr(t, es, "apps.a.limits.concurency", "(known keys: body, concurrency, queue)")
+	wantErr(t, es, "apps.a.limits.concurency", "(known keys: batch, body, concurrency, header_bytes, header_count, query_values, queue, url_length)")
 }
 
 func TestDuplicateKeys(t *testing.T) {

@@ -220,6 +220,20 @@ func validateApp(errs *Errors, name string, a *App, routes map[string]string) {
 	if l.Body < 0 || l.Body > 1<<40 {
 		errs.add(p+".limits.body", "must be 0..1TiB (got %d)", l.Body)
 	}
+	if l.HeaderBytes < 1 || l.HeaderBytes > 16<<20 {
+		errs.add(p+".limits.header_bytes", "must be 1..16MiB (got %d)", l.HeaderBytes)
+	}
+	within(errs, p+".limits.header_count", l.HeaderCount, 1, 10_000)
+	if l.URLLength < 1 || l.URLLength > 1<<20 {
+		errs.add(p+".limits.url_length", "must be 1..1MiB (got %d)", l.URLLength)
+	}
+	within(errs, p+".limits.query_values", l.QueryValues, 1, 100_000)
+	switch b := l.Batch; {
+	case b.JSONField == "" && b.Max != 0:
+		errs.add(p+".limits.batch.json_field", "is required when batch.max is set")
+	case b.JSONField != "":
+		within(errs, p+".limits.batch.max", b.Max, 1, 10_000_000)
+	}
 }
 
 // checkRoutes claims a's host and path pairs in routes, reporting pairs that

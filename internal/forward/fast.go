@@ -2,6 +2,7 @@ package forward
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"io"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/shape"
 )
 
 // NewFastClient returns the fasthttp client for one backend address, bounded
@@ -71,8 +73,20 @@ func (p *Pool) ServeFast(ctx *fasthttp.RequestCtx, bodyLimit int64, slot Release
 	var body *limitedBody
 	if bs := ctx.RequestBodyStream(); bs != nil {
 		body = &limitedBody{r: bs, left: bodyLimit}
-		out.SetBodyStream(body, ctx.Request.Header.ContentLength())
+		var r io.Reader = body
+		if br := p.shape.BatchReader(body); br != nil {
+			r = br
+		}
+		out.SetBodyStream(r, ctx.Request.Header.ContentLength())
 	} else if b := ctx.Request.Body(); len(b) > 0 {
+		// Already read whole: count its batch before any backend work.
+		if br := p.shape.BatchReader(bytes.NewReader(b)); br != nil {
+			if _, err := io.Copy(io.Discard, br); err != nil {
+				p.fastError(ctx, be, err, nil)
+				slot.Release()
+				return
+			}
+		}
 		out.SetBodyRaw(b)
 	}
 	resp := fasthttp.AcquireResponse()
@@ -97,8 +111,14 @@ func (p *Pool) ServeFast(ctx *fasthttp.RequestCtx, bodyLimit int64, slot Release
 }
 
 func (p *Pool) fastError(ctx *fasthttp.RequestCtx, be *backend, err error, body *limitedBody) {
+	var v *shape.Violation
 	switch {
+	case errors.As(err, &v):
+		p.onReject(string(v.Reason))
+		fastText(ctx, v.Status, HeaderReject, string(v.Reason), "levee: rejected: "+v.Msg)
+		ctx.SetConnectionClose()
 	case body != nil && errors.Is(body.err, errBodyTooLarge):
+		p.onReject("body")
 		fastText(ctx, fasthttp.StatusRequestEntityTooLarge, HeaderReject, "body", "levee: request body too large")
 		ctx.SetConnectionClose()
 	case body != nil && body.err != nil:

@@ -13,6 +13,7 @@ import (
 	"github.com/leveeproxy/levee/internal/balance"
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/observe"
+	"github.com/leveeproxy/levee/internal/shape"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 )
@@ -38,6 +39,11 @@ type Options struct {
 	FastClients map[string]*fasthttp.HostClient
 	// Upstream bounds the dial and the response headers of upgrades (fasthttp).
 	Upstream config.Upstream
+	// Shape counts batch items while the body streams; nil checks nothing.
+	Shape *shape.Checker
+	// OnReject counts a request refused while its body streamed (reason as
+	// in Levee-Reject); nil counts nothing.
+	OnReject func(reason string)
 }
 
 // Pool forwards one app's requests to its backends. Safe for concurrent use.
@@ -48,6 +54,8 @@ type Pool struct {
 	errlog   *observe.ErrorLog
 	trust    Trust
 	upstream config.Upstream
+	shape    *shape.Checker
+	onReject func(reason string)
 }
 
 type backend struct {
@@ -63,7 +71,11 @@ func NewPool(o Options) *Pool {
 	for i, b := range o.Backends {
 		weights[i] = b.Weight
 	}
-	p := &Pool{app: o.App, errlog: o.ErrorLog, picker: balance.NewWeighted(weights), trust: o.Trust, upstream: o.Upstream}
+	p := &Pool{app: o.App, errlog: o.ErrorLog, picker: balance.NewWeighted(weights), trust: o.Trust,
+		upstream: o.Upstream, shape: o.Shape, onReject: o.OnReject}
+	if p.onReject == nil {
+		p.onReject = func(string) {}
+	}
 	for _, b := range o.Backends {
 		be := &backend{addr: b.Addr, requests: o.Metrics.BackendCounter(o.App, b.Addr), fast: o.FastClients[b.Addr]}
 		target := &url.URL{Scheme: "http", Host: b.Addr}
@@ -89,6 +101,12 @@ func NewPool(o Options) *Pool {
 
 // ServeHTTP forwards r to the next backend and streams back its response.
 func (p *Pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Body != nil && r.Body != http.NoBody {
+		if br := p.shape.BatchReader(r.Body); br != nil {
+			// Outermost, so its violation reaches errorHandler as itself.
+			r.Body = batchBody{Reader: br, Closer: r.Body}
+		}
+	}
 	be := p.backends[p.picker.Pick()]
 	be.requests.Inc()
 	be.proxy.ServeHTTP(w, r)
@@ -97,10 +115,17 @@ func (p *Pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (p *Pool) errorHandler(be *backend) func(http.ResponseWriter, *http.Request, error) {
 	return func(w http.ResponseWriter, r *http.Request, err error) {
 		var tooBig *http.MaxBytesError
+		var v *shape.Violation
 		switch {
 		case errors.As(err, &tooBig):
+			p.onReject("body")
 			w.Header().Set(HeaderReject, "body")
 			http.Error(w, "levee: request body too large", http.StatusRequestEntityTooLarge)
+		case errors.As(err, &v):
+			p.onReject(string(v.Reason))
+			w.Header().Set(HeaderReject, string(v.Reason))
+			w.Header().Set("Connection", "close") // the rest of the body is unread
+			http.Error(w, "levee: rejected: "+v.Msg, v.Status)
 		case r.Context().Err() != nil:
 			// The client went away; there is no one to answer and nothing to log.
 		case errors.As(err, new(*BadBodyError)):
@@ -117,6 +142,12 @@ func (p *Pool) errorHandler(be *backend) func(http.ResponseWriter, *http.Request
 			http.Error(w, "levee: backend unreachable", http.StatusBadGateway)
 		}
 	}
+}
+
+// batchBody counts batch items as the body streams; Close closes the original.
+type batchBody struct {
+	io.Reader
+	io.Closer
 }
 
 // BadBodyError is a client's request body that could not be read: broken

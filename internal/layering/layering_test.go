@@ -13,8 +13,8 @@ const module = "github.com/leveeproxy/levee"
 
 // dataPath are the packages a request passes through.
 var dataPath = []string{
-	"internal/admit", "internal/balance", "internal/catalog", "internal/clock",
-	"internal/config", "internal/forward", "internal/observe", "internal/server",
+	"internal/admit", "internal/admit/limit", "internal/balance", "internal/catalog", "internal/clock",
+	"internal/config", "internal/forward", "internal/observe", "internal/server", "internal/shape",
 }
 
 // forbidden are what the data path must never import.

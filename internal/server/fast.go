@@ -12,6 +12,7 @@ import (
 
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/forward"
+	"github.com/leveeproxy/levee/internal/shape"
 )
 
 // fastServer is the fasthttp engine of one listener (engine: fasthttp):
@@ -78,7 +79,14 @@ func (s *Server) serveFast(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	start := s.clk.Now()
-	code := s.forwardFast(ctx, rt)
+	var code int
+	count, size := fastHeaderSize(h)
+	if v := rt.checkShape(b2s(h.RequestURI()), count, size); v != nil {
+		rejectViolationFast(ctx, v)
+		code = v.Status
+	} else {
+		code = s.forwardFast(ctx, rt)
+	}
 	took := s.clk.Now().Sub(start)
 	rt.app.metrics.Observe(code, took.Seconds())
 	if snap.access {
@@ -155,3 +163,27 @@ func smuggling(h *fasthttp.RequestHeader) bool {
 // b2s views b as a string without copying; the string must not outlive b
 // (the catalog lookup does not keep it).
 func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// fastHeaderSize counts a fasthttp request's header fields and their bytes
+// (names and values, Host included), as shape.HeaderSize does for net/http.
+func fastHeaderSize(h *fasthttp.RequestHeader) (count, size int) {
+	for k, v := range h.All() {
+		count++
+		size += len(k) + len(v)
+	}
+	return count, size
+}
+
+// rejectViolationFast is rejectViolation for the fasthttp engine.
+func rejectViolationFast(ctx *fasthttp.RequestCtx, v *shape.Violation) {
+	ctx.SetStatusCode(v.Status)
+	rh := &ctx.Response.Header
+	rh.Set(forward.HeaderReject, string(v.Reason))
+	rh.Set("Content-Type", textPlain[0])
+	rh.Set("X-Content-Type-Options", nosniff[0])
+	ctx.SetBodyString("levee: rejected: " + v.Msg + "\n")
+	if v.Status == fasthttp.StatusRequestHeaderFieldsTooLarge || v.Status == fasthttp.StatusRequestURITooLong {
+		return
+	}
+	ctx.SetConnectionClose() // the body is left unread
+}

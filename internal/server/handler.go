@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"strconv"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/leveeproxy/levee/internal/admit"
 	"github.com/leveeproxy/levee/internal/forward"
+	"github.com/leveeproxy/levee/internal/shape"
 )
 
 // StatusClientClosed is recorded (never sent) when the client went away
@@ -42,6 +44,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rec.free()
 	}()
 
+	count, size := shape.HeaderSize(r.Header)
+	if v := rt.checkShape(r.RequestURI, count+1, size+len("Host")+len(r.Host)); v != nil {
+		rejectViolation(rec, v)
+		return
+	}
 	if r.ContentLength < 0 { // chunked: enforce the limit while streaming
 		r.Body = forward.GuardBody(http.MaxBytesReader(rec, r.Body, rt.body))
 	}
@@ -85,6 +92,20 @@ func (rt *route) admit(ctx context.Context, contentLength int64) (refusal, bool)
 	return refusal{}, true
 }
 
+// checkShape applies the request-shape limits known before the body:
+// target length, query values, header count and bytes. A violation is
+// counted; the caller answers it.
+func (rt *route) checkShape(target string, headerCount, headerBytes int) *shape.Violation {
+	v := rt.shape.CheckTarget(target)
+	if v == nil {
+		v = rt.shape.CheckHeaders(headerCount, headerBytes)
+	}
+	if v != nil {
+		rt.app.metrics.Rejected(string(v.Reason))
+	}
+	return v
+}
+
 // asRejection finds the *admit.Rejection in err. Acquire returns it
 // unwrapped, and the type assertion then spares errors.As's allocation.
 func asRejection(err error) (*admit.Rejection, bool) {
@@ -118,6 +139,17 @@ func reject(w http.ResponseWriter, ref refusal) {
 	h["X-Content-Type-Options"] = nosniff
 	w.WriteHeader(ref.code)
 	_, _ = w.Write(r.body)
+}
+
+// rejectViolation answers a request refused for its shape, with the
+// violation's message (it names the limit) as the body.
+func rejectViolation(w http.ResponseWriter, v *shape.Violation) {
+	h := w.Header()
+	h[forward.HeaderReject] = []string{string(v.Reason)}
+	h["Content-Type"] = textPlain
+	h["X-Content-Type-Options"] = nosniff
+	w.WriteHeader(v.Status)
+	_, _ = io.WriteString(w, "levee: rejected: "+v.Msg+"\n")
 }
 
 // Shared header values: net/http only reads them; nothing may append to them.

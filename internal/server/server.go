@@ -22,6 +22,7 @@ import (
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/forward"
 	"github.com/leveeproxy/levee/internal/observe"
+	"github.com/leveeproxy/levee/internal/shape"
 	"github.com/valyala/fasthttp"
 )
 
@@ -77,9 +78,10 @@ type app struct {
 
 // route is an app as composed for one config: every request path step in order.
 type route struct {
-	app  *app
-	body int64 // limits.body
-	pool *forward.Pool
+	app   *app
+	body  int64          // limits.body
+	shape *shape.Checker // header, URL, query and batch limits
+	pool  *forward.Pool
 }
 
 // New returns a Server for cfg, which must have passed Validate.
@@ -181,9 +183,11 @@ func (s *Server) applyLocked(cfg *config.Config) {
 				a.fast[b.Addr] = forward.NewFastClient(b.Addr, cfg.Upstream)
 			}
 		}
-		rt := &route{app: a, body: int64(ac.Limits.Body), pool: forward.NewPool(forward.Options{
+		checker := shapeChecker(ac.Limits)
+		rt := &route{app: a, body: int64(ac.Limits.Body), shape: checker, pool: forward.NewPool(forward.Options{
 			App: name, Backends: ac.Backends, Transport: a.transport, Trust: trust,
 			ErrorLog: s.errlog, Metrics: s.metrics, FastClients: a.fast, Upstream: cfg.Upstream,
+			Shape: checker, OnReject: a.metrics.Rejected,
 		})}
 		entries = append(entries, catalog.Entry[*route]{Hosts: ac.Hosts, Paths: ac.Paths, Value: rt})
 	}
@@ -206,6 +210,22 @@ func (s *Server) applyLocked(cfg *config.Config) {
 		c.CloseIdleConnections()
 	}
 	s.cfg = cfg
+}
+
+// shapeChecker builds an app's request shape limits. The config was
+// validated with the same rules, so an error here is a broken invariant.
+func shapeChecker(l config.Limits) *shape.Checker {
+	c, err := shape.New(shape.Limits{
+		MaxHeaderBytes: int(l.HeaderBytes),
+		MaxHeaderCount: l.HeaderCount,
+		MaxURLBytes:    int(l.URLLength),
+		MaxQueryValues: l.QueryValues,
+		Batch:          shape.Batch{JSONField: l.Batch.JSONField, Max: l.Batch.Max},
+	})
+	if err != nil {
+		panic(fmt.Sprintf("server: a validated config has invalid shape limits: %v", err))
+	}
+	return c
 }
 
 // EachApp reports per-app gauges to the metrics collector.

@@ -59,6 +59,11 @@ type BatchReader struct {
 	r   io.Reader
 	err error
 	s   scanner
+	// The last byte read is held back until the next Read, so a body whose
+	// JSON turns out incomplete at EOF never reaches the backend whole.
+	held    byte
+	hasHeld bool
+	eof     bool // the underlying reader is done and the JSON was complete
 }
 
 // NewBatchReader returns a BatchReader over r that refuses more than max
@@ -80,31 +85,63 @@ func (b *BatchReader) reset(r io.Reader, spec *batchSpec) {
 	b.r = r
 	b.err = nil
 	b.s = scanner{spec: spec}
+	b.hasHeld, b.eof = false, false
 }
 
 // Count returns the items counted so far (the total over all occurrences of
 // the field). After a batch-items violation it is Max+1.
 func (b *BatchReader) Count() int { return b.s.count }
 
-// Read implements io.Reader.
+// Read implements io.Reader. It passes bytes through unchanged, one byte
+// behind the underlying reader: the body's last byte is released only once
+// the JSON has been found complete, so a violation found at EOF (an
+// unterminated body) leaves the backend with an incomplete body, never a
+// whole one it might accept.
 func (b *BatchReader) Read(p []byte) (int, error) {
 	if b.err != nil {
 		return 0, b.err
 	}
-	n, err := b.r.Read(p)
-	if n > 0 {
-		if k, v := b.s.scan(p[:n]); v != nil {
-			b.err = v
-			return k, v
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if b.eof {
+		if b.hasHeld {
+			p[0], b.hasHeld = b.held, false
+			return 1, io.EOF
+		}
+		return 0, io.EOF
+	}
+	for {
+		off := 0
+		if b.hasHeld {
+			p[0], b.hasHeld, off = b.held, false, 1
+		}
+		n, err := b.r.Read(p[off:])
+		if n > 0 {
+			if k, v := b.s.scan(p[off : off+n]); v != nil {
+				b.err = v
+				return off + k, v
+			}
+		}
+		total := off + n
+		switch {
+		case err == io.EOF:
+			if v := b.s.finish(); v != nil {
+				b.err = v
+				return max(total-1, 0), v // withhold the last byte
+			}
+			b.eof = true
+			return total, io.EOF
+		case err != nil:
+			return total, err
+		case total > 0:
+			b.held, b.hasHeld = p[total-1], true
+			if total > 1 {
+				return total - 1, nil
+			}
+			// Only the held byte: read on rather than return 0, nil.
 		}
 	}
-	if err == io.EOF {
-		if v := b.s.finish(); v != nil {
-			b.err = v
-			return n, v
-		}
-	}
-	return n, err
 }
 
 // String describes the limit, for logs and test failures.
