@@ -44,8 +44,9 @@
 // the slot goes to the next waiter. A client is never limited while free
 // slots remain. So a client that keeps at most its fair share of requests
 // outstanding is never refused for its share, and is served ahead of the
-// abuser's excess; with MaxLen ≥ Concurrency it never finds the queue full
-// either, since the abuser cannot hold more than its share in the queue.
+// abuser's excess, which can neither queue nor be granted beyond its share.
+// (The bound assumes the queue has room for the well-behaved clients'
+// waiters: MaxLen ≥ Concurrency is enough when every request is identified.)
 // Unidentified requests (Client "") are not counted and never refused for
 // their share; Acquire and Release use them.
 //

@@ -1,0 +1,272 @@
+package admit
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// waitFor starts an AcquireFor that must queue, and returns once it is queued.
+func (h *harness) waitFor(t Ticket) *pendingAcquire {
+	h.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	h.t.Cleanup(cancel)
+	w := &pendingAcquire{cancel: cancel, done: make(chan error, 1)}
+	go func() { w.done <- h.l.AcquireFor(ctx, t) }()
+	<-h.clk.TimerCreated() // only a queued Acquire makes a timer
+	return w
+}
+
+// acquireFor runs an AcquireFor that must not queue.
+func (h *harness) acquireFor(t Ticket) error {
+	h.t.Helper()
+	before := h.clk.Pending()
+	err := h.l.AcquireFor(context.Background(), t)
+	if h.clk.Pending() != before {
+		h.t.Fatalf("AcquireFor(%+v) waited on a timer; the test expected it not to queue", t)
+	}
+	return err
+}
+
+// served releases one slot and checks that it went to want, leaving the
+// others queued.
+func (h *harness) served(want *pendingAcquire, name string, others ...*pendingAcquire) {
+	h.t.Helper()
+	h.l.Release()
+	if err := want.result(); err != nil {
+		h.t.Fatalf("%s: err = %v, want a slot", name, err)
+	}
+	for _, o := range others {
+		if !o.running() {
+			h.t.Fatalf("a waiter was served or dropped before %s", name)
+		}
+	}
+}
+
+func TestClassOrder(t *testing.T) {
+	h := newHarness(t, Limits{Concurrency: 1, MaxLen: 10, MaxWait: time.Second})
+	h.mustAcquire(1)
+	s1 := h.waitFor(Ticket{Class: Sheddable})
+	d1 := h.waitFor(Ticket{})
+	c1 := h.waitFor(Ticket{Class: Critical})
+	d2 := h.waitFor(Ticket{Class: Default})
+	s2 := h.waitFor(Ticket{Class: Sheddable})
+	c2 := h.waitFor(Ticket{Class: Critical})
+	h.check(1, 6)
+	// Critical first, then Default, then Sheddable; FIFO within a class.
+	h.served(c1, "critical 1", c2, d1, d2, s1, s2)
+	h.served(c2, "critical 2", d1, d2, s1, s2)
+	h.served(d1, "default 1", d2, s1, s2)
+	h.served(d2, "default 2", s1, s2)
+	h.served(s1, "sheddable 1", s2)
+	h.served(s2, "sheddable 2")
+	h.check(1, 0)
+	h.l.Release()
+	h.check(0, 0)
+}
+
+func TestFullQueueDisplacesLowerClass(t *testing.T) {
+	h := newHarness(t, Limits{Concurrency: 1, MaxLen: 3, MaxWait: time.Second})
+	h.mustAcquire(1)
+	d := h.waitFor(Ticket{})
+	s1 := h.waitFor(Ticket{Class: Sheddable})
+	s2 := h.waitFor(Ticket{Class: Sheddable})
+
+	// A full queue refuses an arrival of the lowest class present...
+	wantReject(t, h.acquireFor(Ticket{Class: Sheddable}), QueueFull)
+	// ...and a higher class displaces the waiter served last: the newest sheddable.
+	c := h.waitFor(Ticket{Class: Critical})
+	wantReject(t, s2.result(), Shed)
+	h.check(1, 3)
+	d2 := h.waitFor(Ticket{}) // displaces s1, the last sheddable
+	wantReject(t, s1.result(), Shed)
+	// Nothing below Default is left: a Default arrival now finds the queue full.
+	wantReject(t, h.acquireFor(Ticket{}), QueueFull)
+	h.served(c, "critical", d, d2)
+	h.served(d, "default 1", d2)
+	h.served(d2, "default 2")
+	h.l.Release()
+	h.check(0, 0)
+}
+
+// TestOverloadStep walks the overload detector through entry, shedding,
+// LIFO, dropping of old waiters, the short wait and exit, on the fake clock.
+func TestOverloadStep(t *testing.T) {
+	h := newHarness(t, Limits{Concurrency: 1, MaxLen: 10, MaxWait: time.Second})
+	ms := time.Millisecond
+	h.mustAcquire(1)
+	a := h.waitFor(Ticket{}) // t=0
+	h.clk.Advance(6 * ms)
+	b := h.waitFor(Ticket{}) // t=6: the oldest (a) is 6ms ≥ 5ms target: the stretch starts
+	h.clk.Advance(94 * ms)
+	c := h.waitFor(Ticket{}) // t=100: above the target for 94ms only
+	if h.l.Overloaded() {
+		t.Fatal("overloaded before a whole interval above the target")
+	}
+	h.clk.Advance(6 * ms)
+	d := h.waitFor(Ticket{}) // t=106: 100ms above the target: overloaded
+	if !h.l.Overloaded() {
+		t.Fatal("not overloaded after a whole interval above the target")
+	}
+	// Waiters older than the short wait (2×5ms) are dropped at once.
+	wantReject(t, a.result(), QueueTimeout)
+	wantReject(t, b.result(), QueueTimeout)
+	h.check(1, 2)
+
+	// Sheddable arrivals are refused at once; Critical and Default still queue.
+	wantReject(t, h.acquireFor(Ticket{Class: Sheddable}), Shed)
+	h.clk.Advance(ms)
+	e := h.waitFor(Ticket{}) // t=107
+	// LIFO within the class: e is served before d and c.
+	h.served(e, "freshest", c, d)
+	if !h.l.Overloaded() {
+		t.Fatal("overload ended while the oldest waiter is above the target")
+	}
+	// d queued under overload: it gets the short wait, 10ms.
+	h.clk.Advance(9*ms - time.Nanosecond) // t=116-1ns
+	if !d.running() {
+		t.Fatal("waiter gave up before the short wait")
+	}
+	h.clk.Advance(time.Nanosecond)
+	wantReject(t, d.result(), QueueTimeout)
+	// c queued before the overload (1s timer); the next arrival drops it, as
+	// it has waited more than the short wait, and that drains the queue:
+	// the overload is over and the arrival gets the full max wait.
+	f := h.waitFor(Ticket{Class: Sheddable})
+	wantReject(t, c.result(), QueueTimeout)
+	if h.l.Overloaded() {
+		t.Fatal("still overloaded after the queue drained")
+	}
+	h.clk.Advance(500 * ms)
+	h.served(f, "sheddable after the overload")
+	h.l.Release()
+	h.check(0, 0)
+}
+
+func TestOverloadEndsWhenDelayFallsBelowTarget(t *testing.T) {
+	lim := Limits{Concurrency: 2, MaxLen: 10, MaxWait: time.Second, Target: 2 * time.Millisecond, Interval: 20 * time.Millisecond}
+	h := newHarness(t, lim)
+	ms := time.Millisecond
+	h.mustAcquire(2)
+	old := h.waitFor(Ticket{})
+	h.clk.Advance(3 * ms)
+	mid := h.waitFor(Ticket{}) // old is above the 2ms target from here
+	h.clk.Advance(19 * ms)
+	young1 := h.waitFor(Ticket{}) // t=22
+	h.clk.Advance(ms)
+	young2 := h.waitFor(Ticket{}) // t=23: 20ms above: overloaded; old and mid are ≥ 4ms (2×target): dropped
+	if !h.l.Overloaded() {
+		t.Fatal("not overloaded")
+	}
+	wantReject(t, old.result(), QueueTimeout)
+	wantReject(t, mid.result(), QueueTimeout)
+	h.clk.Advance(ms / 2)
+	fresh := h.waitFor(Ticket{}) // the oldest, young1, is 1.5ms old: below target, overload over
+	if h.l.Overloaded() {
+		t.Fatal("still overloaded with the oldest waiter below the target")
+	}
+	h.served(young1, "young1 (FIFO again)", young2, fresh)
+	h.served(young2, "young2", fresh)
+	h.served(fresh, "fresh")
+	h.l.Release()
+	h.l.Release()
+	h.check(0, 0)
+}
+
+func TestClientShareRefusesOnlyWhenFull(t *testing.T) {
+	h := newHarness(t, Limits{Concurrency: 4, MaxLen: 8, MaxWait: time.Second})
+	abuser, nice := Ticket{Client: "abuser"}, Ticket{Client: "nice"}
+	for range 4 { // alone, a client may take every free slot
+		if err := h.acquireFor(abuser); err != nil {
+			t.Fatalf("free slot refused: %v", err)
+		}
+	}
+	// Full: a new client is within its share (4/2 = 2) and queues; the
+	// abuser, holding 4, is refused at once.
+	n := h.waitFor(nice)
+	wantReject(t, h.acquireFor(abuser), ClientShare)
+	wantReject(t, h.acquireFor(Ticket{Client: "abuser", Class: Critical}), ClientShare)
+	// Unidentified requests are not counted and never refused for a share.
+	u := h.waitFor(Ticket{})
+	h.check(4, 2)
+	h.l.ReleaseFor(abuser)
+	if err := n.result(); err != nil {
+		t.Fatalf("nice: %v", err)
+	}
+	h.l.ReleaseFor(abuser)
+	if err := u.result(); err != nil {
+		t.Fatalf("unidentified: %v", err)
+	}
+	h.l.ReleaseFor(abuser)
+	h.l.ReleaseFor(abuser)
+	h.l.ReleaseFor(nice)
+	h.l.Release()
+	h.check(0, 0)
+	if len(h.l.s.clients) != 0 {
+		t.Errorf("%d client entries left, want 0", len(h.l.s.clients))
+	}
+}
+
+func TestClientShareDropsWaiterWhenShareShrinks(t *testing.T) {
+	h := newHarness(t, Limits{Concurrency: 4, MaxLen: 8, MaxWait: time.Second})
+	a, b := Ticket{Client: "a"}, Ticket{Client: "b"}
+	h.mustAcquireFor(a, 1)
+	h.mustAcquireFor(b, 3)
+	wa := h.waitFor(a) // a: 1 held + 1 waiting ≤ share 4/2
+	// Three more clients arrive: the share drops to max(1, 4/5) = 1.
+	var ws []*pendingAcquire
+	for _, k := range []string{"c", "d", "e"} {
+		ws = append(ws, h.waitFor(Ticket{Client: k}))
+	}
+	// a's waiter is first, but a holds its share by now: it is dropped and
+	// the slot goes to c.
+	h.l.ReleaseFor(b)
+	wantReject(t, wa.result(), ClientShare)
+	if err := ws[0].result(); err != nil {
+		t.Fatalf("c: %v", err)
+	}
+	h.check(4, 2)
+	for range 2 {
+		h.l.ReleaseFor(b)
+	}
+	for _, w := range ws[1:] {
+		if err := w.result(); err != nil {
+			t.Fatalf("waiter: %v", err)
+		}
+	}
+	for _, k := range []string{"a", "c", "d", "e"} {
+		h.l.ReleaseFor(Ticket{Client: k})
+	}
+	h.check(0, 0)
+	if len(h.l.s.clients) != 0 {
+		t.Errorf("%d client entries left, want 0", len(h.l.s.clients))
+	}
+}
+
+func (h *harness) mustAcquireFor(t Ticket, n int) {
+	h.t.Helper()
+	for range n {
+		if err := h.acquireFor(t); err != nil {
+			h.t.Fatalf("AcquireFor(%+v) = %v, want nil", t, err)
+		}
+	}
+}
+
+func TestReleaseForUnknownClientPanics(t *testing.T) {
+	h := newHarness(t, Limits{Concurrency: 2})
+	h.mustAcquireFor(Ticket{Client: "a"}, 1)
+	defer func() {
+		if recover() == nil {
+			t.Fatal("ReleaseFor a client holding nothing did not panic")
+		}
+	}()
+	h.l.ReleaseFor(Ticket{Client: "b"})
+}
+
+func TestClassString(t *testing.T) {
+	for c, want := range map[Class]string{Critical: "critical", Default: "default", Sheddable: "sheddable", Class(9): "default"} {
+		if got := c.String(); got != want {
+			t.Errorf("Class(%d).String() = %q, want %q", c, got, want)
+		}
+	}
+}
