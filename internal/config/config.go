@@ -93,7 +93,52 @@ type App struct {
 	Hosts    []string  `yaml:"hosts"`
 	Paths    []string  `yaml:"paths"`
 	Backends []Backend `yaml:"backends"`
+	Balance  Balance   `yaml:"balance"`
 	Limits   Limits    `yaml:"limits"`
+}
+
+// The balancing policies.
+const (
+	BalanceP2C        = "p2c"
+	BalanceRoundRobin = "round_robin"
+	BalanceWeighted   = "weighted"
+	BalanceHash       = "hash"
+)
+
+// Balance chooses how an app's requests spread over its backends. It is
+// written as a policy name (`balance: round_robin`) or a mapping
+// (`balance: {hash: {key: header:X-User}}`).
+type Balance struct {
+	// Policy is p2c (default: power of two choices over in-flight requests
+	// and latency), round_robin, weighted (smooth weighted round robin) or hash.
+	Policy string `yaml:"policy"`
+	Hash   Hash   `yaml:"hash"`
+}
+
+// Hash configures consistent hashing with bounded load.
+type Hash struct {
+	// Key is where the hash key comes from: header:NAME, cookie:NAME or ip.
+	Key string `yaml:"key"`
+	// Load bounds a backend's in-flight requests to Load × the average, so
+	// one hot key cannot overload one backend.
+	Load float64 `yaml:"load"`
+}
+
+func (b *Balance) decodeYAML(n *yaml.Node, path string, errs *Errors) {
+	if n.Kind == yaml.ScalarNode {
+		b.Policy = n.Value
+		return
+	}
+	type plain Balance // without decodeYAML, so the struct form decodes field by field
+	p := plain(*b)
+	p.Policy = ""
+	decodeValue(n, reflect.ValueOf(&p).Elem(), path, errs)
+	if p.Policy == "" && p.Hash.Key != "" {
+		p.Policy = BalanceHash // {hash: {key: ...}} names the policy by itself
+	} else if p.Policy == "" {
+		p.Policy = b.Policy
+	}
+	*b = Balance(p)
 }
 
 // Limits are an app's admission limits. Every app has them, configured or not.
@@ -152,6 +197,7 @@ const (
 	DefaultQueueMaxWait          = 50 * time.Millisecond
 	DefaultQueueMaxLen           = 1024
 	DefaultBody                  = 10 * 1000 * 1000
+	DefaultHashLoad              = 1.25
 	DefaultHeaderBytes           = 64 << 10
 	DefaultHeaderCount           = 100
 	DefaultURLLength             = 8 << 10
@@ -193,7 +239,8 @@ func Default() Config {
 // DefaultApp returns an App with every default limit; decoding fills the rest.
 func DefaultApp() *App {
 	return &App{
-		Paths: []string{"/"},
+		Paths:   []string{"/"},
+		Balance: Balance{Policy: BalanceP2C, Hash: Hash{Load: DefaultHashLoad}},
 		Limits: Limits{
 			Concurrency: DefaultConcurrency,
 			Queue:       Queue{MaxWait: Duration(DefaultQueueMaxWait), MaxLen: DefaultQueueMaxLen},

@@ -211,6 +211,7 @@ func validateApp(errs *Errors, name string, a *App, routes map[string]string) {
 		}
 		seen[b.Addr] = true
 	}
+	validateBalance(errs, p+".balance", a.Balance)
 	l := a.Limits
 	within(errs, p+".limits.concurrency", l.Concurrency, 1, MaxConcurrency)
 	within(errs, p+".limits.queue.max_len", l.Queue.MaxLen, 0, MaxQueueLen)
@@ -304,4 +305,34 @@ func checkBackend(errs *Errors, path string, b Backend) {
 		errs.add(path, "port %q must be 1..65535", port)
 	}
 	within(errs, path+".weight", b.Weight, 1, 1000)
+}
+
+func validateBalance(errs *Errors, path string, b Balance) {
+	switch b.Policy {
+	case BalanceP2C, BalanceRoundRobin, BalanceWeighted:
+		if b.Hash.Key != "" {
+			errs.add(path+".hash", "is only for policy hash (policy is %s)", b.Policy)
+		}
+	case BalanceHash:
+		if _, _, err := ParseHashKey(b.Hash.Key); err != nil {
+			errs.add(path+".hash.key", "%v", err)
+		}
+		if b.Hash.Load < 1 || b.Hash.Load > 100 {
+			errs.add(path+".hash.load", "must be 1..100 (got %v)", b.Hash.Load)
+		}
+	default:
+		errs.add(path+".policy", "must be p2c, round_robin, weighted or hash (got %q)", b.Policy)
+	}
+}
+
+// ParseHashKey splits a hash key source: "header:NAME", "cookie:NAME" or "ip".
+func ParseHashKey(s string) (kind, name string, err error) {
+	if s == "ip" {
+		return "ip", "", nil
+	}
+	kind, name, ok := strings.Cut(s, ":")
+	if !ok || (kind != "header" && kind != "cookie") || name == "" || strings.ContainsAny(name, " \t:") {
+		return "", "", fmt.Errorf("%q is not a key source (want header:NAME, cookie:NAME or ip)", s)
+	}
+	return kind, name, nil
 }

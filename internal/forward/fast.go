@@ -12,6 +12,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/leveeproxy/levee/internal/balance"
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/shape"
 )
@@ -61,13 +62,29 @@ var errBodyTooLarge = errors.New("forward: request body too large")
 // closed, which may be after ServeFast returns. bodyLimit is limits.body,
 // enforced while a body of unknown length streams.
 func (p *Pool) ServeFast(ctx *fasthttp.RequestCtx, bodyLimit int64, slot Releaser) {
-	be := p.backends[p.picker.Pick()]
+	start := time.Now()
+	key := p.key.fast(ctx)
+	bal := p.balancer(key)
+	i := bal.Pick(key, start)
+	if i == balance.NoBackend {
+		p.onReject(reasonNoBackend)
+		fastText(ctx, fasthttp.StatusServiceUnavailable, HeaderReject, reasonNoBackend, "levee: rejected: no healthy backend")
+		ctx.Response.Header.Set("Retry-After", "1")
+		slot.Release()
+		return
+	}
+	be := p.backends[i]
 	be.requests.Inc()
+	pk := newPick(bal, i, start, slot)
+	p.serveFast(ctx, be, bodyLimit, pk)
+}
+
+func (p *Pool) serveFast(ctx *fasthttp.RequestCtx, be *backend, bodyLimit int64, pk *pick) {
 	out := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(out)
 	upgrading := p.copyRequest(ctx, &out.Header)
 	if upgrading {
-		p.tunnel(ctx, be, out, slot)
+		p.tunnel(ctx, be, out, pk)
 		return
 	}
 	var body *limitedBody
@@ -83,7 +100,7 @@ func (p *Pool) ServeFast(ctx *fasthttp.RequestCtx, bodyLimit int64, slot Release
 		if br := p.shape.BatchReader(bytes.NewReader(b)); br != nil {
 			if _, err := io.Copy(io.Discard, br); err != nil {
 				p.fastError(ctx, be, err, nil)
-				slot.Release()
+				pk.finish(ctx)
 				return
 			}
 		}
@@ -93,7 +110,7 @@ func (p *Pool) ServeFast(ctx *fasthttp.RequestCtx, bodyLimit int64, slot Release
 	if err := be.fast.Do(out, resp); err != nil {
 		fasthttp.ReleaseResponse(resp)
 		p.fastError(ctx, be, err, body)
-		slot.Release()
+		pk.finish(ctx)
 		return
 	}
 	copyResponse(&ctx.Response, resp)
@@ -102,12 +119,13 @@ func (p *Pool) ServeFast(ctx *fasthttp.RequestCtx, bodyLimit int64, slot Release
 		if n < 0 {
 			n = -1 // chunked to the client, whatever the backend's framing
 		}
-		ctx.Response.SetBodyStream(&fastBody{resp: resp, slot: slot}, n)
+		pk.code = resp.StatusCode()
+		ctx.Response.SetBodyStream(&fastBody{resp: resp, slot: pk}, n)
 		return
 	}
 	resp.CloseBodyStream()
 	fasthttp.ReleaseResponse(resp)
-	slot.Release()
+	pk.finish(ctx)
 }
 
 func (p *Pool) fastError(ctx *fasthttp.RequestCtx, be *backend, err error, body *limitedBody) {
@@ -415,11 +433,11 @@ func (f fastHeader) first(name string) string {
 // tunnel passes an upgrade request to the backend over a connection of its
 // own and, if the backend switches protocols, joins the client's connection
 // to it until either side closes. The slot is held while the tunnel is open.
-func (p *Pool) tunnel(ctx *fasthttp.RequestCtx, be *backend, out *fasthttp.Request, slot Releaser) {
+func (p *Pool) tunnel(ctx *fasthttp.RequestCtx, be *backend, out *fasthttp.Request, pk *pick) {
 	conn, err := net.DialTimeout("tcp", be.addr, p.upstream.DialTimeout.D())
 	if err != nil {
 		p.fastError(ctx, be, err, nil)
-		slot.Release()
+		pk.finish(ctx)
 		return
 	}
 	conn.SetDeadline(time.Now().Add(p.upstream.ResponseHeaderTimeout.D()))
@@ -440,16 +458,16 @@ func (p *Pool) tunnel(ctx *fasthttp.RequestCtx, be *backend, out *fasthttp.Reque
 			ctx.Response.SetBody(resp.Body())
 		}
 		conn.Close()
-		slot.Release()
 		if err != nil {
 			p.fastError(ctx, be, err, nil)
 		}
+		pk.finish(ctx)
 		return
 	}
 	if err != nil {
 		conn.Close()
-		slot.Release()
 		p.fastError(ctx, be, err, nil)
+		pk.finish(ctx)
 		return
 	}
 	conn.SetDeadline(time.Time{})
@@ -462,9 +480,10 @@ func (p *Pool) tunnel(ctx *fasthttp.RequestCtx, be *backend, out *fasthttp.Reque
 		rest, _ := br.Peek(n)
 		head = append(head, rest...)
 	}
+	pk.code = fasthttp.StatusSwitchingProtocols
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(client net.Conn) {
-		defer slot.Release()
+		defer pk.Release()
 		defer conn.Close()
 		if _, err := client.Write(head); err != nil {
 			return
@@ -484,4 +503,39 @@ func (p *Pool) tunnel(ctx *fasthttp.RequestCtx, be *backend, out *fasthttp.Reque
 // isIdempotent reports a method that may be sent twice (RFC 9110 §9.2.2).
 func isIdempotent(h *fasthttp.RequestHeader) bool {
 	return h.IsGet() || h.IsHead() || h.IsPut() || h.IsDelete() || h.IsOptions() || h.IsTrace()
+}
+
+// pick is one request's choice of backend; releasing it reports the outcome
+// to the balancer (which counts the backend's in-flight requests and learns
+// its latency) and then gives back the admission slot.
+type pick struct {
+	bal   balance.Balancer
+	i     int
+	start time.Time
+	slot  Releaser
+	code  int // the status sent; 0 if none was
+}
+
+var picks = sync.Pool{New: func() any { return new(pick) }}
+
+func newPick(bal balance.Balancer, i int, start time.Time, slot Releaser) *pick {
+	pk := picks.Get().(*pick)
+	*pk = pick{bal: bal, i: i, start: start, slot: slot}
+	return pk
+}
+
+// finish records the status ctx is answering with, then releases.
+func (pk *pick) finish(ctx *fasthttp.RequestCtx) {
+	pk.code = ctx.Response.StatusCode()
+	pk.Release()
+}
+
+// Release reports the outcome and gives back the slot; call it once.
+func (pk *pick) Release() {
+	now := time.Now()
+	pk.bal.Done(pk.i, outcomeOf(pk.code), now.Sub(pk.start), now)
+	slot := pk.slot
+	*pk = pick{}
+	picks.Put(pk)
+	slot.Release()
 }

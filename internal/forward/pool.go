@@ -3,12 +3,14 @@ package forward
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"sync"
+	"time"
 
 	"github.com/leveeproxy/levee/internal/balance"
 	"github.com/leveeproxy/levee/internal/config"
@@ -44,13 +46,22 @@ type Options struct {
 	// OnReject counts a request refused while its body streamed (reason as
 	// in Levee-Reject); nil counts nothing.
 	OnReject func(reason string)
+	// Balance is the app's balancing policy.
+	Balance config.Balance
+	// Prev is the backend state of the app's previous pool (nil at first):
+	// backends that stay keep their in-flight counts, latency and health.
+	Prev *balance.Set
+	// Rand drives p2c's choices; nil uses math/rand/v2. For tests.
+	Rand func() uint64
 }
 
 // Pool forwards one app's requests to its backends. Safe for concurrent use.
 type Pool struct {
 	app      string
 	backends []*backend
-	picker   balance.Picker
+	bal      balance.Balancer
+	keyless  balance.Balancer // for hash: requests without a key
+	key      hashKey
 	errlog   *observe.ErrorLog
 	trust    Trust
 	upstream config.Upstream
@@ -65,14 +76,28 @@ type backend struct {
 	requests prometheus.Counter
 }
 
-// NewPool returns a Pool over o.Backends.
+// NewPool returns a Pool over o.Backends, balanced by o.Balance.
 func NewPool(o Options) *Pool {
-	weights := make([]int, len(o.Backends))
+	specs := make([]balance.Spec, len(o.Backends))
 	for i, b := range o.Backends {
-		weights[i] = b.Weight
+		specs[i] = balance.Spec{ID: b.Addr, Weight: b.Weight}
 	}
-	p := &Pool{app: o.App, errlog: o.ErrorLog, picker: balance.NewWeighted(weights), trust: o.Trust,
+	set := balance.NewSet(specs, o.Prev, time.Now())
+	p := &Pool{app: o.App, errlog: o.ErrorLog, trust: o.Trust,
 		upstream: o.Upstream, shape: o.Shape, onReject: o.OnReject}
+	switch o.Balance.Policy {
+	case config.BalanceRoundRobin, config.BalanceWeighted:
+		p.bal = balance.NewRoundRobinSet(set)
+	case config.BalanceHash:
+		h, err := balance.NewHash(set, o.Balance.Hash.Load)
+		if err != nil { // validated config: a broken invariant
+			panic(fmt.Sprintf("forward: %v", err))
+		}
+		p.bal, p.keyless = h, balance.NewP2C(set, o.Rand)
+		p.key = newHashKey(o.Balance.Hash.Key)
+	default:
+		p.bal = balance.NewP2C(set, o.Rand)
+	}
 	if p.onReject == nil {
 		p.onReject = func(string) {}
 	}
@@ -107,9 +132,63 @@ func (p *Pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			r.Body = batchBody{Reader: br, Closer: r.Body}
 		}
 	}
-	be := p.backends[p.picker.Pick()]
+	start := time.Now()
+	key := p.key.http(r)
+	bal := p.balancer(key)
+	i := bal.Pick(key, start)
+	if i == balance.NoBackend {
+		p.onReject(reasonNoBackend)
+		h := w.Header()
+		h.Set("Retry-After", "1")
+		h.Set(HeaderReject, reasonNoBackend)
+		http.Error(w, "levee: rejected: no healthy backend", http.StatusServiceUnavailable)
+		return
+	}
+	be := p.backends[i]
 	be.requests.Inc()
+	defer func() { // deferred: ReverseProxy aborts with a panic mid-body
+		now := time.Now()
+		bal.Done(i, httpOutcome(w, r), now.Sub(start), now)
+	}()
 	be.proxy.ServeHTTP(w, r)
+}
+
+// reasonNoBackend: every backend of the app is unhealthy or ejected.
+const reasonNoBackend = "no-backend"
+
+// Set returns the pool's backend state, to carry into the next pool on reload.
+func (p *Pool) Set() *balance.Set { return p.bal.Set() }
+
+// balancer is the policy for a request with hash key key.
+func (p *Pool) balancer(key string) balance.Balancer {
+	if p.keyless != nil && key == "" {
+		return p.keyless
+	}
+	return p.bal
+}
+
+// httpOutcome classifies a finished net/http exchange for the balancer:
+// a 5xx (levee's 502/504 included) is a failure, a client gone is neither.
+func httpOutcome(w http.ResponseWriter, r *http.Request) balance.Outcome {
+	code := 0
+	if s, ok := w.(interface{ Status() int }); ok {
+		code = s.Status()
+	}
+	if code == 0 && r.Context().Err() != nil {
+		return balance.Canceled
+	}
+	return outcomeOf(code)
+}
+
+// outcomeOf classifies a response status for the balancer.
+func outcomeOf(code int) balance.Outcome {
+	switch {
+	case code == 0:
+		return balance.Canceled
+	case code >= 500:
+		return balance.Failed
+	}
+	return balance.OK
 }
 
 func (p *Pool) errorHandler(be *backend) func(http.ResponseWriter, *http.Request, error) {

@@ -217,6 +217,9 @@ func (rec *recorder) Write(p []byte) (int, error) {
 
 func (rec *recorder) Unwrap() http.ResponseWriter { return rec.ResponseWriter }
 
+// Status is the status written so far (0: none), for the balancer.
+func (rec *recorder) Status() int { return rec.code }
+
 // status is the code to record: what was written, or 499 if the client
 // left before anything was.
 func (rec *recorder) status(r *http.Request) int {

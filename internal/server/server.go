@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/leveeproxy/levee/internal/admit"
+	"github.com/leveeproxy/levee/internal/balance"
 	"github.com/leveeproxy/levee/internal/catalog"
 	"github.com/leveeproxy/levee/internal/clock"
 	"github.com/leveeproxy/levee/internal/config"
@@ -74,6 +75,9 @@ type app struct {
 	// fast are the fasthttp clients by backend address, made on first use
 	// by a config and kept, like transport, until upstream changes.
 	fast map[string]*fasthttp.HostClient
+	// backends is the balancer's backend state (in flight, latency, health),
+	// carried into the next config's pool so a reload does not forget it.
+	backends *balance.Set
 }
 
 // route is an app as composed for one config: every request path step in order.
@@ -188,7 +192,9 @@ func (s *Server) applyLocked(cfg *config.Config) {
 			App: name, Backends: ac.Backends, Transport: a.transport, Trust: trust,
 			ErrorLog: s.errlog, Metrics: s.metrics, FastClients: a.fast, Upstream: cfg.Upstream,
 			Shape: checker, OnReject: a.metrics.Rejected,
+			Balance: ac.Balance, Prev: a.backends,
 		})}
+		a.backends = rt.pool.Set()
 		entries = append(entries, catalog.Entry[*route]{Hosts: ac.Hosts, Paths: ac.Paths, Value: rt})
 	}
 	s.current.Store(&snapshot{catalog: catalog.Build(entries), access: cfg.Log.Access})
