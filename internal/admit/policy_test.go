@@ -2,8 +2,16 @@ package admit
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/leveeproxy/levee/internal/clock"
 )
 
 // waitFor starts an AcquireFor that must queue, and returns once it is queued.
@@ -269,4 +277,178 @@ func TestClassString(t *testing.T) {
 			t.Errorf("Class(%d).String() = %q, want %q", c, got, want)
 		}
 	}
+}
+
+// TestStressClasses hammers one Limiter with every class and a few clients
+// from many goroutines on the real clock under -race, with a tiny target so
+// the overload paths run too. It asserts only invariants, never timings.
+func TestStressClasses(t *testing.T) {
+	const (
+		limit      = 4
+		goroutines = 32
+		iterations = 200
+	)
+	l := NewLimiter(Limits{Concurrency: limit, MaxLen: 8, MaxWait: 5 * time.Millisecond,
+		Target: 50 * time.Microsecond, Interval: 500 * time.Microsecond}, clock.Real{})
+	var holding, peak atomic.Int64
+	var outcomes sync.Map // Reason or error text → *atomic.Int64
+	count := func(k string) {
+		v, _ := outcomes.LoadOrStore(k, new(atomic.Int64))
+		v.(*atomic.Int64).Add(1)
+	}
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range iterations {
+				tk := Ticket{Class: Class((g + i) % 3)}
+				if g%4 != 0 {
+					tk.Client = []string{"a", "b", "c", "abuser", "abuser", "abuser"}[(g+i)%6]
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				if (g+i)%11 == 0 {
+					go cancel()
+				}
+				err := l.AcquireFor(ctx, tk)
+				cancel()
+				var r *Rejection
+				switch {
+				case err == nil:
+					n := holding.Add(1)
+					for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+					}
+					count("granted")
+					runtime.Gosched()
+					holding.Add(-1)
+					l.ReleaseFor(tk)
+				case errors.As(err, &r):
+					count(string(r.Reason))
+				case errors.Is(err, context.Canceled):
+					count("cancelled")
+				default:
+					t.Errorf("AcquireFor: unexpected error %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if p := peak.Load(); p > limit {
+		t.Errorf("peak holders = %d, limit %d", p, limit)
+	}
+	if l.InFlight() != 0 || l.Queued() != 0 || l.Overloaded() {
+		t.Errorf("after the storm: InFlight() = %d, Queued() = %d, Overloaded() = %v", l.InFlight(), l.Queued(), l.Overloaded())
+	}
+	l.mu.Lock()
+	if n := len(l.s.clients); n != 0 {
+		t.Errorf("%d client entries left, want 0", n)
+	}
+	l.mu.Unlock()
+	total := int64(0)
+	var summary []string
+	outcomes.Range(func(k, v any) bool {
+		total += v.(*atomic.Int64).Load()
+		summary = append(summary, fmt.Sprintf("%s %d", k, v.(*atomic.Int64).Load()))
+		return true
+	})
+	if total != goroutines*iterations {
+		t.Errorf("outcomes = %d, want %d", total, goroutines*iterations)
+	}
+	t.Logf("peak %d; %s", peak.Load(), strings.Join(summary, ", "))
+}
+
+func TestFastPathWithClientDoesNotAllocate(t *testing.T) {
+	l := NewLimiter(Limits{Concurrency: 2}, clock.Real{})
+	ctx := context.Background()
+	keys := []Ticket{{Client: "10.0.0.1"}, {Client: "10.0.0.2", Class: Critical}, {Client: "key-3"}}
+	l.AcquireFor(ctx, keys[0]) // warm the map and the spare entries
+	l.ReleaseFor(keys[0])
+	i := 0
+	allocs := testing.AllocsPerRun(1000, func() {
+		tk := keys[i%len(keys)]
+		i++
+		if err := l.AcquireFor(ctx, tk); err != nil {
+			panic(err)
+		}
+		l.ReleaseFor(tk)
+	})
+	if allocs != 0 {
+		t.Fatalf("AcquireFor+ReleaseFor with a client allocates %v times, want 0", allocs)
+	}
+}
+
+func TestRefusalsDoNotAllocate(t *testing.T) {
+	clk := clock.NewFake(epoch)
+	l := NewLimiter(Limits{Concurrency: 1, MaxLen: 0}, clk)
+	ctx := context.Background()
+	if err := l.AcquireFor(ctx, Ticket{Client: "holder"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tk := range []Ticket{{}, {Client: "other"}, {Client: "holder"}} {
+		allocs := testing.AllocsPerRun(1000, func() {
+			if err := l.AcquireFor(ctx, tk); err == nil {
+				panic("admitted")
+			}
+		})
+		if allocs != 0 {
+			t.Errorf("refusing %+v allocates %v times, want 0", tk, allocs)
+		}
+	}
+}
+
+func BenchmarkAcquireForRelease(b *testing.B) {
+	ctx := context.Background()
+	b.Run("client/uncontended", func(b *testing.B) {
+		l := NewLimiter(Limits{Concurrency: 1}, clock.Real{})
+		tk := Ticket{Client: "203.0.113.7", Class: Critical}
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := l.AcquireFor(ctx, tk); err != nil {
+				b.Fatal(err)
+			}
+			l.ReleaseFor(tk)
+		}
+	})
+	b.Run("client/many-clients", func(b *testing.B) {
+		l := NewLimiter(Limits{Concurrency: benchConcurrency}, clock.Real{})
+		tks := make([]Ticket, 4096)
+		for i := range tks {
+			tks[i] = Ticket{Client: fmt.Sprintf("client-%d", i)}
+		}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			tk := tks[i%len(tks)]
+			i++
+			if err := l.AcquireFor(ctx, tk); err != nil {
+				b.Fatal(err)
+			}
+			l.ReleaseFor(tk)
+		}
+	})
+	b.Run("client/parallel", func(b *testing.B) {
+		l := NewLimiter(Limits{Concurrency: benchConcurrency}, clock.Real{})
+		b.ReportAllocs()
+		var n atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			tk := Ticket{Client: fmt.Sprintf("client-%d", n.Add(1))}
+			for pb.Next() {
+				if err := l.AcquireFor(ctx, tk); err != nil {
+					panic(fmt.Sprint(err))
+				}
+				l.ReleaseFor(tk)
+			}
+		})
+	})
+	b.Run("refused/client-share", func(b *testing.B) {
+		l := NewLimiter(Limits{Concurrency: 1, MaxLen: 8, MaxWait: time.Second}, clock.Real{})
+		tk := Ticket{Client: "abuser"}
+		if err := l.AcquireFor(ctx, tk); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := l.AcquireFor(ctx, tk); err == nil {
+				b.Fatal("admitted")
+			}
+		}
+	})
 }
