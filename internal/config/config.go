@@ -7,6 +7,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"reflect"
 	"time"
 
@@ -159,6 +160,34 @@ type Limits struct {
 	// Batch bounds the items of a JSON array field in the body (422); off
 	// unless json_field is set.
 	Batch Batch `yaml:"batch"`
+	// Rate is the app's request rate (GCRA: exact over any window); the
+	// zero value turns it off.
+	Rate Rate `yaml:"rate"`
+	// Burst is how many requests may come at once above Rate; 0 means
+	// Rate per second ÷ 10, at least 1.
+	Burst int `yaml:"burst"`
+	// Client limits each client (by key) inside the app.
+	Client ClientLimit `yaml:"client"`
+}
+
+// ClientLimit is a rate limit per client of an app.
+type ClientLimit struct {
+	// Key says who the client is: ip (the peer address) or header:NAME.
+	// Requests without the header share one bucket, so omitting it gains nothing.
+	Key   string `yaml:"key"`
+	Rate  Rate   `yaml:"rate"`
+	Burst int    `yaml:"burst"`
+	// MaxKeys bounds the clients tracked at once; past it, new clients
+	// share one bucket (never a fresh burst for an evicted client).
+	MaxKeys int `yaml:"max_keys"`
+}
+
+// EffectiveBurst is burst, or its default for rate: rate per second ÷ 10, at least 1.
+func EffectiveBurst(r Rate, burst int) int {
+	if burst > 0 {
+		return burst
+	}
+	return max(1, int(math.Ceil(r.PerSecond()/10)))
 }
 
 // Batch names the top-level JSON array field whose elements are counted
@@ -198,6 +227,7 @@ const (
 	DefaultQueueMaxLen           = 1024
 	DefaultBody                  = 10 * 1000 * 1000
 	DefaultHashLoad              = 1.25
+	DefaultClientMaxKeys         = 100_000
 	DefaultHeaderBytes           = 64 << 10
 	DefaultHeaderCount           = 100
 	DefaultURLLength             = 8 << 10
@@ -249,6 +279,7 @@ func DefaultApp() *App {
 			HeaderCount: DefaultHeaderCount,
 			URLLength:   DefaultURLLength,
 			QueryValues: DefaultQueryValues,
+			Client:      ClientLimit{Key: "ip", MaxKeys: DefaultClientMaxKeys},
 		},
 	}
 }

@@ -121,6 +121,7 @@ func TestParseExampleGetsDefaults(t *testing.T) {
 			HeaderCount: DefaultHeaderCount,
 			URLLength:   DefaultURLLength,
 			QueryValues: DefaultQueryValues,
+			Client:      ClientLimit{Key: "ip", MaxKeys: DefaultClientMaxKeys},
 		},
 	}
 	if got := cfg.Apps["photos"]; !reflect.DeepEqual(got, want) {
@@ -374,7 +375,7 @@ func TestUnknownKeys(t *testing.T) {
 	}
 	// The message lists the known keys, sorted.
 	es := parseErrs(t, appWith("limits: {concurency: 10}"))
-	wantErr(t, es, "apps.a.limits.concurency", "(known keys: batch, body, concurrency, header_bytes, header_count, query_values, queue, url_length)")
+	wantErr(t, es, "apps.a.limits.concurency", "(known keys: batch, body, burst, client, concurrency, header_bytes, header_count, query_values, queue, rate, url_length)")
 }
 
 func TestDuplicateKeys(t *testing.T) {

@@ -210,6 +210,10 @@ func (r *Rate) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.ScalarNode {
 		return fmt.Errorf("want a rate like 750/s, got a %s", kindName(n))
 	}
+	if n.Value == "off" { // the zero Rate: no limit of this kind
+		*r = Rate{}
+		return nil
+	}
 	v, err := ParseRate(n.Value)
 	if err != nil {
 		return err
@@ -219,7 +223,12 @@ func (r *Rate) UnmarshalYAML(n *yaml.Node) error {
 }
 
 // MarshalYAML writes the rate in its string form.
-func (r Rate) MarshalYAML() (any, error) { return r.String(), nil }
+func (r Rate) MarshalYAML() (any, error) {
+	if r == (Rate{}) {
+		return "off", nil
+	}
+	return r.String(), nil
+}
 
 func kindName(n *yaml.Node) string {
 	switch n.Kind {

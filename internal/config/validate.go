@@ -229,6 +229,25 @@ func validateApp(errs *Errors, name string, a *App, routes map[string]string) {
 		errs.add(p+".limits.url_length", "must be 1..1MiB (got %d)", l.URLLength)
 	}
 	within(errs, p+".limits.query_values", l.QueryValues, 1, 100_000)
+	if l.Burst < 0 || l.Burst > 1_000_000 {
+		errs.add(p+".limits.burst", "must be 0..1000000 (got %d)", l.Burst)
+	}
+	if l.Burst > 0 && l.Rate.PerSecond() == 0 {
+		errs.add(p+".limits.burst", "needs limits.rate")
+	}
+	c := l.Client
+	if c.Key != "ip" {
+		if kind, _, err := ParseHashKey(c.Key); err != nil || kind != "header" {
+			errs.add(p+".limits.client.key", "must be ip or header:NAME (got %q)", c.Key)
+		}
+	}
+	if c.Burst < 0 || c.Burst > 1_000_000 {
+		errs.add(p+".limits.client.burst", "must be 0..1000000 (got %d)", c.Burst)
+	}
+	if c.Burst > 0 && c.Rate.PerSecond() == 0 {
+		errs.add(p+".limits.client.burst", "needs limits.client.rate")
+	}
+	within(errs, p+".limits.client.max_keys", c.MaxKeys, 64, 100_000_000)
 	switch b := l.Batch; {
 	case b.JSONField == "" && b.Max != 0:
 		errs.add(p+".limits.batch.json_field", "is required when batch.max is set")

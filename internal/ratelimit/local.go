@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -138,6 +139,10 @@ func (s *LocalStore) AllowAt(key string, lim Limit, now time.Time, n int) Decisi
 		next, d = lim.decide(tat, t, n)
 	}
 	if d.Allowed && n > 0 {
+		if !ok {
+			// Callers may pass a string over a reused buffer (fasthttp): own it.
+			key = strings.Clone(key)
+		}
 		sh.m[key] = next
 		if !ok {
 			sh.minTAT = min(sh.minTAT, next)

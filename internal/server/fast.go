@@ -105,6 +105,12 @@ func (s *Server) forwardFast(ctx *fasthttp.RequestCtx, rt *route) int {
 	// ctx is a context.Context whose Done closes when the server shuts down.
 	// fasthttp does not report a client that goes away while queued: such a
 	// request waits out its place in the queue (at most queue.max_wait).
+	if rt.appRate != nil || rt.clientRate != nil {
+		if ref, ok := rt.limitRate(rt.clientKey.fast(ctx), s.clk.Now()); !ok {
+			rejectFast(ctx, ref)
+			return ref.code
+		}
+	}
 	if ref, ok := rt.admit(ctx, n); !ok {
 		if ref.code == 0 { // the server is shutting down: close, answer nothing
 			ctx.HijackSetNoResponse(true)
@@ -137,6 +143,7 @@ func rejectFast(ctx *fasthttp.RequestCtx, ref refusal) {
 		}
 	}
 	rh.Set(forward.HeaderReject, r.header[0])
+	setRateHeaders(rh.Set, ref)
 	rh.Set("Content-Type", textPlain[0])
 	rh.Set("X-Content-Type-Options", nosniff[0])
 	ctx.SetStatusCode(ref.code)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/leveeproxy/levee/internal/admit"
 	"github.com/leveeproxy/levee/internal/forward"
+	"github.com/leveeproxy/levee/internal/ratelimit"
 	"github.com/leveeproxy/levee/internal/shape"
 )
 
@@ -52,6 +53,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength < 0 { // chunked: enforce the limit while streaming
 		r.Body = forward.GuardBody(http.MaxBytesReader(rec, r.Body, rt.body))
 	}
+	if rt.appRate != nil || rt.clientRate != nil {
+		if ref, ok := rt.limitRate(rt.clientKey.http(r), s.clk.Now()); !ok {
+			reject(rec, ref)
+			return
+		}
+	}
 	if ref, ok := rt.admit(r.Context(), r.ContentLength); !ok {
 		if ref.code != 0 {
 			reject(rec, ref)
@@ -69,6 +76,8 @@ type refusal struct {
 	code       int
 	reason     string
 	retryAfter time.Duration
+	rate       *rateRule          // set for a rate refusal: its RateLimit fields
+	decision   ratelimit.Decision // with rate
 }
 
 // admit is the engine-neutral core between routing and forwarding, called
@@ -135,6 +144,7 @@ func reject(w http.ResponseWriter, ref refusal) {
 		}
 	}
 	h[forward.HeaderReject] = r.header
+	setRateHeaders(h.Set, ref)
 	h["Content-Type"] = textPlain
 	h["X-Content-Type-Options"] = nosniff
 	w.WriteHeader(ref.code)
@@ -170,7 +180,7 @@ func newRejectReply(reason string) rejectReply {
 }
 
 func init() {
-	for _, r := range []string{string(admit.QueueFull), string(admit.QueueTimeout), reasonBody} {
+	for _, r := range []string{string(admit.QueueFull), string(admit.QueueTimeout), reasonBody, reasonRate, reasonClientRate} {
 		rejections[r] = newRejectReply(r)
 	}
 }

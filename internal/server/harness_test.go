@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leveeproxy/levee/internal/clock"
 	"github.com/leveeproxy/levee/internal/config"
 )
 
@@ -32,9 +33,15 @@ type proxy struct {
 // ports), starts levee on it and stops it when the test ends.
 func startProxy(t testing.TB, yamlCfg string) *proxy {
 	t.Helper()
+	return startProxyClock(t, yamlCfg, nil)
+}
+
+// startProxyClock is startProxy with levee's clock injected (nil: real).
+func startProxyClock(t testing.TB, yamlCfg string, clk clock.Clock) *proxy {
+	t.Helper()
 	cfg := mustParse(t, yamlCfg)
 	p := &proxy{t: t, logs: &syncBuffer{}, done: make(chan error, 1)}
-	p.srv = New(cfg, Options{Logger: slog.New(slog.NewTextHandler(p.logs, nil))})
+	p.srv = New(cfg, Options{Logger: slog.New(slog.NewTextHandler(p.logs, nil)), Clock: clk})
 	if err := p.srv.Listen(); err != nil {
 		t.Fatal(err)
 	}

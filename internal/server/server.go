@@ -23,6 +23,7 @@ import (
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/forward"
 	"github.com/leveeproxy/levee/internal/observe"
+	"github.com/leveeproxy/levee/internal/ratelimit"
 	"github.com/leveeproxy/levee/internal/shape"
 	"github.com/valyala/fasthttp"
 )
@@ -78,14 +79,20 @@ type app struct {
 	// backends is the balancer's backend state (in flight, latency, health),
 	// carried into the next config's pool so a reload does not forget it.
 	backends *balance.Set
+	// rates holds the app's rate limit state (the app's bucket and one per
+	// client), kept across reloads so a reload never hands out a fresh burst.
+	rates *ratelimit.LocalStore
 }
 
 // route is an app as composed for one config: every request path step in order.
 type route struct {
-	app   *app
-	body  int64          // limits.body
-	shape *shape.Checker // header, URL, query and batch limits
-	pool  *forward.Pool
+	app        *app
+	appRate    *rateRule // limits.rate; nil when off
+	clientRate *rateRule // limits.client.rate; nil when off
+	clientKey  clientKeySource
+	body       int64          // limits.body
+	shape      *shape.Checker // header, URL, query and batch limits
+	pool       *forward.Pool
 }
 
 // New returns a Server for cfg, which must have passed Validate.
@@ -187,6 +194,9 @@ func (s *Server) applyLocked(cfg *config.Config) {
 				a.fast[b.Addr] = forward.NewFastClient(b.Addr, cfg.Upstream)
 			}
 		}
+		if a.rates == nil {
+			a.rates = newRateStore(ac.Limits.Client.MaxKeys)
+		}
 		checker := shapeChecker(ac.Limits)
 		rt := &route{app: a, body: int64(ac.Limits.Body), shape: checker, pool: forward.NewPool(forward.Options{
 			App: name, Backends: ac.Backends, Transport: a.transport, Trust: trust,
@@ -195,6 +205,9 @@ func (s *Server) applyLocked(cfg *config.Config) {
 			Balance: ac.Balance, Prev: a.backends,
 		})}
 		a.backends = rt.pool.Set()
+		rt.appRate = newRateRule(name, reasonRate, ac.Limits.Rate, ac.Limits.Burst)
+		rt.clientRate = newRateRule(name+"-client", reasonClientRate, ac.Limits.Client.Rate, ac.Limits.Client.Burst)
+		rt.clientKey = newClientKeySource(ac.Limits.Client.Key)
 		entries = append(entries, catalog.Entry[*route]{Hosts: ac.Hosts, Paths: ac.Paths, Value: rt})
 	}
 	s.current.Store(&snapshot{catalog: catalog.Build(entries), access: cfg.Log.Access})
@@ -216,6 +229,17 @@ func (s *Server) applyLocked(cfg *config.Config) {
 		c.CloseIdleConnections()
 	}
 	s.cfg = cfg
+}
+
+// newRateStore makes an app's rate limit table. Its size is fixed for the
+// app's life: a smaller table would drop clients mid-burst, so a change of
+// limits.client.max_keys applies at restart.
+func newRateStore(maxKeys int) *ratelimit.LocalStore {
+	st, err := ratelimit.NewLocalStore(ratelimit.Options{MaxKeys: maxKeys})
+	if err != nil { // validated config: a broken invariant
+		panic(fmt.Sprintf("server: rate store: %v", err))
+	}
+	return st
 }
 
 // shapeChecker builds an app's request shape limits. The config was
@@ -349,17 +373,25 @@ func (s *Server) Serve(ctx context.Context) error {
 			}
 		})
 	}
+	stopBackground := make(chan struct{})
+	var background sync.WaitGroup
+	background.Go(func() { s.sweepRates(stopBackground, rateSweepEvery) })
 	var serveErr error
 	select {
 	case <-ctx.Done():
 	case serveErr = <-errc:
 	}
+	close(stopBackground)
+	background.Wait()
 	drain, cancel := context.WithTimeout(context.Background(), s.Config().Server.DrainTimeout.D())
 	defer cancel()
 	err := s.shutdown(drain)
 	s.serving.Wait()
 	return errors.Join(serveErr, err)
 }
+
+// rateSweepEvery is how often idle rate limit state is dropped.
+const rateSweepEvery = 10 * time.Second
 
 func (s *Server) shutdown(ctx context.Context) error {
 	start := s.clk.Now()

@@ -1,0 +1,128 @@
+package server
+
+import (
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/ratelimit"
+)
+
+// The reasons rate limits give (Levee-Reject).
+const (
+	reasonRate       = "rate"
+	reasonClientRate = "client-rate"
+)
+
+// appKey is the app-wide limit's key in the app's store; client keys
+// (header values, IP addresses) never contain a NUL byte.
+const appKey = "\x00app"
+
+// rateRule is one configured rate limit, composed when the config loads.
+type rateRule struct {
+	lim    ratelimit.Limit
+	policy ratelimit.Policy
+	reason string
+}
+
+func newRateRule(name, reason string, r config.Rate, burst int) *rateRule {
+	if r == (config.Rate{}) {
+		return nil
+	}
+	lim := ratelimit.Limit{Interval: r.Interval(), Burst: config.EffectiveBurst(r, burst)}
+	policy, err := ratelimit.NewPolicy(name, lim, 0)
+	if err != nil { // validated config: a broken invariant
+		panic("server: a validated rate limit is invalid: " + err.Error())
+	}
+	return &rateRule{lim: lim, policy: policy, reason: reason}
+}
+
+// clientKeySource says who the client of a request is, for limits.client.
+type clientKeySource struct {
+	header string // the header's name, or "" for the peer's IP
+}
+
+func newClientKeySource(key string) clientKeySource {
+	if kind, name, err := config.ParseHashKey(key); err == nil && kind == "header" {
+		return clientKeySource{header: name}
+	}
+	return clientKeySource{}
+}
+
+func (k clientKeySource) http(r *http.Request) string {
+	if k.header != "" {
+		return r.Header.Get(k.header) // "" when absent: one shared bucket
+	}
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return host
+	}
+	return r.RemoteAddr
+}
+
+func (k clientKeySource) fast(ctx *fasthttp.RequestCtx) string {
+	if k.header != "" {
+		return b2s(ctx.Request.Header.Peek(k.header)) // the store copies keys it keeps
+	}
+	return ctx.RemoteIP().String()
+}
+
+// limitRate applies the app's rate limit and the client's, in an order that
+// never spends one limit's budget on a request the other refuses: the app
+// limit is only peeked before the client's is spent. It counts refusals.
+func (rt *route) limitRate(client string, now time.Time) (refusal, bool) {
+	store := rt.app.rates
+	if rt.appRate != nil {
+		if d := store.AllowAt(appKey, rt.appRate.lim, now, 0); d.Remaining < 1 {
+			return rt.refuseRate(rt.appRate, store.AllowAt(appKey, rt.appRate.lim, now, 1))
+		}
+	}
+	if rt.clientRate != nil {
+		if d := store.AllowAt(client, rt.clientRate.lim, now, 1); !d.Allowed {
+			return rt.refuseRate(rt.clientRate, d)
+		}
+	}
+	if rt.appRate != nil {
+		if d := store.AllowAt(appKey, rt.appRate.lim, now, 1); !d.Allowed {
+			return rt.refuseRate(rt.appRate, d)
+		}
+	}
+	return refusal{}, true
+}
+
+func (rt *route) refuseRate(rule *rateRule, d ratelimit.Decision) (refusal, bool) {
+	rt.app.metrics.Rejected(rule.reason)
+	return refusal{code: http.StatusTooManyRequests, reason: rule.reason,
+		retryAfter: time.Duration(ratelimit.RetryAfterSeconds(d)) * time.Second, rate: rule, decision: d}, false
+}
+
+// setRateHeaders adds the IETF RateLimit fields of a rate refusal.
+func setRateHeaders(set func(k, v string), ref refusal) {
+	if ref.rate == nil {
+		return
+	}
+	set("RateLimit-Policy", ref.rate.policy.Header())
+	set("RateLimit", string(ref.rate.policy.AppendRateLimit(nil, ref.decision)))
+}
+
+// sweepRates drops idle client state every interval until done; owned by Serve.
+func (s *Server) sweepRates(done <-chan struct{}, every time.Duration) {
+	t := s.clk.NewTimer(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C():
+			now := s.clk.Now()
+			s.mu.Lock()
+			for _, a := range s.apps {
+				a.rates.Sweep(now)
+			}
+			s.mu.Unlock()
+			t = s.clk.NewTimer(every)
+		}
+	}
+}
