@@ -72,6 +72,9 @@ func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ..
 			Registry: srv.Metrics().Registry,
 			Ready:    ready.Load,
 			Reload:   func() error { return reload("api") },
+			App: func(name string) (any, bool) {
+				return srv.AppStats(name)
+			},
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),

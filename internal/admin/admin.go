@@ -18,6 +18,9 @@ type Options struct {
 	Ready func() bool
 	// Reload reloads the config file, returning why it was refused.
 	Reload func() error
+	// App returns one app's state, served as JSON by
+	// GET /api/apps/{app}/backends; false for an unknown app.
+	App func(name string) (any, bool)
 }
 
 // Handler returns the admin endpoints:
@@ -26,6 +29,7 @@ type Options struct {
 //	GET  /readyz    200 while serving, 503 before and while draining
 //	GET  /metrics   Prometheus metrics
 //	POST /reload    reload the config; 200 or 400 with the reason (JSON)
+//	GET  /api/apps/{app}/backends  the app's backends: share, in flight, latency, health, imbalance
 //	GET  /debug/pprof/...  Go profiles (the admin listener is loopback by default)
 func Handler(o Options) http.Handler {
 	mux := http.NewServeMux()
@@ -44,6 +48,20 @@ func Handler(o Options) http.Handler {
 		w.Write([]byte("ready\n"))
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{Registry: o.Registry}))
+	mux.HandleFunc("GET /api/apps/{app}/backends", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		var st any
+		ok := false
+		if o.App != nil {
+			st, ok = o.App(r.PathValue("app"))
+		}
+		if !ok {
+			w.WriteHeader(http.StatusNotFound)
+			json.NewEncoder(w).Encode(map[string]any{"error": "no such app"})
+			return
+		}
+		json.NewEncoder(w).Encode(st)
+	})
 	mux.HandleFunc("POST /reload", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		if err := o.Reload(); err != nil {

@@ -114,6 +114,10 @@ type Balance struct {
 	// and latency), round_robin, weighted (smooth weighted round robin) or hash.
 	Policy string `yaml:"policy"`
 	Hash   Hash   `yaml:"hash"`
+	// ImbalanceAlert raises levee_backend_imbalance_alert (and logs once)
+	// when max/mean of the backends' weight-normalised shares over the last
+	// minute exceeds it.
+	ImbalanceAlert float64 `yaml:"imbalance_alert"`
 }
 
 // Hash configures consistent hashing with bounded load.
@@ -227,6 +231,7 @@ const (
 	DefaultQueueMaxLen           = 1024
 	DefaultBody                  = 10 * 1000 * 1000
 	DefaultHashLoad              = 1.25
+	DefaultImbalanceAlert        = 1.5
 	DefaultClientMaxKeys         = 100_000
 	DefaultHeaderBytes           = 64 << 10
 	DefaultHeaderCount           = 100
@@ -270,7 +275,7 @@ func Default() Config {
 func DefaultApp() *App {
 	return &App{
 		Paths:   []string{"/"},
-		Balance: Balance{Policy: BalanceP2C, Hash: Hash{Load: DefaultHashLoad}},
+		Balance: Balance{Policy: BalanceP2C, Hash: Hash{Load: DefaultHashLoad}, ImbalanceAlert: DefaultImbalanceAlert},
 		Limits: Limits{
 			Concurrency: DefaultConcurrency,
 			Queue:       Queue{MaxWait: Duration(DefaultQueueMaxWait), MaxLen: DefaultQueueMaxLen},

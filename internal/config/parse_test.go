@@ -112,7 +112,7 @@ func TestParseExampleGetsDefaults(t *testing.T) {
 		Hosts:    []string{"photos.example.com", "*.photos.example.com"},
 		Paths:    []string{"/"},
 		Backends: []Backend{{Addr: "127.0.0.1:9001", Weight: 1}, {Addr: "127.0.0.1:9002", Weight: 1}},
-		Balance:  Balance{Policy: BalanceP2C, Hash: Hash{Load: DefaultHashLoad}},
+		Balance:  Balance{Policy: BalanceP2C, Hash: Hash{Load: DefaultHashLoad}, ImbalanceAlert: DefaultImbalanceAlert},
 		Limits: Limits{
 			Concurrency: DefaultConcurrency,
 			Queue:       Queue{MaxWait: Duration(DefaultQueueMaxWait), MaxLen: DefaultQueueMaxLen},

@@ -327,6 +327,9 @@ func checkBackend(errs *Errors, path string, b Backend) {
 }
 
 func validateBalance(errs *Errors, path string, b Balance) {
+	if b.ImbalanceAlert < 1 || b.ImbalanceAlert > 1000 {
+		errs.add(path+".imbalance_alert", "must be 1..1000 (got %v)", b.ImbalanceAlert)
+	}
 	switch b.Policy {
 	case BalanceP2C, BalanceRoundRobin, BalanceWeighted:
 		if b.Hash.Key != "" {

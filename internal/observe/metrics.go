@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -29,9 +30,33 @@ type Metrics struct {
 // AppGauges reports per-app gauges read at scrape time, so the request path
 // never updates them.
 type AppGauges interface {
-	// EachApp calls fn with every current app's name, in-flight count, queue
-	// length and concurrency limit.
-	EachApp(fn func(app string, inflight, queued, limit int))
+	// EachApp calls fn with the state of every current app.
+	EachApp(fn func(AppStats))
+}
+
+// AppStats is one app's state at scrape time.
+type AppStats struct {
+	Name     string `json:"app"`
+	InFlight int    `json:"inflight"`
+	Queued   int    `json:"queued"`
+	Limit    int    `json:"concurrency_limit"`
+	// Imbalance is max/mean of the weight-normalised share of requests among
+	// healthy backends over the last window (1 is even; 0: no data).
+	Imbalance float64 `json:"imbalance"`
+	// ImbalanceAlert is whether Imbalance is above the app's threshold.
+	ImbalanceAlert bool           `json:"imbalance_alert"`
+	Backends       []BackendStats `json:"backends"`
+}
+
+// BackendStats is one backend's state at scrape time.
+type BackendStats struct {
+	Addr     string        `json:"addr"`
+	Weight   int           `json:"weight"`
+	Healthy  bool          `json:"healthy"`
+	InFlight int64         `json:"inflight"`
+	Latency  time.Duration `json:"latency_ns"` // decaying average
+	Share    float64       `json:"share"`      // of the app's requests in the window
+	Requests uint64        `json:"requests"`   // in the window
 }
 
 // NewMetrics registers levee's metrics. gauges may be nil.
@@ -136,22 +161,47 @@ func (a *AppMetrics) Rejected(reason string) {
 type appCollector struct{ gauges AppGauges }
 
 var (
-	inflightDesc = prometheus.NewDesc("levee_inflight", "Requests of an app in flight to its backends.", []string{"app"}, nil)
-	queueDesc    = prometheus.NewDesc("levee_queue_length", "Requests of an app waiting for a concurrency slot.", []string{"app"}, nil)
-	limitDesc    = prometheus.NewDesc("levee_concurrency_limit", "An app's current concurrency limit.", []string{"app"}, nil)
+	inflightDesc  = prometheus.NewDesc("levee_inflight", "Requests of an app in flight to its backends.", []string{"app"}, nil)
+	queueDesc     = prometheus.NewDesc("levee_queue_length", "Requests of an app waiting for a concurrency slot.", []string{"app"}, nil)
+	limitDesc     = prometheus.NewDesc("levee_concurrency_limit", "An app's current concurrency limit.", []string{"app"}, nil)
+	imbalanceDesc = prometheus.NewDesc("levee_backend_imbalance",
+		"Max/mean of the weight-normalised share of requests among an app's healthy backends over the last minute (1 is even).", []string{"app"}, nil)
+	alertDesc = prometheus.NewDesc("levee_backend_imbalance_alert",
+		"1 while levee_backend_imbalance is above the app's balance.imbalance_alert.", []string{"app"}, nil)
+	beInflightDesc = prometheus.NewDesc("levee_backend_inflight", "Requests in flight to one backend.", []string{"app", "backend"}, nil)
+	beLatencyDesc  = prometheus.NewDesc("levee_backend_latency_seconds", "A backend's decaying average latency, as the balancer sees it.", []string{"app", "backend"}, nil)
+	beHealthyDesc  = prometheus.NewDesc("levee_backend_healthy", "1 if the backend is healthy and not ejected.", []string{"app", "backend"}, nil)
+	beShareDesc    = prometheus.NewDesc("levee_backend_share", "A backend's share of its app's requests over the last minute.", []string{"app", "backend"}, nil)
 )
 
 func (c *appCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- inflightDesc
 	ch <- queueDesc
 	ch <- limitDesc
+	ch <- imbalanceDesc
+	ch <- alertDesc
+	ch <- beInflightDesc
+	ch <- beLatencyDesc
+	ch <- beHealthyDesc
+	ch <- beShareDesc
 }
 
 func (c *appCollector) Collect(ch chan<- prometheus.Metric) {
-	c.gauges.EachApp(func(app string, inflight, queued, limit int) {
-		ch <- prometheus.MustNewConstMetric(inflightDesc, prometheus.GaugeValue, float64(inflight), app)
-		ch <- prometheus.MustNewConstMetric(queueDesc, prometheus.GaugeValue, float64(queued), app)
-		ch <- prometheus.MustNewConstMetric(limitDesc, prometheus.GaugeValue, float64(limit), app)
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	c.gauges.EachApp(func(a AppStats) {
+		gauge(inflightDesc, float64(a.InFlight), a.Name)
+		gauge(queueDesc, float64(a.Queued), a.Name)
+		gauge(limitDesc, float64(a.Limit), a.Name)
+		gauge(imbalanceDesc, a.Imbalance, a.Name)
+		gauge(alertDesc, b2f(a.ImbalanceAlert), a.Name)
+		for _, b := range a.Backends {
+			gauge(beInflightDesc, float64(b.InFlight), a.Name, b.Addr)
+			gauge(beLatencyDesc, b.Latency.Seconds(), a.Name, b.Addr)
+			gauge(beHealthyDesc, b2f(b.Healthy), a.Name, b.Addr)
+			gauge(beShareDesc, b.Share, a.Name, b.Addr)
+		}
 	})
 }
 
@@ -162,4 +212,11 @@ func (m *Metrics) Forget(app string) {
 	m.duration.DeletePartialMatch(l)
 	m.rejected.DeletePartialMatch(l)
 	m.backendRequests.DeletePartialMatch(l)
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

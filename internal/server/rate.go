@@ -110,7 +110,7 @@ func setRateHeaders(set func(k, v string), ref refusal) {
 // sweepRates drops idle client state every interval until done; owned by Serve.
 func (s *Server) sweepRates(done <-chan struct{}, every time.Duration) {
 	t := s.clk.NewTimer(every)
-	defer t.Stop()
+	defer func() { t.Stop() }() // the timer current at exit
 	for {
 		select {
 		case <-done:

@@ -79,6 +79,10 @@ type app struct {
 	// backends is the balancer's backend state (in flight, latency, health),
 	// carried into the next config's pool so a reload does not forget it.
 	backends *balance.Set
+	// window measures the backends' shares of requests; alert is whether
+	// the imbalance is over its threshold (guarded by Server.mu).
+	window *balance.Window
+	alert  bool
 	// rates holds the app's rate limit state (the app's bucket and one per
 	// client), kept across reloads so a reload never hands out a fresh burst.
 	rates *ratelimit.LocalStore
@@ -196,6 +200,7 @@ func (s *Server) applyLocked(cfg *config.Config) {
 		}
 		if a.rates == nil {
 			a.rates = newRateStore(ac.Limits.Client.MaxKeys)
+			a.window = balance.NewWindow(distributionWindow)
 		}
 		checker := shapeChecker(ac.Limits)
 		rt := &route{app: a, body: int64(ac.Limits.Body), shape: checker, pool: forward.NewPool(forward.Options{
@@ -258,12 +263,87 @@ func shapeChecker(l config.Limits) *shape.Checker {
 	return c
 }
 
-// EachApp reports per-app gauges to the metrics collector.
-func (s *Server) EachApp(fn func(app string, inflight, queued, limit int)) {
+// EachApp reports every app's state to the metrics collector.
+func (s *Server) EachApp(fn func(observe.AppStats)) {
+	now := s.clk.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, a := range s.apps {
+		fn(a.stats(now))
+	}
+}
+
+// AppStats returns one app's state (for the admin API), or false if no such app.
+func (s *Server) AppStats(name string) (observe.AppStats, bool) {
+	now := s.clk.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a, ok := s.apps[name]
+	if !ok {
+		return observe.AppStats{}, false
+	}
+	return a.stats(now), true
+}
+
+// stats reads an app's gauges and its backends' distribution over the
+// last window. The caller holds s.mu.
+func (a *app) stats(now time.Time) observe.AppStats {
+	st := observe.AppStats{Name: a.name, InFlight: a.limiter.InFlight(), Queued: a.limiter.Queued(),
+		Limit: a.limiter.Limits().Concurrency, ImbalanceAlert: a.alert}
+	var shares []balance.Share
+	shares, st.Imbalance = a.window.Observe(a.backends, now)
+	for _, sh := range shares {
+		st.Backends = append(st.Backends, observe.BackendStats{Addr: sh.ID, Weight: sh.Weight, Healthy: sh.Healthy,
+			InFlight: sh.InFlight, Latency: sh.Latency, Share: sh.Share, Requests: sh.Requests})
+	}
+	return st
+}
+
+// Distribution alerts: the imbalance of each app is evaluated every
+// distributionEvery over distributionWindow, once it has minAlertRequests.
+const (
+	distributionEvery  = 10 * time.Second
+	distributionWindow = time.Minute
+	minAlertRequests   = 100
+)
+
+// watchDistribution raises and clears each app's imbalance alert, logging
+// once per change, until done; owned by Serve.
+func (s *Server) watchDistribution(done <-chan struct{}) {
+	t := s.clk.NewTimer(distributionEvery)
+	defer func() { t.Stop() }()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C():
+			s.checkDistribution(s.clk.Now())
+			t = s.clk.NewTimer(distributionEvery)
+		}
+	}
+}
+
+// checkDistribution evaluates every app's imbalance alert at now.
+func (s *Server) checkDistribution(now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for name, a := range s.apps {
-		fn(name, a.limiter.InFlight(), a.limiter.Queued(), a.limiter.Limits().Concurrency)
+		shares, imb := a.window.Observe(a.backends, now)
+		var n uint64
+		for _, sh := range shares {
+			n += sh.Requests
+		}
+		threshold := s.cfg.Apps[name].Balance.ImbalanceAlert
+		alert := n >= minAlertRequests && imb > threshold
+		if alert == a.alert {
+			continue
+		}
+		a.alert = alert
+		if alert {
+			s.log.Warn("backend distribution is uneven", "app", name, "imbalance", imb, "threshold", threshold)
+		} else {
+			s.log.Info("backend distribution is even again", "app", name, "imbalance", imb, "threshold", threshold)
+		}
 	}
 }
 
@@ -376,6 +456,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	stopBackground := make(chan struct{})
 	var background sync.WaitGroup
 	background.Go(func() { s.sweepRates(stopBackground, rateSweepEvery) })
+	background.Go(func() { s.watchDistribution(stopBackground) })
 	var serveErr error
 	select {
 	case <-ctx.Done():
