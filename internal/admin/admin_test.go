@@ -22,6 +22,12 @@ func TestEndpoints(t *testing.T) {
 	h := Handler(Options{
 		Registry: reg,
 		Ready:    ready.Load,
+		App: func(name string) (any, bool) {
+			if name != "photos" {
+				return nil, false
+			}
+			return map[string]any{"app": "photos", "imbalance": 1.02}, true
+		},
 		Reload: func() error {
 			if failReload.Load() {
 				return reloadErr
@@ -51,6 +57,8 @@ func TestEndpoints(t *testing.T) {
 		{"reload refused", func() { failReload.Store(true) }, "POST", "/reload", 400, "apps.a.bogus"},
 		{"reload needs POST", nil, "GET", "/reload", 405, ""},
 		{"pprof", nil, "GET", "/debug/pprof/", 200, "goroutine"},
+		{"app backends", nil, "GET", "/api/apps/photos/backends", 200, `"imbalance":1.02`},
+		{"unknown app", nil, "GET", "/api/apps/nope/backends", 404, "no such app"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

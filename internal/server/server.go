@@ -200,7 +200,6 @@ func (s *Server) applyLocked(cfg *config.Config) {
 		}
 		if a.rates == nil {
 			a.rates = newRateStore(ac.Limits.Client.MaxKeys)
-			a.window = balance.NewWindow(distributionWindow)
 		}
 		checker := shapeChecker(ac.Limits)
 		rt := &route{app: a, body: int64(ac.Limits.Body), shape: checker, pool: forward.NewPool(forward.Options{
@@ -210,6 +209,10 @@ func (s *Server) applyLocked(cfg *config.Config) {
 			Balance: ac.Balance, Prev: a.backends,
 		})}
 		a.backends = rt.pool.Set()
+		if a.window == nil {
+			a.window = balance.NewWindow(distributionWindow)
+			a.window.Observe(a.backends, s.clk.Now()) // the window's first mark: shares count from here
+		}
 		rt.appRate = newRateRule(name, reasonRate, ac.Limits.Rate, ac.Limits.Burst)
 		rt.clientRate = newRateRule(name+"-client", reasonClientRate, ac.Limits.Client.Rate, ac.Limits.Client.Burst)
 		rt.clientKey = newClientKeySource(ac.Limits.Client.Key)
