@@ -152,6 +152,11 @@ cpu_ticks() {
   echo "$total"
 }
 
+# cpu_snap N — "busy total" jiffies of CPU N from /proc/stat
+cpu_snap() { awk -v c="cpu$1" '$1==c{ print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9; exit }' /proc/stat; }
+# busy_pct "B0 T0" "B1 T1" — % busy between two snapshots
+busy_pct() { awk -v a="$1" -v b="$2" 'BEGIN{ split(a,x," "); split(b,y," "); t=y[2]-x[2]; printf "%.0f", (t>0 ? 100*(y[1]-x[1])/t : 0) }'; }
+
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END{ if(NR==0){print "nan"; exit}
   if(NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2 }'; }
 
@@ -184,7 +189,7 @@ CAP_RPS=$(awk -v c="$CAPACITY" -v d="$DELAY" 'BEGIN{ n=d+0; u=d; sub(/^[0-9.]+/,
   printf "%.0f\n", c/n }')
 [[ $CAP_RPS =~ ^[1-9][0-9]*$ ]] || die "DELAY must be like 5ms, 500us or 1s (got $DELAY)"
 
-GOMAXPROCS=1 "${ON_LOAD_CPU[@]}" "$tmp/backend" -listen "127.0.0.1:$BACKEND_PORT" -capacity "$CAPACITY" -delay "$DELAY" >"$tmp/backend.log" 2>&1 &
+GOMAXPROCS=1 "${ON_LOAD_CPU[@]}" "$tmp/backend" -listen "127.0.0.1:$BACKEND_PORT" -capacity "$CAPACITY" -delay "$DELAY" -stats >"$tmp/backend.log" 2>&1 &
 BACKEND_PID=$!; PIDS+=("$BACKEND_PID")
 wait_http "http://127.0.0.1:$BACKEND_PORT/" 10 || { cat "$tmp/backend.log" >&2; die "backend not ready"; }
 log "backend: $CAPACITY concurrent x $DELAY = $CAP_RPS req/s capacity"
@@ -388,7 +393,7 @@ CLK_TCK=$(getconf CLK_TCK)
 RUN_RATES=()
 [[ $BASE_RATE != 0 ]] && RUN_RATES+=("$BASE_RATE")
 for r in $RATES; do RUN_RATES+=("$r"); done
-declare -A R_SENT R_GOOD R_P50 R_P99 R_CODES R_TO R_UNSENT R_ERR R_CPU R_LAG
+declare -A R_C0 R_C1 R_SENT R_GOOD R_P50 R_P99 R_CODES R_TO R_UNSENT R_ERR R_CPU R_LAG
 for ((round=1; round<=ROUNDS; round++)); do
   for rate in "${RUN_RATES[@]}"; do
     d=$DURATION; [[ $rate == "$BASE_RATE" ]] && d=$BASE_DURATION
@@ -396,9 +401,10 @@ for ((round=1; round<=ROUNDS; round++)); do
       wait_drained
       k="$t@$rate"; kvf="$tmp/lg-$t-$rate-$round.kv"
       c0=0; [[ -n ${PID[$t]:-} ]] && c0=$(cpu_ticks "${PID[$t]}")
-      s0=$(date +%s.%N)
+      s0=$(date +%s.%N); p0=$(cpu_snap "$PROXY_CPU"); l0=$(cpu_snap "$LOAD_CPU")
       run_lg "${URL[$t]}" "${HOSTHDR[$t]}" "$rate" "$d" "$t" "$kvf" || continue
-      s1=$(date +%s.%N)
+      s1=$(date +%s.%N); p1=$(cpu_snap "$PROXY_CPU"); l1=$(cpu_snap "$LOAD_CPU")
+      R_C0[$k]+="$(busy_pct "$p0" "$p1") "; R_C1[$k]+="$(busy_pct "$l0" "$l1") "
       c1=0; [[ -n ${PID[$t]:-} ]] && c1=$(cpu_ticks "${PID[$t]}")
       R_SENT[$k]+="$(kv "$kvf" offered_rate) "; R_GOOD[$k]+="$(kv "$kvf" goodput_rps) "
       R_P50[$k]+="$(kv "$kvf" ok_p50_ms) "; R_P99[$k]+="$(kv "$kvf" ok_p99_ms) "
@@ -421,21 +427,21 @@ codes_md() { [[ $1 == - || -z $1 ]] && { echo "—"; return; }; echo "$1" | sed 
 
 table="$tmp/table.md"
 {
-  echo "| target | offered req/s (sent/s) | goodput / capacity | p50 ms (2xx) | p99 ms (2xx) | rejections by code | timeouts (of them unsent) | errors | proxy CPU | loadgen lag p99 ms |"
-  echo "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|"
+  echo "| target | offered req/s (sent/s) | goodput / capacity | p50 ms (2xx) | p99 ms (2xx) | rejections by code | timeouts (of them unsent) | errors | proxy CPU | CPU$PROXY_CPU / CPU$LOAD_CPU busy | loadgen lag p99 ms |"
+  echo "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"
   for rate in "${RUN_RATES[@]}"; do
     mult=$(awk -v r="$rate" -v c="$CAP_RPS" 'BEGIN{ x=r/c; printf (x==int(x) ? "%dx" : "%.1fx"), x }')
     for t in direct levee levee-fasthttp nginx haproxy; do
       k="$t@$rate"
       if [[ -z ${R_GOOD[$k]:-} ]]; then
         [[ $t == direct ]] && continue
-        echo "| $t | $rate ($mult) | ${NOTE[$t]:-skipped} | | | | | | | |"; continue
+        echo "| $t | $rate ($mult) | ${NOTE[$t]:-skipped} | | | | | | | | |"; continue
       fi
       good=$(med "${R_GOOD[$k]}")
       cpu="—"; [[ -n ${R_CPU[$k]:-} ]] && cpu="$(fmt "$(med "${R_CPU[$k]}")" 0)%"
       p50=$(med "${R_P50[$k]}"); p99=$(med "${R_P99[$k]}")
       if [[ $(fmt "$good" 0) == 0 ]]; then p50="n/a"; p99="n/a"; fi
-      echo "| $t | $rate ($mult) ($(fmt "$(med "${R_SENT[$k]}")" 0)) | $(awk -v g="$good" -v c="$CAP_RPS" 'BEGIN{printf "%.2f", g/c}') | $(fmt "$p50" 1) | $(fmt "$p99" 1) | $(codes_md "${R_CODES[$k]}") | $(fmt "$(med "${R_TO[$k]}")" 0) ($(fmt "$(med "${R_UNSENT[$k]}")" 0)) | $(fmt "$(med "${R_ERR[$k]}")" 0) | $cpu | $(fmt "$(med "${R_LAG[$k]}")" 1) |"
+      echo "| $t | $rate ($mult) ($(fmt "$(med "${R_SENT[$k]}")" 0)) | $(awk -v g="$good" -v c="$CAP_RPS" 'BEGIN{printf "%.2f", g/c}') | $(fmt "$p50" 1) | $(fmt "$p99" 1) | $(codes_md "${R_CODES[$k]}") | $(fmt "$(med "${R_TO[$k]}")" 0) ($(fmt "$(med "${R_UNSENT[$k]}")" 0)) | $(fmt "$(med "${R_ERR[$k]}")" 0) | $cpu | $(fmt "$(med "${R_C0[$k]}")" 0)% / $(fmt "$(med "${R_C1[$k]}")" 0)% | $(fmt "$(med "${R_LAG[$k]}")" 1) |"
     done
   done
 } >"$table"
@@ -476,7 +482,7 @@ if ((WRITE)); then
       echo "- command: \`$CMD\`"
       echo "- date: $DATE"
       echo "- machine: $(nproc) CPUs, ${CPU_MODEL:-unknown CPU}, $(uname -sr); before the runs ${IDLE}% CPU idle, load average $LOADAVG$BUSY_NOTE"
-      echo "- backend: \`bench/backend -capacity $CAPACITY -delay $DELAY\` (GOMAXPROCS=1): at most $CAPACITY requests at once, 5 ms each, = **$CAP_RPS req/s capacity**; requests beyond capacity wait for a slot and are served even after their client gave up"
+      echo "- backend: \`bench/backend -capacity $CAPACITY -delay $DELAY\` (GOMAXPROCS=1): at most $CAPACITY requests at once, $DELAY each, = **$CAP_RPS req/s nominal capacity** (Go timer overshoot, ~0.4 ms per 5 ms sleep here, puts the real ceiling near 5,900 req/s); requests beyond capacity wait for a slot and are served even after their client gave up"
       echo "- load: \`bench/loadgen\`, open loop at a constant rate, latency from each request's intended send time (no coordinated omission), at most $CONNS keep-alive connections, timeout $TIMEOUT per request from its intended send time; $DURATION per run, baseline (0.5x) $BASE_DURATION; $ROUNDS round(s), medians shown"
       echo "- protections: levee \`limits: {concurrency: $CAPACITY, queue: {max_wait: 10ms, max_len: 64}}\` (GOMAXPROCS=1, one process, row per listener engine); nginx $NGINX_DESC (worker_processes 1); haproxy server \`maxconn $CAPACITY\` + \`timeout queue 10ms\` (nbthread 1); direct = loadgen straight to the backend"
       echo "- pinning: $PIN_DESC"
@@ -485,7 +491,7 @@ if ((WRITE)); then
       echo
       cat "$table"
       echo
-      echo "Goodput = 2xx answered within the timeout per second, over capacity ($CAP_RPS/s). \"offered\" is the scheduled rate and, in brackets, the rate of requests actually written; below the schedule when every connection was busy (the rest waited and, past their timeout, count as unsent timeouts) or when the generator ran out of CPU (see the calibration). Latency percentiles are of 2xx responses only, from the intended send time. Proxy CPU is the proxy's utime+stime over the run, in % of one core. Loadgen lag is how late the generator itself woke up for requests that had a free connection (its own accuracy; large values mean the generator was short of CPU)."
+      echo "Goodput = 2xx answered within the timeout per second, over capacity ($CAP_RPS/s). \"offered\" is the scheduled rate and, in brackets, the rate of requests actually written; below the schedule when every connection was busy (the rest waited and, past their timeout, count as unsent timeouts) or when the generator ran out of CPU (see the calibration). Latency percentiles are of 2xx responses only, from the intended send time. Proxy CPU is the proxy's utime+stime over the run, in % of one core. CPU$PROXY_CPU / CPU$LOAD_CPU busy is each core's busy share over the run, whoever used it: CPU$PROXY_CPU busy well above proxy CPU means other processes took the proxy's core; CPU$LOAD_CPU near 100% means the generator and backend core was saturated, so the generator, not the target, limited that row. Loadgen lag is how late the generator itself woke up for requests that had a free connection (its own accuracy; large values mean the generator was short of CPU)."
       echo "<!-- bench/overload.sh:end -->"
     } >"$section"
     if grep -q '<!-- bench/overload.sh:begin -->' "$doc"; then

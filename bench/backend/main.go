@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -37,6 +38,7 @@ func main() {
 	listen := flag.String("listen", "127.0.0.1:9101", "address to listen on (host:port)")
 	delay := flag.Duration("delay", 0, "fixed delay before each response (e.g. 5ms); 0 = none")
 	capacity := flag.Int("capacity", 0, "serve at most this many requests at once, each for -delay; excess requests wait for a slot (0 = no limit)")
+	stats := flag.Bool("stats", false, "with -capacity: log once a second the requests served and the most that waited for a slot")
 	flag.Parse()
 	if *capacity < 0 {
 		log.Fatalf("backend: -capacity must be >= 0 (got %d)", *capacity)
@@ -46,6 +48,15 @@ func main() {
 	var slots chan struct{}
 	if *capacity > 0 {
 		slots = make(chan struct{}, *capacity)
+	}
+	var waiting, maxWaiting atomic.Int64 // requests (beyond capacity) waiting for a slot
+	var served atomic.Uint64
+	if *stats && slots != nil {
+		go func() {
+			for range time.Tick(time.Second) {
+				log.Printf("backend: served %d/s, waiting now %d, most waiting %d", served.Swap(0), waiting.Load(), maxWaiting.Swap(waiting.Load()))
+			}
+		}()
 	}
 
 	body := make([]byte, bodySize)
@@ -64,11 +75,16 @@ func main() {
 		if slots != nil {
 			// Fixed-capacity mode: wait for a worker, however long, then hold
 			// it for -delay whether or not the client is still there.
+			w := waiting.Add(1)
+			for m := maxWaiting.Load(); w > m && !maxWaiting.CompareAndSwap(m, w); m = maxWaiting.Load() {
+			}
 			slots <- struct{}{}
+			waiting.Add(-1)
 			if *delay > 0 {
 				time.Sleep(*delay)
 			}
 			<-slots
+			served.Add(1)
 		} else if *delay > 0 {
 			t := time.NewTimer(*delay)
 			select {
