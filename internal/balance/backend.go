@@ -14,6 +14,13 @@ import (
 // again) with half-life τ·ln 2 ≈ 6.9 s. See [Backend.Latency].
 const EWMADecay = 10 * time.Second
 
+// MinLatencySamples is how many latency samples a backend needs before P2C
+// weighs its latency. Fewer samples (a cold backend whose first requests
+// paid for new connections) would stand for a whole EWMADecay and starve a
+// healthy backend; until then it is balanced on in-flight requests alone,
+// which soon gives it the samples that correct the average.
+const MinLatencySamples = 16
+
 // Outcome is how a picked request ended, as reported to Done.
 type Outcome uint8
 
@@ -56,6 +63,7 @@ type Backend struct {
 	epoch   time.Time // origin of the ns timestamps below (monotonic when real)
 	mu      sync.Mutex
 	samples uint64        // latency samples so far, guarded by mu
+	trusted atomic.Bool   // samples ≥ MinLatencySamples: P2C may weigh latency
 	ewma    float64       // guarded by mu; published in cost
 	last    int64         // guarded by mu; published in stamp
 	cost    atomic.Uint64 // float64 bits: EWMA latency in ns as of stamp
@@ -175,6 +183,9 @@ func (b *Backend) observe(t int64, x float64, failed bool) {
 		c = max(2*c*w, x)
 	} else {
 		b.samples++
+		if b.samples >= MinLatencySamples {
+			b.trusted.Store(true)
+		}
 		a := max(1-w, 1/float64(b.samples))
 		c = c*(1-a) + x*a
 	}

@@ -20,7 +20,7 @@ const LatencyTolerance = 1.5
 //	cost = (inflight+1) / weight × latency    otherwise
 //
 // where latency is the backend's decayed EWMA ([Backend.Latency]); a backend
-// with no sample yet counts as within tolerance. Ties go to the first draw,
+// with fewer than MinLatencySamples samples counts as within tolerance. Ties go to the first draw,
 // which is random. Safe for concurrent use; Pick and Done do not allocate.
 type P2C struct {
 	set  *Set
@@ -86,7 +86,7 @@ func (p *P2C) less(a, b *Backend, ta, tb int64) bool {
 	ca := float64(a.inflight.Load()+1) / float64(a.weight.Load())
 	cb := float64(b.inflight.Load()+1) / float64(b.weight.Load())
 	la, lb := a.latencyAt(ta), b.latencyAt(tb)
-	if la > 0 && lb > 0 && (la > lb*LatencyTolerance || lb > la*LatencyTolerance) {
+	if a.trusted.Load() && b.trusted.Load() && la > 0 && lb > 0 && (la > lb*LatencyTolerance || lb > la*LatencyTolerance) {
 		ca, cb = ca*la, cb*lb
 	}
 	return ca < cb

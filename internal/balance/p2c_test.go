@@ -80,12 +80,29 @@ func TestP2CHealth(t *testing.T) {
 	}
 }
 
+// A cold backend whose first requests were slow (new connections) is not
+// starved: until its latency is established it competes on load alone.
+func TestP2CDoesNotStarveAColdBackend(t *testing.T) {
+	now := time.Unix(0, 0)
+	set := NewSet(specs("a", "b"), nil, now)
+	for range 100 {
+		set.Done(set.begin(0), OK, time.Millisecond, now)
+	}
+	set.Done(set.begin(1), OK, 50*time.Millisecond, now) // one slow first sample
+	set.begin(0)                                         // a has one in flight
+	if i := NewP2C(set, nil).Pick("", now); i != 1 {
+		t.Fatalf("picked %d; want the idle cold backend b despite its one slow sample", i)
+	}
+}
+
 func TestP2CAvoidsSlowBackendOutsideTolerance(t *testing.T) {
 	now := time.Unix(0, 0)
 	set := NewSet(specs("fast", "slow"), nil, now)
 	p := NewP2C(set, rand.New(rand.NewPCG(1, 2)).Uint64)
-	set.Done(set.begin(0), OK, 10*time.Millisecond, now)
-	set.Done(set.begin(1), OK, 40*time.Millisecond, now)
+	for range MinLatencySamples { // latency counts once it is established
+		set.Done(set.begin(0), OK, 10*time.Millisecond, now)
+		set.Done(set.begin(1), OK, 40*time.Millisecond, now)
+	}
 	// fast with 2 in flight: cost 3×10 ms < slow's 1×40 ms.
 	set.begin(0)
 	set.begin(0)

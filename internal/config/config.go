@@ -95,7 +95,30 @@ type App struct {
 	Paths    []string  `yaml:"paths"`
 	Backends []Backend `yaml:"backends"`
 	Balance  Balance   `yaml:"balance"`
+	Health   Health    `yaml:"health"`
+	Ejection Ejection  `yaml:"ejection"`
 	Limits   Limits    `yaml:"limits"`
+}
+
+// Health configures active health checks; off unless Path is set.
+type Health struct {
+	Path      string   `yaml:"path"`
+	Interval  Duration `yaml:"interval"`
+	Timeout   Duration `yaml:"timeout"`
+	Healthy   int      `yaml:"healthy"`   // passed probes in a row to mark a backend healthy
+	Unhealthy int      `yaml:"unhealthy"` // failed probes in a row to mark it unhealthy
+}
+
+// Ejection configures passive outlier ejection: a backend that fails
+// ConsecutiveFailures requests in a row (connect errors, timeouts, 5xx) is
+// taken out of balancing for BaseTime, doubling on repeats up to MaxTime.
+type Ejection struct {
+	ConsecutiveFailures int      `yaml:"consecutive_failures"`
+	BaseTime            Duration `yaml:"base_time"`
+	MaxTime             Duration `yaml:"max_time"`
+	// MaxEjected bounds the share of an app's backends ejected at once;
+	// 0% turns ejection off.
+	MaxEjected Percent `yaml:"max_ejected"`
 }
 
 // The balancing policies.
@@ -231,6 +254,14 @@ const (
 	DefaultQueueMaxLen           = 1024
 	DefaultBody                  = 10 * 1000 * 1000
 	DefaultHashLoad              = 1.25
+	DefaultHealthInterval        = 5 * time.Second
+	DefaultHealthTimeout         = time.Second
+	DefaultHealthy               = 2
+	DefaultUnhealthy             = 3
+	DefaultConsecutiveFailures   = 5
+	DefaultEjectionBase          = 30 * time.Second
+	DefaultEjectionMax           = 5 * time.Minute
+	DefaultMaxEjected            = 50
 	DefaultImbalanceAlert        = 1.5
 	DefaultClientMaxKeys         = 100_000
 	DefaultHeaderBytes           = 64 << 10
@@ -276,6 +307,10 @@ func DefaultApp() *App {
 	return &App{
 		Paths:   []string{"/"},
 		Balance: Balance{Policy: BalanceP2C, Hash: Hash{Load: DefaultHashLoad}, ImbalanceAlert: DefaultImbalanceAlert},
+		Health: Health{Interval: Duration(DefaultHealthInterval), Timeout: Duration(DefaultHealthTimeout),
+			Healthy: DefaultHealthy, Unhealthy: DefaultUnhealthy},
+		Ejection: Ejection{ConsecutiveFailures: DefaultConsecutiveFailures, BaseTime: Duration(DefaultEjectionBase),
+			MaxTime: Duration(DefaultEjectionMax), MaxEjected: DefaultMaxEjected},
 		Limits: Limits{
 			Concurrency: DefaultConcurrency,
 			Queue:       Queue{MaxWait: Duration(DefaultQueueMaxWait), MaxLen: DefaultQueueMaxLen},

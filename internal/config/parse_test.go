@@ -113,6 +113,10 @@ func TestParseExampleGetsDefaults(t *testing.T) {
 		Paths:    []string{"/"},
 		Backends: []Backend{{Addr: "127.0.0.1:9001", Weight: 1}, {Addr: "127.0.0.1:9002", Weight: 1}},
 		Balance:  Balance{Policy: BalanceP2C, Hash: Hash{Load: DefaultHashLoad}, ImbalanceAlert: DefaultImbalanceAlert},
+		Health: Health{Interval: Duration(DefaultHealthInterval), Timeout: Duration(DefaultHealthTimeout),
+			Healthy: DefaultHealthy, Unhealthy: DefaultUnhealthy},
+		Ejection: Ejection{ConsecutiveFailures: DefaultConsecutiveFailures, BaseTime: Duration(DefaultEjectionBase),
+			MaxTime: Duration(DefaultEjectionMax), MaxEjected: DefaultMaxEjected},
 		Limits: Limits{
 			Concurrency: DefaultConcurrency,
 			Queue:       Queue{MaxWait: Duration(DefaultQueueMaxWait), MaxLen: DefaultQueueMaxLen},

@@ -242,3 +242,22 @@ func kindName(n *yaml.Node) string {
 		return "node"
 	}
 }
+
+// Percent is a whole percentage 0..100, written "50%" or 50.
+type Percent int
+
+// UnmarshalYAML parses "50%" or 50.
+func (p *Percent) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("want a percentage like 50%%, got a %s", kindName(n))
+	}
+	v, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(n.Value), "%"))
+	if err != nil || v < 0 || v > 100 {
+		return fmt.Errorf("%q is not a percentage (want 0%%..100%%)", n.Value)
+	}
+	*p = Percent(v)
+	return nil
+}
+
+// MarshalYAML writes the percentage as "50%".
+func (p Percent) MarshalYAML() (any, error) { return strconv.Itoa(int(p)) + "%", nil }

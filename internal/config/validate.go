@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Validate checks the whole config and returns Errors listing every problem
@@ -212,6 +213,25 @@ func validateApp(errs *Errors, name string, a *App, routes map[string]string) {
 		seen[b.Addr] = true
 	}
 	validateBalance(errs, p+".balance", a.Balance)
+	if h := a.Health; h.Path != "" {
+		if !strings.HasPrefix(h.Path, "/") {
+			errs.add(p+".health.path", "%q must start with /", h.Path)
+		}
+		if h.Interval < Duration(100*time.Millisecond) || h.Interval > Duration(time.Hour) {
+			errs.add(p+".health.interval", "must be 100ms..1h (got %s)", h.Interval)
+		}
+		if h.Timeout <= 0 || h.Timeout > h.Interval {
+			errs.add(p+".health.timeout", "must be > 0 and ≤ health.interval (got %s)", h.Timeout)
+		}
+		within(errs, p+".health.healthy", h.Healthy, 1, 100)
+		within(errs, p+".health.unhealthy", h.Unhealthy, 1, 100)
+	}
+	e := a.Ejection
+	within(errs, p+".ejection.consecutive_failures", e.ConsecutiveFailures, 1, 10_000)
+	positive(errs, p+".ejection.base_time", e.BaseTime)
+	if e.MaxTime < e.BaseTime {
+		errs.add(p+".ejection.max_time", "must be ≥ ejection.base_time (got %s)", e.MaxTime)
+	}
 	l := a.Limits
 	within(errs, p+".limits.concurrency", l.Concurrency, 1, MaxConcurrency)
 	within(errs, p+".limits.queue.max_len", l.Queue.MaxLen, 0, MaxQueueLen)

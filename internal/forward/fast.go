@@ -75,7 +75,7 @@ func (p *Pool) ServeFast(ctx *fasthttp.RequestCtx, bodyLimit int64, slot Release
 	}
 	be := p.backends[i]
 	be.requests.Inc()
-	pk := newPick(bal, i, start, slot)
+	pk := newPick(p, bal, i, start, slot)
 	p.serveFast(ctx, be, bodyLimit, pk)
 }
 
@@ -509,6 +509,7 @@ func isIdempotent(h *fasthttp.RequestHeader) bool {
 // to the balancer (which counts the backend's in-flight requests and learns
 // its latency) and then gives back the admission slot.
 type pick struct {
+	p     *Pool
 	bal   balance.Balancer
 	i     int
 	start time.Time
@@ -518,9 +519,9 @@ type pick struct {
 
 var picks = sync.Pool{New: func() any { return new(pick) }}
 
-func newPick(bal balance.Balancer, i int, start time.Time, slot Releaser) *pick {
+func newPick(p *Pool, bal balance.Balancer, i int, start time.Time, slot Releaser) *pick {
 	pk := picks.Get().(*pick)
-	*pk = pick{bal: bal, i: i, start: start, slot: slot}
+	*pk = pick{p: p, bal: bal, i: i, start: start, slot: slot}
 	return pk
 }
 
@@ -532,8 +533,7 @@ func (pk *pick) finish(ctx *fasthttp.RequestCtx) {
 
 // Release reports the outcome and gives back the slot; call it once.
 func (pk *pick) Release() {
-	now := time.Now()
-	pk.bal.Done(pk.i, outcomeOf(pk.code), now.Sub(pk.start), now)
+	pk.p.done(pk.bal, pk.i, outcomeOf(pk.code), pk.start)
 	slot := pk.slot
 	*pk = pick{}
 	picks.Put(pk)

@@ -53,6 +53,14 @@ type Options struct {
 	Prev *balance.Set
 	// Rand drives p2c's choices; nil uses math/rand/v2. For tests.
 	Rand func() uint64
+	// Outcomes, if set, learns from every finished request (passive
+	// outlier ejection).
+	Outcomes OutcomeObserver
+}
+
+// OutcomeObserver learns from each finished request; *health.Ejector is one.
+type OutcomeObserver interface {
+	Observe(set *balance.Set, i int, o balance.Outcome, now time.Time)
 }
 
 // Pool forwards one app's requests to its backends. Safe for concurrent use.
@@ -61,6 +69,7 @@ type Pool struct {
 	backends []*backend
 	bal      balance.Balancer
 	keyless  balance.Balancer // for hash: requests without a key
+	outcomes OutcomeObserver  // may be nil
 	key      hashKey
 	errlog   *observe.ErrorLog
 	trust    Trust
@@ -84,7 +93,7 @@ func NewPool(o Options) *Pool {
 	}
 	set := balance.NewSet(specs, o.Prev, time.Now())
 	p := &Pool{app: o.App, errlog: o.ErrorLog, trust: o.Trust,
-		upstream: o.Upstream, shape: o.Shape, onReject: o.OnReject}
+		upstream: o.Upstream, shape: o.Shape, onReject: o.OnReject, outcomes: o.Outcomes}
 	switch o.Balance.Policy {
 	case config.BalanceRoundRobin, config.BalanceWeighted:
 		p.bal = balance.NewRoundRobinSet(set)
@@ -147,10 +156,18 @@ func (p *Pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	be := p.backends[i]
 	be.requests.Inc()
 	defer func() { // deferred: ReverseProxy aborts with a panic mid-body
-		now := time.Now()
-		bal.Done(i, httpOutcome(w, r), now.Sub(start), now)
+		p.done(bal, i, httpOutcome(w, r), start)
 	}()
 	be.proxy.ServeHTTP(w, r)
+}
+
+// done reports a finished request to the balancer and the outcome observer.
+func (p *Pool) done(bal balance.Balancer, i int, o balance.Outcome, start time.Time) {
+	now := time.Now()
+	bal.Done(i, o, now.Sub(start), now)
+	if p.outcomes != nil {
+		p.outcomes.Observe(bal.Set(), i, o, now)
+	}
 }
 
 // reasonNoBackend: every backend of the app is unhealthy or ejected.

@@ -46,6 +46,7 @@ func TestReloadUnderLoadLosesNothingAndKeepsTheLimit(t *testing.T) {
 
 	var stop atomic.Bool
 	var ok, bad atomic.Int64
+	var firstBad atomic.Pointer[struct{ s string }] // what the first failure was
 	seen := sync.Map{}
 	var wg sync.WaitGroup
 	for range 16 {
@@ -55,12 +56,14 @@ func TestReloadUnderLoadLosesNothingAndKeepsTheLimit(t *testing.T) {
 				req.Host = "a.test"
 				resp, err := http.DefaultClient.Do(req)
 				if err != nil {
+					firstBad.CompareAndSwap(nil, &struct{ s string }{err.Error()})
 					bad.Add(1)
 					continue
 				}
 				b, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
 				if resp.StatusCode != http.StatusOK {
+					firstBad.CompareAndSwap(nil, &struct{ s string }{fmt.Sprintf("%d %s %q", resp.StatusCode, resp.Header, b)})
 					bad.Add(1)
 					continue
 				}
@@ -79,7 +82,7 @@ func TestReloadUnderLoadLosesNothingAndKeepsTheLimit(t *testing.T) {
 	stop.Store(true)
 	wg.Wait()
 	if bad.Load() != 0 {
-		t.Fatalf("%d of %d requests failed across 40 reloads; want none", bad.Load(), ok.Load()+bad.Load())
+		t.Fatalf("%d of %d requests failed across 40 reloads; want none; the first: %s", bad.Load(), ok.Load()+bad.Load(), firstBad.Load().s)
 	}
 	if _, x := seen.Load("X"); !x {
 		t.Fatal("backend X never answered")

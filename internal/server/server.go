@@ -22,6 +22,7 @@ import (
 	"github.com/leveeproxy/levee/internal/clock"
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/forward"
+	"github.com/leveeproxy/levee/internal/health"
 	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/leveeproxy/levee/internal/ratelimit"
 	"github.com/leveeproxy/levee/internal/shape"
@@ -56,6 +57,11 @@ type Server struct {
 
 	listeners []*listener
 	serving   sync.WaitGroup
+
+	// bg is the context of the server's own background work (health
+	// checks); stopBg ends it at shutdown.
+	bg     context.Context
+	stopBg context.CancelFunc
 }
 
 // snapshot is one config's routing table, immutable once published.
@@ -79,6 +85,13 @@ type app struct {
 	// backends is the balancer's backend state (in flight, latency, health),
 	// carried into the next config's pool so a reload does not forget it.
 	backends *balance.Set
+	// ejector takes failing backends out (nil when ejection is off);
+	// checker probes them (nil when health checks are off). Both follow
+	// the app across reloads.
+	ejector     *health.Ejector
+	ejectionCfg config.Ejection
+	checker     *health.Checker
+	healthCfg   config.Health
 	// window measures the backends' shares of requests; alert is whether
 	// the imbalance is over its threshold (guarded by Server.mu).
 	window *balance.Window
@@ -108,6 +121,7 @@ func New(cfg *config.Config, o Options) *Server {
 		o.Clock = clock.Real{}
 	}
 	s := &Server{log: o.Logger, level: o.LogLevel, clk: o.Clock, apps: map[string]*app{}}
+	s.bg, s.stopBg = context.WithCancel(context.Background())
 	s.metrics = observe.NewMetrics(s)
 	s.errlog = s.metrics.ErrorLog(s.log, cfg.Log.ErrorsPerSecond)
 	s.unrouted = s.metrics.App("")
@@ -201,14 +215,19 @@ func (s *Server) applyLocked(cfg *config.Config) {
 		if a.rates == nil {
 			a.rates = newRateStore(ac.Limits.Client.MaxKeys)
 		}
+		s.applyEjection(a, ac.Ejection)
 		checker := shapeChecker(ac.Limits)
 		rt := &route{app: a, body: int64(ac.Limits.Body), shape: checker, pool: forward.NewPool(forward.Options{
 			App: name, Backends: ac.Backends, Transport: a.transport, Trust: trust,
 			ErrorLog: s.errlog, Metrics: s.metrics, FastClients: a.fast, Upstream: cfg.Upstream,
 			Shape: checker, OnReject: a.metrics.Rejected,
-			Balance: ac.Balance, Prev: a.backends,
+			Balance: ac.Balance, Prev: a.backends, Outcomes: a.outcomes(),
 		})}
 		a.backends = rt.pool.Set()
+		if a.ejector != nil {
+			a.ejector.Retain(a.backends)
+		}
+		s.applyHealth(a, ac.Health)
 		if a.window == nil {
 			a.window = balance.NewWindow(distributionWindow)
 			a.window.Observe(a.backends, s.clk.Now()) // the window's first mark: shares count from here
@@ -227,6 +246,9 @@ func (s *Server) applyLocked(cfg *config.Config) {
 				retiredFast = append(retiredFast, c)
 			}
 			s.metrics.Forget(name)
+			if a.checker != nil {
+				a.checker.Stop()
+			}
 		}
 	}
 	// Connections in use finish their requests; idle ones close now.
@@ -237,6 +259,59 @@ func (s *Server) applyLocked(cfg *config.Config) {
 		c.CloseIdleConnections()
 	}
 	s.cfg = cfg
+}
+
+// applyEjection makes, keeps or drops an app's outlier ejector.
+func (s *Server) applyEjection(a *app, cfg config.Ejection) {
+	if cfg.MaxEjected == 0 {
+		a.ejector = nil
+		return
+	}
+	if a.ejector != nil && a.ejectionCfg == cfg {
+		return
+	}
+	e, err := health.NewEjector(health.Ejection{ConsecutiveFailures: cfg.ConsecutiveFailures,
+		BaseTime: cfg.BaseTime.D(), MaxTime: cfg.MaxTime.D(), MaxEjectedPercent: int(cfg.MaxEjected)},
+		health.EjectorOptions{Logger: s.log.With("app", a.name)})
+	if err != nil { // validated config: a broken invariant
+		panic(fmt.Sprintf("server: ejection: %v", err))
+	}
+	a.ejector, a.ejectionCfg = e, cfg
+}
+
+// outcomes is what the app's pool reports finished requests to.
+func (a *app) outcomes() forward.OutcomeObserver {
+	if a.ejector == nil {
+		return nil
+	}
+	return a.ejector
+}
+
+// applyHealth starts, updates or stops an app's active health checker.
+// Its goroutine belongs to the server and ends at shutdown.
+func (s *Server) applyHealth(a *app, cfg config.Health) {
+	if a.checker != nil && a.healthCfg == cfg {
+		a.checker.Update(a.backends)
+		return
+	}
+	if a.checker != nil {
+		a.checker.Stop()
+		a.checker = nil
+	}
+	a.healthCfg = cfg
+	if cfg.Path == "" {
+		return
+	}
+	c, err := health.NewChecker(a.backends, health.Check{Path: cfg.Path, Interval: cfg.Interval.D(),
+		Timeout: cfg.Timeout.D(), Healthy: cfg.Healthy, Unhealthy: cfg.Unhealthy},
+		health.CheckerOptions{Clock: s.clk, Logger: s.log.With("app", a.name)})
+	if err == nil {
+		err = c.Start(s.bg)
+	}
+	if err != nil { // validated config: a broken invariant
+		panic(fmt.Sprintf("server: health: %v", err))
+	}
+	a.checker = c
 }
 
 // newRateStore makes an app's rate limit table. Its size is fixed for the
@@ -467,11 +542,24 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	close(stopBackground)
 	background.Wait()
+	s.stopHealthChecks()
 	drain, cancel := context.WithTimeout(context.Background(), s.Config().Server.DrainTimeout.D())
 	defer cancel()
 	err := s.shutdown(drain)
 	s.serving.Wait()
 	return errors.Join(serveErr, err)
+}
+
+// stopHealthChecks ends every app's health checker and waits for them.
+func (s *Server) stopHealthChecks() {
+	s.stopBg()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, a := range s.apps {
+		if a.checker != nil {
+			a.checker.Stop()
+		}
+	}
 }
 
 // rateSweepEvery is how often idle rate limit state is dropped.
