@@ -230,6 +230,11 @@ type Queue struct {
 	MaxWait Duration `yaml:"max_wait"`
 	// MaxLen is the most requests waiting at once; 0 means no queue.
 	MaxLen int `yaml:"max_len"`
+	// Target is the queueing delay the queue should stay under: when even
+	// the shortest wait stayed above it for Interval, the queue is overloaded
+	// and sheds (CoDel-style: sheddable first, waits cut to 2×Target, LIFO).
+	Target   Duration `yaml:"target"`
+	Interval Duration `yaml:"interval"`
 }
 
 // Defaults. Each is documented in docs/config.md; change both together.
@@ -252,6 +257,8 @@ const (
 	DefaultConcurrency           = 256
 	DefaultQueueMaxWait          = 50 * time.Millisecond
 	DefaultQueueMaxLen           = 1024
+	DefaultQueueTarget           = 5 * time.Millisecond
+	DefaultQueueInterval         = 100 * time.Millisecond
 	DefaultBody                  = 10 * 1000 * 1000
 	DefaultHashLoad              = 1.25
 	DefaultHealthInterval        = 5 * time.Second
@@ -313,7 +320,8 @@ func DefaultApp() *App {
 			MaxTime: Duration(DefaultEjectionMax), MaxEjected: DefaultMaxEjected},
 		Limits: Limits{
 			Concurrency: DefaultConcurrency,
-			Queue:       Queue{MaxWait: Duration(DefaultQueueMaxWait), MaxLen: DefaultQueueMaxLen},
+			Queue: Queue{MaxWait: Duration(DefaultQueueMaxWait), MaxLen: DefaultQueueMaxLen,
+				Target: Duration(DefaultQueueTarget), Interval: Duration(DefaultQueueInterval)},
 			Body:        DefaultBody,
 			HeaderBytes: DefaultHeaderBytes,
 			HeaderCount: DefaultHeaderCount,

@@ -119,7 +119,8 @@ func TestParseExampleGetsDefaults(t *testing.T) {
 			MaxTime: Duration(DefaultEjectionMax), MaxEjected: DefaultMaxEjected},
 		Limits: Limits{
 			Concurrency: DefaultConcurrency,
-			Queue:       Queue{MaxWait: Duration(DefaultQueueMaxWait), MaxLen: DefaultQueueMaxLen},
+			Queue: Queue{MaxWait: Duration(DefaultQueueMaxWait), MaxLen: DefaultQueueMaxLen,
+				Target: Duration(DefaultQueueTarget), Interval: Duration(DefaultQueueInterval)},
 			Body:        DefaultBody,
 			HeaderBytes: DefaultHeaderBytes,
 			HeaderCount: DefaultHeaderCount,
@@ -342,8 +343,8 @@ func TestValidationAccepts(t *testing.T) {
 func TestConcurrencyZeroIsAnErrorButNoQueueIsValid(t *testing.T) {
 	wantErr(t, parseErrs(t, appWith("limits: {concurrency: 0}")), "apps.a.limits.concurrency", "must be 1..")
 	cfg := mustParse(t, appWith("limits: {queue: {max_len: 0, max_wait: 0s}}"))
-	if q := cfg.Apps["a"].Limits.Queue; q != (Queue{}) {
-		t.Errorf("queue = %+v, want zero (no queue)", q)
+	if q := cfg.Apps["a"].Limits.Queue; q.MaxLen != 0 || q.MaxWait != 0 {
+		t.Errorf("queue = %+v, want max_len and max_wait zero (no queue)", q)
 	}
 }
 

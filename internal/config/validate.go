@@ -235,6 +235,12 @@ func validateApp(errs *Errors, name string, a *App, routes map[string]string) {
 	l := a.Limits
 	within(errs, p+".limits.concurrency", l.Concurrency, 1, MaxConcurrency)
 	within(errs, p+".limits.queue.max_len", l.Queue.MaxLen, 0, MaxQueueLen)
+	if l.Queue.Target < Duration(time.Millisecond) || l.Queue.Target.D() > MaxQueueWait {
+		errs.add(p+".limits.queue.target", "must be 1ms..%s (got %s)", MaxQueueWait, l.Queue.Target)
+	}
+	if l.Queue.Interval < Duration(10*time.Millisecond) || l.Queue.Interval.D() > MaxQueueWait {
+		errs.add(p+".limits.queue.interval", "must be 10ms..%s (got %s)", MaxQueueWait, l.Queue.Interval)
+	}
 	if l.Queue.MaxWait < 0 || l.Queue.MaxWait.D() > MaxQueueWait {
 		errs.add(p+".limits.queue.max_wait", "must be 0..%s (got %s)", MaxQueueWait, l.Queue.MaxWait)
 	}

@@ -23,7 +23,7 @@ apps:
   a:
     hosts: [a.test]
     backends: [%s]
-    limits: {concurrency: 100, queue: {max_wait: 30s, max_len: 100}}
+    limits: {concurrency: 100, queue: {max_wait: 30s, max_len: 100, target: 1m}}
 `, be.addr()))
 	const n = 40
 	results := make(chan *http.Response, n)

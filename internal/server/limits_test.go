@@ -107,7 +107,7 @@ apps:
   a:
     hosts: [a.test]
     backends: [%s]
-    limits: {concurrency: 4, queue: {max_wait: 30s, max_len: 1000}}
+    limits: {concurrency: 4, queue: {max_wait: 30s, max_len: 1000, target: 1m}}
 `, be.addr()))
 	const n = 60
 	results := make(chan *http.Response, n)
@@ -148,7 +148,7 @@ apps:
   a:
     hosts: [a.test]
     backends: [%s]
-    limits: {concurrency: 2, queue: {max_wait: 30s, max_len: 3}}
+    limits: {concurrency: 2, queue: {max_wait: 30s, max_len: 3, target: 1m}}
 `, be.addr()))
 	results := make(chan *http.Response, 5)
 	for range 5 {

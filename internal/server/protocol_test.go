@@ -622,7 +622,7 @@ func TestUpgradePassThrough(t *testing.T) {
 	backend := echoBackend(t, &upgrades)
 	// One slot and a long queue: the follow-up request below can only be
 	// served once the upgraded connection has given its slot back.
-	p := startProxy(t, photosApp(backend, "{concurrency: 1, queue: {max_len: 1, max_wait: 30s}}", ""))
+	p := startProxy(t, photosApp(backend, "{concurrency: 1, queue: {max_len: 1, max_wait: 30s, target: 1m}}", ""))
 	addr := strings.TrimPrefix(p.URL, "http://")
 
 	br, conn := rawExchange(t, addr, "GET /chat HTTP/1.1\r\n"+

@@ -30,7 +30,7 @@ apps:
   a:
     hosts: [a.test]
     backends: [%s]
-    limits: {concurrency: %d, queue: {max_wait: 30s, max_len: 10000}}
+    limits: {concurrency: %d, queue: {max_wait: 30s, max_len: 10000, target: 1m}}
 `, backend, concurrency)
 }
 

@@ -191,6 +191,8 @@ func (s *Server) applyLocked(cfg *config.Config) {
 			Concurrency: ac.Limits.Concurrency,
 			MaxLen:      ac.Limits.Queue.MaxLen,
 			MaxWait:     ac.Limits.Queue.MaxWait.D(),
+			Target:      ac.Limits.Queue.Target.D(),
+			Interval:    ac.Limits.Queue.Interval.D(),
 		}
 		if a == nil {
 			a = &app{name: name, limiter: admit.NewLimiter(lim, s.clk), metrics: s.metrics.App(name)}
