@@ -195,6 +195,27 @@ type Limits struct {
 	Burst int `yaml:"burst"`
 	// Client limits each client (by key) inside the app.
 	Client ClientLimit `yaml:"client"`
+	// FairShare refuses, when the app is at its concurrency limit, a client
+	// (by limits.client.key) holding more than limit ÷ active clients slots
+	// before any client within its share.
+	FairShare bool `yaml:"fair_share"`
+	// Priority sorts requests into critical, default and sheddable.
+	Priority Priority `yaml:"priority"`
+}
+
+// The priority classes, in service order.
+const (
+	ClassCritical  = "critical"
+	ClassDefault   = "default"
+	ClassSheddable = "sheddable"
+)
+
+// Priority assigns a class to each request from levee's config, never from
+// a request header: by path prefix (longest wins), then by client key.
+type Priority struct {
+	Default string            `yaml:"default"`
+	Paths   map[string]string `yaml:"paths"`   // path prefix → class
+	Clients map[string]string `yaml:"clients"` // limits.client.key value → class
 }
 
 // ClientLimit is a rate limit per client of an app.
@@ -328,6 +349,7 @@ func DefaultApp() *App {
 			URLLength:   DefaultURLLength,
 			QueryValues: DefaultQueryValues,
 			Client:      ClientLimit{Key: "ip", MaxKeys: DefaultClientMaxKeys},
+			Priority:    Priority{Default: ClassDefault},
 		},
 	}
 }

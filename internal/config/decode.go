@@ -252,7 +252,7 @@ func decodeMap(n *yaml.Node, v reflect.Value, path string, errs *Errors) {
 		errs.add(path, "want a mapping, got a %s", kindName(n))
 		return
 	}
-	if v.IsNil() {
+	if v.IsNil() && len(n.Content) > 0 { // an empty mapping stays nil, like an absent one
 		v.Set(reflect.MakeMap(v.Type()))
 	}
 	et := v.Type().Elem()

@@ -60,7 +60,7 @@ func TestFullExampleIsTheDefaults(t *testing.T) {
 	}
 	for name, a := range cfg.Apps {
 		da := DefaultApp()
-		if !reflect.DeepEqual(a.Paths, da.Paths) || a.Limits != da.Limits {
+		if !reflect.DeepEqual(a.Paths, da.Paths) || !reflect.DeepEqual(a.Limits, da.Limits) {
 			t.Errorf("apps.%s: paths %v limits %+v, want the defaults %v %+v", name, a.Paths, a.Limits, da.Paths, da.Limits)
 		}
 		for i, b := range a.Backends {

@@ -127,6 +127,7 @@ func TestParseExampleGetsDefaults(t *testing.T) {
 			URLLength:   DefaultURLLength,
 			QueryValues: DefaultQueryValues,
 			Client:      ClientLimit{Key: "ip", MaxKeys: DefaultClientMaxKeys},
+			Priority:    Priority{Default: ClassDefault},
 		},
 	}
 	if got := cfg.Apps["photos"]; !reflect.DeepEqual(got, want) {
@@ -168,7 +169,7 @@ func TestParseAppDefaults(t *testing.T) {
 	cfg = mustParse(t, "apps: {a: {hosts: [a.example.com], backends: [\"127.0.0.1:1\"], limits: {queue: {max_len: 7}}}}")
 	want := DefaultApp().Limits
 	want.Queue.MaxLen = 7
-	if got := cfg.Apps["a"].Limits; got != want {
+	if got := cfg.Apps["a"].Limits; !reflect.DeepEqual(got, want) {
 		t.Errorf("limits = %+v, want %+v", got, want)
 	}
 }
@@ -380,7 +381,7 @@ func TestUnknownKeys(t *testing.T) {
 	}
 	// The message lists the known keys, sorted.
 	es := parseErrs(t, appWith("limits: {concurency: 10}"))
-	wantErr(t, es, "apps.a.limits.concurency", "(known keys: batch, body, burst, client, concurrency, header_bytes, header_count, query_values, queue, rate, url_length)")
+	wantErr(t, es, "apps.a.limits.concurency", "(known keys: batch, body, burst, client, concurrency, fair_share, header_bytes, header_count, priority, query_values, queue, rate, url_length)")
 }
 
 func TestDuplicateKeys(t *testing.T) {

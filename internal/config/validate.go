@@ -274,6 +274,16 @@ func validateApp(errs *Errors, name string, a *App, routes map[string]string) {
 		errs.add(p+".limits.client.burst", "needs limits.client.rate")
 	}
 	within(errs, p+".limits.client.max_keys", c.MaxKeys, 64, 100_000_000)
+	checkClass(errs, p+".limits.priority.default", l.Priority.Default)
+	for _, path := range sortedKeys(l.Priority.Paths) {
+		if !strings.HasPrefix(path, "/") {
+			errs.add(p+".limits.priority.paths."+path, "a path prefix must start with /")
+		}
+		checkClass(errs, p+".limits.priority.paths."+path, l.Priority.Paths[path])
+	}
+	for _, key := range sortedKeys(l.Priority.Clients) {
+		checkClass(errs, p+".limits.priority.clients."+key, l.Priority.Clients[key])
+	}
 	switch b := l.Batch; {
 	case b.JSONField == "" && b.Max != 0:
 		errs.add(p+".limits.batch.json_field", "is required when batch.max is set")
@@ -383,4 +393,21 @@ func ParseHashKey(s string) (kind, name string, err error) {
 		return "", "", fmt.Errorf("%q is not a key source (want header:NAME, cookie:NAME or ip)", s)
 	}
 	return kind, name, nil
+}
+
+func checkClass(errs *Errors, path, class string) {
+	switch class {
+	case ClassCritical, ClassDefault, ClassSheddable:
+	default:
+		errs.add(path, "must be critical, default or sheddable (got %q)", class)
+	}
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }

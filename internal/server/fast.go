@@ -105,13 +105,18 @@ func (s *Server) forwardFast(ctx *fasthttp.RequestCtx, rt *route) int {
 	// ctx is a context.Context whose Done closes when the server shuts down.
 	// fasthttp does not report a client that goes away while queued: such a
 	// request waits out its place in the queue (at most queue.max_wait).
+	var client string
+	if rt.needsClient() {
+		client = rt.clientKey.fast(ctx)
+	}
 	if rt.appRate != nil || rt.clientRate != nil {
-		if ref, ok := rt.limitRate(rt.clientKey.fast(ctx), s.clk.Now()); !ok {
+		if ref, ok := rt.limitRate(client, s.clk.Now()); !ok {
 			rejectFast(ctx, ref)
 			return ref.code
 		}
 	}
-	if ref, ok := rt.admit(ctx, n); !ok {
+	ticket := rt.ticket(b2s(ctx.Path()), client)
+	if ref, ok := rt.admit(ctx, n, ticket); !ok {
 		if ref.code == 0 { // the server is shutting down: close, answer nothing
 			ctx.HijackSetNoResponse(true)
 			ctx.Hijack(func(net.Conn) {})
@@ -120,7 +125,11 @@ func (s *Server) forwardFast(ctx *fasthttp.RequestCtx, rt *route) int {
 		rejectFast(ctx, ref)
 		return ref.code
 	}
-	rt.pool.ServeFast(ctx, rt.body, rt.app.limiter) // releases the slot
+	var slot forward.Releaser = rt.app.limiter
+	if ticket.Client != "" {
+		slot = &ticketSlot{l: rt.app.limiter, t: ticket}
+	}
+	rt.pool.ServeFast(ctx, rt.body, slot) // releases the slot
 	if ctx.Hijacked() {
 		return fasthttp.StatusSwitchingProtocols
 	}

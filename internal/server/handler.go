@@ -53,19 +53,24 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength < 0 { // chunked: enforce the limit while streaming
 		r.Body = forward.GuardBody(http.MaxBytesReader(rec, r.Body, rt.body))
 	}
+	var client string
+	if rt.needsClient() {
+		client = rt.clientKey.http(r)
+	}
 	if rt.appRate != nil || rt.clientRate != nil {
-		if ref, ok := rt.limitRate(rt.clientKey.http(r), s.clk.Now()); !ok {
+		if ref, ok := rt.limitRate(client, s.clk.Now()); !ok {
 			reject(rec, ref)
 			return
 		}
 	}
-	if ref, ok := rt.admit(r.Context(), r.ContentLength); !ok {
+	ticket := rt.ticket(r.URL.Path, client)
+	if ref, ok := rt.admit(r.Context(), r.ContentLength, ticket); !ok {
 		if ref.code != 0 {
 			reject(rec, ref)
 		}
 		return // otherwise the client went away while queued
 	}
-	defer rt.app.limiter.Release() // deferred: ReverseProxy aborts with a panic mid-body
+	defer rt.app.limiter.ReleaseFor(ticket) // deferred: ReverseProxy aborts with a panic mid-body
 	rt.pool.ServeHTTP(rec, r)
 }
 
@@ -86,12 +91,12 @@ type refusal struct {
 // limit, waiting in its queue at most until ctx ends. ok means the caller
 // holds a slot and must Release it; otherwise the refusal is counted and
 // says what to answer. It allocates nothing.
-func (rt *route) admit(ctx context.Context, contentLength int64) (refusal, bool) {
+func (rt *route) admit(ctx context.Context, contentLength int64, t admit.Ticket) (refusal, bool) {
 	if contentLength > rt.body {
 		rt.app.metrics.Rejected(reasonBody)
 		return refusal{code: http.StatusRequestEntityTooLarge, reason: reasonBody}, false
 	}
-	if err := rt.app.limiter.Acquire(ctx); err != nil {
+	if err := rt.app.limiter.AcquireFor(ctx, t); err != nil {
 		if rej, ok := asRejection(err); ok {
 			rt.app.metrics.Rejected(string(rej.Reason))
 			return refusal{code: http.StatusServiceUnavailable, reason: string(rej.Reason), retryAfter: rej.RetryAfter}, false
@@ -99,6 +104,21 @@ func (rt *route) admit(ctx context.Context, contentLength int64) (refusal, bool)
 		return refusal{}, false
 	}
 	return refusal{}, true
+}
+
+// needsClient reports whether any step of the route reads the client key.
+func (rt *route) needsClient() bool {
+	return rt.clientRate != nil || rt.fairShare || rt.classes.needsClient()
+}
+
+// ticket is what the request asks the limiter for: its priority class and,
+// with fair sharing, who it is.
+func (rt *route) ticket(path, client string) admit.Ticket {
+	t := admit.Ticket{Class: rt.classes.class(path, client)}
+	if rt.fairShare {
+		t.Client = client
+	}
+	return t
 }
 
 // checkShape applies the request-shape limits known before the body:
@@ -180,7 +200,8 @@ func newRejectReply(reason string) rejectReply {
 }
 
 func init() {
-	for _, r := range []string{string(admit.QueueFull), string(admit.QueueTimeout), reasonBody, reasonRate, reasonClientRate} {
+	for _, r := range []string{string(admit.QueueFull), string(admit.QueueTimeout), string(admit.Shed),
+		string(admit.ClientShare), reasonBody, reasonRate, reasonClientRate} {
 		rejections[r] = newRejectReply(r)
 	}
 }

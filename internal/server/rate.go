@@ -62,9 +62,11 @@ func (k clientKeySource) http(r *http.Request) string {
 	return r.RemoteAddr
 }
 
+// fast returns the client key of a fasthttp request as an ordinary string:
+// the limiter keeps it while the client holds a slot.
 func (k clientKeySource) fast(ctx *fasthttp.RequestCtx) string {
 	if k.header != "" {
-		return b2s(ctx.Request.Header.Peek(k.header)) // the store copies keys it keeps
+		return string(ctx.Request.Header.Peek(k.header))
 	}
 	return ctx.RemoteIP().String()
 }

@@ -107,6 +107,8 @@ type route struct {
 	appRate    *rateRule // limits.rate; nil when off
 	clientRate *rateRule // limits.client.rate; nil when off
 	clientKey  clientKeySource
+	classes    classifier     // limits.priority
+	fairShare  bool           // limits.fair_share: tickets carry the client key
 	body       int64          // limits.body
 	shape      *shape.Checker // header, URL, query and batch limits
 	pool       *forward.Pool
@@ -237,6 +239,8 @@ func (s *Server) applyLocked(cfg *config.Config) {
 		rt.appRate = newRateRule(name, reasonRate, ac.Limits.Rate, ac.Limits.Burst)
 		rt.clientRate = newRateRule(name+"-client", reasonClientRate, ac.Limits.Client.Rate, ac.Limits.Client.Burst)
 		rt.clientKey = newClientKeySource(ac.Limits.Client.Key)
+		rt.classes = newClassifier(ac.Limits.Priority)
+		rt.fairShare = ac.Limits.FairShare
 		entries = append(entries, catalog.Entry[*route]{Hosts: ac.Hosts, Paths: ac.Paths, Value: rt})
 	}
 	s.current.Store(&snapshot{catalog: catalog.Build(entries), access: cfg.Log.Access})
