@@ -171,9 +171,10 @@ func (b *Balance) decodeYAML(n *yaml.Node, path string, errs *Errors) {
 
 // Limits are an app's admission limits. Every app has them, configured or not.
 type Limits struct {
-	// Concurrency is the most requests of the app in flight to its backends.
-	Concurrency int   `yaml:"concurrency"`
-	Queue       Queue `yaml:"queue"`
+	// Concurrency is the most requests of the app in flight to its backends:
+	// a number, or an adaptive limit {adaptive: gradient, min, max}.
+	Concurrency Concurrency `yaml:"concurrency"`
+	Queue       Queue       `yaml:"queue"`
 	// Body is the largest request body accepted; larger ones get 413.
 	Body ByteSize `yaml:"body"`
 	// HeaderBytes bounds the request header block (names and values; 431).
@@ -238,6 +239,36 @@ func EffectiveBurst(r Rate, burst int) int {
 	return max(1, int(math.Ceil(r.PerSecond()/10)))
 }
 
+// Concurrency is a static limit, or an adaptive one that follows the
+// backends' latency between Min and Max. It is written `concurrency: 256`
+// or `concurrency: {adaptive: gradient, min: 8, max: 1024}`.
+type Concurrency struct {
+	// Limit is the static limit (used when Adaptive is off).
+	Limit int `yaml:"limit"`
+	// Adaptive is off or gradient (Gradient2, see internal/admit/limit).
+	Adaptive string `yaml:"adaptive"`
+	// Min is the adaptive limit's floor; Max its ceiling.
+	Min int `yaml:"min"`
+	Max int `yaml:"max"`
+}
+
+// The adaptive concurrency algorithms.
+const (
+	AdaptiveOff      = "off"
+	AdaptiveGradient = "gradient"
+)
+
+func (c *Concurrency) decodeYAML(n *yaml.Node, path string, errs *Errors) {
+	if n.Kind == yaml.ScalarNode {
+		decodeValue(n, reflect.ValueOf(&c.Limit).Elem(), path, errs)
+		return
+	}
+	type plain Concurrency // without decodeYAML, so the mapping decodes field by field
+	p := plain(*c)
+	decodeValue(n, reflect.ValueOf(&p).Elem(), path, errs)
+	*c = Concurrency(p)
+}
+
 // Batch names the top-level JSON array field whose elements are counted
 // while the body streams, and the most it may hold.
 type Batch struct {
@@ -276,6 +307,8 @@ const (
 	DefaultUpstreamIdleTimeout   = 90 * time.Second
 	DefaultErrorsPerSecond       = 10
 	DefaultConcurrency           = 256
+	DefaultAdaptiveMin           = 8
+	DefaultAdaptiveMax           = 1024
 	DefaultQueueMaxWait          = 50 * time.Millisecond
 	DefaultQueueMaxLen           = 1024
 	DefaultQueueTarget           = 5 * time.Millisecond
@@ -340,7 +373,7 @@ func DefaultApp() *App {
 		Ejection: Ejection{ConsecutiveFailures: DefaultConsecutiveFailures, BaseTime: Duration(DefaultEjectionBase),
 			MaxTime: Duration(DefaultEjectionMax), MaxEjected: DefaultMaxEjected},
 		Limits: Limits{
-			Concurrency: DefaultConcurrency,
+			Concurrency: Concurrency{Limit: DefaultConcurrency, Adaptive: AdaptiveOff, Min: DefaultAdaptiveMin, Max: DefaultAdaptiveMax},
 			Queue: Queue{MaxWait: Duration(DefaultQueueMaxWait), MaxLen: DefaultQueueMaxLen,
 				Target: Duration(DefaultQueueTarget), Interval: Duration(DefaultQueueInterval)},
 			Body:        DefaultBody,

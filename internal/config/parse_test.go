@@ -118,7 +118,7 @@ func TestParseExampleGetsDefaults(t *testing.T) {
 		Ejection: Ejection{ConsecutiveFailures: DefaultConsecutiveFailures, BaseTime: Duration(DefaultEjectionBase),
 			MaxTime: Duration(DefaultEjectionMax), MaxEjected: DefaultMaxEjected},
 		Limits: Limits{
-			Concurrency: DefaultConcurrency,
+			Concurrency: Concurrency{Limit: DefaultConcurrency, Adaptive: AdaptiveOff, Min: DefaultAdaptiveMin, Max: DefaultAdaptiveMax},
 			Queue: Queue{MaxWait: Duration(DefaultQueueMaxWait), MaxLen: DefaultQueueMaxLen,
 				Target: Duration(DefaultQueueTarget), Interval: Duration(DefaultQueueInterval)},
 			Body:        DefaultBody,
@@ -503,7 +503,7 @@ listen: [&l 127.0.0.1:8080, {addr: "127.0.0.1:8081"}]
 admin: 127.0.0.1:9901
 `
 	cfg := mustParse(t, src)
-	if !reflect.DeepEqual(cfg.Apps["a"].Backends, cfg.Apps["b"].Backends) || cfg.Apps["b"].Limits.Concurrency != 8 {
+	if !reflect.DeepEqual(cfg.Apps["a"].Backends, cfg.Apps["b"].Backends) || cfg.Apps["b"].Limits.Concurrency.Limit != 8 {
 		t.Errorf("aliases not followed: a=%+v b=%+v", cfg.Apps["a"], cfg.Apps["b"])
 	}
 	// An alias as a list item of the listen shorthand.

@@ -233,7 +233,15 @@ func validateApp(errs *Errors, name string, a *App, routes map[string]string) {
 		errs.add(p+".ejection.max_time", "must be ≥ ejection.base_time (got %s)", e.MaxTime)
 	}
 	l := a.Limits
-	within(errs, p+".limits.concurrency", l.Concurrency, 1, MaxConcurrency)
+	switch c := l.Concurrency; c.Adaptive {
+	case AdaptiveOff:
+		within(errs, p+".limits.concurrency", c.Limit, 1, MaxConcurrency)
+	case AdaptiveGradient:
+		within(errs, p+".limits.concurrency.min", c.Min, 1, MaxConcurrency)
+		within(errs, p+".limits.concurrency.max", c.Max, max(c.Min, 1), MaxConcurrency)
+	default:
+		errs.add(p+".limits.concurrency.adaptive", "must be off or gradient (got %q)", c.Adaptive)
+	}
 	within(errs, p+".limits.queue.max_len", l.Queue.MaxLen, 0, MaxQueueLen)
 	if l.Queue.Target < Duration(time.Millisecond) || l.Queue.Target.D() > MaxQueueWait {
 		errs.add(p+".limits.queue.target", "must be 1ms..%s (got %s)", MaxQueueWait, l.Queue.Target)

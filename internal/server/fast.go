@@ -126,7 +126,13 @@ func (s *Server) forwardFast(ctx *fasthttp.RequestCtx, rt *route) int {
 		return ref.code
 	}
 	var slot forward.Releaser = rt.app.limiter
-	if ticket.Client != "" {
+	switch {
+	case rt.adaptive != nil:
+		// fasthttp's response may be gone by the time the slot is released
+		// (a streamed body's end), so only latency is sampled, not failure.
+		slot = &adaptiveSlot{a: rt.adaptive, l: rt.app.limiter, t: ticket, start: s.clk.Now(),
+			inflight: rt.app.limiter.InFlight(), now: s.clk.Now, failed: func() bool { return false }}
+	case ticket.Client != "":
 		slot = &ticketSlot{l: rt.app.limiter, t: ticket}
 	}
 	rt.pool.ServeFast(ctx, rt.body, slot) // releases the slot

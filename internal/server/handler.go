@@ -70,6 +70,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return // otherwise the client went away while queued
 	}
+	if rt.adaptive != nil { // deferred first, so it runs after the release below
+		inflight, admitted := rt.app.limiter.InFlight(), s.clk.Now()
+		defer func() {
+			now := s.clk.Now()
+			rt.adaptive.observe(now, now.Sub(admitted), inflight, rec.code >= 500)
+		}()
+	}
 	defer rt.app.limiter.ReleaseFor(ticket) // deferred: ReverseProxy aborts with a panic mid-body
 	rt.pool.ServeHTTP(rec, r)
 }

@@ -88,6 +88,7 @@ type app struct {
 	// ejector takes failing backends out (nil when ejection is off);
 	// checker probes them (nil when health checks are off). Both follow
 	// the app across reloads.
+	adaptive    *adaptiveLimit // nil for a static concurrency limit
 	ejector     *health.Ejector
 	ejectionCfg config.Ejection
 	checker     *health.Checker
@@ -109,6 +110,7 @@ type route struct {
 	clientKey  clientKeySource
 	classes    classifier     // limits.priority
 	fairShare  bool           // limits.fair_share: tickets carry the client key
+	adaptive   *adaptiveLimit // nil for a static concurrency limit
 	body       int64          // limits.body
 	shape      *shape.Checker // header, URL, query and batch limits
 	pool       *forward.Pool
@@ -190,7 +192,7 @@ func (s *Server) applyLocked(cfg *config.Config) {
 		ac := cfg.Apps[name]
 		a := s.apps[name]
 		lim := admit.Limits{
-			Concurrency: ac.Limits.Concurrency,
+			Concurrency: ac.Limits.Concurrency.Limit,
 			MaxLen:      ac.Limits.Queue.MaxLen,
 			MaxWait:     ac.Limits.Queue.MaxWait.D(),
 			Target:      ac.Limits.Queue.Target.D(),
@@ -199,9 +201,8 @@ func (s *Server) applyLocked(cfg *config.Config) {
 		if a == nil {
 			a = &app{name: name, limiter: admit.NewLimiter(lim, s.clk), metrics: s.metrics.App(name)}
 			s.apps[name] = a
-		} else {
-			a.limiter.SetLimits(lim)
 		}
+		s.applyConcurrency(a, ac.Limits.Concurrency, lim)
 		if a.transport == nil || a.upstream != cfg.Upstream {
 			if a.transport != nil {
 				retired = append(retired, a.transport)
@@ -241,6 +242,7 @@ func (s *Server) applyLocked(cfg *config.Config) {
 		rt.clientKey = newClientKeySource(ac.Limits.Client.Key)
 		rt.classes = newClassifier(ac.Limits.Priority)
 		rt.fairShare = ac.Limits.FairShare
+		rt.adaptive = a.adaptive
 		entries = append(entries, catalog.Entry[*route]{Hosts: ac.Hosts, Paths: ac.Paths, Value: rt})
 	}
 	s.current.Store(&snapshot{catalog: catalog.Build(entries), access: cfg.Log.Access})
@@ -265,6 +267,21 @@ func (s *Server) applyLocked(cfg *config.Config) {
 		c.CloseIdleConnections()
 	}
 	s.cfg = cfg
+}
+
+// applyConcurrency sets an app's limiter: a static limit, or an adaptive
+// one that keeps what it learnt across reloads unless its bounds change.
+func (s *Server) applyConcurrency(a *app, c config.Concurrency, lim admit.Limits) {
+	if c.Adaptive != config.AdaptiveGradient {
+		a.adaptive = nil
+		a.limiter.SetLimits(lim)
+		return
+	}
+	if a.adaptive != nil && a.adaptive.cfg == c {
+		a.adaptive.setBase(lim)
+		return
+	}
+	a.adaptive = newAdaptiveLimit(c, lim, a.limiter)
 }
 
 // applyEjection makes, keeps or drops an app's outlier ejector.

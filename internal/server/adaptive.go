@@ -1,0 +1,78 @@
+package server
+
+import (
+	"sync"
+	"time"
+
+	"github.com/leveeproxy/levee/internal/admit"
+	"github.com/leveeproxy/levee/internal/admit/limit"
+	"github.com/leveeproxy/levee/internal/config"
+)
+
+// adaptiveLimit drives an app's concurrency limit from an adaptive
+// algorithm: every finished request is a sample (its latency and the
+// in-flight count it saw), and when the algorithm's limit moves, the
+// limiter is told. The algorithm (internal/admit/limit) knows nothing of
+// queues; the limiter knows nothing of latency. Safe for concurrent use.
+type adaptiveLimit struct {
+	mu      sync.Mutex
+	alg     limit.Algorithm
+	cfg     config.Concurrency
+	base    admit.Limits // the queue settings; Concurrency comes from alg
+	limiter *admit.Limiter
+	last    int
+}
+
+// newAdaptiveLimit returns the controller for c (adaptive: gradient).
+func newAdaptiveLimit(c config.Concurrency, base admit.Limits, l *admit.Limiter) *adaptiveLimit {
+	g, err := limit.NewGradient(limit.Config{Min: c.Min, Max: c.Max})
+	if err != nil { // validated config: a broken invariant
+		panic("server: adaptive concurrency: " + err.Error())
+	}
+	a := &adaptiveLimit{alg: g, cfg: c, base: base, limiter: l, last: g.Limit()}
+	base.Concurrency = a.last
+	l.SetLimits(base)
+	return a
+}
+
+// setBase changes the queue settings on reload, keeping the learnt limit.
+func (a *adaptiveLimit) setBase(base admit.Limits) {
+	a.mu.Lock()
+	a.base = base
+	base.Concurrency = a.last
+	a.mu.Unlock()
+	a.limiter.SetLimits(base)
+}
+
+// observe feeds one finished request to the algorithm.
+func (a *adaptiveLimit) observe(now time.Time, rtt time.Duration, inflight int, failed bool) {
+	a.mu.Lock()
+	a.alg.Observe(now, rtt, inflight, failed)
+	n := a.alg.Limit()
+	changed := n != a.last
+	a.last = n
+	base := a.base
+	a.mu.Unlock()
+	if changed {
+		base.Concurrency = n
+		a.limiter.SetLimits(base)
+	}
+}
+
+// slot ends a request admitted under an adaptive limit: it releases the
+// limiter's slot and reports the request to the algorithm.
+type adaptiveSlot struct {
+	a        *adaptiveLimit
+	l        *admit.Limiter
+	t        admit.Ticket
+	start    time.Time
+	inflight int
+	now      func() time.Time
+	failed   func() bool
+}
+
+func (s *adaptiveSlot) Release() {
+	s.l.ReleaseFor(s.t)
+	now := s.now()
+	s.a.observe(now, now.Sub(s.start), s.inflight, s.failed())
+}
