@@ -1,0 +1,237 @@
+package observe
+
+import (
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+)
+
+var t0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// zipfKeys draws n keys from a Zipf distribution over m keys.
+func zipfKeys(seed uint64, n, m int) []string {
+	r := rand.New(rand.NewPCG(seed, seed))
+	z := rand.NewZipf(r, 1.2, 1, uint64(m-1))
+	out := make([]string, n)
+	for i := range out {
+		out[i] = "client-" + strconv.FormatUint(z.Uint64(), 10)
+	}
+	return out
+}
+
+func exactCounts(keys []string) map[string]uint64 {
+	c := map[string]uint64{}
+	for _, k := range keys {
+		c[k]++
+	}
+	return c
+}
+
+func TestTopKZipfFindsTheHeavyHittersWithinTheBound(t *testing.T) {
+	const k, n = 64, 200_000
+	for _, seed := range []uint64{1, 2, 3} {
+		keys := zipfKeys(seed, n, 100_000)
+		tk := NewTopK(k, time.Minute)
+		for _, key := range keys {
+			tk.Add(key, 1, t0)
+		}
+		truth := exactCounts(keys)
+		top := tk.Top(t0)
+		if len(top) > k {
+			t.Fatalf("seed %d: %d entries, want ≤ %d", seed, len(top), k)
+		}
+		got := map[string]TopEntry{}
+		for _, e := range top {
+			got[e.Key] = e
+			if e.Count < truth[e.Key] || e.Count-truth[e.Key] > n/k || e.Err > n/k {
+				t.Errorf("seed %d: %s: count %d err %d, true %d, bound %d", seed, e.Key, e.Count, e.Err, truth[e.Key], n/k)
+			}
+			if e.Count-e.Err > truth[e.Key] {
+				t.Errorf("seed %d: %s: lower bound %d above true %d", seed, e.Key, e.Count-e.Err, truth[e.Key])
+			}
+		}
+		// Every key heavier than N/K is tracked, and the exact top 10 come first in order.
+		type kc struct {
+			k string
+			c uint64
+		}
+		var exact []kc
+		for key, c := range truth {
+			exact = append(exact, kc{key, c})
+			if c > n/k {
+				if _, ok := got[key]; !ok {
+					t.Errorf("seed %d: %s (count %d > N/K) not tracked", seed, key, c)
+				}
+			}
+		}
+		slices.SortFunc(exact, func(a, b kc) int { return int(b.c) - int(a.c) })
+		for i := range 10 {
+			if top[i].Key != exact[i].k {
+				t.Errorf("seed %d: rank %d is %s (%d), want %s (%d)", seed, i, top[i].Key, top[i].Count, exact[i].k, exact[i].c)
+			}
+		}
+	}
+}
+
+func TestTopKExactWithFewKeys(t *testing.T) {
+	tk := NewTopK(4, time.Minute)
+	for i := range 100 {
+		tk.Add("a", 3, t0)
+		tk.Add("b", 1, t0)
+		if i%2 == 0 {
+			tk.Add("c", 1, t0)
+		}
+	}
+	want := []TopEntry{{"a", 300, 0}, {"b", 100, 0}, {"c", 50, 0}}
+	if got := tk.Top(t0); !slices.Equal(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+}
+
+func TestTopKCapacityNeverExceeded(t *testing.T) {
+	tk := NewTopK(8, time.Minute)
+	for i := range 10_000 {
+		tk.Add(strconv.Itoa(i), uint64(i%7+1), t0.Add(time.Duration(i)*time.Millisecond))
+		if n := len(tk.cur.slots); n > 8 || len(tk.cur.index) != n {
+			t.Fatalf("after %d adds: %d slots, %d indexed", i, n, len(tk.cur.index))
+		}
+		for j, s := range tk.cur.slots {
+			if int(s.pos) >= len(tk.cur.heap) || tk.cur.heap[s.pos] != int32(j) || tk.cur.index[s.key] != int32(j) {
+				t.Fatalf("slot %d (%q): index and heap disagree", j, s.key)
+			}
+		}
+	}
+	if got := tk.Top(t0.Add(10 * time.Second)); len(got) != 8 {
+		t.Fatalf("%d entries, want 8", len(got))
+	}
+}
+
+func TestTopKLongKeysAreCut(t *testing.T) {
+	tk := NewTopK(2, time.Minute)
+	long := strings.Repeat("x", 1000)
+	tk.Add(long, 1, t0)
+	tk.Add(long+"y", 1, t0)
+	got := tk.Top(t0)
+	if len(got) != 1 || len(got[0].Key) != MaxKeyLen || got[0].Count != 2 {
+		t.Fatalf("got %+v", got)
+	}
+}
+
+func TestTopKWindowsDecay(t *testing.T) {
+	tk := NewTopK(4, time.Minute)
+	for range 100 {
+		tk.Add("yesterday", 1, t0)
+	}
+	steps := []struct {
+		at        time.Duration
+		add       string
+		wantFirst string
+		wantCount uint64
+		wantLen   int
+	}{
+		{at: 30 * time.Second, wantFirst: "yesterday", wantCount: 100, wantLen: 1},
+		{at: 70 * time.Second, add: "today", wantFirst: "yesterday", wantCount: 100, wantLen: 2}, // previous window still shown
+		{at: 125 * time.Second, add: "today", wantFirst: "today", wantCount: 2, wantLen: 1},      // "yesterday" two windows old: gone
+		{at: 10 * time.Minute, wantLen: 0},                                                       // idle: nothing left
+	}
+	for _, s := range steps {
+		now := t0.Add(s.at)
+		if s.add != "" {
+			tk.Add(s.add, 1, now)
+		}
+		got := tk.Top(now)
+		if len(got) != s.wantLen {
+			t.Fatalf("at %v: %v, want %d entries", s.at, got, s.wantLen)
+		}
+		if s.wantLen > 0 && (got[0].Key != s.wantFirst || got[0].Count != s.wantCount) {
+			t.Fatalf("at %v: first %+v, want %s=%d", s.at, got[0], s.wantFirst, s.wantCount)
+		}
+	}
+}
+
+func TestTopKMergeKeepsAnUpperBound(t *testing.T) {
+	tk := NewTopK(2, time.Minute)
+	tk.Add("a", 10, t0)
+	tk.Add("b", 5, t0)
+	tk.Add("c", 1, t0) // evicts b: c = 6 ± 5
+	tk.Add("b", 7, t0.Add(61*time.Second))
+	got := tk.Top(t0.Add(61 * time.Second))
+	// b: 7 now, plus at most the previous window's minimum (6) it may have had there.
+	want := []TopEntry{{"b", 13, 6}, {"a", 10, 0}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+}
+
+func TestTopKAddAllocatesNothingForTrackedKeys(t *testing.T) {
+	tk := NewTopK(16, time.Minute)
+	buf := []byte("client-1")
+	tk.Add(string(buf), 1, t0)
+	allocs := testing.AllocsPerRun(1000, func() {
+		tk.Add(unsafeString(buf), 1, t0)
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per Add", allocs)
+	}
+	// The tracked key is a copy: reusing the caller's buffer does not change it.
+	copy(buf, "CLIENT-1")
+	if got := tk.Top(t0); got[0].Key != "client-1" {
+		t.Fatalf("key changed with the caller's buffer: %q", got[0].Key)
+	}
+}
+
+func TestNilClientTop(t *testing.T) {
+	var c *ClientTop = NewClientTop(0)
+	c.Observe("x", true, t0)
+	if c.Top(t0) != nil || c.K() != 0 {
+		t.Fatal("a nil ClientTop reports something")
+	}
+}
+
+func BenchmarkTopKAddTracked(b *testing.B) {
+	keys := zipfKeys(1, 4096, 32) // fewer keys than slots: every Add hits a slot
+	tk := NewTopK(64, time.Minute)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		tk.Add(keys[i&4095], 1, t0)
+	}
+}
+
+func BenchmarkTopKAddZipf(b *testing.B) {
+	keys := zipfKeys(1, 1<<16, 1_000_000) // a long tail: some Adds evict
+	tk := NewTopK(64, time.Minute)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		tk.Add(keys[i&(1<<16-1)], 1, t0)
+	}
+}
+
+func BenchmarkTopKAddParallel(b *testing.B) {
+	keys := zipfKeys(1, 4096, 32)
+	tk := NewTopK(64, time.Minute)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			tk.Add(keys[i&4095], 1, t0)
+			i++
+		}
+	})
+}
+
+func BenchmarkTopKTop(b *testing.B) {
+	tk := NewTopK(64, time.Minute)
+	for _, k := range zipfKeys(1, 1<<16, 1_000_000) {
+		tk.Add(k, 1, t0)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		tk.Top(t0)
+	}
+}
+
+func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
