@@ -229,6 +229,9 @@ type ClientLimit struct {
 	// MaxKeys bounds the clients tracked at once; past it, new clients
 	// share one bucket (never a fresh burst for an evicted client).
 	MaxKeys int `yaml:"max_keys"`
+	// TopK is how many of the heaviest clients (by requests, and by
+	// rejections) the app reports in metrics and the admin API; 0 is off.
+	TopK int `yaml:"top_k"`
 }
 
 // EffectiveBurst is burst, or its default for rate: rate per second ÷ 10, at least 1.
@@ -325,6 +328,7 @@ const (
 	DefaultMaxEjected            = 50
 	DefaultImbalanceAlert        = 1.5
 	DefaultClientMaxKeys         = 100_000
+	DefaultClientTopK            = 16
 	DefaultHeaderBytes           = 64 << 10
 	DefaultHeaderCount           = 100
 	DefaultURLLength             = 8 << 10
@@ -381,7 +385,7 @@ func DefaultApp() *App {
 			HeaderCount: DefaultHeaderCount,
 			URLLength:   DefaultURLLength,
 			QueryValues: DefaultQueryValues,
-			Client:      ClientLimit{Key: "ip", MaxKeys: DefaultClientMaxKeys},
+			Client:      ClientLimit{Key: "ip", MaxKeys: DefaultClientMaxKeys, TopK: DefaultClientTopK},
 			Priority:    Priority{Default: ClassDefault},
 		},
 	}

@@ -126,7 +126,7 @@ func TestParseExampleGetsDefaults(t *testing.T) {
 			HeaderCount: DefaultHeaderCount,
 			URLLength:   DefaultURLLength,
 			QueryValues: DefaultQueryValues,
-			Client:      ClientLimit{Key: "ip", MaxKeys: DefaultClientMaxKeys},
+			Client:      ClientLimit{Key: "ip", MaxKeys: DefaultClientMaxKeys, TopK: DefaultClientTopK},
 			Priority:    Priority{Default: ClassDefault},
 		},
 	}
@@ -309,6 +309,8 @@ func TestValidationRules(t *testing.T) {
 		{"max_wait high", appWith("limits: {queue: {max_wait: 61s}}"), "apps.a.limits.queue.max_wait", "must be 0..1m0s (got 1m1s)"},
 		{"max_wait negative", appWith("limits: {queue: {max_wait: -1ms}}"), "apps.a.limits.queue.max_wait", "must be 0..1m0s"},
 		{"body high", appWith("limits: {body: 1100GB}"), "apps.a.limits.body", "must be 0..1TiB"},
+		{"top_k negative", appWith("limits: {client: {top_k: -1}}"), "apps.a.limits.client.top_k", "must be 0..1000 (got -1)"},
+		{"top_k high", appWith("limits: {client: {top_k: 1001}}"), "apps.a.limits.client.top_k", "must be 0..1000"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

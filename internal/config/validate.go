@@ -282,6 +282,7 @@ func validateApp(errs *Errors, name string, a *App, routes map[string]string) {
 		errs.add(p+".limits.client.burst", "needs limits.client.rate")
 	}
 	within(errs, p+".limits.client.max_keys", c.MaxKeys, 64, 100_000_000)
+	within(errs, p+".limits.client.top_k", c.TopK, 0, 1000)
 	checkClass(errs, p+".limits.priority.default", l.Priority.Default)
 	for _, path := range sortedKeys(l.Priority.Paths) {
 		if !strings.HasPrefix(path, "/") {
