@@ -14,8 +14,13 @@
 // default) keeps the original behaviour: no limit, and a client that leaves
 // during -delay ends its request early.
 //
+// With -count, GET /__count answers (at once, without -delay or a slot) the
+// number of other requests answered so far, as a decimal line; the
+// distribution benchmark reads it before and after each run. /__count
+// requests are not counted. Without -count, /__count is an ordinary request.
+//
 //	go build -o backend ./bench/backend
-//	GOMAXPROCS=1 ./backend -listen 127.0.0.1:9101 [-delay 5ms] [-capacity 32]
+//	GOMAXPROCS=1 ./backend -listen 127.0.0.1:9101 [-delay 5ms] [-capacity 32] [-count]
 package main
 
 import (
@@ -39,6 +44,7 @@ func main() {
 	delay := flag.Duration("delay", 0, "fixed delay before each response (e.g. 5ms); 0 = none")
 	capacity := flag.Int("capacity", 0, "serve at most this many requests at once, each for -delay; excess requests wait for a slot (0 = no limit)")
 	stats := flag.Bool("stats", false, "with -capacity: log once a second the requests served and the most that waited for a slot")
+	count := flag.Bool("count", false, "serve GET /__count: the number of requests answered so far (not counting /__count)")
 	flag.Parse()
 	if *capacity < 0 {
 		log.Fatalf("backend: -capacity must be >= 0 (got %d)", *capacity)
@@ -51,6 +57,7 @@ func main() {
 	}
 	var waiting, maxWaiting atomic.Int64 // requests (beyond capacity) waiting for a slot
 	var served atomic.Uint64
+	var answered atomic.Uint64 // every answered request except /__count, for -count
 	if *stats && slots != nil {
 		go func() {
 			for range time.Tick(time.Second) {
@@ -68,6 +75,12 @@ func main() {
 	contentType := []string{"text/plain; charset=utf-8"}
 
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if *count && r.URL.Path == "/__count" {
+			_, _ = io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			_, _ = w.Write([]byte(strconv.FormatUint(answered.Load(), 10) + "\n"))
+			return
+		}
 		// Drain any request body so the connection can be reused.
 		if r.Body != nil {
 			_, _ = io.Copy(io.Discard, r.Body)
@@ -99,6 +112,7 @@ func main() {
 		h["Content-Type"] = contentType
 		w.WriteHeader(http.StatusOK)
 		_, _ = w.Write(body)
+		answered.Add(1)
 	})
 
 	srv := &http.Server{
