@@ -196,12 +196,36 @@ type Limits struct {
 	Burst int `yaml:"burst"`
 	// Client limits each client (by key) inside the app.
 	Client ClientLimit `yaml:"client"`
+	// Bandwidth paces the app's request and response bytes together.
+	Bandwidth Bandwidth `yaml:"bandwidth"`
 	// FairShare refuses, when the app is at its concurrency limit, a client
 	// (by limits.client.key) holding more than limit ÷ active clients slots
 	// before any client within its share.
 	FairShare bool `yaml:"fair_share"`
 	// Priority sorts requests into critical, default and sheddable.
 	Priority Priority `yaml:"priority"`
+}
+
+// Bandwidth is a byte rate shared by all of an app's connections, both
+// directions. It is written `bandwidth: 50MB/s` or
+// `bandwidth: {rate: 50MB/s, max_delay: 5s}`.
+type Bandwidth struct {
+	// Rate in bytes per second; 0 (off) by default.
+	Rate ByteRate `yaml:"rate"`
+	// MaxDelay is the longest a transfer may be held for its next chunk
+	// before it is cut (and counted).
+	MaxDelay Duration `yaml:"max_delay"`
+}
+
+func (b *Bandwidth) decodeYAML(n *yaml.Node, path string, errs *Errors) {
+	if n.Kind == yaml.ScalarNode {
+		decodeValue(n, reflect.ValueOf(&b.Rate).Elem(), path, errs)
+		return
+	}
+	type plain Bandwidth // without decodeYAML, so the mapping decodes field by field
+	p := plain(*b)
+	decodeValue(n, reflect.ValueOf(&p).Elem(), path, errs)
+	*b = Bandwidth(p)
 }
 
 // The priority classes, in service order.
@@ -318,6 +342,7 @@ const (
 	DefaultQueueInterval         = 100 * time.Millisecond
 	DefaultBody                  = 10 * 1000 * 1000
 	DefaultHashLoad              = 1.25
+	DefaultBandwidthMaxDelay     = 5 * time.Second
 	DefaultHealthInterval        = 5 * time.Second
 	DefaultHealthTimeout         = time.Second
 	DefaultHealthy               = 2
@@ -387,6 +412,7 @@ func DefaultApp() *App {
 			QueryValues: DefaultQueryValues,
 			Client:      ClientLimit{Key: "ip", MaxKeys: DefaultClientMaxKeys, TopK: DefaultClientTopK},
 			Priority:    Priority{Default: ClassDefault},
+			Bandwidth:   Bandwidth{MaxDelay: Duration(DefaultBandwidthMaxDelay)},
 		},
 	}
 }

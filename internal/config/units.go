@@ -261,3 +261,33 @@ func (p *Percent) UnmarshalYAML(n *yaml.Node) error {
 
 // MarshalYAML writes the percentage as "50%".
 func (p Percent) MarshalYAML() (any, error) { return strconv.Itoa(int(p)) + "%", nil }
+
+// ByteRate is bytes per second, written "50MB/s" (a size per second), or
+// "off" (0).
+type ByteRate int64
+
+// UnmarshalYAML parses "50MB/s", "512KiB/s" or "off".
+func (b *ByteRate) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("want a byte rate like 50MB/s, got a %s", kindName(n))
+	}
+	if n.Value == "off" {
+		*b = 0
+		return nil
+	}
+	size, ok := strings.CutSuffix(strings.TrimSpace(n.Value), "/s")
+	v, err := ParseByteSize(size)
+	if !ok || err != nil || v <= 0 {
+		return fmt.Errorf("%q is not a byte rate (want e.g. 50MB/s, 512KiB/s, or off)", n.Value)
+	}
+	*b = ByteRate(v)
+	return nil
+}
+
+// MarshalYAML writes the rate as bytes per second, or off.
+func (b ByteRate) MarshalYAML() (any, error) {
+	if b == 0 {
+		return "off", nil
+	}
+	return strconv.FormatInt(int64(b), 10) + "/s", nil
+}
