@@ -29,7 +29,7 @@ type Options struct {
 //	GET  /readyz    200 while serving, 503 before and while draining
 //	GET  /metrics   Prometheus metrics
 //	POST /reload    reload the config; 200 or 400 with the reason (JSON)
-//	GET  /api/apps/{app}/backends  the app's backends: share, in flight, latency, health, imbalance
+//	GET  /api/apps/{app}/backends  the app's backends: share, in flight, latency, health, imbalance; top_clients (limits.client.top_k)
 //	GET  /debug/pprof/...  Go profiles (the admin listener is loopback by default)
 func Handler(o Options) http.Handler {
 	mux := http.NewServeMux()

@@ -92,24 +92,32 @@ func (l *Limiter) Release() {
 // been called, except that a refusal is seen by the overload detector. The
 // uncontended path does not allocate, with or without a Client.
 func (l *Limiter) AcquireFor(ctx context.Context, t Ticket) error {
+	_, err := l.AcquireWait(ctx, t)
+	return err
+}
+
+// AcquireWait is AcquireFor that also returns how long a request that got
+// its slot waited in the queue for it: 0 when a slot was free at once
+// (the clock is then not read), or on error.
+func (l *Limiter) AcquireWait(ctx context.Context, t Ticket) (time.Duration, error) {
 	done := ctx.Done()
 	select {
 	case <-done:
-		return ctx.Err()
+		return 0, ctx.Err()
 	default:
 	}
 	l.mu.Lock()
 	c := l.s.client(t.Client)
 	if l.s.tryTake(c) {
 		l.mu.Unlock()
-		return nil
+		return 0, nil
 	}
 	now := l.clk.Now()
 	if dl, ok := ctx.Deadline(); ok && !dl.After(now) {
 		// ctx.Err() may still be nil: its timer fires a little after the deadline.
 		l.s.forget(c)
 		l.mu.Unlock()
-		return context.DeadlineExceeded
+		return 0, context.DeadlineExceeded
 	}
 	w := waiterPool.Get().(*waiter)
 	w.rank, w.cl = t.Class.rank(), c
@@ -119,10 +127,13 @@ func (l *Limiter) AcquireFor(ctx context.Context, t Ticket) error {
 		l.mu.Unlock()
 		w.cl = nil
 		waiterPool.Put(w)
-		return rej
+		return 0, rej
 	}
 	l.mu.Unlock()
-	return l.wait(ctx, w, maxWait)
+	if err := l.wait(ctx, w, maxWait); err != nil {
+		return 0, err
+	}
+	return l.clk.Now().Sub(now), nil
 }
 
 // wait blocks a queued w until it is granted or dropped, maxWait passes or

@@ -468,3 +468,27 @@ func BenchmarkAcquireRelease(b *testing.B) {
 
 // benchConcurrency leaves every parallel benchmark goroutine a slot.
 const benchConcurrency = 1 << 20
+
+func TestAcquireWaitSaysHowLongTheRequestWaited(t *testing.T) {
+	h := newHarness(t, Limits{Concurrency: 1, MaxLen: 1, MaxWait: time.Second, Target: time.Minute})
+	ctx := context.Background()
+	if d, err := h.l.AcquireWait(ctx, Ticket{}); d != 0 || err != nil {
+		t.Fatalf("free slot: waited %v, %v; want 0, nil", d, err)
+	}
+	type result struct {
+		d   time.Duration
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		d, err := h.l.AcquireWait(ctx, Ticket{})
+		done <- result{d, err}
+	}()
+	<-h.clk.TimerCreated()
+	h.clk.Advance(30 * time.Millisecond)
+	h.l.Release()
+	if r := <-done; r.d != 30*time.Millisecond || r.err != nil {
+		t.Fatalf("queued: waited %v, %v; want 30ms, nil", r.d, r.err)
+	}
+	h.l.Release()
+}

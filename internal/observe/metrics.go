@@ -5,6 +5,7 @@ package observe
 
 import (
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +21,7 @@ type Metrics struct {
 
 	requests        *prometheus.CounterVec
 	duration        *prometheus.HistogramVec
+	queueWait       *prometheus.HistogramVec
 	rejected        *prometheus.CounterVec
 	backendRequests *prometheus.CounterVec
 	connsRejected   *prometheus.CounterVec
@@ -46,6 +48,8 @@ type AppStats struct {
 	// ImbalanceAlert is whether Imbalance is above the app's threshold.
 	ImbalanceAlert bool           `json:"imbalance_alert"`
 	Backends       []BackendStats `json:"backends"`
+	// TopClients are the heaviest clients (nil when limits.client.top_k is 0).
+	TopClients *TopClients `json:"top_clients,omitempty"`
 }
 
 // BackendStats is one backend's state at scrape time.
@@ -71,6 +75,11 @@ func NewMetrics(gauges AppGauges) *Metrics {
 			Help:    "Time from request headers read to response handler done, by app.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"app"}),
+		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "levee_queue_wait_seconds",
+			Help:    "Time an admitted request waited in its app's queue for a concurrency slot; requests admitted at once are not observed.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"app"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "levee_rejected_total", Help: "Requests refused by a limit, by app and reason (the Levee-Reject header).",
 		}, []string{"app", "reason"}),
@@ -87,7 +96,7 @@ func NewMetrics(gauges AppGauges) *Metrics {
 			Name: "levee_log_lines_suppressed_total", Help: "Error log lines dropped by the log rate limit.",
 		}),
 	}
-	m.Registry.MustRegister(m.requests, m.duration, m.rejected, m.backendRequests,
+	m.Registry.MustRegister(m.requests, m.duration, m.queueWait, m.rejected, m.backendRequests,
 		m.connsRejected, m.reloads, m.logsSuppressed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if gauges != nil {
@@ -98,7 +107,8 @@ func NewMetrics(gauges AppGauges) *Metrics {
 
 // App returns the metrics of one app with its label bound, for the request path.
 func (m *Metrics) App(app string) *AppMetrics {
-	return &AppMetrics{m: m, app: app, duration: m.duration.WithLabelValues(app)}
+	return &AppMetrics{m: m, app: app, duration: m.duration.WithLabelValues(app),
+		queueWait: m.queueWait.WithLabelValues(app)}
 }
 
 // ConnRejected counts a connection closed at accept on listener.
@@ -124,6 +134,8 @@ type AppMetrics struct {
 	m        *Metrics
 	app      string
 	duration prometheus.Observer
+	// queueWait observes only requests that waited for their slot.
+	queueWait prometheus.Observer
 	// codes caches the counter child of each status 100..599 once it is first
 	// used, so only codes that happened appear as series.
 	codes [500]atomic.Pointer[counter]
@@ -148,6 +160,10 @@ func (a *AppMetrics) Observe(code int, seconds float64) {
 	a.duration.Observe(seconds)
 }
 
+// QueueWait records the time an admitted request waited for its
+// concurrency slot; callers record only requests that waited.
+func (a *AppMetrics) QueueWait(d time.Duration) { a.queueWait.Observe(d.Seconds()) }
+
 // Rejected counts a request refused for reason.
 func (a *AppMetrics) Rejected(reason string) {
 	if c, ok := a.rejected.Load(reason); ok {
@@ -168,10 +184,16 @@ var (
 		"Max/mean of the weight-normalised share of requests among an app's healthy backends over the last minute (1 is even).", []string{"app"}, nil)
 	alertDesc = prometheus.NewDesc("levee_backend_imbalance_alert",
 		"1 while levee_backend_imbalance is above the app's balance.imbalance_alert.", []string{"app"}, nil)
-	beInflightDesc = prometheus.NewDesc("levee_backend_inflight", "Requests in flight to one backend.", []string{"app", "backend"}, nil)
-	beLatencyDesc  = prometheus.NewDesc("levee_backend_latency_seconds", "A backend's decaying average latency, as the balancer sees it.", []string{"app", "backend"}, nil)
-	beHealthyDesc  = prometheus.NewDesc("levee_backend_healthy", "1 if the backend is healthy and not ejected.", []string{"app", "backend"}, nil)
-	beShareDesc    = prometheus.NewDesc("levee_backend_share", "A backend's share of its app's requests over the last minute.", []string{"app", "backend"}, nil)
+	beInflightDesc  = prometheus.NewDesc("levee_backend_inflight", "Requests in flight to one backend.", []string{"app", "backend"}, nil)
+	beLatencyDesc   = prometheus.NewDesc("levee_backend_latency_seconds", "A backend's decaying average latency, as the balancer sees it.", []string{"app", "backend"}, nil)
+	beHealthyDesc   = prometheus.NewDesc("levee_backend_healthy", "1 if the backend is healthy and not ejected.", []string{"app", "backend"}, nil)
+	beShareDesc     = prometheus.NewDesc("levee_backend_share", "A backend's share of its app's requests over the last minute.", []string{"app", "backend"}, nil)
+	topRequestsDesc = prometheus.NewDesc("levee_top_client_requests",
+		"Requests of each of an app's heaviest clients (at most limits.client.top_k) over the last one to two minutes; an upper bound, over by at most the app's requests in that time / top_k.",
+		[]string{"app", "client"}, nil)
+	topRejectedDesc = prometheus.NewDesc("levee_top_client_rejected",
+		"Requests refused by a limit, of each of an app's most refused clients (at most limits.client.top_k), over the last one to two minutes; an upper bound as levee_top_client_requests.",
+		[]string{"app", "client"}, nil)
 )
 
 func (c *appCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -184,6 +206,8 @@ func (c *appCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- beLatencyDesc
 	ch <- beHealthyDesc
 	ch <- beShareDesc
+	ch <- topRequestsDesc
+	ch <- topRejectedDesc
 }
 
 func (c *appCollector) Collect(ch chan<- prometheus.Metric) {
@@ -202,7 +226,27 @@ func (c *appCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(beHealthyDesc, b2f(b.Healthy), a.Name, b.Addr)
 			gauge(beShareDesc, b.Share, a.Name, b.Addr)
 		}
+		if a.TopClients != nil {
+			topGauges(ch, topRequestsDesc, a.Name, a.TopClients.Requests)
+			topGauges(ch, topRejectedDesc, a.Name, a.TopClients.Rejected)
+		}
 	})
+}
+
+// topGauges reports heavy clients as gauges. Client keys come from
+// requests: they are made valid UTF-8, and a key that then repeats one
+// already reported (heaviest first) is left out, as the registry refuses
+// two series with the same labels.
+func topGauges(ch chan<- prometheus.Metric, d *prometheus.Desc, app string, top []TopEntry) {
+	seen := make(map[string]struct{}, len(top))
+	for _, e := range top {
+		client := strings.ToValidUTF8(e.Key, "\uFFFD")
+		if _, dup := seen[client]; dup {
+			continue
+		}
+		seen[client] = struct{}{}
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(e.Count), app, client)
+	}
 }
 
 // Forget drops the series of an app removed from the config.
@@ -210,6 +254,7 @@ func (m *Metrics) Forget(app string) {
 	l := prometheus.Labels{"app": app}
 	m.requests.DeletePartialMatch(l)
 	m.duration.DeletePartialMatch(l)
+	m.queueWait.DeletePartialMatch(l)
 	m.rejected.DeletePartialMatch(l)
 	m.backendRequests.DeletePartialMatch(l)
 }

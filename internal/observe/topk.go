@@ -183,11 +183,11 @@ func (s *spaceSaving) add(key string, w uint64) {
 		s.down(int(s.slots[i].pos))
 		return
 	}
-	key = strings.Clone(key)
+	owned := strings.Clone(key) // key may be a view into the caller's buffer
 	if n := int32(len(s.slots)); n < int32(s.k) {
-		s.slots = append(s.slots, slot{key: key, count: w, pos: n})
+		s.slots = append(s.slots, slot{key: owned, count: w, pos: n})
 		s.heap = append(s.heap, n)
-		s.index[key] = n
+		s.index[owned] = n
 		s.up(int(n))
 		return
 	}
@@ -195,8 +195,8 @@ func (s *spaceSaving) add(key string, w uint64) {
 	id := s.heap[0]
 	m := &s.slots[id]
 	delete(s.index, m.key)
-	m.key, m.err, m.count = key, m.count, m.count+w
-	s.index[key] = id
+	m.key, m.err, m.count = owned, m.count, m.count+w
+	s.index[owned] = id
 	s.down(0)
 }
 

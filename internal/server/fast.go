@@ -87,8 +87,13 @@ func (s *Server) serveFast(ctx *fasthttp.RequestCtx) {
 	} else {
 		code = s.forwardFast(ctx, rt)
 	}
-	took := s.clk.Now().Sub(start)
+	end := s.clk.Now()
+	took := end.Sub(start)
 	rt.app.metrics.Observe(code, took.Seconds())
+	if rt.top != nil {
+		var buf [net.IPv6len * 4]byte
+		rt.top.Observe(rt.clientKey.topFast(ctx, &buf), rejectedFast(ctx), end)
+	}
 	if snap.access {
 		s.log.Info("access", "app", rt.app.name, "method", string(h.Method()), "host", string(h.Host()),
 			"path", string(ctx.Path()), "status", code, "duration", took, "remote", ctx.RemoteAddr().String())

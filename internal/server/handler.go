@@ -36,8 +36,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := s.clk.Now()
 	rec := newRecorder(w)
 	defer func() {
-		code, took := rec.status(r), s.clk.Now().Sub(start)
+		end := s.clk.Now()
+		code, took := rec.status(r), end.Sub(start)
 		rt.app.metrics.Observe(code, took.Seconds())
+		if rt.top != nil {
+			rt.top.Observe(rt.clientKey.topHTTP(r), rejectedHTTP(rec), end)
+		}
 		if snap.access {
 			s.log.Info("access", "app", rt.app.name, "method", r.Method, "host", r.Host,
 				"path", r.URL.Path, "status", code, "duration", took, "remote", r.RemoteAddr)
@@ -95,7 +99,8 @@ type refusal struct {
 // admit is the engine-neutral core between routing and forwarding, called
 // by both engines: limits.body on the declared length (-1: unknown, then
 // the caller enforces it while streaming), then the app's concurrency
-// limit, waiting in its queue at most until ctx ends. ok means the caller
+// limit, waiting in its queue at most until ctx ends (the wait of a request
+// that queued is observed). ok means the caller
 // holds a slot and must Release it; otherwise the refusal is counted and
 // says what to answer. It allocates nothing.
 func (rt *route) admit(ctx context.Context, contentLength int64, t admit.Ticket) (refusal, bool) {
@@ -103,12 +108,16 @@ func (rt *route) admit(ctx context.Context, contentLength int64, t admit.Ticket)
 		rt.app.metrics.Rejected(reasonBody)
 		return refusal{code: http.StatusRequestEntityTooLarge, reason: reasonBody}, false
 	}
-	if err := rt.app.limiter.AcquireFor(ctx, t); err != nil {
+	waited, err := rt.app.limiter.AcquireWait(ctx, t)
+	if err != nil {
 		if rej, ok := asRejection(err); ok {
 			rt.app.metrics.Rejected(string(rej.Reason))
 			return refusal{code: http.StatusServiceUnavailable, reason: string(rej.Reason), retryAfter: rej.RetryAfter}, false
 		}
 		return refusal{}, false
+	}
+	if waited > 0 {
+		rt.app.metrics.QueueWait(waited)
 	}
 	return refusal{}, true
 }

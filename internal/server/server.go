@@ -100,6 +100,9 @@ type app struct {
 	// rates holds the app's rate limit state (the app's bucket and one per
 	// client), kept across reloads so a reload never hands out a fresh burst.
 	rates *ratelimit.LocalStore
+	// top counts the heaviest clients (nil when limits.client.top_k is 0);
+	// kept across reloads unless top_k changes.
+	top *observe.ClientTop
 }
 
 // route is an app as composed for one config: every request path step in order.
@@ -114,6 +117,7 @@ type route struct {
 	body       int64          // limits.body
 	shape      *shape.Checker // header, URL, query and batch limits
 	pool       *forward.Pool
+	top        *observe.ClientTop // the app's heavy hitters; nil when off
 }
 
 // New returns a Server for cfg, which must have passed Validate.
@@ -243,6 +247,10 @@ func (s *Server) applyLocked(cfg *config.Config) {
 		rt.classes = newClassifier(ac.Limits.Priority)
 		rt.fairShare = ac.Limits.FairShare
 		rt.adaptive = a.adaptive
+		if a.top.K() != ac.Limits.Client.TopK {
+			a.top = observe.NewClientTop(ac.Limits.Client.TopK)
+		}
+		rt.top = a.top
 		entries = append(entries, catalog.Entry[*route]{Hosts: ac.Hosts, Paths: ac.Paths, Value: rt})
 	}
 	s.current.Store(&snapshot{catalog: catalog.Build(entries), access: cfg.Log.Access})
@@ -390,7 +398,7 @@ func (s *Server) AppStats(name string) (observe.AppStats, bool) {
 // last window. The caller holds s.mu.
 func (a *app) stats(now time.Time) observe.AppStats {
 	st := observe.AppStats{Name: a.name, InFlight: a.limiter.InFlight(), Queued: a.limiter.Queued(),
-		Limit: a.limiter.Limits().Concurrency, ImbalanceAlert: a.alert}
+		Limit: a.limiter.Limits().Concurrency, ImbalanceAlert: a.alert, TopClients: a.top.Top(now)}
 	var shares []balance.Share
 	shares, st.Imbalance = a.window.Observe(a.backends, now)
 	for _, sh := range shares {
