@@ -3,6 +3,7 @@ package config
 import (
 	"crypto/tls"
 	"fmt"
+	"github.com/leveeproxy/levee/internal/bandwidth"
 	"net"
 	"net/netip"
 	"slices"
@@ -283,8 +284,12 @@ func validateApp(errs *Errors, name string, a *App, routes map[string]string) {
 	}
 	within(errs, p+".limits.client.max_keys", c.MaxKeys, 64, 100_000_000)
 	within(errs, p+".limits.client.top_k", c.TopK, 0, 1000)
-	if bw := l.Bandwidth; bw.Rate != 0 && (bw.MaxDelay < Duration(10*time.Millisecond) || bw.MaxDelay.D() > time.Hour) {
-		errs.add(p+".limits.bandwidth.max_delay", "must be 10ms..1h (got %s)", bw.MaxDelay)
+	if bw := l.Bandwidth; bw.Rate != 0 {
+		if bw.MaxDelay < Duration(10*time.Millisecond) || bw.MaxDelay.D() > time.Hour {
+			errs.add(p+".limits.bandwidth.max_delay", "must be 10ms..1h (got %s)", bw.MaxDelay)
+		} else if err := (bandwidth.Options{Rate: int64(bw.Rate), MaxDelay: bw.MaxDelay.D()}).WithDefaults().Validate(); err != nil {
+			errs.add(p+".limits.bandwidth", "%v", err) // e.g. max_delay shorter than one chunk at this rate
+		}
 	}
 	checkClass(errs, p+".limits.priority.default", l.Priority.Default)
 	for _, path := range sortedKeys(l.Priority.Paths) {

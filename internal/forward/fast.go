@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/leveeproxy/levee/internal/balance"
+	"github.com/leveeproxy/levee/internal/bandwidth"
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/shape"
 )
@@ -89,6 +90,9 @@ func (p *Pool) serveFast(ctx *fasthttp.RequestCtx, be *backend, bodyLimit int64,
 	}
 	var body *limitedBody
 	if bs := ctx.RequestBodyStream(); bs != nil {
+		if p.bw != nil {
+			bs = p.bw.Reader(ctx, bs)
+		}
 		body = &limitedBody{r: bs, left: bodyLimit}
 		var r io.Reader = body
 		if br := p.shape.BatchReader(body); br != nil {
@@ -120,7 +124,13 @@ func (p *Pool) serveFast(ctx *fasthttp.RequestCtx, be *backend, bodyLimit int64,
 			n = -1 // chunked to the client, whatever the backend's framing
 		}
 		pk.code = resp.StatusCode()
-		ctx.Response.SetBodyStream(&fastBody{resp: resp, slot: pk}, n)
+		fb := &fastBody{resp: resp, slot: pk, r: resp.BodyStream()}
+		if p.bw != nil {
+			// Paced as it is read from the backend; a cut ends the stream
+			// with an error, which closes the client's connection.
+			fb.r, fb.onCut = p.bw.Reader(ctx, fb.r), p.onReject
+		}
+		ctx.Response.SetBodyStream(fb, n)
 		return
 	}
 	resp.CloseBodyStream()
@@ -131,6 +141,11 @@ func (p *Pool) serveFast(ctx *fasthttp.RequestCtx, be *backend, bodyLimit int64,
 func (p *Pool) fastError(ctx *fasthttp.RequestCtx, be *backend, err error, body *limitedBody) {
 	var v *shape.Violation
 	switch {
+	case errors.Is(err, bandwidth.ErrTooSlow) || body != nil && errors.Is(body.err, bandwidth.ErrTooSlow):
+		p.onReject(reasonBandwidth)
+		fastText(ctx, fasthttp.StatusServiceUnavailable, HeaderReject, reasonBandwidth, "levee: rejected: bandwidth: the transfer was held too long")
+		ctx.Response.Header.Set("Retry-After", "1")
+		ctx.SetConnectionClose()
 	case errors.As(err, &v):
 		p.onReject(string(v.Reason))
 		fastText(ctx, v.Status, HeaderReject, string(v.Reason), "levee: rejected: "+v.Msg)
@@ -189,12 +204,20 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 // fastBody streams a backend's response body to the client; closing it
 // (fasthttp does, after writing) releases the response and the slot.
 type fastBody struct {
-	resp *fasthttp.Response
-	slot Releaser
-	once sync.Once
+	resp  *fasthttp.Response
+	r     io.Reader    // the backend's body, paced when bandwidth is limited
+	onCut func(string) // counts a bandwidth cut; nil when unpaced
+	slot  Releaser
+	once  sync.Once
 }
 
-func (b *fastBody) Read(p []byte) (int, error) { return b.resp.BodyStream().Read(p) }
+func (b *fastBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if b.onCut != nil && errors.Is(err, bandwidth.ErrTooSlow) {
+		b.onCut(reasonBandwidth)
+	}
+	return n, err
+}
 
 func (b *fastBody) Close() error { return b.CloseWithError(nil) }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leveeproxy/levee/internal/balance"
+	"github.com/leveeproxy/levee/internal/bandwidth"
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/leveeproxy/levee/internal/shape"
@@ -56,6 +57,8 @@ type Options struct {
 	// Outcomes, if set, learns from every finished request (passive
 	// outlier ejection).
 	Outcomes OutcomeObserver
+	// Bandwidth paces request and response bytes; nil paces nothing.
+	Bandwidth *bandwidth.Limiter
 }
 
 // OutcomeObserver learns from each finished request; *health.Ejector is one.
@@ -68,8 +71,9 @@ type Pool struct {
 	app      string
 	backends []*backend
 	bal      balance.Balancer
-	keyless  balance.Balancer // for hash: requests without a key
-	outcomes OutcomeObserver  // may be nil
+	keyless  balance.Balancer   // for hash: requests without a key
+	outcomes OutcomeObserver    // may be nil
+	bw       *bandwidth.Limiter // may be nil
 	key      hashKey
 	errlog   *observe.ErrorLog
 	trust    Trust
@@ -93,7 +97,7 @@ func NewPool(o Options) *Pool {
 	}
 	set := balance.NewSet(specs, o.Prev, time.Now())
 	p := &Pool{app: o.App, errlog: o.ErrorLog, trust: o.Trust,
-		upstream: o.Upstream, shape: o.Shape, onReject: o.OnReject, outcomes: o.Outcomes}
+		upstream: o.Upstream, shape: o.Shape, onReject: o.OnReject, outcomes: o.Outcomes, bw: o.Bandwidth}
 	switch o.Balance.Policy {
 	case config.BalanceRoundRobin, config.BalanceWeighted:
 		p.bal = balance.NewRoundRobinSet(set)
@@ -136,10 +140,16 @@ func NewPool(o Options) *Pool {
 // ServeHTTP forwards r to the next backend and streams back its response.
 func (p *Pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Body != nil && r.Body != http.NoBody {
+		if p.bw != nil {
+			r.Body = batchBody{Reader: p.bw.Reader(r.Context(), r.Body), Closer: r.Body}
+		}
 		if br := p.shape.BatchReader(r.Body); br != nil {
 			// Outermost, so its violation reaches errorHandler as itself.
 			r.Body = batchBody{Reader: br, Closer: r.Body}
 		}
+	}
+	if p.bw != nil {
+		w = &pacedWriter{ResponseWriter: w, paced: p.bw.Writer(r.Context(), w), onCut: p.onReject}
 	}
 	start := time.Now()
 	key := p.key.http(r)
@@ -217,6 +227,12 @@ func (p *Pool) errorHandler(be *backend) func(http.ResponseWriter, *http.Request
 			p.onReject("body")
 			w.Header().Set(HeaderReject, "body")
 			http.Error(w, "levee: request body too large", http.StatusRequestEntityTooLarge)
+		case errors.Is(err, bandwidth.ErrTooSlow):
+			p.onReject(reasonBandwidth)
+			w.Header().Set(HeaderReject, reasonBandwidth)
+			w.Header().Set("Retry-After", "1")
+			w.Header().Set("Connection", "close")
+			http.Error(w, "levee: rejected: bandwidth: the transfer was held too long", http.StatusServiceUnavailable)
 		case errors.As(err, &v):
 			p.onReject(string(v.Reason))
 			w.Header().Set(HeaderReject, string(v.Reason))
@@ -238,6 +254,35 @@ func (p *Pool) errorHandler(be *backend) func(http.ResponseWriter, *http.Request
 			http.Error(w, "levee: backend unreachable", http.StatusBadGateway)
 		}
 	}
+}
+
+// reasonBandwidth: a transfer cut after waiting limits.bandwidth.max_delay.
+const reasonBandwidth = "bandwidth"
+
+// pacedWriter paces a response through the app's bandwidth limit; Unwrap
+// keeps Flush and Hijack reachable for http.ResponseController.
+type pacedWriter struct {
+	http.ResponseWriter
+	paced io.Writer
+	onCut func(string)
+}
+
+func (w *pacedWriter) Write(b []byte) (int, error) {
+	n, err := w.paced.Write(b)
+	if errors.Is(err, bandwidth.ErrTooSlow) {
+		w.onCut(reasonBandwidth)
+	}
+	return n, err
+}
+
+func (w *pacedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Status passes the recorder's status through, for the balancer.
+func (w *pacedWriter) Status() int {
+	if s, ok := w.ResponseWriter.(interface{ Status() int }); ok {
+		return s.Status()
+	}
+	return 0
 }
 
 // batchBody counts batch items as the body streams; Close closes the original.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/leveeproxy/levee/internal/admit"
 	"github.com/leveeproxy/levee/internal/balance"
+	"github.com/leveeproxy/levee/internal/bandwidth"
 	"github.com/leveeproxy/levee/internal/catalog"
 	"github.com/leveeproxy/levee/internal/clock"
 	"github.com/leveeproxy/levee/internal/config"
@@ -100,6 +101,10 @@ type app struct {
 	// rates holds the app's rate limit state (the app's bucket and one per
 	// client), kept across reloads so a reload never hands out a fresh burst.
 	rates *ratelimit.LocalStore
+	// bw paces the app's bytes (nil when limits.bandwidth is off); kept
+	// across reloads unless its settings change.
+	bw    *bandwidth.Limiter
+	bwCfg config.Bandwidth
 	// top counts the heaviest clients (nil when limits.client.top_k is 0);
 	// kept across reloads unless top_k changes.
 	top *observe.ClientTop
@@ -231,6 +236,7 @@ func (s *Server) applyLocked(cfg *config.Config) {
 			ErrorLog: s.errlog, Metrics: s.metrics, FastClients: a.fast, Upstream: cfg.Upstream,
 			Shape: checker, OnReject: a.metrics.Rejected,
 			Balance: ac.Balance, Prev: a.backends, Outcomes: a.outcomes(),
+			Bandwidth: s.applyBandwidth(a, ac.Limits.Bandwidth),
 		})}
 		a.backends = rt.pool.Set()
 		if a.ejector != nil {
@@ -290,6 +296,22 @@ func (s *Server) applyConcurrency(a *app, c config.Concurrency, lim admit.Limits
 		return
 	}
 	a.adaptive = newAdaptiveLimit(c, lim, a.limiter)
+}
+
+// applyBandwidth makes, keeps or drops an app's bandwidth limiter.
+func (s *Server) applyBandwidth(a *app, cfg config.Bandwidth) *bandwidth.Limiter {
+	if cfg.Rate == 0 {
+		a.bw = nil
+		return nil
+	}
+	if a.bw == nil || a.bwCfg != cfg {
+		l, err := bandwidth.New(bandwidth.Options{Name: a.name, Rate: int64(cfg.Rate), MaxDelay: cfg.MaxDelay.D(), Clock: s.clk})
+		if err != nil { // validated config: a broken invariant
+			panic(fmt.Sprintf("server: bandwidth: %v", err))
+		}
+		a.bw, a.bwCfg = l, cfg
+	}
+	return a.bw
 }
 
 // applyEjection makes, keeps or drops an app's outlier ejector.
