@@ -97,6 +97,7 @@ type App struct {
 	Balance  Balance   `yaml:"balance"`
 	Health   Health    `yaml:"health"`
 	Ejection Ejection  `yaml:"ejection"`
+	Retry    Retry     `yaml:"retry"`
 	Limits   Limits    `yaml:"limits"`
 }
 
@@ -120,6 +121,25 @@ type Ejection struct {
 	// 0% turns ejection off.
 	MaxEjected Percent `yaml:"max_ejected"`
 }
+
+// Retry says when a failed request is tried again on another backend.
+// Only a safe retry is made (see docs/config.md): a connect error, when
+// nothing of the request was sent, for any method; a listed status for an
+// idempotent method whose body can be sent again.
+type Retry struct {
+	// On lists what is retried: RetryConnect and the statuses "502", "503", "504".
+	On []string `yaml:"on"`
+	// Budget caps retries at this share of the app's requests over a
+	// sliding window (plus a small minimum); 0% turns retries off.
+	Budget Percent `yaml:"budget"`
+	// Attempts is the most tries of one request, the first included; 1
+	// turns retries off.
+	Attempts int `yaml:"attempts"`
+}
+
+// RetryConnect in Retry.On retries a request whose backend refused or did
+// not accept the connection.
+const RetryConnect = "connect"
 
 // The balancing policies.
 const (
@@ -351,6 +371,9 @@ const (
 	DefaultEjectionBase          = 30 * time.Second
 	DefaultEjectionMax           = 5 * time.Minute
 	DefaultMaxEjected            = 50
+	DefaultRetryBudget           = 20
+	DefaultRetryAttempts         = 2
+	MaxRetryAttempts             = 5
 	DefaultImbalanceAlert        = 1.5
 	DefaultClientMaxKeys         = 100_000
 	DefaultClientTopK            = 16
@@ -401,6 +424,7 @@ func DefaultApp() *App {
 			Healthy: DefaultHealthy, Unhealthy: DefaultUnhealthy},
 		Ejection: Ejection{ConsecutiveFailures: DefaultConsecutiveFailures, BaseTime: Duration(DefaultEjectionBase),
 			MaxTime: Duration(DefaultEjectionMax), MaxEjected: DefaultMaxEjected},
+		Retry: Retry{On: []string{RetryConnect}, Budget: DefaultRetryBudget, Attempts: DefaultRetryAttempts},
 		Limits: Limits{
 			Concurrency: Concurrency{Limit: DefaultConcurrency, Adaptive: AdaptiveOff, Min: DefaultAdaptiveMin, Max: DefaultAdaptiveMax},
 			Queue: Queue{MaxWait: Duration(DefaultQueueMaxWait), MaxLen: DefaultQueueMaxLen,

@@ -117,6 +117,7 @@ func TestParseExampleGetsDefaults(t *testing.T) {
 			Healthy: DefaultHealthy, Unhealthy: DefaultUnhealthy},
 		Ejection: Ejection{ConsecutiveFailures: DefaultConsecutiveFailures, BaseTime: Duration(DefaultEjectionBase),
 			MaxTime: Duration(DefaultEjectionMax), MaxEjected: DefaultMaxEjected},
+		Retry: Retry{On: []string{RetryConnect}, Budget: DefaultRetryBudget, Attempts: DefaultRetryAttempts},
 		Limits: Limits{
 			Concurrency: Concurrency{Limit: DefaultConcurrency, Adaptive: AdaptiveOff, Min: DefaultAdaptiveMin, Max: DefaultAdaptiveMax},
 			Queue: Queue{MaxWait: Duration(DefaultQueueMaxWait), MaxLen: DefaultQueueMaxLen,

@@ -233,6 +233,7 @@ func validateApp(errs *Errors, name string, a *App, routes map[string]string) {
 	if e.MaxTime < e.BaseTime {
 		errs.add(p+".ejection.max_time", "must be ≥ ejection.base_time (got %s)", e.MaxTime)
 	}
+	validateRetry(errs, p+".retry", a.Retry)
 	l := a.Limits
 	switch c := l.Concurrency; c.Adaptive {
 	case AdaptiveOff:
@@ -427,4 +428,20 @@ func sortedKeys(m map[string]string) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+func validateRetry(errs *Errors, p string, r Retry) {
+	seen := map[string]bool{}
+	for i, on := range r.On {
+		switch on {
+		case RetryConnect, "502", "503", "504":
+		default:
+			errs.add(fmt.Sprintf("%s.on[%d]", p, i), "must be connect, 502, 503 or 504 (got %q)", on)
+		}
+		if seen[on] {
+			errs.add(fmt.Sprintf("%s.on[%d]", p, i), "%s is listed twice", on)
+		}
+		seen[on] = true
+	}
+	within(errs, p+".attempts", r.Attempts, 1, MaxRetryAttempts)
 }
