@@ -110,12 +110,26 @@ func (p *Pool) serveFast(ctx *fasthttp.RequestCtx, be *backend, bodyLimit int64,
 		}
 		out.SetBodyRaw(b)
 	}
+	var t tries
+	retrying := p.retry.enabled(len(p.backends))
+	if retrying {
+		p.retry.budget.Request(p.clk.Now())
+		t.add(pk.i)
+	}
 	resp := fasthttp.AcquireResponse()
-	if err := be.fast.Do(out, resp); err != nil {
-		fasthttp.ReleaseResponse(resp)
-		p.fastError(ctx, be, err, body)
-		pk.finish(ctx)
-		return
+	for {
+		err := be.fast.Do(out, resp)
+		if !retrying || !p.fastRetry(ctx, resp, err, body, pk, &t) {
+			if err != nil {
+				fasthttp.ReleaseResponse(resp)
+				p.fastError(ctx, be, err, body)
+				pk.finish(ctx)
+				return
+			}
+			break
+		}
+		be = p.backends[pk.i]
+		be.requests.Inc()
 	}
 	copyResponse(&ctx.Response, resp)
 	if bs := resp.BodyStream(); bs != nil && !ctx.IsHead() {
@@ -177,12 +191,14 @@ func fastText(ctx *fasthttp.RequestCtx, code int, header, value, msg string) {
 // limitedBody passes a request body on, failing once more than left bytes
 // have come, and remembers why reading stopped.
 type limitedBody struct {
-	r    io.Reader
-	left int64
-	err  error
+	r       io.Reader
+	left    int64
+	err     error
+	touched bool // Read was called: some of the body may have gone out
 }
 
 func (b *limitedBody) Read(p []byte) (int, error) {
+	b.touched = true
 	if b.err != nil {
 		return 0, b.err
 	}
@@ -561,4 +577,32 @@ func (pk *pick) Release() {
 	*pk = pick{}
 	picks.Put(pk)
 	slot.Release()
+}
+
+// fastRetry decides, after a try of ctx's request that returned resp or
+// err, whether to try again, and if so moves pk to the next backend (the
+// failed try is reported to the balancer) and frees resp for the next try.
+// Retried: a connect error if the body stream (if any) was never read; a
+// listed status for an idempotent method whose body was read whole (never
+// a stream).
+func (p *Pool) fastRetry(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, err error, body *limitedBody, pk *pick, t *tries) bool {
+	if err != nil {
+		if !p.retry.onConnect || !isConnectError(err) || body != nil && body.touched {
+			return false
+		}
+	} else if !p.retry.on(resp.StatusCode()) || !isIdempotent(&ctx.Request.Header) || body != nil {
+		return false
+	}
+	bal, i, ok := p.nextTry(pk.bal, t, time.Now())
+	if !ok {
+		return false
+	}
+	if err == nil {
+		resp.CloseBodyStream()
+		resp.Reset()
+	}
+	p.done(pk.bal, pk.i, balance.Failed, pk.start)
+	pk.bal, pk.i, pk.start = bal, i, time.Now()
+	t.add(i)
+	return true
 }

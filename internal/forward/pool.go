@@ -14,6 +14,7 @@ import (
 
 	"github.com/leveeproxy/levee/internal/balance"
 	"github.com/leveeproxy/levee/internal/bandwidth"
+	"github.com/leveeproxy/levee/internal/clock"
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/leveeproxy/levee/internal/shape"
@@ -59,6 +60,11 @@ type Options struct {
 	Outcomes OutcomeObserver
 	// Bandwidth paces request and response bytes; nil paces nothing.
 	Bandwidth *bandwidth.Limiter
+	// Retry says which failed requests are tried again on another backend.
+	// The zero value retries nothing.
+	Retry config.Retry
+	// Clock times the retry budget's window; nil is the real clock.
+	Clock clock.Clock
 }
 
 // OutcomeObserver learns from each finished request; *health.Ejector is one.
@@ -80,6 +86,8 @@ type Pool struct {
 	upstream config.Upstream
 	shape    *shape.Checker
 	onReject func(reason string)
+	retry    retryPolicy
+	clk      clock.Clock
 }
 
 type backend struct {
@@ -114,6 +122,12 @@ func NewPool(o Options) *Pool {
 	if p.onReject == nil {
 		p.onReject = func(string) {}
 	}
+	p.clk = o.Clock
+	if p.clk == nil {
+		p.clk = clock.Real{}
+	}
+	retries, exhausted := o.Metrics.RetryCounters(o.App)
+	p.retry = newRetryPolicy(o.Retry, retries, exhausted)
 	for _, b := range o.Backends {
 		be := &backend{addr: b.Addr, requests: o.Metrics.BackendCounter(o.App, b.Addr), fast: o.FastClients[b.Addr]}
 		target := &url.URL{Scheme: "http", Host: b.Addr}
@@ -131,6 +145,9 @@ func NewPool(o Options) *Pool {
 			// Unknown-length and event-stream responses are flushed as they
 			// arrive (ReverseProxy's rule); others are copied through a 32 KiB buffer.
 			FlushInterval: 0,
+		}
+		if p.retry.statuses != [3]bool{} {
+			be.proxy.ModifyResponse = p.retryStatus
 		}
 		p.backends = append(p.backends, be)
 	}
@@ -161,6 +178,10 @@ func (p *Pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.Set("Retry-After", "1")
 		h.Set(HeaderReject, reasonNoBackend)
 		http.Error(w, "levee: rejected: no healthy backend", http.StatusServiceUnavailable)
+		return
+	}
+	if p.retry.enabled(len(p.backends)) {
+		p.serveRetrying(w, r, bal, i, start)
 		return
 	}
 	be := p.backends[i]
@@ -240,6 +261,8 @@ func (p *Pool) errorHandler(be *backend) func(http.ResponseWriter, *http.Request
 			http.Error(w, "levee: rejected: "+v.Msg, v.Status)
 		case r.Context().Err() != nil:
 			// The client went away; there is no one to answer and nothing to log.
+		case p.retryError(r, err):
+			// Tried again on another backend: this try answers nothing.
 		case errors.As(err, new(*BadBodyError)):
 			w.Header().Set(HeaderError, "bad-request-body")
 			w.Header().Set("Connection", "close")

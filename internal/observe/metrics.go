@@ -27,6 +27,8 @@ type Metrics struct {
 	connsRejected   *prometheus.CounterVec
 	reloads         *prometheus.CounterVec
 	logsSuppressed  prometheus.Counter
+	retries         *prometheus.CounterVec
+	retryExhausted  *prometheus.CounterVec
 }
 
 // AppGauges reports per-app gauges read at scrape time, so the request path
@@ -92,12 +94,18 @@ func NewMetrics(gauges AppGauges) *Metrics {
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "levee_config_reloads_total", Help: "Config reloads by result (ok or error).",
 		}, []string{"result"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "levee_retries_total", Help: "Requests tried again on another backend (retry.on), by app.",
+		}, []string{"app"}),
+		retryExhausted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "levee_retry_budget_exhausted_total", Help: "Retries not made because the app's retry.budget was spent.",
+		}, []string{"app"}),
 		logsSuppressed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "levee_log_lines_suppressed_total", Help: "Error log lines dropped by the log rate limit.",
 		}),
 	}
 	m.Registry.MustRegister(m.requests, m.duration, m.queueWait, m.rejected, m.backendRequests,
-		m.connsRejected, m.reloads, m.logsSuppressed,
+		m.connsRejected, m.reloads, m.logsSuppressed, m.retries, m.retryExhausted,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if gauges != nil {
 		m.Registry.MustRegister(&appCollector{gauges: gauges})
@@ -126,6 +134,12 @@ func (m *Metrics) Reload(ok bool) {
 // BackendCounter returns the request counter for one backend of app.
 func (m *Metrics) BackendCounter(app, backend string) prometheus.Counter {
 	return m.backendRequests.WithLabelValues(app, backend)
+}
+
+// RetryCounters returns app's counters of retries made and of retries the
+// budget refused.
+func (m *Metrics) RetryCounters(app string) (retries, exhausted prometheus.Counter) {
+	return m.retries.WithLabelValues(app), m.retryExhausted.WithLabelValues(app)
 }
 
 // AppMetrics are one app's request metrics with labels pre-bound.
@@ -257,6 +271,8 @@ func (m *Metrics) Forget(app string) {
 	m.queueWait.DeletePartialMatch(l)
 	m.rejected.DeletePartialMatch(l)
 	m.backendRequests.DeletePartialMatch(l)
+	m.retries.DeletePartialMatch(l)
+	m.retryExhausted.DeletePartialMatch(l)
 }
 
 func b2f(b bool) float64 {

@@ -54,6 +54,7 @@ apps:
     backends: [%s, %s]
     balance: round_robin
     ejection: {consecutive_failures: 2, base_time: 1m}
+    retry: {attempts: 1}
 `, good, dead))
 	failed := 0
 	for range 6 { // round robin: the dead backend's 2nd failure ejects it

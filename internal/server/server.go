@@ -237,6 +237,7 @@ func (s *Server) applyLocked(cfg *config.Config) {
 			Shape: checker, OnReject: a.metrics.Rejected,
 			Balance: ac.Balance, Prev: a.backends, Outcomes: a.outcomes(),
 			Bandwidth: s.applyBandwidth(a, ac.Limits.Bandwidth),
+			Retry:     ac.Retry, Clock: s.clk,
 		})}
 		a.backends = rt.pool.Set()
 		if a.ejector != nil {
