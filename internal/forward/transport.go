@@ -17,10 +17,14 @@ import (
 // under load closes and reopens connections until TIME_WAIT sockets exhaust
 // the ephemeral ports.
 func NewTransport(u config.Upstream) *http.Transport {
+	idle := u.MaxIdlePerBackend
+	if idle == 0 {
+		idle = -1 // net/http reads 0 as its default of 2; -1 keeps none, as configured
+	}
 	return &http.Transport{
 		DialContext:           newDialer(u).DialContext,
 		MaxConnsPerHost:       u.MaxConnsPerBackend,
-		MaxIdleConnsPerHost:   u.MaxIdlePerBackend,
+		MaxIdleConnsPerHost:   idle,
 		MaxIdleConns:          0, // bounded per host above; no global cap to thrash
 		IdleConnTimeout:       u.IdleTimeout.D(),
 		ResponseHeaderTimeout: u.ResponseHeaderTimeout.D(),

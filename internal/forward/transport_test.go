@@ -43,3 +43,12 @@ func TestDefaultIdlePoolIsNotGosTwo(t *testing.T) {
 		t.Fatalf("default idle connections per backend = %d; want %d (Go's 2 causes TIME_WAIT storms)", got, config.DefaultMaxIdlePerBackend)
 	}
 }
+
+// max_idle_per_backend: 0 means no idle connections, not Go's default of 2.
+func TestZeroIdlePoolKeepsNone(t *testing.T) {
+	u := config.Default().Upstream
+	u.MaxIdlePerBackend = 0
+	if got := NewTransport(u).MaxIdleConnsPerHost; got >= 0 {
+		t.Fatalf("MaxIdleConnsPerHost = %d for max_idle_per_backend 0; want negative (keep none)", got)
+	}
+}
