@@ -64,7 +64,7 @@ var errBodyTooLarge = errors.New("forward: request body too large")
 // enforced while a body of unknown length streams.
 func (p *Pool) ServeFast(ctx *fasthttp.RequestCtx, bodyLimit int64, slot Releaser) {
 	start := time.Now()
-	key := p.key.fast(ctx)
+	key := p.key.Fast(ctx)
 	bal := p.balancer(key)
 	i := bal.Pick(key, start)
 	if i == balance.NoBackend {

@@ -9,22 +9,32 @@ import (
 	"github.com/leveeproxy/levee/internal/config"
 )
 
-// hashKey extracts a request's key for the hash policy; the zero value
-// extracts nothing ("").
-type hashKey struct {
+// KeySource names who a request is for levee's per-client steps: the hash
+// policy (balance.hash.key), client rate limits, fair share and priorities
+// (limits.client.key). It reads header:NAME, cookie:NAME or the peer's IP
+// ("ip"); the zero value reads nothing (""). One type serves every step so
+// that they can never disagree about who a client is.
+type KeySource struct {
 	kind string // "header", "cookie", "ip" or ""
 	name string
 }
 
-func newHashKey(src string) hashKey {
+// NewKeySource parses a key source as the config writes it; one the config
+// would reject gives the zero KeySource.
+func NewKeySource(src string) KeySource {
 	kind, name, err := config.ParseHashKey(src)
 	if err != nil {
-		return hashKey{}
+		return KeySource{}
 	}
-	return hashKey{kind: kind, name: name}
+	return KeySource{kind: kind, name: name}
 }
 
-func (k hashKey) http(r *http.Request) string {
+// IsHeader reports whether the key comes from a request header.
+func (k KeySource) IsHeader() bool { return k.kind == "header" }
+
+// HTTP returns the key of a net/http request ("" when the header or cookie
+// is absent).
+func (k KeySource) HTTP(r *http.Request) string {
 	switch k.kind {
 	case "header":
 		return r.Header.Get(k.name)
@@ -33,15 +43,14 @@ func (k hashKey) http(r *http.Request) string {
 			return c.Value
 		}
 	case "ip":
-		if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-			return host
-		}
-		return r.RemoteAddr
+		return PeerIP(r)
 	}
 	return ""
 }
 
-func (k hashKey) fast(ctx *fasthttp.RequestCtx) string {
+// Fast returns the key of a fasthttp request as an ordinary string (it
+// copies: callers such as the limiter keep it beyond the request).
+func (k KeySource) Fast(ctx *fasthttp.RequestCtx) string {
 	switch k.kind {
 	case "header":
 		for name, v := range ctx.Request.Header.All() {
@@ -56,3 +65,14 @@ func (k hashKey) fast(ctx *fasthttp.RequestCtx) string {
 	}
 	return ""
 }
+
+// PeerIP is the address of a net/http request's peer, without its port.
+func PeerIP(r *http.Request) string {
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return host
+	}
+	return r.RemoteAddr
+}
+
+// Name is the header or cookie name ("" for ip).
+func (k KeySource) Name() string { return k.name }

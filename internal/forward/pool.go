@@ -80,7 +80,7 @@ type Pool struct {
 	keyless  balance.Balancer   // for hash: requests without a key
 	outcomes OutcomeObserver    // may be nil
 	bw       *bandwidth.Limiter // may be nil
-	key      hashKey
+	key      KeySource
 	errlog   *observe.ErrorLog
 	trust    Trust
 	upstream config.Upstream
@@ -115,7 +115,7 @@ func NewPool(o Options) *Pool {
 			panic(fmt.Sprintf("forward: %v", err))
 		}
 		p.bal, p.keyless = h, balance.NewP2C(set, o.Rand)
-		p.key = newHashKey(o.Balance.Hash.Key)
+		p.key = NewKeySource(o.Balance.Hash.Key)
 	default:
 		p.bal = balance.NewP2C(set, o.Rand)
 	}
@@ -169,7 +169,7 @@ func (p *Pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w = &pacedWriter{ResponseWriter: w, paced: p.bw.Writer(r.Context(), w), onCut: p.onReject}
 	}
 	start := time.Now()
-	key := p.key.http(r)
+	key := p.key.HTTP(r)
 	bal := p.balancer(key)
 	i := bal.Pick(key, start)
 	if i == balance.NoBackend {

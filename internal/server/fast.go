@@ -92,7 +92,7 @@ func (s *Server) serveFast(ctx *fasthttp.RequestCtx) {
 	rt.app.metrics.Observe(code, took.Seconds())
 	if rt.top != nil {
 		var buf [net.IPv6len * 4]byte
-		rt.top.Observe(rt.clientKey.topFast(ctx, &buf), rejectedFast(ctx), end)
+		rt.top.Observe(topFast(rt.clientKey, ctx, &buf), rejectedFast(ctx), end)
 	}
 	if snap.access {
 		s.log.Info("access", "app", rt.app.name, "method", string(h.Method()), "host", string(h.Host()),
@@ -112,7 +112,7 @@ func (s *Server) forwardFast(ctx *fasthttp.RequestCtx, rt *route) int {
 	// request waits out its place in the queue (at most queue.max_wait).
 	var client string
 	if rt.needsClient() {
-		client = rt.clientKey.fast(ctx)
+		client = rt.clientKey.Fast(ctx)
 	}
 	if rt.appRate != nil || rt.clientRate != nil {
 		if ref, ok := rt.limitRate(client, s.clk.Now()); !ok {

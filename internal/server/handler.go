@@ -40,7 +40,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		code, took := rec.status(r), end.Sub(start)
 		rt.app.metrics.Observe(code, took.Seconds())
 		if rt.top != nil {
-			rt.top.Observe(rt.clientKey.topHTTP(r), rejectedHTTP(rec), end)
+			rt.top.Observe(topHTTP(rt.clientKey, r), rejectedHTTP(rec), end)
 		}
 		if snap.access {
 			s.log.Info("access", "app", rt.app.name, "method", r.Method, "host", r.Host,
@@ -59,7 +59,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var client string
 	if rt.needsClient() {
-		client = rt.clientKey.http(r)
+		client = rt.clientKey.HTTP(r)
 	}
 	if rt.appRate != nil || rt.clientRate != nil {
 		if ref, ok := rt.limitRate(client, s.clk.Now()); !ok {

@@ -1,11 +1,8 @@
 package server
 
 import (
-	"net"
 	"net/http"
 	"time"
-
-	"github.com/valyala/fasthttp"
 
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/ratelimit"
@@ -38,37 +35,6 @@ func newRateRule(name, reason string, r config.Rate, burst int) *rateRule {
 		panic("server: a validated rate limit is invalid: " + err.Error())
 	}
 	return &rateRule{lim: lim, policy: policy, reason: reason}
-}
-
-// clientKeySource says who the client of a request is, for limits.client.
-type clientKeySource struct {
-	header string // the header's name, or "" for the peer's IP
-}
-
-func newClientKeySource(key string) clientKeySource {
-	if kind, name, err := config.ParseHashKey(key); err == nil && kind == "header" {
-		return clientKeySource{header: name}
-	}
-	return clientKeySource{}
-}
-
-func (k clientKeySource) http(r *http.Request) string {
-	if k.header != "" {
-		return r.Header.Get(k.header) // "" when absent: one shared bucket
-	}
-	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-		return host
-	}
-	return r.RemoteAddr
-}
-
-// fast returns the client key of a fasthttp request as an ordinary string:
-// the limiter keeps it while the client holds a slot.
-func (k clientKeySource) fast(ctx *fasthttp.RequestCtx) string {
-	if k.header != "" {
-		return string(ctx.Request.Header.Peek(k.header))
-	}
-	return ctx.RemoteIP().String()
 }
 
 // limitRate applies the app's rate limit and the client's, in an order that

@@ -113,14 +113,14 @@ type app struct {
 // route is an app as composed for one config: every request path step in order.
 type route struct {
 	app        *app
-	appRate    *rateRule // limits.rate; nil when off
-	clientRate *rateRule // limits.client.rate; nil when off
-	clientKey  clientKeySource
-	classes    classifier     // limits.priority
-	fairShare  bool           // limits.fair_share: tickets carry the client key
-	adaptive   *adaptiveLimit // nil for a static concurrency limit
-	body       int64          // limits.body
-	shape      *shape.Checker // header, URL, query and batch limits
+	appRate    *rateRule         // limits.rate; nil when off
+	clientRate *rateRule         // limits.client.rate; nil when off
+	clientKey  forward.KeySource // limits.client.key
+	classes    classifier        // limits.priority
+	fairShare  bool              // limits.fair_share: tickets carry the client key
+	adaptive   *adaptiveLimit    // nil for a static concurrency limit
+	body       int64             // limits.body
+	shape      *shape.Checker    // header, URL, query and batch limits
 	pool       *forward.Pool
 	top        *observe.ClientTop // the app's heavy hitters; nil when off
 }
@@ -250,7 +250,7 @@ func (s *Server) applyLocked(cfg *config.Config) {
 		}
 		rt.appRate = newRateRule(name, reasonRate, ac.Limits.Rate, ac.Limits.Burst)
 		rt.clientRate = newRateRule(name+"-client", reasonClientRate, ac.Limits.Client.Rate, ac.Limits.Client.Burst)
-		rt.clientKey = newClientKeySource(ac.Limits.Client.Key)
+		rt.clientKey = forward.NewKeySource(ac.Limits.Client.Key)
 		rt.classes = newClassifier(ac.Limits.Priority)
 		rt.fairShare = ac.Limits.FairShare
 		rt.adaptive = a.adaptive

@@ -18,24 +18,21 @@ import (
 // only when it takes a slot, so a client already tracked costs nothing.
 
 // topHTTP is the client key of a net/http request for the top clients.
-func (k clientKeySource) topHTTP(r *http.Request) string {
-	if k.header != "" {
-		if v := r.Header.Get(k.header); v != "" {
+func topHTTP(k forward.KeySource, r *http.Request) string {
+	if k.IsHeader() {
+		if v := k.HTTP(r); v != "" {
 			return v
 		}
 	}
-	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-		return host
-	}
-	return r.RemoteAddr
+	return forward.PeerIP(r)
 }
 
 // topFast is topHTTP for the fasthttp engine; an address is written into
 // buf, so the result is valid while buf is.
-func (k clientKeySource) topFast(ctx *fasthttp.RequestCtx, buf *[net.IPv6len * 4]byte) string {
-	if k.header != "" {
-		if v := ctx.Request.Header.Peek(k.header); len(v) > 0 {
-			return b2s(v)
+func topFast(k forward.KeySource, ctx *fasthttp.RequestCtx, buf *[net.IPv6len * 4]byte) string {
+	if k.IsHeader() {
+		if v := ctx.Request.Header.Peek(k.Name()); len(v) > 0 {
+			return b2s(v) // a view: the sketch copies a key only when it keeps it
 		}
 	}
 	ip, ok := netip.AddrFromSlice(ctx.RemoteIP())
