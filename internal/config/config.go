@@ -130,11 +130,14 @@ type Retry struct {
 	// On lists what is retried: RetryConnect and the statuses "502", "503", "504".
 	On []string `yaml:"on"`
 	// Budget caps retries at this share of the app's requests over a
-	// sliding window (plus a small minimum); 0% turns retries off.
+	// sliding window (plus MinPerWindow); 0% turns retries off.
 	Budget Percent `yaml:"budget"`
 	// Attempts is the most tries of one request, the first included; 1
 	// turns retries off.
 	Attempts int `yaml:"attempts"`
+	// MinPerWindow retries are allowed per window beyond Budget, so an app
+	// with little traffic can still retry; 0 keeps the budget strict.
+	MinPerWindow int `yaml:"min_per_window"`
 }
 
 // RetryConnect in Retry.On retries a request whose backend refused or did

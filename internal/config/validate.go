@@ -444,4 +444,5 @@ func validateRetry(errs *Errors, p string, r Retry) {
 		seen[on] = true
 	}
 	within(errs, p+".attempts", r.Attempts, 1, MaxRetryAttempts)
+	within(errs, p+".min_per_window", r.MinPerWindow, 0, 1000)
 }

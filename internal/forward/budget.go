@@ -9,19 +9,17 @@ import (
 const (
 	BudgetBucket  = time.Second
 	BudgetBuckets = 10
-	// BudgetMinRetries are allowed per window on top of the ratio, so an
-	// app with little traffic can still retry.
-	BudgetMinRetries = 3
 )
 
 // Budget caps retries at a share of requests over a sliding window of
 // BudgetBuckets × BudgetBucket: a retry is allowed only if
-// retries+1 ≤ percent/100 × requests + BudgetMinRetries, counting both over
+// retries+1 ≤ percent/100 × requests + min, counting both over
 // the window (in integers, so exactly). A percent of 0 allows no retry at all. Time is passed in; there is
 // no goroutine. Safe for concurrent use (one mutex: two counter updates and
 // a ten-bucket sum per decision).
 type Budget struct {
 	percent int64
+	min     int64
 	mu      sync.Mutex
 	b       [BudgetBuckets]bucket
 }
@@ -32,7 +30,11 @@ type bucket struct {
 }
 
 // NewBudget returns a Budget allowing retries up to percent (0..100) of requests.
-func NewBudget(percent int) *Budget { return &Budget{percent: int64(percent)} }
+// min retries per window are allowed beyond the ratio (retry.min_per_window,
+// 0 by default), so an app with little traffic can still retry if asked to.
+func NewBudget(percent, min int) *Budget {
+	return &Budget{percent: int64(percent), min: int64(min)}
+}
 
 // Request counts one request (not a retry) at now.
 func (b *Budget) Request(now time.Time) {
@@ -56,7 +58,7 @@ func (b *Budget) Retry(now time.Time) bool {
 			requests, retries = requests+x.requests, retries+x.retries
 		}
 	}
-	if 100*(retries+1) > b.percent*requests+100*BudgetMinRetries {
+	if 100*(retries+1) > b.percent*requests+100*b.min {
 		return false
 	}
 	cur.retries++

@@ -7,9 +7,9 @@ import (
 
 func TestBudgetMinimumAndRatio(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	b := NewBudget(20)
+	b := NewBudget(20, minRetries)
 	// No requests yet: only the minimum.
-	for i := range BudgetMinRetries {
+	for i := range minRetries {
 		if !b.Retry(t0) {
 			t.Fatalf("retry %d refused within the minimum", i+1)
 		}
@@ -29,7 +29,7 @@ func TestBudgetMinimumAndRatio(t *testing.T) {
 
 func TestBudgetWindowSlides(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	b := NewBudget(50)
+	b := NewBudget(50, minRetries)
 	for range 10 {
 		b.Request(t0)
 	}
@@ -37,7 +37,7 @@ func TestBudgetWindowSlides(t *testing.T) {
 	for b.Retry(t0) {
 		n++
 	}
-	if want := 5 + BudgetMinRetries; n != want {
+	if want := 5 + minRetries; n != want {
 		t.Fatalf("%d retries from 10 requests at 50%%, want %d", n, want)
 	}
 	// 9.5s later both are still in the window.
@@ -50,15 +50,36 @@ func TestBudgetWindowSlides(t *testing.T) {
 	for b.Retry(later) {
 		n++
 	}
-	if n != BudgetMinRetries {
-		t.Fatalf("%d retries after the window slid, want the minimum %d", n, BudgetMinRetries)
+	if n != minRetries {
+		t.Fatalf("%d retries after the window slid, want the minimum %d", n, minRetries)
 	}
 }
 
 func TestBudgetZeroRetriesNothing(t *testing.T) {
-	b := NewBudget(0)
+	b := NewBudget(0, minRetries)
 	b.Request(time.Unix(1, 0))
 	if b.Retry(time.Unix(1, 0)) {
 		t.Fatal("0% budget allowed a retry")
+	}
+}
+
+// minRetries is the retry.min_per_window these tests configure.
+const minRetries = 3
+
+func TestBudgetWithoutMinimumIsStrict(t *testing.T) {
+	b := NewBudget(20, 0)
+	now := time.Unix(100, 0)
+	if b.Retry(now) {
+		t.Fatal("a retry allowed before any request, with no minimum")
+	}
+	allowed := 0
+	for range 50 {
+		b.Request(now)
+		if b.Retry(now) {
+			allowed++
+		}
+	}
+	if allowed != 10 { // exactly 20% of 50
+		t.Fatalf("%d retries for 50 requests at 20%%; want exactly 10", allowed)
 	}
 }

@@ -23,7 +23,7 @@ type retryPolicy struct {
 }
 
 func newRetryPolicy(r config.Retry, retries, exhausted prometheus.Counter) retryPolicy {
-	rp := retryPolicy{attempts: max(r.Attempts, 1), budget: NewBudget(int(r.Budget)),
+	rp := retryPolicy{attempts: max(r.Attempts, 1), budget: NewBudget(int(r.Budget), r.MinPerWindow),
 		retries: retries, exhausted: exhausted}
 	for _, on := range r.On {
 		switch on {
