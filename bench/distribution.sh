@@ -27,14 +27,10 @@
 # Runtime at defaults: 2 scenarios x 6 targets x (1 s + 10 s) + starts and builds: ~2.5-3 min.
 set -euo pipefail
 
-WRITE=0
-for arg in "$@"; do
-  case "$arg" in
-    --write) WRITE=1 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
-    *) echo "distribution.sh: unknown argument: $arg (try --help)" >&2; exit 2 ;;
-  esac
-done
+BENCH_NAME=distribution.sh
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
+bench_parse_args 27 "$@"
 
 DURATION=${DURATION:-10s}
 WARMUP=${WARMUP:-1s}
@@ -48,95 +44,17 @@ HAPROXY_RR_PORT=18382
 HAPROXY_LC_PORT=18383
 LEVEE_PORT=18384
 LEVEE_ADMIN_PORT=18394
-PROXY_CPU=0
-LOAD_CPU=1
 NB=4
 BPORTS=()
 for ((i=0; i<NB; i++)); do BPORTS+=($((BACKEND_PORT + i))); done
 
-cd "$(dirname "$0")/.."
-ROOT=$(pwd)
-
-log() { printf '[distribution.sh] %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
-
-# ---------------------------------------------------------------- temp dir + cleanup
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/levee-dist.XXXXXX")
-PIDS=()       # every long-running process this script started (backends, proxies)
-WRK_PID=""
-# stop_all: TERM every process in PIDS (newest first), wait up to 5 s each, then KILL; empties PIDS
-stop_all() {
-  local pid i
-  for ((i=${#PIDS[@]}-1; i>=0; i--)); do kill -TERM "${PIDS[i]}" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do
-    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  done
-  PIDS=()
-}
-cleanup() {
-  local rc=$?
-  trap - EXIT INT TERM
-  [[ -n ${WRK_PID:-} ]] && kill -TERM "$WRK_PID" 2>/dev/null
-  stop_all
-  rm -rf "$tmp"
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-# ---------------------------------------------------------------- tools
-need_pkgs=()
-command -v wrk     >/dev/null 2>&1 || need_pkgs+=(wrk)
-command -v nginx   >/dev/null 2>&1 || [[ -x /usr/sbin/nginx ]]   || need_pkgs+=(nginx)
-command -v haproxy >/dev/null 2>&1 || [[ -x /usr/sbin/haproxy ]] || need_pkgs+=(haproxy)
-command -v curl    >/dev/null 2>&1 || need_pkgs+=(curl)
-if ((${#need_pkgs[@]})); then
-  log "installing ${need_pkgs[*]} with apt-get (system services are not used)"
-  SUDO=(); [[ $(id -u) -eq 0 ]] || SUDO=(sudo)
-  export DEBIAN_FRONTEND=noninteractive
-  timeout 180 "${SUDO[@]}" apt-get update -qq >"$tmp/apt.log" 2>&1 || { tail -20 "$tmp/apt.log" >&2; die "apt-get update failed"; }
-  timeout 300 "${SUDO[@]}" apt-get install -y -qq "${need_pkgs[@]}" >>"$tmp/apt.log" 2>&1 || { tail -20 "$tmp/apt.log" >&2; die "apt-get install failed"; }
-fi
-export PATH="$PATH:/usr/sbin:/sbin"
-command -v go >/dev/null 2>&1 || die "go is not on PATH"
+bench_init levee-dist
+bench_need_tools wrk nginx haproxy curl
 NGINX_BIN=$(command -v nginx)
 HAPROXY_BIN=$(command -v haproxy)
-
-PINNED=0
-if [[ ${PIN:-auto} != 0 ]] && command -v taskset >/dev/null 2>&1 && (( $(nproc) >= 2 )); then
-  PINNED=1
-fi
-# Used as "${ON_PROXY_CPU[@]}" cmd & — a simple command, so $! is cmd's own PID (taskset execs it).
-ON_PROXY_CPU=(); ON_LOAD_CPU=()
-if ((PINNED)); then ON_PROXY_CPU=(taskset -c "$PROXY_CPU"); ON_LOAD_CPU=(taskset -c "$LOAD_CPU"); fi
-if ((PINNED)); then log "pinning: proxies on CPU $PROXY_CPU, backends + wrk on CPU $LOAD_CPU"
-else log "pinning: off (taskset missing, PIN=0 or fewer than 2 CPUs)"; fi
+bench_pinning "proxies on CPU $PROXY_CPU, backends + wrk on CPU $LOAD_CPU"
 
 # ---------------------------------------------------------------- helpers
-port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-# wait_http URL SECONDS [extra curl args...] — poll until HTTP 200
-wait_http() {
-  local url=$1 secs=$2; shift 2
-  local deadline=$((SECONDS + secs))
-  while ((SECONDS < deadline)); do
-    if [[ $(curl -s -o /dev/null -m 1 -w '%{http_code}' "$@" "$url" 2>/dev/null) == 200 ]]; then
-      return 0
-    fi
-    sleep 0.1
-  done
-  return 1
-}
-
-to_secs() {
-  awk -v d="$1" 'BEGIN{ n=d+0; u=d; sub(/^[0-9.]+/,"",u)
-    if(u=="ms") n/=1000; else if(u=="m") n*=60; else if(u=="h") n*=3600
-    printf "%d\n", (n==int(n)) ? n : int(n)+1 }'
-}
-
 # counts — the four backends' /__count values, space-separated ("x" if one does not answer)
 counts() {
   local p c vals=()
@@ -158,23 +76,14 @@ cpu_idle_pct() {
 }
 
 # ---------------------------------------------------------------- ports + builds
-for p in "${BPORTS[@]}" "$NGINX_RR_PORT" "$NGINX_LC_PORT" "$HAPROXY_RR_PORT" "$HAPROXY_LC_PORT" "$LEVEE_PORT" "$LEVEE_ADMIN_PORT"; do
-  port_busy "$p" && die "127.0.0.1:$p is already in use (stop whatever listens there, or set BACKEND_PORT for the backends)"
-done
+check_ports backends "${BPORTS[@]}" "$NGINX_RR_PORT" "$NGINX_LC_PORT" "$HAPROXY_RR_PORT" "$HAPROXY_LC_PORT" "$LEVEE_PORT" "$LEVEE_ADMIN_PORT"
 
 log "building bench/backend"
-go build -o "$tmp/backend" ./bench/backend || die "bench/backend does not build"
+build_bench backend
 [[ $("$tmp/backend" -h 2>&1 || true) == *-count* ]] || die "bench/backend has no -count flag"
 
-LEVEE_REV=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
-git -C "$ROOT" diff --quiet HEAD -- 2>/dev/null || LEVEE_REV="$LEVEE_REV+dirty"
 LEVEE_OK=0
-log "building levee (./cmd/levee)"
-if go build -o "$tmp/levee" ./cmd/levee >"$tmp/levee-build.log" 2>&1; then
-  LEVEE_OK=1
-else
-  log "LEVEE SKIPPED: ./cmd/levee does not build; first errors:"; head -15 "$tmp/levee-build.log" >&2 || true
-fi
+build_levee && LEVEE_OK=1
 
 # ---------------------------------------------------------------- configs (the same for both scenarios)
 backends_yaml=""
@@ -206,21 +115,9 @@ for ((i=0; i<NB; i++)); do
   haproxy_servers+="  server b$((i+1)) 127.0.0.1:${BPORTS[i]}"$'\n'
 done
 mkdir -p "$tmp/nginx/logs"
-cat >"$tmp/nginx.conf" <<EOF
-daemon off;
-worker_processes 1;
-pid $tmp/nginx/nginx.pid;
-error_log $tmp/nginx/logs/error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $tmp/nginx/body;
-  proxy_temp_path       $tmp/nginx/proxy;
-  fastcgi_temp_path     $tmp/nginx/fastcgi;
-  uwsgi_temp_path       $tmp/nginx/uwsgi;
-  scgi_temp_path        $tmp/nginx/scgi;
-  keepalive_requests 1000000;
-  keepalive_timeout  75s;
+{
+  nginx_conf_head warn 4096
+  cat <<EOF
   upstream be_rr {
 $nginx_servers    keepalive 64;
     keepalive_requests 1000000;
@@ -240,19 +137,11 @@ $nginx_servers    keepalive 64;
   }
 }
 EOF
+} >"$tmp/nginx.conf"
 
-cat >"$tmp/haproxy.cfg" <<EOF
-global
-  nbthread 1
-  maxconn 8000
-defaults
-  mode http
-  option http-keep-alive
-  http-reuse always
-  timeout connect 5s
-  timeout client  30s
-  timeout server  30s
-  timeout http-keep-alive 75s
+{
+  haproxy_cfg_head
+  cat <<EOF
 frontend fe_rr
   bind 127.0.0.1:$HAPROXY_RR_PORT
   default_backend be_rr
@@ -266,11 +155,10 @@ backend be_lc
   balance leastconn
 $haproxy_servers
 EOF
+} >"$tmp/haproxy.cfg"
 
-"$NGINX_BIN" -t -q -p "$tmp/nginx" -e "$tmp/nginx/logs/error.log" -c "$tmp/nginx.conf" >"$tmp/nginx-t.log" 2>&1 \
-  || { cat "$tmp/nginx-t.log" >&2; die "nginx config test failed"; }
-"$HAPROXY_BIN" -c -q -f "$tmp/haproxy.cfg" >"$tmp/haproxy-c.log" 2>&1 \
-  || { cat "$tmp/haproxy-c.log" >&2; die "haproxy config check failed"; }
+nginx_check || { cat "$tmp/nginx-t.log" >&2; die "nginx config test failed"; }
+haproxy_check || { cat "$tmp/haproxy-c.log" >&2; die "haproxy config check failed"; }
 
 ALL_TARGETS=(levee-p2c levee-rr nginx-rr nginx-lc haproxy-rr haproxy-lc)
 declare -A URL HOSTHDR NOTE
@@ -295,10 +183,8 @@ start_scenario() {
   for p in "${BPORTS[@]}"; do
     wait_http "http://127.0.0.1:$p/__count" 10 || { cat "$tmp"/backend*.log >&2; die "backend :$p not ready"; }
   done
-  "${ON_PROXY_CPU[@]}" "$NGINX_BIN" -p "$tmp/nginx" -e "$tmp/nginx/logs/error.log" -c "$tmp/nginx.conf" >"$tmp/nginx.out" 2>&1 &
-  PIDS+=($!)
-  "${ON_PROXY_CPU[@]}" "$HAPROXY_BIN" -db -f "$tmp/haproxy.cfg" >"$tmp/haproxy.out" 2>&1 &
-  PIDS+=($!)
+  nginx_start
+  haproxy_start
   if ((LEVEE_OK)); then
     GOMAXPROCS=1 "${ON_PROXY_CPU[@]}" "$tmp/levee" serve --config "$tmp/levee.yaml" >"$tmp/levee.log" 2>&1 &
     LEVEE_PID=$!; PIDS+=("$LEVEE_PID")
@@ -318,18 +204,6 @@ start_scenario() {
       esac
     fi
   done
-}
-
-# run_wrk TARGET DURATION OUTFILE
-run_wrk() {
-  local t=$1 d=$2 out=$3 limit
-  local -a hdr=()
-  [[ -n ${HOSTHDR[$t]} ]] && hdr=(-H "Host: ${HOSTHDR[$t]}")
-  limit=$(( $(to_secs "$d") + 15 ))
-  "${ON_LOAD_CPU[@]}" timeout -k 5 "$limit" wrk -t1 -c"$CONNS" -d"$d" "${hdr[@]}" "${URL[$t]}" >"$out" 2>&1 &
-  WRK_PID=$!
-  if ! wait "$WRK_PID"; then WRK_PID=""; log "wrk against $t failed:"; cat "$out" >&2; return 1; fi
-  WRK_PID=""
 }
 
 # parse_wrk FILE -> "rps requests errors"
@@ -400,12 +274,7 @@ for sc in A B; do
 done
 
 # ---------------------------------------------------------------- output
-CPU_MODEL=$(awk -F': ' '/^model name/{print $2; exit}' /proc/cpuinfo 2>/dev/null || true)
-NGINX_VER=$("$NGINX_BIN" -v 2>&1 | sed 's/.*version: //')
-HAPROXY_VER=$("$HAPROXY_BIN" -v 2>/dev/null | awk 'NR==1{print $3}')
-WRK_VER=$(wrk -v 2>&1 | awk 'NR==1{print $2}' || true)
-GO_VER=$(go env GOVERSION)
-DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
+bench_versions
 CMD="DURATION=$DURATION bash bench/distribution.sh"
 ((WRITE)) && CMD+=" --write"
 PIN_TXT=$( ((PINNED)) && echo "proxies on CPU $PROXY_CPU, the 4 backends (GOMAXPROCS=1 each) + wrk on CPU $LOAD_CPU" || echo none)
@@ -422,13 +291,7 @@ if ((WRITE)); then
   if ((!LEVEE_RAN)); then
     log "--write: levee did not run, docs/benchmarks.md left unchanged"
   else
-    doc="$ROOT/docs/benchmarks.md"
-    mkdir -p "$ROOT/docs"
-    # shellcheck disable=SC2016  # literal backticks (Markdown)
-    [[ -f $doc ]] || printf '# Benchmarks\n\nNumbers measured with the scripts in `bench/` (see bench/README.md).\n' >"$doc"
-    section="$tmp/section.md"
     {
-      echo "<!-- bench/distribution.sh:begin -->"
       echo "## Distribution over 4 backends: levee vs nginx vs haproxy (bench/distribution.sh)"
       echo
       echo "- command: \`$CMD\`"
@@ -444,23 +307,8 @@ if ((WRITE)); then
       echo "max/mean is the largest backend share over the mean share (25%): 1.00 is perfectly even. In scenario A every policy should be near 1.00. In scenario B a policy blind to latency (round robin) still gives the slow b1 25%, and every client connection waits on it in turn; a load-aware one (p2c, least-conn) sends it less, so max/mean > 1 there is intended and b1's share is the figure to read. \"levee's own imbalance\" is \`levee_backend_imbalance{app}\` from levee's /metrics right after the run (max/mean over levee's last minute, which includes the warm-up), as a cross-check of the backends' counts."
       echo
       echo "req/s are noisy: the proxy has one core, the four backends and wrk share the other, and the machine may have been running other work (see the idle share above); compare proxies' throughput with bench/proxy.sh instead. The shares do not depend on that noise (they are counts at the backends), apart from how much slower b1 really is when CPU 1 is contended."
-      echo "<!-- bench/distribution.sh:end -->"
-    } >"$section"
-    if grep -q '<!-- bench/distribution.sh:begin -->' "$doc"; then
-      awk -v sec="$section" '
-        /<!-- bench\/distribution.sh:begin -->/ { while ((getline l < sec) > 0) print l; skip=1; next }
-        /<!-- bench\/distribution.sh:end -->/   { skip=0; next }
-        !skip' "$doc" >"$tmp/doc.new"
-    else
-      # first time: right after the "load-balancing gate" section if there is one, else at the end
-      awk -v sec="$section" '
-        function emit(){ while ((getline l < sec) > 0) print l; print ""; done=1 }
-        /^## / && ingate && !done { emit() }
-        /^## The load-balancing gate/ { ingate=1 }
-        { print }
-        END { if (!done) { print ""; emit() } }' "$doc" >"$tmp/doc.new"
-    fi
-    cat "$tmp/doc.new" >"$doc"
-    log "wrote section to docs/benchmarks.md"
+    } >"$tmp/section-body.md"
+    # first time: right after the "load-balancing gate" section if there is one, else at the end
+    write_doc_section "$tmp/section-body.md" '^## The load-balancing gate'
   fi
 fi

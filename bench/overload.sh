@@ -30,14 +30,10 @@
 # Runtime at defaults: ~5 targets x (5 s + 2 x 10 s + drains) + builds = ~4 min (< 8 min).
 set -euo pipefail
 
-WRITE=0
-for arg in "$@"; do
-  case "$arg" in
-    --write) WRITE=1 ;;
-    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
-    *) echo "overload.sh: unknown argument: $arg (try --help)" >&2; exit 2 ;;
-  esac
-done
+BENCH_NAME=overload.sh
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
+bench_parse_args 32 "$@"
 
 DURATION=${DURATION:-10s}
 RATES=${RATES:-19200 64000}
@@ -57,108 +53,16 @@ LEVEE_PORT=18282
 LEVEE_FAST_PORT=18283
 CAL_PORT=18284
 LEVEE_ADMIN_PORT=18292
-PROXY_CPU=0
-LOAD_CPU=1
 
-cd "$(dirname "$0")/.."
-ROOT=$(pwd)
-
-log() { printf '[overload.sh] %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
-
-# ---------------------------------------------------------------- temp dir + cleanup
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/levee-overload.XXXXXX")
-PIDS=()
-LG_PID=""
-cleanup() {
-  local rc=$? pid i
-  trap - EXIT INT TERM
-  [[ -n ${LG_PID:-} ]] && kill -TERM "$LG_PID" 2>/dev/null
-  for ((i=${#PIDS[@]}-1; i>=0; i--)); do
-    pid=${PIDS[i]}
-    kill -TERM "$pid" 2>/dev/null || true
-  done
-  for pid in "${PIDS[@]}"; do
-    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  done
-  rm -rf "$tmp"
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-# ---------------------------------------------------------------- tools
-need_pkgs=()
-command -v nginx   >/dev/null 2>&1 || [[ -x /usr/sbin/nginx ]]   || need_pkgs+=(nginx)
-command -v haproxy >/dev/null 2>&1 || [[ -x /usr/sbin/haproxy ]] || need_pkgs+=(haproxy)
-command -v curl    >/dev/null 2>&1 || need_pkgs+=(curl)
-if ((${#need_pkgs[@]})); then
-  log "installing ${need_pkgs[*]} with apt-get (system services are not used)"
-  SUDO=(); [[ $(id -u) -eq 0 ]] || SUDO=(sudo)
-  export DEBIAN_FRONTEND=noninteractive
-  timeout 180 "${SUDO[@]}" apt-get update -qq >"$tmp/apt.log" 2>&1 || { tail -20 "$tmp/apt.log" >&2; die "apt-get update failed"; }
-  timeout 300 "${SUDO[@]}" apt-get install -y -qq "${need_pkgs[@]}" >>"$tmp/apt.log" 2>&1 || { tail -20 "$tmp/apt.log" >&2; die "apt-get install failed"; }
-fi
-export PATH="$PATH:/usr/sbin:/sbin"
-command -v go >/dev/null 2>&1 || die "go is not on PATH"
-
-PINNED=0
-if [[ ${PIN:-auto} != 0 ]] && command -v taskset >/dev/null 2>&1 && (( $(nproc) >= 2 )); then
-  PINNED=1
-fi
-ON_PROXY_CPU=(); ON_LOAD_CPU=()
-if ((PINNED)); then ON_PROXY_CPU=(taskset -c "$PROXY_CPU"); ON_LOAD_CPU=(taskset -c "$LOAD_CPU"); fi
-if ((PINNED)); then PIN_DESC="proxy on CPU $PROXY_CPU; backend (GOMAXPROCS=1) + loadgen share CPU $LOAD_CPU"
-else PIN_DESC="off (taskset missing, PIN=0 or fewer than 2 CPUs)"; fi
-log "pinning: $PIN_DESC"
+bench_init levee-overload
+bench_need_tools nginx haproxy curl
+bench_pinning "proxy on CPU $PROXY_CPU; backend (GOMAXPROCS=1) + loadgen share CPU $LOAD_CPU"
 
 # ---------------------------------------------------------------- helpers
-port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-wait_http() {
-  local url=$1 secs=$2; shift 2
-  local deadline=$((SECONDS + secs))
-  while ((SECONDS < deadline)); do
-    if [[ $(curl -s -o /dev/null -m 1 -w '%{http_code}' "$@" "$url" 2>/dev/null) == 200 ]]; then
-      return 0
-    fi
-    sleep 0.1
-  done
-  return 1
-}
-
-to_secs() {
-  awk -v d="$1" 'BEGIN{ n=d+0; u=d; sub(/^[0-9.]+/,"",u)
-    if(u=="ms") n/=1000; else if(u=="m") n*=60; else if(u=="h") n*=3600
-    printf "%d\n", (n==int(n)) ? n : int(n)+1 }'
-}
-
-cpu_ticks() {
-  local total=0 p stat rest kids
-  local -a queue=("$1")
-  while ((${#queue[@]})); do
-    p=${queue[0]}; queue=("${queue[@]:1}")
-    if stat=$(cat "/proc/$p/stat" 2>/dev/null); then
-      rest=${stat##*) }
-      read -r -a f <<<"$rest"
-      total=$((total + f[11] + f[12]))
-    fi
-    kids=$(pgrep -P "$p" 2>/dev/null || true)
-    [[ -n $kids ]] && mapfile -t -O "${#queue[@]}" queue <<<"$kids"
-  done
-  echo "$total"
-}
-
 # cpu_snap N — "busy total" jiffies of CPU N from /proc/stat
 cpu_snap() { awk -v c="cpu$1" '$1==c{ print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9; exit }' /proc/stat; }
 # busy_pct "B0 T0" "B1 T1" — % busy between two snapshots
 busy_pct() { awk -v a="$1" -v b="$2" 'BEGIN{ split(a,x," "); split(b,y," "); t=y[2]-x[2]; printf "%.0f", (t>0 ? 100*(y[1]-x[1])/t : 0) }'; }
-
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END{ if(NR==0){print "nan"; exit}
-  if(NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2 }'; }
 
 # kv FILE KEY — a value from a loadgen -kv line
 kv() { tr ' ' '\n' <"$1" | awk -F= -v k="$2" '$1==k{print substr($0, length(k)+2); exit}'; }
@@ -176,14 +80,12 @@ wait_drained() {
 }
 
 # ---------------------------------------------------------------- ports
-for p in "$BACKEND_PORT" "$NGINX_PORT" "$HAPROXY_PORT" "$LEVEE_PORT" "$LEVEE_FAST_PORT" "$CAL_PORT" "$LEVEE_ADMIN_PORT"; do
-  port_busy "$p" && die "127.0.0.1:$p is already in use (stop whatever listens there, or set BACKEND_PORT for the backend)"
-done
+check_ports backend "$BACKEND_PORT" "$NGINX_PORT" "$HAPROXY_PORT" "$LEVEE_PORT" "$LEVEE_FAST_PORT" "$CAL_PORT" "$LEVEE_ADMIN_PORT"
 
 # ---------------------------------------------------------------- builds
 log "building bench/backend and bench/loadgen"
-go build -o "$tmp/backend" ./bench/backend || die "bench/backend does not build"
-go build -o "$tmp/loadgen" ./bench/loadgen || die "bench/loadgen does not build"
+build_bench backend
+build_bench loadgen
 CAP_RPS=$(awk -v c="$CAPACITY" -v d="$DELAY" 'BEGIN{ n=d+0; u=d; sub(/^[0-9.]+/,"",u)
   if(u=="ms") n/=1000; else if(u=="us"||u=="µs") n/=1e6; else if(u!="s") { print "0"; exit }
   printf "%.0f\n", c/n }')
@@ -199,45 +101,9 @@ declare -A URL PID HOSTHDR NOTE
 URL[direct]="http://127.0.0.1:$BACKEND_PORT/"; PID[direct]=""; HOSTHDR[direct]=""
 
 # ---------------------------------------------------------------- levee
-LEVEE_REV=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
-git -C "$ROOT" diff --quiet HEAD -- 2>/dev/null || LEVEE_REV="$LEVEE_REV+dirty"
-log "building levee (./cmd/levee)"
-if go build -o "$tmp/levee" ./cmd/levee >"$tmp/levee-build.log" 2>&1; then
-  cat >"$tmp/levee.yaml" <<EOF
-listen:
-  - {addr: 127.0.0.1:$LEVEE_PORT, engine: nethttp}
-  - {addr: 127.0.0.1:$LEVEE_FAST_PORT, engine: fasthttp}
-admin: 127.0.0.1:$LEVEE_ADMIN_PORT
-apps:
-  bench:
-    hosts: [bench.local]
-    backends: [127.0.0.1:$BACKEND_PORT]
-    limits:
-      concurrency: $CAPACITY
-      queue: {max_wait: 10ms, max_len: 64}
-EOF
-  GOMAXPROCS=1 "${ON_PROXY_CPU[@]}" "$tmp/levee" serve --config "$tmp/levee.yaml" >"$tmp/levee.log" 2>&1 &
-  PID[levee]=$!; PIDS+=("${PID[levee]}")
-  if wait_http "http://127.0.0.1:$LEVEE_ADMIN_PORT/readyz" 10 \
-     && wait_http "http://127.0.0.1:$LEVEE_PORT/" 5 -H 'Host: bench.local'; then
-    URL[levee]="http://127.0.0.1:$LEVEE_PORT/"; HOSTHDR[levee]="bench.local"
-    if wait_http "http://127.0.0.1:$LEVEE_FAST_PORT/" 5 -H 'Host: bench.local'; then
-      URL[levee-fasthttp]="http://127.0.0.1:$LEVEE_FAST_PORT/"; HOSTHDR[levee-fasthttp]="bench.local"
-      PID[levee-fasthttp]=${PID[levee]}
-    else
-      NOTE[levee-fasthttp]="skipped: not ready"
-    fi
-  else
-    log "LEVEE SKIPPED: not ready within 10 s (admin /readyz, then GET / with Host: bench.local); last log lines:"
-    tail -15 "$tmp/levee.log" >&2 || true
-    kill -TERM "${PID[levee]}" 2>/dev/null || true
-    NOTE[levee]="skipped: not ready"; NOTE[levee-fasthttp]="skipped: not ready"
-  fi
-else
-  log "LEVEE SKIPPED: ./cmd/levee does not build; first errors:"
-  head -15 "$tmp/levee-build.log" >&2 || true
-  NOTE[levee]="skipped: does not build"; NOTE[levee-fasthttp]="skipped: does not build"
-fi
+start_levee_pair "      concurrency: $CAPACITY
+      queue: {max_wait: 10ms, max_len: 64}"
+[[ -n ${NOTE[levee]:-} ]] && NOTE[levee-fasthttp]=${NOTE[levee]}
 
 # ---------------------------------------------------------------- nginx
 NGINX_BIN=$(command -v nginx)
@@ -248,22 +114,9 @@ else
   NGINX_REQ_ZONE="limit_req_zone \$server_name zone=perserver_rate:1m $NGINX_REQ_RATE;"
   NGINX_REQ="limit_req zone=perserver_rate$NGINX_REQ_REST; limit_req_status 429;"
 fi
-cat >"$tmp/nginx.conf" <<EOF
-daemon off;
-worker_processes 1;
-worker_rlimit_nofile 20000;
-pid $tmp/nginx/nginx.pid;
-error_log $tmp/nginx/logs/error.log crit;
-events { worker_connections 8192; }
-http {
-  access_log off;
-  client_body_temp_path $tmp/nginx/body;
-  proxy_temp_path       $tmp/nginx/proxy;
-  fastcgi_temp_path     $tmp/nginx/fastcgi;
-  uwsgi_temp_path       $tmp/nginx/uwsgi;
-  scgi_temp_path        $tmp/nginx/scgi;
-  keepalive_requests 1000000;
-  keepalive_timeout  75s;
+{
+  nginx_conf_head crit 8192 "worker_rlimit_nofile 20000;"
+  cat <<EOF
   limit_conn_zone \$server_name zone=perserver:1m;
   $NGINX_REQ_ZONE
   upstream bench_backend {
@@ -293,52 +146,13 @@ http {
   }
 }
 EOF
-if "$NGINX_BIN" -t -q -p "$tmp/nginx" -e "$tmp/nginx/logs/error.log" -c "$tmp/nginx.conf" >"$tmp/nginx-t.log" 2>&1; then
-  "${ON_PROXY_CPU[@]}" "$NGINX_BIN" -p "$tmp/nginx" -e "$tmp/nginx/logs/error.log" -c "$tmp/nginx.conf" >"$tmp/nginx.out" 2>&1 &
-  PID[nginx]=$!; PIDS+=("${PID[nginx]}")
-  if wait_http "http://127.0.0.1:$NGINX_PORT/" 10; then
-    TARGETS+=(nginx); URL[nginx]="http://127.0.0.1:$NGINX_PORT/"; HOSTHDR[nginx]=""
-  else
-    log "nginx not ready:"; tail -10 "$tmp/nginx/logs/error.log" "$tmp/nginx.out" >&2 || true
-    NOTE[nginx]="skipped: not ready"
-  fi
-else
-  log "nginx config test failed:"; cat "$tmp/nginx-t.log" >&2; NOTE[nginx]="skipped: config error"
-fi
+} >"$tmp/nginx.conf"
+start_nginx_target
 
 # ---------------------------------------------------------------- haproxy
 HAPROXY_BIN=$(command -v haproxy)
-cat >"$tmp/haproxy.cfg" <<EOF
-global
-  nbthread 1
-  maxconn 8000
-defaults
-  mode http
-  option http-keep-alive
-  http-reuse always
-  timeout connect 5s
-  timeout client  30s
-  timeout server  30s
-  timeout http-keep-alive 75s
-frontend fe_bench
-  bind 127.0.0.1:$HAPROXY_PORT
-  default_backend be_bench
-backend be_bench
-  timeout queue 10ms
-  server b1 127.0.0.1:$BACKEND_PORT maxconn $CAPACITY
-EOF
-if "$HAPROXY_BIN" -c -q -f "$tmp/haproxy.cfg" >"$tmp/haproxy-c.log" 2>&1; then
-  "${ON_PROXY_CPU[@]}" "$HAPROXY_BIN" -db -f "$tmp/haproxy.cfg" >"$tmp/haproxy.out" 2>&1 &
-  PID[haproxy]=$!; PIDS+=("${PID[haproxy]}")
-  if wait_http "http://127.0.0.1:$HAPROXY_PORT/" 10; then
-    TARGETS+=(haproxy); URL[haproxy]="http://127.0.0.1:$HAPROXY_PORT/"; HOSTHDR[haproxy]=""
-  else
-    log "haproxy not ready:"; tail -10 "$tmp/haproxy.out" >&2 || true
-    NOTE[haproxy]="skipped: not ready"
-  fi
-else
-  log "haproxy config check failed:"; cat "$tmp/haproxy-c.log" >&2; NOTE[haproxy]="skipped: config error"
-fi
+write_haproxy_single "  timeout queue 10ms" "maxconn $CAPACITY"
+start_haproxy_target
 
 [[ -n ${URL[levee]:-} ]] && TARGETS+=(levee)
 [[ -n ${URL[levee-fasthttp]:-} ]] && TARGETS+=(levee-fasthttp)
@@ -352,9 +166,9 @@ run_lg() {
   limit=$(( $(to_secs "$d") + $(to_secs "$TIMEOUT") + 20 ))
   "${ON_LOAD_CPU[@]}" timeout -k 5 "$limit" "$tmp/loadgen" -url "$url" "${hdr[@]}" -rate "$rate" -duration "$d" \
     -conns "$CONNS" -timeout "$TIMEOUT" -label "$label" -q -kv "$kvf" >"${kvf%.kv}.json" 2>"${kvf%.kv}.err" &
-  LG_PID=$!
-  if ! wait "$LG_PID"; then LG_PID=""; log "loadgen against $label failed:"; cat "${kvf%.kv}.err" >&2; return 1; fi
-  LG_PID=""
+  LOAD_PID=$!
+  if ! wait "$LOAD_PID"; then LOAD_PID=""; log "loadgen against $label failed:"; cat "${kvf%.kv}.err" >&2; return 1; fi
+  LOAD_PID=""
 }
 
 # cpu_idle_pct — % of all CPUs idle over one second (other work on the machine skews every row)
@@ -420,9 +234,6 @@ for ((round=1; round<=ROUNDS; round++)); do
 done
 
 # ---------------------------------------------------------------- table
-# shellcheck disable=SC2086
-med() { median ${1:-}; }
-fmt() { awk -v v="$1" -v p="$2" 'BEGIN{ if(v=="nan"||v=="") print "n/a"; else printf "%." p "f\n", v }'; }
 codes_md() { [[ $1 == - || -z $1 ]] && { echo "—"; return; }; echo "$1" | sed 's/:/: /g; s/,/, /g'; }
 
 table="$tmp/table.md"
@@ -446,11 +257,7 @@ table="$tmp/table.md"
   done
 } >"$table"
 
-CPU_MODEL=$(awk -F': ' '/^model name/{print $2; exit}' /proc/cpuinfo 2>/dev/null || true)
-NGINX_VER=$("$NGINX_BIN" -v 2>&1 | sed 's/.*version: //')
-HAPROXY_VER=$("$HAPROXY_BIN" -v 2>/dev/null | awk 'NR==1{print $3}')
-GO_VER=$(go env GOVERSION)
-DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
+bench_versions
 CMD="DURATION=$DURATION ROUNDS=$ROUNDS bash bench/overload.sh"
 ((WRITE)) && CMD+=" --write"
 NGINX_DESC="limit_conn 32 per server (503)"; [[ $NGINX_LIMIT_REQ != off ]] && NGINX_DESC+=" + limit_req $NGINX_LIMIT_REQ (429)"
@@ -470,13 +277,7 @@ if ((WRITE)); then
   if [[ -z ${R_GOOD[levee@${RUN_RATES[-1]}]:-} ]]; then
     log "--write: levee did not run, docs/benchmarks.md left unchanged"
   else
-    doc="$ROOT/docs/benchmarks.md"
-    mkdir -p "$ROOT/docs"
-    # shellcheck disable=SC2016
-    [[ -f $doc ]] || printf '# Benchmarks\n\nNumbers measured with the scripts in `bench/` (see bench/README.md).\n' >"$doc"
-    section="$tmp/section.md"
     {
-      echo "<!-- bench/overload.sh:begin -->"
       echo "## Overload: goodput under open-loop load (bench/overload.sh)"
       echo
       echo "- command: \`$CMD\`"
@@ -492,17 +293,7 @@ if ((WRITE)); then
       cat "$table"
       echo
       echo "Goodput = 2xx answered within the timeout per second, over capacity ($CAP_RPS/s). \"offered\" is the scheduled rate and, in brackets, the rate of requests actually written; below the schedule when every connection was busy (the rest waited and, past their timeout, count as unsent timeouts) or when the generator ran out of CPU (see the calibration). Latency percentiles are of 2xx responses only, from the intended send time. Proxy CPU is the proxy's utime+stime over the run, in % of one core. CPU$PROXY_CPU / CPU$LOAD_CPU busy is each core's busy share over the run, whoever used it: CPU$PROXY_CPU busy well above proxy CPU means other processes took the proxy's core; CPU$LOAD_CPU near 100% means the generator and backend core was saturated, so the generator, not the target, limited that row. Loadgen lag is how late the generator itself woke up for requests that had a free connection (its own accuracy; large values mean the generator was short of CPU)."
-      echo "<!-- bench/overload.sh:end -->"
-    } >"$section"
-    if grep -q '<!-- bench/overload.sh:begin -->' "$doc"; then
-      awk -v sec="$section" '
-        /<!-- bench\/overload.sh:begin -->/ { while ((getline l < sec) > 0) print l; skip=1; next }
-        /<!-- bench\/overload.sh:end -->/   { skip=0; next }
-        !skip' "$doc" >"$tmp/doc.new"
-      cat "$tmp/doc.new" >"$doc"
-    else
-      { echo; cat "$section"; } >>"$doc"
-    fi
-    log "wrote section to docs/benchmarks.md"
+    } >"$tmp/section-body.md"
+    write_doc_section "$tmp/section-body.md"
   fi
 fi
