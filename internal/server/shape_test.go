@@ -160,13 +160,20 @@ func TestHugeBatchIsCutOffWhileStreaming(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodPost, p.URL+"/batch", io.MultiReader(strings.NewReader(body))) // chunked
 	req.Host = "a.test"
 	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	// levee answers 422 and closes the connection with most of the body
+	// unread; the client may see that as a reset while it is still writing,
+	// before it reads the answer. Either way the refusal is counted once.
+	if err == nil {
+		resp.Body.Close()
+		if resp.StatusCode != 422 {
+			t.Fatalf("20,000-item batch: %d; want 422", resp.StatusCode)
+		}
+	} else if !strings.Contains(err.Error(), "reset") && !strings.Contains(err.Error(), "broken pipe") {
+		t.Fatalf("20,000-item batch: %v; want 422 or a reset connection", err)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != 422 {
-		t.Fatalf("20,000-item batch: %d; want 422", resp.StatusCode)
-	}
+	waitFor(t, "the batch refusal to be counted", func() bool {
+		return p.metric("levee_rejected_total", map[string]string{"app": "a", "reason": "batch-items"}) == 1
+	})
 	if got := be.bytes.Load(); got > int64(len(body))/10 {
 		t.Fatalf("backend received %d of %d body bytes; the cut must come near item 101", got, len(body))
 	}
