@@ -6,6 +6,7 @@ import (
 
 	"github.com/leveeproxy/levee/internal/admit"
 	"github.com/leveeproxy/levee/internal/admit/limit"
+	"github.com/leveeproxy/levee/internal/clock"
 	"github.com/leveeproxy/levee/internal/config"
 )
 
@@ -59,20 +60,20 @@ func (a *adaptiveLimit) observe(now time.Time, rtt time.Duration, inflight int, 
 	}
 }
 
-// slot ends a request admitted under an adaptive limit: it releases the
-// limiter's slot and reports the request to the algorithm.
+// adaptiveSlot ends a request admitted under an adaptive limit: it
+// releases the limiter's slot and reports the request to the algorithm.
 type adaptiveSlot struct {
 	a        *adaptiveLimit
 	l        *admit.Limiter
 	t        admit.Ticket
+	clk      clock.Clock
 	start    time.Time
 	inflight int
-	now      func() time.Time
-	failed   func() bool
+	failed   func() bool // nil: failures are not sampled
 }
 
 func (s *adaptiveSlot) Release() {
 	s.l.ReleaseFor(s.t)
-	now := s.now()
-	s.a.observe(now, now.Sub(s.start), s.inflight, s.failed())
+	now := s.clk.Now()
+	s.a.observe(now, now.Sub(s.start), s.inflight, s.failed != nil && s.failed())
 }

@@ -114,14 +114,10 @@ func (s *Server) forwardFast(ctx *fasthttp.RequestCtx, rt *route) int {
 	if rt.needsClient() {
 		client = rt.clientKey.Fast(ctx)
 	}
-	if rt.appRate != nil || rt.clientRate != nil {
-		if ref, ok := rt.limitRate(client, s.clk.Now()); !ok {
-			rejectFast(ctx, ref)
-			return ref.code
-		}
-	}
-	ticket := rt.ticket(b2s(ctx.Path()), client)
-	if ref, ok := rt.admit(ctx, n, ticket); !ok {
+	// fasthttp's response may be gone by the time the slot is released (a
+	// streamed body's end), so an adaptive limit samples latency only.
+	slot, ref, ok := s.enter(ctx, rt, b2s(ctx.Path()), client, n, nil)
+	if !ok {
 		if ref.code == 0 { // the server is shutting down: close, answer nothing
 			ctx.HijackSetNoResponse(true)
 			ctx.Hijack(func(net.Conn) {})
@@ -129,16 +125,6 @@ func (s *Server) forwardFast(ctx *fasthttp.RequestCtx, rt *route) int {
 		}
 		rejectFast(ctx, ref)
 		return ref.code
-	}
-	var slot forward.Releaser = rt.app.limiter
-	switch {
-	case rt.adaptive != nil:
-		// fasthttp's response may be gone by the time the slot is released
-		// (a streamed body's end), so only latency is sampled, not failure.
-		slot = &adaptiveSlot{a: rt.adaptive, l: rt.app.limiter, t: ticket, start: s.clk.Now(),
-			inflight: rt.app.limiter.InFlight(), now: s.clk.Now, failed: func() bool { return false }}
-	case ticket.Client != "":
-		slot = &ticketSlot{l: rt.app.limiter, t: ticket}
 	}
 	rt.pool.ServeFast(ctx, rt.body, slot) // releases the slot
 	if ctx.Hijacked() {

@@ -61,27 +61,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if rt.needsClient() {
 		client = rt.clientKey.HTTP(r)
 	}
-	if rt.appRate != nil || rt.clientRate != nil {
-		if ref, ok := rt.limitRate(client, s.clk.Now()); !ok {
-			reject(rec, ref)
-			return
-		}
+	var failed func() bool
+	if rt.adaptive != nil {
+		failed = func() bool { return rec.code >= 500 }
 	}
-	ticket := rt.ticket(r.URL.Path, client)
-	if ref, ok := rt.admit(r.Context(), r.ContentLength, ticket); !ok {
+	slot, ref, ok := s.enter(r.Context(), rt, r.URL.Path, client, r.ContentLength, failed)
+	if !ok {
 		if ref.code != 0 {
 			reject(rec, ref)
 		}
 		return // otherwise the client went away while queued
 	}
-	if rt.adaptive != nil { // deferred first, so it runs after the release below
-		inflight, admitted := rt.app.limiter.InFlight(), s.clk.Now()
-		defer func() {
-			now := s.clk.Now()
-			rt.adaptive.observe(now, now.Sub(admitted), inflight, rec.code >= 500)
-		}()
-	}
-	defer rt.app.limiter.ReleaseFor(ticket) // deferred: ReverseProxy aborts with a panic mid-body
+	defer slot.Release() // deferred: ReverseProxy aborts with a panic mid-body
 	rt.pool.ServeHTTP(rec, r)
 }
 
@@ -120,6 +111,33 @@ func (rt *route) admit(ctx context.Context, contentLength int64, t admit.Ticket)
 		rt.app.metrics.QueueWait(waited)
 	}
 	return refusal{}, true
+}
+
+// enter is the engine-neutral path between shape and forward, called by
+// both engines: the rate limits, then admission with the request's ticket.
+// ok means the caller holds a slot and must Release it once the response
+// is done; otherwise the refusal says what to answer (code 0: no one to
+// answer). failed tells an adaptive limit whether the request failed; nil
+// means it never samples failure.
+func (s *Server) enter(ctx context.Context, rt *route, path, client string, contentLength int64,
+	failed func() bool) (forward.Releaser, refusal, bool) {
+	if rt.appRate != nil || rt.clientRate != nil {
+		if ref, ok := rt.limitRate(client, s.clk.Now()); !ok {
+			return nil, ref, false
+		}
+	}
+	t := rt.ticket(path, client)
+	if ref, ok := rt.admit(ctx, contentLength, t); !ok {
+		return nil, ref, false
+	}
+	switch {
+	case rt.adaptive != nil:
+		return &adaptiveSlot{a: rt.adaptive, l: rt.app.limiter, t: t, clk: s.clk,
+			start: s.clk.Now(), inflight: rt.app.limiter.InFlight(), failed: failed}, refusal{}, true
+	case t.Client != "":
+		return &ticketSlot{l: rt.app.limiter, t: t}, refusal{}, true
+	}
+	return rt.app.limiter, refusal{}, true // no allocation on the common path
 }
 
 // needsClient reports whether any step of the route reads the client key.

@@ -64,7 +64,7 @@ func (c *classifier) class(path, client string) admit.Class {
 // needsClient reports whether the classifier looks at the client key.
 func (c *classifier) needsClient() bool { return len(c.clients) > 0 }
 
-// ticketSlot releases a slot taken with a client ticket (fasthttp engine).
+// ticketSlot releases a slot taken with a client ticket.
 type ticketSlot struct {
 	l *admit.Limiter
 	t admit.Ticket
