@@ -539,10 +539,9 @@ func (p *Pool) tunnel(ctx *fasthttp.RequestCtx, be *backend, out *fasthttp.Reque
 	})
 }
 
-// isIdempotent reports a method that may be sent twice (RFC 9110 §9.2.2).
-func isIdempotent(h *fasthttp.RequestHeader) bool {
-	return h.IsGet() || h.IsHead() || h.IsPut() || h.IsDelete() || h.IsOptions() || h.IsTrace()
-}
+// isIdempotent is isIdempotentMethod for a fasthttp request (the short
+// conversion stays on the stack).
+func isIdempotent(h *fasthttp.RequestHeader) bool { return isIdempotentMethod(string(h.Method())) }
 
 // pick is one request's choice of backend; releasing it reports the outcome
 // to the balancer (which counts the backend's in-flight requests and learns
