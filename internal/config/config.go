@@ -176,20 +176,16 @@ type Hash struct {
 }
 
 func (b *Balance) decodeYAML(n *yaml.Node, path string, errs *Errors) {
-	if n.Kind == yaml.ScalarNode {
-		b.Policy = n.Value
-		return
+	def := b.Policy
+	b.Policy = ""
+	decodeShorthand(n, path, errs, b, &b.Policy)
+	switch {
+	case b.Policy != "":
+	case b.Hash.Key != "":
+		b.Policy = BalanceHash // {hash: {key: ...}} names the policy by itself
+	default:
+		b.Policy = def
 	}
-	type plain Balance // without decodeYAML, so the struct form decodes field by field
-	p := plain(*b)
-	p.Policy = ""
-	decodeValue(n, reflect.ValueOf(&p).Elem(), path, errs)
-	if p.Policy == "" && p.Hash.Key != "" {
-		p.Policy = BalanceHash // {hash: {key: ...}} names the policy by itself
-	} else if p.Policy == "" {
-		p.Policy = b.Policy
-	}
-	*b = Balance(p)
 }
 
 // Limits are an app's admission limits. Every app has them, configured or not.
@@ -241,14 +237,7 @@ type Bandwidth struct {
 }
 
 func (b *Bandwidth) decodeYAML(n *yaml.Node, path string, errs *Errors) {
-	if n.Kind == yaml.ScalarNode {
-		decodeValue(n, reflect.ValueOf(&b.Rate).Elem(), path, errs)
-		return
-	}
-	type plain Bandwidth // without decodeYAML, so the mapping decodes field by field
-	p := plain(*b)
-	decodeValue(n, reflect.ValueOf(&p).Elem(), path, errs)
-	*b = Bandwidth(p)
+	decodeShorthand(n, path, errs, b, &b.Rate)
 }
 
 // The priority classes, in service order.
@@ -309,14 +298,7 @@ const (
 )
 
 func (c *Concurrency) decodeYAML(n *yaml.Node, path string, errs *Errors) {
-	if n.Kind == yaml.ScalarNode {
-		decodeValue(n, reflect.ValueOf(&c.Limit).Elem(), path, errs)
-		return
-	}
-	type plain Concurrency // without decodeYAML, so the mapping decodes field by field
-	p := plain(*c)
-	decodeValue(n, reflect.ValueOf(&p).Elem(), path, errs)
-	*c = Concurrency(p)
+	decodeShorthand(n, path, errs, c, &c.Limit)
 }
 
 // Batch names the top-level JSON array field whose elements are counted
@@ -483,12 +465,5 @@ type Backend struct {
 // decodeYAML accepts "host:port" or {addr: host:port, weight: N}.
 func (b *Backend) decodeYAML(n *yaml.Node, path string, errs *Errors) {
 	b.Weight = 1
-	if n.Kind == yaml.ScalarNode {
-		b.Addr = n.Value
-		return
-	}
-	type plain Backend // without decodeYAML, so the struct form decodes field by field
-	p := plain(*b)
-	decodeValue(n, reflect.ValueOf(&p).Elem(), path, errs)
-	*b = Backend(p)
+	decodeShorthand(n, path, errs, b, &b.Addr)
 }

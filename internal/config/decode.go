@@ -211,6 +211,20 @@ func resolve(n *yaml.Node) *yaml.Node {
 	return n
 }
 
+// decodeShorthand decodes a config type written either as one scalar (into
+// the field short points to) or as a mapping of its fields (into whole, a
+// pointer to the struct), so each such type states only its shorthand.
+func decodeShorthand(n *yaml.Node, path string, errs *Errors, whole, short any) {
+	if n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if n.Kind == yaml.ScalarNode {
+		decodeValue(n, reflect.ValueOf(short).Elem(), path, errs)
+		return
+	}
+	decodeStruct(n, reflect.ValueOf(whole).Elem(), path, errs)
+}
+
 func decodeStruct(n *yaml.Node, v reflect.Value, path string, errs *Errors) {
 	if n.Kind != yaml.MappingNode {
 		errs.add(path, "want a mapping, got a %s", kindName(n))
