@@ -85,7 +85,7 @@ func (s *Server) serveFast(ctx *fasthttp.RequestCtx) {
 		rejectViolationFast(ctx, v)
 		code = v.Status
 	} else {
-		code = s.forwardFast(ctx, rt)
+		code = s.forwardFast(ctx, rt, start)
 	}
 	end := s.clk.Now()
 	took := end.Sub(start)
@@ -102,7 +102,7 @@ func (s *Server) serveFast(ctx *fasthttp.RequestCtx) {
 
 // forwardFast admits and forwards a routed request; it returns the status
 // to record.
-func (s *Server) forwardFast(ctx *fasthttp.RequestCtx, rt *route) int {
+func (s *Server) forwardFast(ctx *fasthttp.RequestCtx, rt *route, start time.Time) int {
 	n := int64(ctx.Request.Header.ContentLength())
 	if n < 0 {
 		n = -1 // chunked: limits.body is enforced while streaming
@@ -116,7 +116,7 @@ func (s *Server) forwardFast(ctx *fasthttp.RequestCtx, rt *route) int {
 	}
 	// fasthttp's response may be gone by the time the slot is released (a
 	// streamed body's end), so an adaptive limit samples latency only.
-	slot, ref, ok := s.enter(ctx, rt, b2s(ctx.Path()), client, n, nil)
+	slot, ref, ok := s.enter(ctx, rt, b2s(ctx.Path()), client, n, start, nil)
 	if !ok {
 		if ref.code == 0 { // the server is shutting down: close, answer nothing
 			ctx.HijackSetNoResponse(true)

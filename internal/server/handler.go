@@ -65,7 +65,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if rt.adaptive != nil {
 		failed = func() bool { return rec.code >= 500 }
 	}
-	slot, ref, ok := s.enter(r.Context(), rt, r.URL.Path, client, r.ContentLength, failed)
+	slot, ref, ok := s.enter(r.Context(), rt, r.URL.Path, client, r.ContentLength, start, failed)
 	if !ok {
 		if ref.code != 0 {
 			reject(rec, ref)
@@ -117,12 +117,12 @@ func (rt *route) admit(ctx context.Context, contentLength int64, t admit.Ticket)
 // both engines: the rate limits, then admission with the request's ticket.
 // ok means the caller holds a slot and must Release it once the response
 // is done; otherwise the refusal says what to answer (code 0: no one to
-// answer). failed tells an adaptive limit whether the request failed; nil
+// answer). now is when the request arrived; failed tells an adaptive limit whether the request failed; nil
 // means it never samples failure.
 func (s *Server) enter(ctx context.Context, rt *route, path, client string, contentLength int64,
-	failed func() bool) (forward.Releaser, refusal, bool) {
+	now time.Time, failed func() bool) (forward.Releaser, refusal, bool) {
 	if rt.appRate != nil || rt.clientRate != nil {
-		if ref, ok := rt.limitRate(client, s.clk.Now()); !ok {
+		if ref, ok := rt.limitRate(client, now); !ok {
 			return nil, ref, false
 		}
 	}
