@@ -1,7 +1,6 @@
 package observe
 
 import (
-	"context"
 	"log"
 	"log/slog"
 	"strings"
@@ -98,6 +97,3 @@ func (w stdWriter) Write(p []byte) (int, error) {
 	w.e.Error(strings.TrimSpace(string(p)), "source", w.source)
 	return len(p), nil
 }
-
-// Enabled reports whether the underlying logger would write at error level.
-func (e *ErrorLog) Enabled() bool { return e.log.Enabled(context.Background(), slog.LevelError) }
