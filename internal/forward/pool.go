@@ -218,14 +218,26 @@ func (p *Pool) balancer(key string) balance.Balancer {
 // httpOutcome classifies a finished net/http exchange for the balancer:
 // a 5xx (levee's 502/504 included) is a failure, a client gone is neither.
 func httpOutcome(w http.ResponseWriter, r *http.Request) balance.Outcome {
-	code := 0
-	if s, ok := w.(interface{ Status() int }); ok {
-		code = s.Status()
-	}
+	code := statusOf(w)
 	if code == 0 && r.Context().Err() != nil {
 		return balance.Canceled
 	}
 	return outcomeOf(code)
+}
+
+// statusOf finds the status written so far through any wrappers (they
+// expose Unwrap, as http.ResponseController expects); 0 if none is known.
+func statusOf(w http.ResponseWriter) int {
+	for {
+		if s, ok := w.(interface{ Status() int }); ok {
+			return s.Status()
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return 0
+		}
+		w = u.Unwrap()
+	}
 }
 
 // outcomeOf classifies a response status for the balancer.
@@ -299,14 +311,6 @@ func (w *pacedWriter) Write(b []byte) (int, error) {
 }
 
 func (w *pacedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// Status passes the recorder's status through, for the balancer.
-func (w *pacedWriter) Status() int {
-	if s, ok := w.ResponseWriter.(interface{ Status() int }); ok {
-		return s.Status()
-	}
-	return 0
-}
 
 // batchBody counts batch items as the body streams; Close closes the original.
 type batchBody struct {
