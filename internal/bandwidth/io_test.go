@@ -16,10 +16,18 @@ type boundWriter struct {
 	t            *testing.T
 	d            *driver
 	rate, burst  int64
-	mu           *sync.Mutex // shared by the writers of one limiter
+	mu           *sync.Mutex // shared by the writers of one limiter; guards the fields below
 	total        *int64
 	own          int64
 	first, final time.Time
+}
+
+// written reports the bytes this writer has passed; the test driver calls it while the
+// worker may be writing.
+func (w *boundWriter) written() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.own
 }
 
 func (w *boundWriter) Write(p []byte) (int, error) {
@@ -27,15 +35,15 @@ func (w *boundWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	*w.total += int64(len(p))
 	total := *w.total
-	w.mu.Unlock()
-	if total*int64(time.Second) > w.rate*int64(now.Sub(epoch))+w.burst*int64(time.Second) {
-		w.t.Errorf("%d bytes passed by %v: over rate·t + burst", total, now.Sub(epoch))
-	}
 	if w.own == 0 {
 		w.first = now
 	}
 	w.own += int64(len(p))
 	w.final = now
+	w.mu.Unlock()
+	if total*int64(time.Second) > w.rate*int64(now.Sub(epoch))+w.burst*int64(time.Second) {
+		w.t.Errorf("%d bytes passed by %v: over rate·t + burst", total, now.Sub(epoch))
+	}
 	return len(p), nil
 }
 
@@ -107,7 +115,7 @@ func TestFairShare(t *testing.T) {
 		case finished == "small":
 			stopHuge()
 		case start.IsZero() && d.Now().Sub(epoch) >= time.Second:
-			start, hugeAtStart = d.Now(), hugeW.own
+			start, hugeAtStart = d.Now(), hugeW.written()
 			go func() {
 				if _, err := l.Writer(context.Background(), smallW).Write(make([]byte, small)); err != nil {
 					t.Error(err)
