@@ -199,65 +199,9 @@ func (s *Server) applyLocked(cfg *config.Config) {
 	var retiredFast []*fasthttp.HostClient
 	for _, name := range cfg.AppNames() {
 		ac := cfg.Apps[name]
-		a := s.apps[name]
-		lim := admit.Limits{
-			Concurrency: ac.Limits.Concurrency.Limit,
-			MaxLen:      ac.Limits.Queue.MaxLen,
-			MaxWait:     ac.Limits.Queue.MaxWait.D(),
-			Target:      ac.Limits.Queue.Target.D(),
-			Interval:    ac.Limits.Queue.Interval.D(),
-		}
-		if a == nil {
-			a = &app{name: name, limiter: admit.NewLimiter(lim, s.clk), metrics: s.metrics.App(name)}
-			s.apps[name] = a
-		}
-		s.applyConcurrency(a, ac.Limits.Concurrency, lim)
-		if a.transport == nil || a.upstream != cfg.Upstream {
-			if a.transport != nil {
-				retired = append(retired, a.transport)
-			}
-			for _, c := range a.fast {
-				retiredFast = append(retiredFast, c)
-			}
-			a.upstream, a.transport, a.fast = cfg.Upstream, forward.NewTransport(cfg.Upstream), map[string]*fasthttp.HostClient{}
-		}
-		for _, b := range ac.Backends {
-			if a.fast[b.Addr] == nil {
-				a.fast[b.Addr] = forward.NewFastClient(b.Addr, cfg.Upstream)
-			}
-		}
-		if a.rates == nil {
-			a.rates = newRateStore(ac.Limits.Client.MaxKeys)
-		}
-		s.applyEjection(a, ac.Ejection)
-		checker := shapeChecker(ac.Limits)
-		rt := &route{app: a, body: int64(ac.Limits.Body), shape: checker, pool: forward.NewPool(forward.Options{
-			App: name, Backends: ac.Backends, Transport: a.transport, Trust: trust,
-			ErrorLog: s.errlog, Metrics: s.metrics, FastClients: a.fast, Upstream: cfg.Upstream,
-			Shape: checker, OnReject: a.metrics.Rejected,
-			Balance: ac.Balance, Prev: a.backends, Outcomes: a.outcomes(),
-			Bandwidth: s.applyBandwidth(a, ac.Limits.Bandwidth),
-			Retry:     ac.Retry, Clock: s.clk,
-		})}
-		a.backends = rt.pool.Set()
-		if a.ejector != nil {
-			a.ejector.Retain(a.backends)
-		}
-		s.applyHealth(a, ac.Health)
-		if a.window == nil {
-			a.window = balance.NewWindow(distributionWindow)
-			a.window.Observe(a.backends, s.clk.Now()) // the window's first mark: shares count from here
-		}
-		rt.appRate = newRateRule(name, reasonRate, ac.Limits.Rate, ac.Limits.Burst)
-		rt.clientRate = newRateRule(name+"-client", reasonClientRate, ac.Limits.Client.Rate, ac.Limits.Client.Burst)
-		rt.clientKey = forward.NewKeySource(ac.Limits.Client.Key)
-		rt.classes = newClassifier(ac.Limits.Priority)
-		rt.fairShare = ac.Limits.FairShare
-		rt.adaptive = a.adaptive
-		if a.top.K() != ac.Limits.Client.TopK {
-			a.top = observe.NewClientTop(ac.Limits.Client.TopK)
-		}
-		rt.top = a.top
+		rt, old, oldFast := s.composeApp(name, ac, cfg, trust)
+		retired = append(retired, old...)
+		retiredFast = append(retiredFast, oldFast...)
 		entries = append(entries, catalog.Entry[*route]{Hosts: ac.Hosts, Paths: ac.Paths, Value: rt})
 	}
 	s.current.Store(&snapshot{catalog: catalog.Build(entries), access: cfg.Log.Access})
@@ -282,6 +226,73 @@ func (s *Server) applyLocked(cfg *config.Config) {
 		c.CloseIdleConnections()
 	}
 	s.cfg = cfg
+}
+
+// composeApp builds the route of app name for cfg, creating or updating the
+// app's state that outlives reloads. It returns the upstream clients the new
+// route no longer uses, to be closed once the new snapshot is published.
+// Callers hold s.mu.
+func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, trust forward.Trust) (rt *route, retired []*http.Transport, retiredFast []*fasthttp.HostClient) {
+	a := s.apps[name]
+	lim := admit.Limits{
+		Concurrency: ac.Limits.Concurrency.Limit,
+		MaxLen:      ac.Limits.Queue.MaxLen,
+		MaxWait:     ac.Limits.Queue.MaxWait.D(),
+		Target:      ac.Limits.Queue.Target.D(),
+		Interval:    ac.Limits.Queue.Interval.D(),
+	}
+	if a == nil {
+		a = &app{name: name, limiter: admit.NewLimiter(lim, s.clk), metrics: s.metrics.App(name)}
+		s.apps[name] = a
+	}
+	s.applyConcurrency(a, ac.Limits.Concurrency, lim)
+	if a.transport == nil || a.upstream != cfg.Upstream {
+		if a.transport != nil {
+			retired = append(retired, a.transport)
+		}
+		for _, c := range a.fast {
+			retiredFast = append(retiredFast, c)
+		}
+		a.upstream, a.transport, a.fast = cfg.Upstream, forward.NewTransport(cfg.Upstream), map[string]*fasthttp.HostClient{}
+	}
+	for _, b := range ac.Backends {
+		if a.fast[b.Addr] == nil {
+			a.fast[b.Addr] = forward.NewFastClient(b.Addr, cfg.Upstream)
+		}
+	}
+	if a.rates == nil {
+		a.rates = newRateStore(ac.Limits.Client.MaxKeys)
+	}
+	s.applyEjection(a, ac.Ejection)
+	checker := shapeChecker(ac.Limits)
+	rt = &route{app: a, body: int64(ac.Limits.Body), shape: checker, pool: forward.NewPool(forward.Options{
+		App: name, Backends: ac.Backends, Transport: a.transport, Trust: trust,
+		ErrorLog: s.errlog, Metrics: s.metrics, FastClients: a.fast, Upstream: cfg.Upstream,
+		Shape: checker, OnReject: a.metrics.Rejected,
+		Balance: ac.Balance, Prev: a.backends, Outcomes: a.outcomes(),
+		Bandwidth: s.applyBandwidth(a, ac.Limits.Bandwidth),
+		Retry:     ac.Retry, Clock: s.clk,
+	})}
+	a.backends = rt.pool.Set()
+	if a.ejector != nil {
+		a.ejector.Retain(a.backends)
+	}
+	s.applyHealth(a, ac.Health)
+	if a.window == nil {
+		a.window = balance.NewWindow(distributionWindow)
+		a.window.Observe(a.backends, s.clk.Now()) // the window's first mark: shares count from here
+	}
+	rt.appRate = newRateRule(name, reasonRate, ac.Limits.Rate, ac.Limits.Burst)
+	rt.clientRate = newRateRule(name+"-client", reasonClientRate, ac.Limits.Client.Rate, ac.Limits.Client.Burst)
+	rt.clientKey = forward.NewKeySource(ac.Limits.Client.Key)
+	rt.classes = newClassifier(ac.Limits.Priority)
+	rt.fairShare = ac.Limits.FairShare
+	rt.adaptive = a.adaptive
+	if a.top.K() != ac.Limits.Client.TopK {
+		a.top = observe.NewClientTop(ac.Limits.Client.TopK)
+	}
+	rt.top = a.top
+	return rt, retired, retiredFast
 }
 
 // applyConcurrency sets an app's limiter: a static limit, or an adaptive
