@@ -71,6 +71,28 @@ func (t *TopK) Add(key string, w uint64, now time.Time) {
 	t.mu.Unlock()
 }
 
+// AddHeavy counts weight w for key at now, like Add, and reports whether
+// key is heavy: its weight over the current and previous windows, at its
+// lower bound (Count−Err), is above the mean weight of the keys tracked.
+// The mean is taken over the tracked keys, so with more than K keys active
+// a key is heavy when it carries more than 1/K of the weight, and a key
+// alone is never heavy (its weight is the whole).
+func (t *TopK) AddHeavy(key string, w uint64, now time.Time) bool {
+	if t == nil {
+		return false
+	}
+	if len(key) > MaxKeyLen {
+		key = key[:MaxKeyLen]
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.rotate(now)
+	t.cur.add(key, w)
+	own := t.cur.lower(key) + t.prev.lower(key)
+	keys := uint64(max(len(t.cur.slots), len(t.prev.slots)))
+	return own*keys > t.cur.total+t.prev.total
+}
+
 // TopEntry is one heavy key: Count is an upper bound of its weight over
 // the reported windows, Count−Err a lower bound.
 type TopEntry struct {
@@ -150,6 +172,7 @@ type spaceSaving struct {
 	slots []slot  // by slot number
 	heap  []int32 // slot numbers, the least count first
 	index map[string]int32
+	total uint64 // the weight added in the window
 }
 
 type slot struct {
@@ -166,6 +189,15 @@ func (s *spaceSaving) reset() {
 	clear(s.slots) // drop the keys for the collector
 	s.slots, s.heap = s.slots[:0], s.heap[:0]
 	clear(s.index)
+	s.total = 0
+}
+
+// lower is key's weight at its lower bound: 0 when it holds no slot.
+func (s *spaceSaving) lower(key string) uint64 {
+	if i, ok := s.index[key]; ok {
+		return s.slots[i].count - s.slots[i].err
+	}
+	return 0
 }
 
 // floor is what a key without a slot may have weighed: the minimum count
@@ -178,6 +210,7 @@ func (s *spaceSaving) floor() uint64 {
 }
 
 func (s *spaceSaving) add(key string, w uint64) {
+	s.total += w
 	if i, ok := s.index[key]; ok {
 		s.slots[i].count += w
 		s.down(int(s.slots[i].pos))

@@ -267,3 +267,70 @@ func TestTopClientGaugesSurviveHostileKeys(t *testing.T) {
 		t.Fatalf("series %v; want %v", got, want)
 	}
 }
+
+// TestTopKAddHeavyFindsTheAbuserOnly: ten clients at one request per round
+// and one at twenty. After the first round the abuser is heavy at every
+// request and no other client ever is; a client alone is never heavy.
+func TestTopKAddHeavyFindsTheAbuserOnly(t *testing.T) {
+	tk := NewTopK(16, time.Second)
+	if tk.AddHeavy("alone", 1, t0) || tk.AddHeavy("alone", 1000, t0) {
+		t.Fatal("a client alone is heavy")
+	}
+	tk = NewTopK(16, time.Second)
+	now := t0
+	for round := range 200 {
+		now = now.Add(10 * time.Millisecond) // windows rotate every 100 rounds
+		for i := range 10 {
+			if tk.AddHeavy("light-"+strconv.Itoa(i), 1, now) && round > 0 {
+				t.Fatalf("round %d: light client %d is heavy", round, i)
+			}
+		}
+		for j := range 20 {
+			if heavy := tk.AddHeavy("abuser", 1, now); !heavy && round > 0 {
+				t.Fatalf("round %d, request %d: the abuser is not heavy", round, j)
+			}
+		}
+	}
+}
+
+// TestTopKAddHeavyAboveOneKth: with more keys than slots, a key is heavy
+// when it carries more than 1/K of the weight, whatever the others do.
+func TestTopKAddHeavyAboveOneKth(t *testing.T) {
+	const k = 4
+	tk := NewTopK(k, time.Minute)
+	for i := range 1000 {
+		tk.AddHeavy("many-"+strconv.Itoa(i), 1, t0) // 1000 keys of weight 1
+	}
+	// 1000 spread over 4 slots: the mean a key must beat is total/K.
+	var heavyAt int
+	for n := 1; n <= 1000; n++ {
+		if tk.AddHeavy("big", 1, t0) {
+			heavyAt = n
+			break
+		}
+	}
+	// big's lower bound is n − err(≤ floor); heavy once n·K > 1000 + n, near n = 334.
+	if heavyAt < 300 || heavyAt > 700 {
+		t.Fatalf("big became heavy after %d requests, want about total/K", heavyAt)
+	}
+}
+
+// TestTopKAddHeavyForgets: a client heavy two windows ago is light now.
+func TestTopKAddHeavyForgets(t *testing.T) {
+	tk := NewTopK(16, time.Second)
+	for range 100 {
+		tk.AddHeavy("was-heavy", 1, t0)
+		tk.AddHeavy("other", 1, t0)
+	}
+	for range 100 {
+		tk.AddHeavy("was-heavy", 1, t0)
+	}
+	if !tk.AddHeavy("was-heavy", 1, t0) {
+		t.Fatal("was-heavy is not heavy at 2:1")
+	}
+	later := t0.Add(2500 * time.Millisecond)
+	tk.AddHeavy("other", 5, later)
+	if tk.AddHeavy("was-heavy", 1, later) {
+		t.Fatal("was-heavy still heavy two windows later")
+	}
+}
