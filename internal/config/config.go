@@ -99,6 +99,8 @@ type App struct {
 	Ejection Ejection  `yaml:"ejection"`
 	Retry    Retry     `yaml:"retry"`
 	Limits   Limits    `yaml:"limits"`
+	// BackendLimits protect the backend pool; off by default.
+	BackendLimits BackendLimits `yaml:"backend_limits"`
 }
 
 // Health configures active health checks; off unless Path is set.
@@ -223,6 +225,10 @@ type Limits struct {
 	FairShare bool `yaml:"fair_share"`
 	// Priority sorts requests into critical, default and sheddable.
 	Priority Priority `yaml:"priority"`
+	// PerPath overrides the request-shape limits (body, header_bytes,
+	// header_count, url_length, query_values, batch) under path prefixes;
+	// the longest prefix wins.
+	PerPath map[string]*PathLimits `yaml:"per_path"`
 }
 
 // Bandwidth is a byte rate shared by all of an app's connections, both

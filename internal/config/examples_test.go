@@ -60,7 +60,8 @@ func TestFullExampleIsTheDefaults(t *testing.T) {
 	}
 	for name, a := range cfg.Apps {
 		da := DefaultApp()
-		if !reflect.DeepEqual(a.Paths, da.Paths) || !reflect.DeepEqual(a.Limits, da.Limits) {
+		a.Limits.PerPath = nil // an example entry, to show its keys
+		if !reflect.DeepEqual(a.Paths, da.Paths) || !reflect.DeepEqual(a.Limits, da.Limits) || a.BackendLimits != da.BackendLimits {
 			t.Errorf("apps.%s: paths %v limits %+v, want the defaults %v %+v", name, a.Paths, a.Limits, da.Paths, da.Limits)
 		}
 		for i, b := range a.Backends {
@@ -145,7 +146,7 @@ func fileKeys(t *testing.T, path string) map[string]bool {
 		case yaml.MappingNode:
 			for i := 0; i+1 < len(n.Content); i += 2 {
 				k := n.Content[i].Value
-				if prefix == "apps" {
+				if prefix == "apps" || strings.HasSuffix(prefix, ".limits.per_path") {
 					k = "NAME"
 				}
 				p := join(prefix, k)

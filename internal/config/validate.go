@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"github.com/leveeproxy/levee/internal/bandwidth"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -234,6 +235,7 @@ func validateApp(errs *Errors, name string, a *App, routes map[string]string) {
 		errs.add(p+".ejection.max_time", "must be ≥ ejection.base_time (got %s)", e.MaxTime)
 	}
 	validateRetry(errs, p+".retry", a.Retry)
+	validatePool(errs, p, a.BackendLimits)
 	l := a.Limits
 	switch c := l.Concurrency; c.Adaptive {
 	case AdaptiveOff:
@@ -254,17 +256,8 @@ func validateApp(errs *Errors, name string, a *App, routes map[string]string) {
 	if l.Queue.MaxWait < 0 || l.Queue.MaxWait.D() > MaxQueueWait {
 		errs.add(p+".limits.queue.max_wait", "must be 0..%s (got %s)", MaxQueueWait, l.Queue.MaxWait)
 	}
-	if l.Body < 0 || l.Body > 1<<40 {
-		errs.add(p+".limits.body", "must be 0..1TiB (got %d)", l.Body)
-	}
-	if l.HeaderBytes < 1 || l.HeaderBytes > 16<<20 {
-		errs.add(p+".limits.header_bytes", "must be 1..16MiB (got %d)", l.HeaderBytes)
-	}
-	within(errs, p+".limits.header_count", l.HeaderCount, 1, 10_000)
-	if l.URLLength < 1 || l.URLLength > 1<<20 {
-		errs.add(p+".limits.url_length", "must be 1..1MiB (got %d)", l.URLLength)
-	}
-	within(errs, p+".limits.query_values", l.QueryValues, 1, 100_000)
+	validateShape(errs, p+".limits", l)
+	validatePerPath(errs, p, l)
 	if l.Burst < 0 || l.Burst > 1_000_000 {
 		errs.add(p+".limits.burst", "must be 0..1000000 (got %d)", l.Burst)
 	}
@@ -302,11 +295,27 @@ func validateApp(errs *Errors, name string, a *App, routes map[string]string) {
 	for _, key := range sortedKeys(l.Priority.Clients) {
 		checkClass(errs, p+".limits.priority.clients."+key, l.Priority.Clients[key])
 	}
+}
+
+// validateShape checks the request-shape limits of l; p is the path of the
+// limits mapping (an app's limits or one limits.per_path entry).
+func validateShape(errs *Errors, p string, l Limits) {
+	if l.Body < 0 || l.Body > 1<<40 {
+		errs.add(p+".body", "must be 0..1TiB (got %d)", l.Body)
+	}
+	if l.HeaderBytes < 1 || l.HeaderBytes > 16<<20 {
+		errs.add(p+".header_bytes", "must be 1..16MiB (got %d)", l.HeaderBytes)
+	}
+	within(errs, p+".header_count", l.HeaderCount, 1, 10_000)
+	if l.URLLength < 1 || l.URLLength > 1<<20 {
+		errs.add(p+".url_length", "must be 1..1MiB (got %d)", l.URLLength)
+	}
+	within(errs, p+".query_values", l.QueryValues, 1, 100_000)
 	switch b := l.Batch; {
 	case b.JSONField == "" && b.Max != 0:
-		errs.add(p+".limits.batch.json_field", "is required when batch.max is set")
+		errs.add(p+".batch.json_field", "is required when batch.max is set")
 	case b.JSONField != "":
-		within(errs, p+".limits.batch.max", b.Max, 1, 10_000_000)
+		within(errs, p+".batch.max", b.Max, 1, 10_000_000)
 	}
 }
 
@@ -421,13 +430,8 @@ func checkClass(errs *Errors, path, class string) {
 	}
 }
 
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
+func sortedKeys[V any](m map[string]V) []string {
+	return slices.Sorted(maps.Keys(m))
 }
 
 func validateRetry(errs *Errors, p string, r Retry) {
