@@ -52,6 +52,17 @@ type AppStats struct {
 	Backends       []BackendStats `json:"backends"`
 	// TopClients are the heaviest clients (nil when limits.client.top_k is 0).
 	TopClients *TopClients `json:"top_clients,omitempty"`
+	// Pool is the backend_limits state (nil when they are off).
+	Pool *PoolStats `json:"backend_limits,omitempty"`
+}
+
+// PoolStats is an app's backend_limits state: requests at the backends
+// under the inflight limit (0: off) and the pool's rate (0: off).
+type PoolStats struct {
+	InFlight      int     `json:"inflight"`
+	Queued        int     `json:"queued"`
+	InflightLimit int     `json:"inflight_limit"`
+	Rate          float64 `json:"rate"`
 }
 
 // BackendStats is one backend's state at scrape time.
@@ -198,11 +209,15 @@ var (
 		"Max/mean of the weight-normalised share of requests among an app's healthy backends over the last minute (1 is even).", []string{"app"}, nil)
 	alertDesc = prometheus.NewDesc("levee_backend_imbalance_alert",
 		"1 while levee_backend_imbalance is above the app's balance.imbalance_alert.", []string{"app"}, nil)
-	beInflightDesc  = prometheus.NewDesc("levee_backend_inflight", "Requests in flight to one backend.", []string{"app", "backend"}, nil)
-	beLatencyDesc   = prometheus.NewDesc("levee_backend_latency_seconds", "A backend's decaying average latency, as the balancer sees it.", []string{"app", "backend"}, nil)
-	beHealthyDesc   = prometheus.NewDesc("levee_backend_healthy", "1 if the backend is healthy and not ejected.", []string{"app", "backend"}, nil)
-	beShareDesc     = prometheus.NewDesc("levee_backend_share", "A backend's share of its app's requests over the last minute.", []string{"app", "backend"}, nil)
-	topRequestsDesc = prometheus.NewDesc("levee_top_client_requests",
+	beInflightDesc   = prometheus.NewDesc("levee_backend_inflight", "Requests in flight to one backend.", []string{"app", "backend"}, nil)
+	beLatencyDesc    = prometheus.NewDesc("levee_backend_latency_seconds", "A backend's decaying average latency, as the balancer sees it.", []string{"app", "backend"}, nil)
+	beHealthyDesc    = prometheus.NewDesc("levee_backend_healthy", "1 if the backend is healthy and not ejected.", []string{"app", "backend"}, nil)
+	beShareDesc      = prometheus.NewDesc("levee_backend_share", "A backend's share of its app's requests over the last minute.", []string{"app", "backend"}, nil)
+	poolInflightDesc = prometheus.NewDesc("levee_pool_inflight", "Requests of an app at its backends under backend_limits.inflight.", []string{"app"}, nil)
+	poolQueueDesc    = prometheus.NewDesc("levee_pool_queue_length", "Requests of an app waiting for a backend_limits.inflight slot.", []string{"app"}, nil)
+	poolLimitDesc    = prometheus.NewDesc("levee_pool_inflight_limit", "An app's backend_limits.inflight (0: off).", []string{"app"}, nil)
+	poolRateDesc     = prometheus.NewDesc("levee_pool_rate_limit", "An app's backend_limits.rate in requests per second (0: off).", []string{"app"}, nil)
+	topRequestsDesc  = prometheus.NewDesc("levee_top_client_requests",
 		"Requests of each of an app's heaviest clients (at most limits.client.top_k) over the last one to two minutes; an upper bound, over by at most the app's requests in that time / top_k.",
 		[]string{"app", "client"}, nil)
 	topRejectedDesc = prometheus.NewDesc("levee_top_client_rejected",
@@ -220,6 +235,10 @@ func (c *appCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- beLatencyDesc
 	ch <- beHealthyDesc
 	ch <- beShareDesc
+	ch <- poolInflightDesc
+	ch <- poolQueueDesc
+	ch <- poolLimitDesc
+	ch <- poolRateDesc
 	ch <- topRequestsDesc
 	ch <- topRejectedDesc
 }
@@ -239,6 +258,12 @@ func (c *appCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(beLatencyDesc, b.Latency.Seconds(), a.Name, b.Addr)
 			gauge(beHealthyDesc, b2f(b.Healthy), a.Name, b.Addr)
 			gauge(beShareDesc, b.Share, a.Name, b.Addr)
+		}
+		if p := a.Pool; p != nil {
+			gauge(poolInflightDesc, float64(p.InFlight), a.Name)
+			gauge(poolQueueDesc, float64(p.Queued), a.Name)
+			gauge(poolLimitDesc, float64(p.InflightLimit), a.Name)
+			gauge(poolRateDesc, p.Rate, a.Name)
 		}
 		if a.TopClients != nil {
 			topGauges(ch, topRequestsDesc, a.Name, a.TopClients.Requests)

@@ -75,6 +75,7 @@ type Guard struct {
 	slots   *admit.Limiter    // nil when Inflight is off
 	bucket  *ratelimit.Bucket // nil when Rate is off
 	reserve int
+	perSec  float64 // Rate in requests per second; 0 when off
 	offered *observe.TopK
 	// Refusals by reason are shared and read-only.
 	refuseShare admit.Rejection
@@ -101,6 +102,7 @@ func New(o Options) *Guard {
 			panic("protect: invalid rate: " + err.Error()) // validated config: a broken invariant
 		}
 		g.bucket, g.reserve = b, o.Rate.Burst/2
+		g.perSec = float64(time.Second) / float64(o.Rate.Interval)
 	}
 	return g
 }
@@ -165,15 +167,21 @@ func (g *Guard) spend(heavy bool, now time.Time) error {
 	return nil
 }
 
-// Stats is the guard's state now.
+// Stats is the guard's state now: requests holding and waiting for an
+// inflight slot, the inflight limit (0: off) and the rate per second (0: off).
 type Stats struct {
 	InFlight, Queued, InflightLimit int
+	Rate                            float64
 }
 
-// Stats reads the guard's state without locking; a nil Guard has none.
+// Stats reads the guard's state; a nil Guard has none.
 func (g *Guard) Stats() Stats {
-	if g == nil || g.slots == nil {
+	if g == nil {
 		return Stats{}
 	}
-	return Stats{InFlight: g.slots.InFlight(), Queued: g.slots.Queued(), InflightLimit: g.slots.Limits().Concurrency}
+	st := Stats{Rate: g.perSec}
+	if g.slots != nil {
+		st.InFlight, st.Queued, st.InflightLimit = g.slots.InFlight(), g.slots.Queued(), g.slots.Limits().Concurrency
+	}
+	return st
 }

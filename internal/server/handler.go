@@ -11,6 +11,7 @@ import (
 
 	"github.com/leveeproxy/levee/internal/admit"
 	"github.com/leveeproxy/levee/internal/forward"
+	"github.com/leveeproxy/levee/internal/protect"
 	"github.com/leveeproxy/levee/internal/ratelimit"
 	"github.com/leveeproxy/levee/internal/shape"
 )
@@ -130,19 +131,52 @@ func (s *Server) enter(ctx context.Context, rt *route, path, client string, cont
 	if ref, ok := rt.admit(ctx, contentLength, t); !ok {
 		return nil, ref, false
 	}
+	var slot forward.Releaser
 	switch {
 	case rt.adaptive != nil:
-		return &adaptiveSlot{a: rt.adaptive, l: rt.app.limiter, t: t, clk: s.clk,
-			start: s.clk.Now(), inflight: rt.app.limiter.InFlight(), failed: failed}, refusal{}, true
+		slot = &adaptiveSlot{a: rt.adaptive, l: rt.app.limiter, t: t, clk: s.clk,
+			start: s.clk.Now(), inflight: rt.app.limiter.InFlight(), failed: failed}
 	case t.Client != "":
-		return &ticketSlot{l: rt.app.limiter, t: t}, refusal{}, true
+		slot = &ticketSlot{l: rt.app.limiter, t: t}
+	default:
+		slot = rt.app.limiter // no allocation on the common path
 	}
-	return rt.app.limiter, refusal{}, true // no allocation on the common path
+	if rt.guard == nil {
+		return slot, refusal{}, true
+	}
+	held, err := rt.guard.Enter(ctx, client, now)
+	if err != nil {
+		slot.Release()
+		return nil, rt.refuseGuard(err), false
+	}
+	return &pooledSlot{app: slot, pool: held}, refusal{}, true
+}
+
+// pooledSlot holds both the app's concurrency slot and the pool's.
+type pooledSlot struct {
+	app  forward.Releaser
+	pool protect.Slot
+}
+
+func (p *pooledSlot) Release() {
+	p.pool.Release()
+	p.app.Release()
+}
+
+// refuseGuard turns a backend_limits refusal into the answer, counted; a
+// client that went away while waiting gets none.
+func (rt *route) refuseGuard(err error) refusal {
+	rej, ok := asRejection(err)
+	if !ok {
+		return refusal{}
+	}
+	rt.app.metrics.Rejected(string(rej.Reason))
+	return refusal{code: http.StatusServiceUnavailable, reason: string(rej.Reason), retryAfter: rej.RetryAfter}
 }
 
 // needsClient reports whether any step of the route reads the client key.
 func (rt *route) needsClient() bool {
-	return rt.clientRate != nil || rt.fairShare || rt.classes.needsClient()
+	return rt.clientRate != nil || rt.fairShare || rt.classes.needsClient() || rt.guard != nil
 }
 
 // ticket is what the request asks the limiter for: its priority class and,

@@ -25,6 +25,7 @@ import (
 	"github.com/leveeproxy/levee/internal/forward"
 	"github.com/leveeproxy/levee/internal/health"
 	"github.com/leveeproxy/levee/internal/observe"
+	"github.com/leveeproxy/levee/internal/protect"
 	"github.com/leveeproxy/levee/internal/ratelimit"
 	"github.com/leveeproxy/levee/internal/shape"
 	"github.com/valyala/fasthttp"
@@ -108,6 +109,11 @@ type app struct {
 	// top counts the heaviest clients (nil when limits.client.top_k is 0);
 	// kept across reloads unless top_k changes.
 	top *observe.ClientTop
+	// guard enforces backend_limits (nil when off); kept across reloads
+	// unless they or the queue bounds change.
+	guard     *protect.Guard
+	guardCfg  config.BackendLimits
+	guardWait admit.Limits
 }
 
 // route is an app as composed for one config: every request path step in order.
@@ -123,6 +129,7 @@ type route struct {
 	shape      *shape.Checker    // header, URL, query and batch limits
 	pool       *forward.Pool
 	top        *observe.ClientTop // the app's heavy hitters; nil when off
+	guard      *protect.Guard     // backend_limits; nil when off
 }
 
 // New returns a Server for cfg, which must have passed Validate.
@@ -288,11 +295,27 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 	rt.classes = newClassifier(ac.Limits.Priority)
 	rt.fairShare = ac.Limits.FairShare
 	rt.adaptive = a.adaptive
+	rt.guard = s.applyBackendLimits(a, ac.BackendLimits, lim)
 	if a.top.K() != ac.Limits.Client.TopK {
 		a.top = observe.NewClientTop(ac.Limits.Client.TopK)
 	}
 	rt.top = a.top
 	return rt, retired, retiredFast
+}
+
+// applyBackendLimits returns the app's backend_limits guard, made anew only
+// when they or the queue bounds change: a new guard starts with nothing in
+// flight and a full bucket.
+func (s *Server) applyBackendLimits(a *app, cfg config.BackendLimits, wait admit.Limits) *protect.Guard {
+	if a.guard != nil && a.guardCfg == cfg && a.guardWait == wait {
+		return a.guard
+	}
+	var rate ratelimit.Limit
+	if cfg.Rate != (config.Rate{}) {
+		rate = ratelimit.Limit{Interval: cfg.Rate.Interval(), Burst: config.EffectiveBurst(cfg.Rate, cfg.Burst)}
+	}
+	a.guard, a.guardCfg, a.guardWait = protect.New(protect.Options{Inflight: cfg.Inflight, Wait: wait, Rate: rate, Clock: s.clk}), cfg, wait
+	return a.guard
 }
 
 // applyConcurrency sets an app's limiter: a static limit, or an adaptive
@@ -433,6 +456,10 @@ func (s *Server) AppStats(name string) (observe.AppStats, bool) {
 func (a *app) stats(now time.Time) observe.AppStats {
 	st := observe.AppStats{Name: a.name, InFlight: a.limiter.InFlight(), Queued: a.limiter.Queued(),
 		Limit: a.limiter.Limits().Concurrency, ImbalanceAlert: a.alert, TopClients: a.top.Top(now)}
+	if a.guard != nil {
+		g := a.guard.Stats()
+		st.Pool = &observe.PoolStats{InFlight: g.InFlight, Queued: g.Queued, InflightLimit: g.InflightLimit, Rate: g.Rate}
+	}
 	var shares []balance.Share
 	shares, st.Imbalance = a.window.Observe(a.backends, now)
 	for _, sh := range shares {
