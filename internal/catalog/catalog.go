@@ -97,7 +97,7 @@ func (ix *Index[V]) Lookup(host, path string) (V, bool) {
 
 func matchPath[V any](rs []route[V], path string) (V, bool) {
 	for _, r := range rs {
-		if pathHasPrefix(path, r.prefix) {
+		if PathHasPrefix(path, r.prefix) {
 			return r.value, true
 		}
 	}
@@ -105,7 +105,9 @@ func matchPath[V any](rs []route[V], path string) (V, bool) {
 	return zero, false
 }
 
-func pathHasPrefix(path, prefix string) bool {
+// PathHasPrefix reports whether path is under prefix on a segment
+// boundary: "/api" holds "/api" and "/api/x", not "/apix".
+func PathHasPrefix(path, prefix string) bool {
 	if !strings.HasPrefix(path, prefix) {
 		return false
 	}

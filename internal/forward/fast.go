@@ -61,8 +61,9 @@ var errBodyTooLarge = errors.New("forward: request body too large")
 // streams back the response. It owns slot and releases it exactly once: when
 // the response body has been passed on or the upgraded connection has
 // closed, which may be after ServeFast returns. bodyLimit is limits.body,
-// enforced while a body of unknown length streams.
-func (p *Pool) ServeFast(ctx *fasthttp.RequestCtx, bodyLimit int64, slot Releaser) {
+// enforced while a body of unknown length streams; sh counts batch items
+// (nil counts nothing).
+func (p *Pool) ServeFast(ctx *fasthttp.RequestCtx, bodyLimit int64, sh *shape.Checker, slot Releaser) {
 	start := time.Now()
 	key := p.key.Fast(ctx)
 	bal := p.balancer(key)
@@ -77,10 +78,10 @@ func (p *Pool) ServeFast(ctx *fasthttp.RequestCtx, bodyLimit int64, slot Release
 	be := p.backends[i]
 	be.requests.Inc()
 	pk := newPick(p, bal, i, start, slot)
-	p.serveFast(ctx, be, bodyLimit, pk)
+	p.serveFast(ctx, be, bodyLimit, sh, pk)
 }
 
-func (p *Pool) serveFast(ctx *fasthttp.RequestCtx, be *backend, bodyLimit int64, pk *pick) {
+func (p *Pool) serveFast(ctx *fasthttp.RequestCtx, be *backend, bodyLimit int64, sh *shape.Checker, pk *pick) {
 	out := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(out)
 	upgrading := p.copyRequest(ctx, &out.Header)
@@ -95,13 +96,13 @@ func (p *Pool) serveFast(ctx *fasthttp.RequestCtx, be *backend, bodyLimit int64,
 		}
 		body = &limitedBody{r: bs, left: bodyLimit}
 		var r io.Reader = body
-		if br := p.shape.BatchReader(body); br != nil {
+		if br := sh.BatchReader(body); br != nil {
 			r = br
 		}
 		out.SetBodyStream(r, ctx.Request.Header.ContentLength())
 	} else if b := ctx.Request.Body(); len(b) > 0 {
 		// Already read whole: count its batch before any backend work.
-		if br := p.shape.BatchReader(bytes.NewReader(b)); br != nil {
+		if br := sh.BatchReader(bytes.NewReader(b)); br != nil {
 			if _, err := io.Copy(io.Discard, br); err != nil {
 				p.fastError(ctx, be, err, nil)
 				pk.finish(ctx)

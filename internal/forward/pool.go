@@ -43,8 +43,6 @@ type Options struct {
 	FastClients map[string]*fasthttp.HostClient
 	// Upstream bounds the dial and the response headers of upgrades (fasthttp).
 	Upstream config.Upstream
-	// Shape counts batch items while the body streams; nil checks nothing.
-	Shape *shape.Checker
 	// OnReject counts a request refused while its body streamed (reason as
 	// in Levee-Reject); nil counts nothing.
 	OnReject func(reason string)
@@ -84,7 +82,6 @@ type Pool struct {
 	errlog   *observe.ErrorLog
 	trust    Trust
 	upstream config.Upstream
-	shape    *shape.Checker
 	onReject func(reason string)
 	retry    retryPolicy
 	clk      clock.Clock
@@ -105,7 +102,7 @@ func NewPool(o Options) *Pool {
 	}
 	set := balance.NewSet(specs, o.Prev, time.Now())
 	p := &Pool{app: o.App, errlog: o.ErrorLog, trust: o.Trust,
-		upstream: o.Upstream, shape: o.Shape, onReject: o.OnReject, outcomes: o.Outcomes, bw: o.Bandwidth}
+		upstream: o.Upstream, onReject: o.OnReject, outcomes: o.Outcomes, bw: o.Bandwidth}
 	switch o.Balance.Policy {
 	case config.BalanceRoundRobin, config.BalanceWeighted:
 		p.bal = balance.NewRoundRobinSet(set)
@@ -155,12 +152,16 @@ func NewPool(o Options) *Pool {
 }
 
 // ServeHTTP forwards r to the next backend and streams back its response.
-func (p *Pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (p *Pool) ServeHTTP(w http.ResponseWriter, r *http.Request) { p.Serve(w, r, nil) }
+
+// Serve is ServeHTTP counting the batch items of r's body under sh (nil
+// counts nothing), the shape limits of r's path.
+func (p *Pool) Serve(w http.ResponseWriter, r *http.Request, sh *shape.Checker) {
 	if r.Body != nil && r.Body != http.NoBody {
 		if p.bw != nil {
 			r.Body = batchBody{Reader: p.bw.Reader(r.Context(), r.Body), Closer: r.Body}
 		}
-		if br := p.shape.BatchReader(r.Body); br != nil {
+		if br := sh.BatchReader(r.Body); br != nil {
 			// Outermost, so its violation reaches errorHandler as itself.
 			r.Body = batchBody{Reader: br, Closer: r.Body}
 		}

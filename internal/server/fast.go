@@ -80,12 +80,13 @@ func (s *Server) serveFast(ctx *fasthttp.RequestCtx) {
 	}
 	start := s.clk.Now()
 	var code int
+	sh := rt.shapes.forPath(b2s(ctx.Path()))
 	count, size := fastHeaderSize(h)
-	if v := rt.checkShape(b2s(h.RequestURI()), count, size); v != nil {
+	if v := rt.checkShape(sh, b2s(h.RequestURI()), count, size); v != nil {
 		rejectViolationFast(ctx, v)
 		code = v.Status
 	} else {
-		code = s.forwardFast(ctx, rt, start)
+		code = s.forwardFast(ctx, rt, sh, start)
 	}
 	end := s.clk.Now()
 	took := end.Sub(start)
@@ -102,7 +103,7 @@ func (s *Server) serveFast(ctx *fasthttp.RequestCtx) {
 
 // forwardFast admits and forwards a routed request; it returns the status
 // to record.
-func (s *Server) forwardFast(ctx *fasthttp.RequestCtx, rt *route, start time.Time) int {
+func (s *Server) forwardFast(ctx *fasthttp.RequestCtx, rt *route, sh *pathShape, start time.Time) int {
 	n := int64(ctx.Request.Header.ContentLength())
 	if n < 0 {
 		n = -1 // chunked: limits.body is enforced while streaming
@@ -116,7 +117,7 @@ func (s *Server) forwardFast(ctx *fasthttp.RequestCtx, rt *route, start time.Tim
 	}
 	// fasthttp's response may be gone by the time the slot is released (a
 	// streamed body's end), so an adaptive limit samples latency only.
-	slot, ref, ok := s.enter(ctx, rt, b2s(ctx.Path()), client, n, start, nil)
+	slot, ref, ok := s.enter(ctx, rt, b2s(ctx.Path()), client, n, sh.body, start, nil)
 	if !ok {
 		if ref.code == 0 { // the server is shutting down: close, answer nothing
 			ctx.HijackSetNoResponse(true)
@@ -126,7 +127,7 @@ func (s *Server) forwardFast(ctx *fasthttp.RequestCtx, rt *route, start time.Tim
 		rejectFast(ctx, ref)
 		return ref.code
 	}
-	rt.pool.ServeFast(ctx, rt.body, slot) // releases the slot
+	rt.pool.ServeFast(ctx, sh.body, sh.check, slot) // releases the slot
 	if ctx.Hijacked() {
 		return fasthttp.StatusSwitchingProtocols
 	}

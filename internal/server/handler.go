@@ -50,13 +50,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rec.free()
 	}()
 
+	sh := rt.shapes.forPath(r.URL.Path)
 	count, size := shape.HeaderSize(r.Header)
-	if v := rt.checkShape(r.RequestURI, count+1, size+len("Host")+len(r.Host)); v != nil {
+	if v := rt.checkShape(sh, r.RequestURI, count+1, size+len("Host")+len(r.Host)); v != nil {
 		rejectViolation(rec, v)
 		return
 	}
 	if r.ContentLength < 0 { // chunked: enforce the limit while streaming
-		r.Body = forward.GuardBody(http.MaxBytesReader(rec, r.Body, rt.body))
+		r.Body = forward.GuardBody(http.MaxBytesReader(rec, r.Body, sh.body))
 	}
 	var client string
 	if rt.needsClient() {
@@ -66,7 +67,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if rt.adaptive != nil {
 		failed = func() bool { return rec.code >= 500 }
 	}
-	slot, ref, ok := s.enter(r.Context(), rt, r.URL.Path, client, r.ContentLength, start, failed)
+	slot, ref, ok := s.enter(r.Context(), rt, r.URL.Path, client, r.ContentLength, sh.body, start, failed)
 	if !ok {
 		if ref.code != 0 {
 			reject(rec, ref)
@@ -74,7 +75,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return // otherwise the client went away while queued
 	}
 	defer slot.Release() // deferred: ReverseProxy aborts with a panic mid-body
-	rt.pool.ServeHTTP(rec, r)
+	rt.pool.Serve(rec, r, sh.check)
 }
 
 // refusal is a request refused before any backend work. A zero code means
@@ -95,8 +96,8 @@ type refusal struct {
 // that queued is observed). ok means the caller
 // holds a slot and must Release it; otherwise the refusal is counted and
 // says what to answer. It allocates nothing.
-func (rt *route) admit(ctx context.Context, contentLength int64, t admit.Ticket) (refusal, bool) {
-	if contentLength > rt.body {
+func (rt *route) admit(ctx context.Context, contentLength, bodyLimit int64, t admit.Ticket) (refusal, bool) {
+	if contentLength > bodyLimit {
 		rt.app.metrics.Rejected(reasonBody)
 		return refusal{code: http.StatusRequestEntityTooLarge, reason: reasonBody}, false
 	}
@@ -120,7 +121,7 @@ func (rt *route) admit(ctx context.Context, contentLength int64, t admit.Ticket)
 // is done; otherwise the refusal says what to answer (code 0: no one to
 // answer). now is when the request arrived; failed tells an adaptive limit whether the request failed; nil
 // means it never samples failure.
-func (s *Server) enter(ctx context.Context, rt *route, path, client string, contentLength int64,
+func (s *Server) enter(ctx context.Context, rt *route, path, client string, contentLength, bodyLimit int64,
 	now time.Time, failed func() bool) (forward.Releaser, refusal, bool) {
 	if rt.appRate != nil || rt.clientRate != nil {
 		if ref, ok := rt.limitRate(client, now); !ok {
@@ -128,7 +129,7 @@ func (s *Server) enter(ctx context.Context, rt *route, path, client string, cont
 		}
 	}
 	t := rt.ticket(path, client)
-	if ref, ok := rt.admit(ctx, contentLength, t); !ok {
+	if ref, ok := rt.admit(ctx, contentLength, bodyLimit, t); !ok {
 		return nil, ref, false
 	}
 	var slot forward.Releaser
@@ -192,10 +193,10 @@ func (rt *route) ticket(path, client string) admit.Ticket {
 // checkShape applies the request-shape limits known before the body:
 // target length, query values, header count and bytes. A violation is
 // counted; the caller answers it.
-func (rt *route) checkShape(target string, headerCount, headerBytes int) *shape.Violation {
-	v := rt.shape.CheckTarget(target)
+func (rt *route) checkShape(sh *pathShape, target string, headerCount, headerBytes int) *shape.Violation {
+	v := sh.check.CheckTarget(target)
 	if v == nil {
-		v = rt.shape.CheckHeaders(headerCount, headerBytes)
+		v = sh.check.CheckHeaders(headerCount, headerBytes)
 	}
 	if v != nil {
 		rt.app.metrics.Rejected(string(v.Reason))

@@ -2,9 +2,9 @@ package server
 
 import (
 	"slices"
-	"strings"
 
 	"github.com/leveeproxy/levee/internal/admit"
+	"github.com/leveeproxy/levee/internal/catalog"
 	"github.com/leveeproxy/levee/internal/config"
 )
 
@@ -50,8 +50,7 @@ func parseClass(s string) admit.Class {
 // class returns the class of a request for path from client.
 func (c *classifier) class(path, client string) admit.Class {
 	for _, pc := range c.paths {
-		if strings.HasPrefix(path, pc.prefix) &&
-			(len(path) == len(pc.prefix) || strings.HasSuffix(pc.prefix, "/") || path[len(pc.prefix)] == '/') {
+		if catalog.PathHasPrefix(path, pc.prefix) {
 			return pc.class
 		}
 	}

@@ -27,7 +27,6 @@ import (
 	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/leveeproxy/levee/internal/protect"
 	"github.com/leveeproxy/levee/internal/ratelimit"
-	"github.com/leveeproxy/levee/internal/shape"
 	"github.com/valyala/fasthttp"
 )
 
@@ -125,8 +124,7 @@ type route struct {
 	classes    classifier        // limits.priority
 	fairShare  bool              // limits.fair_share: tickets carry the client key
 	adaptive   *adaptiveLimit    // nil for a static concurrency limit
-	body       int64             // limits.body
-	shape      *shape.Checker    // header, URL, query and batch limits
+	shapes     shapeLimits       // body, header, URL, query and batch limits
 	pool       *forward.Pool
 	top        *observe.ClientTop // the app's heavy hitters; nil when off
 	guard      *protect.Guard     // backend_limits; nil when off
@@ -271,12 +269,11 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 		a.rates = newRateStore(ac.Limits.Client.MaxKeys)
 	}
 	s.applyEjection(a, ac.Ejection)
-	checker := shapeChecker(ac.Limits)
-	rt = &route{app: a, body: int64(ac.Limits.Body), shape: checker, pool: forward.NewPool(forward.Options{
+	rt = &route{app: a, shapes: newShapeLimits(ac.Limits), pool: forward.NewPool(forward.Options{
 		App: name, Backends: ac.Backends, Transport: a.transport, Trust: trust,
 		ErrorLog: s.errlog, Metrics: s.metrics, FastClients: a.fast, Upstream: cfg.Upstream,
-		Shape: checker, OnReject: a.metrics.Rejected,
-		Balance: ac.Balance, Prev: a.backends, Outcomes: a.outcomes(),
+		OnReject: a.metrics.Rejected,
+		Balance:  ac.Balance, Prev: a.backends, Outcomes: a.outcomes(),
 		Bandwidth: s.applyBandwidth(a, ac.Limits.Bandwidth),
 		Retry:     ac.Retry, Clock: s.clk,
 	})}
@@ -411,22 +408,6 @@ func newRateStore(maxKeys int) *ratelimit.LocalStore {
 		panic(fmt.Sprintf("server: rate store: %v", err))
 	}
 	return st
-}
-
-// shapeChecker builds an app's request shape limits. The config was
-// validated with the same rules, so an error here is a broken invariant.
-func shapeChecker(l config.Limits) *shape.Checker {
-	c, err := shape.New(shape.Limits{
-		MaxHeaderBytes: int(l.HeaderBytes),
-		MaxHeaderCount: l.HeaderCount,
-		MaxURLBytes:    int(l.URLLength),
-		MaxQueryValues: l.QueryValues,
-		Batch:          shape.Batch{JSONField: l.Batch.JSONField, Max: l.Batch.Max},
-	})
-	if err != nil {
-		panic(fmt.Sprintf("server: a validated config has invalid shape limits: %v", err))
-	}
-	return c
 }
 
 // EachApp reports every app's state to the metrics collector.

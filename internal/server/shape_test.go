@@ -178,3 +178,61 @@ func TestHugeBatchIsCutOffWhileStreaming(t *testing.T) {
 		t.Fatalf("backend received %d of %d body bytes; the cut must come near item 101", got, len(body))
 	}
 }
+
+// TestPerPathShapeLimits: limits.per_path changes the shape limits under a
+// prefix (on segment boundaries, longest first) and leaves the rest of the
+// app on its own, for declared and chunked bodies alike.
+func TestPerPathShapeLimits(t *testing.T) {
+	p, be := shapeProxy(t, `
+        body: 1KB
+        per_path:
+          /upload: {body: 1MB}
+          /upload/tiny: {body: 10}
+          /batch: {batch: {json_field: uris, max: 2}}
+          /strict: {header_count: 3, url_length: 20}`)
+	send := func(path, body string, chunked bool) (int, string) {
+		framing := fmt.Sprintf("Content-Length: %d\r\n\r\n%s", len(body), body)
+		if chunked {
+			framing = fmt.Sprintf("Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", len(body), body)
+		}
+		code, h, _ := rawRequest(t, p.URL, "POST "+path+" HTTP/1.1\r\nHost: a.test\r\n"+framing)
+		return code, h.Get("Levee-Reject")
+	}
+	big := strings.Repeat("x", 2000)
+	batch := `{"uris": [1, 2, 3]}`
+	cases := []struct {
+		path, body string
+		code       int
+		reason     string
+	}{
+		{"/", big, 413, "body"},                 // the app's 1KB
+		{"/upload", big, 200, ""},               // 1MB here
+		{"/upload/x", big, 200, ""},             // under /upload
+		{"/uploads", big, 413, "body"},          // not under /upload: segment boundary
+		{"/upload/tiny", "0123456789", 200, ""}, // the longer prefix: 10 bytes
+		{"/upload/tiny/y", "0123456789a", 413, "body"},
+		{"/batch", batch, 422, "batch-items"},
+		{"/", batch, 200, ""}, // no batch limit outside /batch
+	}
+	for _, chunked := range []bool{false, true} {
+		for _, c := range cases {
+			if code, reason := send(c.path, c.body, chunked); code != c.code || reason != c.reason {
+				t.Errorf("chunked=%v POST %s (%d bytes): %d %q, want %d %q", chunked, c.path, len(c.body), code, reason, c.code, c.reason)
+			}
+		}
+	}
+	code, h, _ := rawRequest(t, p.URL, "GET /strict HTTP/1.1\r\nHost: a.test\r\nA: 1\r\nB: 2\r\nC: 3\r\n\r\n")
+	if code != 431 || h.Get("Levee-Reject") != "header-count" {
+		t.Errorf("4 headers under /strict: %d %q, want 431 header-count", code, h.Get("Levee-Reject"))
+	}
+	code, h, _ = rawRequest(t, p.URL, "GET /strict/"+strings.Repeat("a", 20)+" HTTP/1.1\r\nHost: a.test\r\n\r\n")
+	if code != 414 || h.Get("Levee-Reject") != "url-length" {
+		t.Errorf("long URL under /strict: %d %q, want 414 url-length", code, h.Get("Levee-Reject"))
+	}
+	if code, _, _ := rawRequest(t, p.URL, "GET /"+strings.Repeat("a", 20)+" HTTP/1.1\r\nHost: a.test\r\nA: 1\r\nB: 2\r\nC: 3\r\n\r\n"); code != 200 {
+		t.Errorf("same request outside /strict: %d, want 200", code)
+	}
+	if got, want := be.complete.Load(), int64(2*4+1); got != want {
+		t.Errorf("backend got %d whole bodies, want %d (refusals cost no backend work)", got, want)
+	}
+}
