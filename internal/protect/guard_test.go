@@ -178,3 +178,43 @@ func TestGuardOff(t *testing.T) {
 		t.Fatalf("nil guard stats %+v", st)
 	}
 }
+
+// BenchmarkGuardEnter is one backend_limits decision and release: an
+// inflight slot and a token, for one of 32 clients (all tracked by the
+// heavy-client sketch; beyond its 64 slots a new client costs a key copy).
+func BenchmarkGuardEnter(b *testing.B) {
+	clk := clock.NewFake(epoch)
+	g := New(Options{Inflight: 1 << 20, Rate: ratelimit.Limit{Interval: time.Nanosecond, Burst: 1 << 20}, Clock: clk})
+	keys := make([]string, 32)
+	for i := range keys {
+		keys[i] = "client-" + strconv.Itoa(i)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		s, err := g.Enter(ctx, keys[i%len(keys)], epoch.Add(time.Duration(i))) // a token a nanosecond
+		if err != nil {
+			b.Fatal(err)
+		}
+		s.Release()
+		i++
+	}
+}
+
+// BenchmarkGuardRefuseHeavy is the refusal of a heavy client below the
+// reserve: the path an abuser's requests take under overload.
+func BenchmarkGuardRefuseHeavy(b *testing.B) {
+	clk := clock.NewFake(epoch)
+	g := New(Options{Rate: ratelimit.Limit{Interval: time.Hour, Burst: 10}, Clock: clk})
+	for range 10 {
+		g.Enter(context.Background(), "light", epoch)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := g.Enter(ctx, "abuser", epoch); err == nil {
+			b.Fatal("admitted")
+		}
+	}
+}
