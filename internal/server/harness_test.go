@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -117,8 +118,13 @@ func TestMain(m *testing.M) {
 		os.Exit(code)
 	}
 	fmt.Fprintf(os.Stderr, "=== engine fasthttp: %s=%s %s\n", engineEnv, config.EngineFastHTTP, os.Args[0])
-	// Benchmarks name their engines and ran already: only tests run again.
-	cmd := exec.Command(os.Args[0], append(os.Args[1:len(os.Args):len(os.Args)], "-test.bench=^$")...)
+	// Benchmarks name their engines and ran already: only tests run again,
+	// and without the profiles, which the child would overwrite.
+	args := slices.DeleteFunc(slices.Clone(os.Args[1:]), func(a string) bool {
+		return slices.ContainsFunc([]string{"cpuprofile", "memprofile", "blockprofile", "mutexprofile", "trace"},
+			func(f string) bool { return strings.HasPrefix(a, "-test."+f+"=") })
+	})
+	cmd := exec.Command(os.Args[0], append(args, "-test.bench=^$")...)
 	cmd.Env = append(os.Environ(), engineEnv+"="+config.EngineFastHTTP)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	if err := cmd.Run(); err != nil {
