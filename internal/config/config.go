@@ -23,6 +23,8 @@ type Config struct {
 	Server   Server          `yaml:"server"`
 	Upstream Upstream        `yaml:"upstream"`
 	Log      Log             `yaml:"log"`
+	Instance Instance        `yaml:"instance"`
+	Overload Overload        `yaml:"overload"`
 	Apps     map[string]*App `yaml:"apps"`
 }
 
@@ -402,7 +404,9 @@ func Default() Config {
 			ResponseHeaderTimeout: Duration(DefaultResponseHeaderTimeout),
 			IdleTimeout:           Duration(DefaultUpstreamIdleTimeout),
 		},
-		Log: Log{Level: "info", Format: "text", ErrorsPerSecond: DefaultErrorsPerSecond},
+		Log:      Log{Level: "info", Format: "text", ErrorsPerSecond: DefaultErrorsPerSecond},
+		Instance: DefaultInstance(),
+		Overload: DefaultOverload(),
 	}
 }
 

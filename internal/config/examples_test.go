@@ -55,7 +55,7 @@ func TestFullExampleIsTheDefaults(t *testing.T) {
 		cfg.Server.TrustedProxies = nil // [] and absent mean the same
 	}
 	if !reflect.DeepEqual(cfg.Listen, d.Listen) || cfg.Admin != d.Admin || !reflect.DeepEqual(cfg.Server, d.Server) ||
-		cfg.Upstream != d.Upstream || cfg.Log != d.Log {
+		cfg.Upstream != d.Upstream || cfg.Log != d.Log || cfg.Instance != d.Instance || cfg.Overload != d.Overload {
 		t.Errorf("full.yaml differs from Default():\n got %+v\nwant %+v", cfg, d)
 	}
 	for name, a := range cfg.Apps {

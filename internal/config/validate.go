@@ -52,6 +52,8 @@ func (c *Config) Validate() error {
 	c.Server.validate(&errs)
 	c.Upstream.validate(&errs)
 	c.Log.validate(&errs)
+	c.Instance.validate(&errs)
+	c.Overload.validate(&errs)
 	routes := map[string]string{} // host+path → app, to catch two apps claiming one route
 	for _, name := range c.AppNames() {
 		validateApp(&errs, name, c.Apps[name], routes)
