@@ -29,6 +29,7 @@ type Metrics struct {
 	logsSuppressed  prometheus.Counter
 	retries         *prometheus.CounterVec
 	retryExhausted  *prometheus.CounterVec
+	host            *hostMetrics
 }
 
 // AppGauges reports per-app gauges read at scrape time, so the request path
@@ -118,6 +119,7 @@ func NewMetrics(gauges AppGauges) *Metrics {
 	m.Registry.MustRegister(m.requests, m.duration, m.queueWait, m.rejected, m.backendRequests,
 		m.connsRejected, m.reloads, m.logsSuppressed, m.retries, m.retryExhausted,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.host = newHostMetrics(m.Registry)
 	if gauges != nil {
 		m.Registry.MustRegister(&appCollector{gauges: gauges})
 	}

@@ -21,26 +21,28 @@ type adaptiveLimit struct {
 	cfg     config.Concurrency
 	base    admit.Limits // the queue settings; Concurrency comes from alg
 	limiter *admit.Limiter
-	last    int
+	last    int     // the algorithm's limit
+	factor  float64 // the server's scale: the limiter gets last × factor
 }
 
 // newAdaptiveLimit returns the controller for c (adaptive: gradient).
-func newAdaptiveLimit(c config.Concurrency, base admit.Limits, l *admit.Limiter) *adaptiveLimit {
+func newAdaptiveLimit(c config.Concurrency, base admit.Limits, l *admit.Limiter, factor float64) *adaptiveLimit {
 	g, err := limit.NewGradient(limit.Config{Min: c.Min, Max: c.Max})
 	if err != nil { // validated config: a broken invariant
 		panic("server: adaptive concurrency: " + err.Error())
 	}
-	a := &adaptiveLimit{alg: g, cfg: c, base: base, limiter: l, last: g.Limit()}
-	base.Concurrency = a.last
+	a := &adaptiveLimit{alg: g, cfg: c, base: base, limiter: l, last: g.Limit(), factor: factor}
+	base.Concurrency = scaleCount(a.last, factor)
 	l.SetLimits(base)
 	return a
 }
 
-// setBase changes the queue settings on reload, keeping the learnt limit.
-func (a *adaptiveLimit) setBase(base admit.Limits) {
+// setBase changes the queue settings on reload, and the scale, keeping
+// the learnt limit.
+func (a *adaptiveLimit) setBase(base admit.Limits, factor float64) {
 	a.mu.Lock()
-	a.base = base
-	base.Concurrency = a.last
+	a.base, a.factor = base, factor
+	base.Concurrency = scaleCount(a.last, factor)
 	a.mu.Unlock()
 	a.limiter.SetLimits(base)
 }
@@ -53,9 +55,9 @@ func (a *adaptiveLimit) observe(now time.Time, rtt time.Duration, inflight int, 
 	changed := n != a.last
 	a.last = n
 	base := a.base
+	base.Concurrency = scaleCount(n, a.factor)
 	a.mu.Unlock()
 	if changed {
-		base.Concurrency = n
 		a.limiter.SetLimits(base)
 	}
 }

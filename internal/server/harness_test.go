@@ -40,9 +40,17 @@ func startProxy(t testing.TB, yamlCfg string) *proxy {
 // startProxyClock is startProxy with levee's clock injected (nil: real).
 func startProxyClock(t testing.TB, yamlCfg string, clk clock.Clock) *proxy {
 	t.Helper()
+	return startProxyOptions(t, yamlCfg, Options{Clock: clk})
+}
+
+// startProxyOptions is startProxy with levee's collaborators injected; the
+// logger is always the proxy's log buffer.
+func startProxyOptions(t testing.TB, yamlCfg string, o Options) *proxy {
+	t.Helper()
 	cfg := mustParse(t, yamlCfg)
 	p := &proxy{t: t, logs: &syncBuffer{}, done: make(chan error, 1)}
-	p.srv = New(cfg, Options{Logger: slog.New(slog.NewTextHandler(p.logs, nil)), Clock: clk})
+	o.Logger = slog.New(slog.NewTextHandler(p.logs, nil))
+	p.srv = New(cfg, o)
 	if err := p.srv.Listen(); err != nil {
 		t.Fatal(err)
 	}

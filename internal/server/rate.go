@@ -40,20 +40,25 @@ func newRateRule(name, reason string, r config.Rate, burst int) *rateRule {
 // limitRate applies the app's rate limit and the client's, in an order that
 // never spends one limit's budget on a request the other refuses: the app
 // limit is only peeked before the client's is spent. It counts refusals.
+// Both limits are scaled by the server's factor now (see scale.go).
 func (rt *route) limitRate(client string, now time.Time) (refusal, bool) {
 	store := rt.app.rates
+	f := loadFactor(rt.rateFactor)
+	var appLim, clientLim ratelimit.Limit
 	if rt.appRate != nil {
-		if d := store.AllowAt(appKey, rt.appRate.lim, now, 0); d.Remaining < 1 {
-			return rt.refuseRate(rt.appRate, store.AllowAt(appKey, rt.appRate.lim, now, 1))
+		appLim = scaleRate(rt.appRate.lim, f)
+		if d := store.AllowAt(appKey, appLim, now, 0); d.Remaining < 1 {
+			return rt.refuseRate(rt.appRate, store.AllowAt(appKey, appLim, now, 1))
 		}
 	}
 	if rt.clientRate != nil {
-		if d := store.AllowAt(client, rt.clientRate.lim, now, 1); !d.Allowed {
+		clientLim = scaleRate(rt.clientRate.lim, f)
+		if d := store.AllowAt(client, clientLim, now, 1); !d.Allowed {
 			return rt.refuseRate(rt.clientRate, d)
 		}
 	}
 	if rt.appRate != nil {
-		if d := store.AllowAt(appKey, rt.appRate.lim, now, 1); !d.Allowed {
+		if d := store.AllowAt(appKey, appLim, now, 1); !d.Allowed {
 			return rt.refuseRate(rt.appRate, d)
 		}
 	}

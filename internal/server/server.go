@@ -25,6 +25,7 @@ import (
 	"github.com/leveeproxy/levee/internal/forward"
 	"github.com/leveeproxy/levee/internal/health"
 	"github.com/leveeproxy/levee/internal/observe"
+	"github.com/leveeproxy/levee/internal/overload"
 	"github.com/leveeproxy/levee/internal/protect"
 	"github.com/leveeproxy/levee/internal/ratelimit"
 	"github.com/valyala/fasthttp"
@@ -36,6 +37,9 @@ type Options struct {
 	// LogLevel, when set, is updated from log.level on every reload.
 	LogLevel *slog.LevelVar
 	Clock    clock.Clock
+	// Sampler reads the host for the overload monitor (overload.enabled);
+	// nil means the real host, read from the first enabled sample on.
+	Sampler overload.Sampler
 }
 
 // Server is one levee proxy. Create it with New, bind with Listen, run with
@@ -59,6 +63,10 @@ type Server struct {
 	listeners []*listener
 	serving   sync.WaitGroup
 
+	// scale is what every app's limits are multiplied by now (an
+	// unexpected instance's strict fraction, the overload factor).
+	scale scaleState
+
 	// bg is the context of the server's own background work (health
 	// checks); stopBg ends it at shutdown.
 	bg     context.Context
@@ -77,6 +85,7 @@ type snapshot struct {
 type app struct {
 	name      string
 	limiter   *admit.Limiter
+	conf      admit.Limits // as configured; the limiter holds them scaled
 	metrics   *observe.AppMetrics
 	upstream  config.Upstream
 	transport *http.Transport
@@ -103,8 +112,9 @@ type app struct {
 	rates *ratelimit.LocalStore
 	// bw paces the app's bytes (nil when limits.bandwidth is off); kept
 	// across reloads unless its settings change.
-	bw    *bandwidth.Limiter
-	bwCfg config.Bandwidth
+	bw     *bandwidth.Limiter
+	bwCfg  config.Bandwidth
+	bwRate int64 // bwCfg.Rate scaled
 	// top counts the heaviest clients (nil when limits.client.top_k is 0);
 	// kept across reloads unless top_k changes.
 	top *observe.ClientTop
@@ -120,6 +130,7 @@ type route struct {
 	app        *app
 	appRate    *rateRule         // limits.rate; nil when off
 	clientRate *rateRule         // limits.client.rate; nil when off
+	rateFactor *atomic.Uint64    // the server's scale.rate: what rate limits are multiplied by now
 	clientKey  forward.KeySource // limits.client.key
 	classes    classifier        // limits.priority
 	fairShare  bool              // limits.fair_share: tickets carry the client key
@@ -140,6 +151,7 @@ func New(cfg *config.Config, o Options) *Server {
 	}
 	s := &Server{log: o.Logger, level: o.LogLevel, clk: o.Clock, apps: map[string]*app{}}
 	s.bg, s.stopBg = context.WithCancel(context.Background())
+	s.scale.init(o.Sampler)
 	s.metrics = observe.NewMetrics(s)
 	s.errlog = s.metrics.ErrorLog(s.log, cfg.Log.ErrorsPerSecond)
 	s.unrouted = s.metrics.App("")
@@ -198,6 +210,7 @@ func (s *Server) applyLocked(cfg *config.Config) {
 		s.level.Set(parseLevel(cfg.Log.Level))
 	}
 	s.errlog.SetPerSecond(cfg.Log.ErrorsPerSecond)
+	s.scale.setConfig(cfg)
 	trust := forward.NewTrust(cfg.Server.TrustedPrefixes())
 	entries := make([]catalog.Entry[*route], 0, len(cfg.Apps))
 	var retired []*http.Transport
@@ -288,6 +301,7 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 	}
 	rt.appRate = newRateRule(name, reasonRate, ac.Limits.Rate, ac.Limits.Burst)
 	rt.clientRate = newRateRule(name+"-client", reasonClientRate, ac.Limits.Client.Rate, ac.Limits.Client.Burst)
+	rt.rateFactor = &s.scale.rate
 	rt.clientKey = forward.NewKeySource(ac.Limits.Client.Key)
 	rt.classes = newClassifier(ac.Limits.Priority)
 	rt.fairShare = ac.Limits.FairShare
@@ -317,17 +331,21 @@ func (s *Server) applyBackendLimits(a *app, cfg config.BackendLimits, wait admit
 
 // applyConcurrency sets an app's limiter: a static limit, or an adaptive
 // one that keeps what it learnt across reloads unless its bounds change.
+// The limiter gets the limits scaled by the server's factor now; a.conf
+// keeps them as configured for the next change of factor.
 func (s *Server) applyConcurrency(a *app, c config.Concurrency, lim admit.Limits) {
+	a.conf = lim
+	f := s.scale.limitFactor()
 	if c.Adaptive != config.AdaptiveGradient {
 		a.adaptive = nil
-		a.limiter.SetLimits(lim)
+		a.limiter.SetLimits(scaleLimits(lim, f))
 		return
 	}
 	if a.adaptive != nil && a.adaptive.cfg == c {
-		a.adaptive.setBase(lim)
+		a.adaptive.setBase(lim, f)
 		return
 	}
-	a.adaptive = newAdaptiveLimit(c, lim, a.limiter)
+	a.adaptive = newAdaptiveLimit(c, lim, a.limiter, f)
 }
 
 // applyBandwidth makes, keeps or drops an app's bandwidth limiter.
@@ -336,12 +354,13 @@ func (s *Server) applyBandwidth(a *app, cfg config.Bandwidth) *bandwidth.Limiter
 		a.bw = nil
 		return nil
 	}
-	if a.bw == nil || a.bwCfg != cfg {
-		l, err := bandwidth.New(bandwidth.Options{Name: a.name, Rate: int64(cfg.Rate), MaxDelay: cfg.MaxDelay.D(), Clock: s.clk})
+	rate := s.scale.bandwidthRate(int64(cfg.Rate))
+	if a.bw == nil || a.bwCfg != cfg || a.bwRate != rate {
+		l, err := bandwidth.New(bandwidthOptions(a.name, rate, cfg.MaxDelay.D(), s.clk))
 		if err != nil { // validated config: a broken invariant
 			panic(fmt.Sprintf("server: bandwidth: %v", err))
 		}
-		a.bw, a.bwCfg = l, cfg
+		a.bw, a.bwCfg, a.bwRate = l, cfg, rate
 	}
 	return a.bw
 }
@@ -608,6 +627,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	var background sync.WaitGroup
 	background.Go(func() { s.sweepRates(stopBackground, rateSweepEvery) })
 	background.Go(func() { s.watchDistribution(stopBackground) })
+	background.Go(func() { s.watchOverload(stopBackground) })
 	var serveErr error
 	select {
 	case <-ctx.Done():
