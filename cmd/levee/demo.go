@@ -28,7 +28,7 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitCode(err, stderr)
 	}
 	defer d.Close()
-	src := func() (*config.Config, error) { return config.Parse(d.Config(*listen, *adminAddr)) }
+	src := source{load: func() (*config.Config, error) { return config.Parse(d.Config(*listen, *adminAddr)) }}
 	printTry := func(proxy []net.Addr, admin net.Addr) {
 		p, a := proxy[0].String(), admin.String()
 		fmt.Fprintf(stdout, `

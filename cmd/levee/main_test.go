@@ -119,8 +119,15 @@ type proc struct {
 
 func startLevee(t *testing.T, args ...string) *proc {
 	t.Helper()
+	return startLeveeEnv(t, nil, args...)
+}
+
+// startLeveeEnv is startLevee with extra environment variables ("K=V").
+func startLeveeEnv(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, stdout: newLogBuffer(), stderr: newLogBuffer(), done: make(chan struct{})}
 	p.cmd = exec.Command(leveeBin, args...)
+	p.cmd.Env = append(testEnv(t), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start levee %v: %v", args, err)
@@ -243,6 +250,7 @@ func runLevee(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	defer cancel()
 	var out, errb bytes.Buffer
 	cmd := exec.CommandContext(ctx, leveeBin, args...)
+	cmd.Env = testEnv(t)
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
 	var exit *exec.ExitError
@@ -254,6 +262,19 @@ func runLevee(t *testing.T, args ...string) (code int, stdout, stderr string) {
 		t.Fatalf("levee %v: %v\nstdout:\n%s\nstderr:\n%s", args, err, &out, &errb)
 	}
 	return code, out.String(), errb.String()
+}
+
+// testEnv is the environment of every levee a test starts: its own, with
+// TMPDIR inside the build directory, so that derived instance lock files
+// (levee-*.lock, never deleted by levee) go away with it, and every levee
+// of one test finds the same lock.
+func testEnv(t *testing.T) []string {
+	t.Helper()
+	dir := filepath.Join(filepath.Dir(leveeBin), "tmp")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return append(os.Environ(), "TMPDIR="+dir)
 }
 
 // servingLine is the log line levee prints once its listeners are bound.

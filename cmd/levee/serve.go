@@ -17,14 +17,20 @@ import (
 
 	"github.com/leveeproxy/levee/internal/admin"
 	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/sdnotify"
 	"github.com/leveeproxy/levee/internal/server"
 )
 
 // source loads the config, at start and on every reload.
-type source func() (*config.Config, error)
+type source struct {
+	load func() (*config.Config, error)
+	// path is the config file, from which the instance lock is derived;
+	// empty for a config that is not a file (the demo), which takes no lock.
+	path string
+}
 
 func fileSource(path string) source {
-	return func() (*config.Config, error) { return config.Load(path) }
+	return source{load: func() (*config.Config, error) { return config.Load(path) }, path: path}
 }
 
 // started is told the bound addresses once levee serves (the demo prints them).
@@ -33,13 +39,24 @@ type started func(proxy []net.Addr, admin net.Addr)
 // serve runs levee until ctx is done, then drains. SIGHUP and POST /reload
 // reload the config from src; a bad one is refused and the old one serves on.
 func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ...started) error {
-	cfg, err := src()
+	cfg, err := src.load()
 	if err != nil {
 		return err
 	}
 	level := new(slog.LevelVar)
 	log := newLogger(cfg.Log, level, stderr)
+	// The lock comes before any socket: a refused instance binds nothing.
+	// It is held until serve returns, after the drain (see docs/deploy.md).
+	guard, err := lockInstance(cfg, src.path, log)
+	if err != nil {
+		return err
+	}
+	defer guard.release()
 	srv := server.New(cfg, server.Options{Logger: log, LogLevel: level})
+	if guard.unexpected {
+		srv.SetUnexpected(true)
+	}
+	notify := sdnotify.FromEnv()
 	if err := srv.Listen(); err != nil {
 		return err
 	}
@@ -52,7 +69,9 @@ func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ..
 	reload := func(trigger string) error {
 		reloadMu.Lock()
 		defer reloadMu.Unlock()
-		next, err := src()
+		_ = notify.Reloading()
+		defer func() { _ = notify.Ready(guard.status()) }() // the old or the new config serves
+		next, err := src.load()
 		if err == nil {
 			err = srv.Reload(next)
 		} else {
@@ -101,12 +120,18 @@ func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ..
 				_ = reload("SIGHUP")
 			case <-serveCtx.Done():
 				ready.Store(false) // load balancers stop sending while we drain
+				_ = notify.Stopping()
 				return
 			}
 		}
 	})
 
-	log.Info("levee serving", "listen", srv.Addrs(), "admin", adminLn.Addr().String(), "apps", len(cfg.Apps))
+	if guard.unexpected {
+		tasks.Go(func() { guard.takeOver(serveCtx, srv, log) })
+	}
+	log.Info("levee serving", "listen", srv.Addrs(), "admin", adminLn.Addr().String(), "apps", len(cfg.Apps),
+		"role", guard.role())
+	_ = notify.Ready(guard.status())
 	for _, f := range onStart {
 		f(srv.Addrs(), adminLn.Addr())
 	}

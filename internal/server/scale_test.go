@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -326,5 +327,21 @@ apps:
 		if r := <-results; r.StatusCode != http.StatusOK {
 			t.Errorf("admitted request: %d", r.StatusCode)
 		}
+	}
+}
+
+// TestReloadRefusesInstanceLockChanges: the lock is taken at startup; a
+// reload cannot move it.
+func TestReloadRefusesInstanceLockChanges(t *testing.T) {
+	s, _ := newScaleServer(t, false, nil)
+	next := mustParse(t, fmt.Sprintf(scaledApps, false))
+	next.Instance.Lock = "/run/levee/other.lock"
+	if err := s.Reload(next); err == nil || !strings.Contains(err.Error(), "instance.lock") {
+		t.Errorf("Reload = %v, want a restart-only refusal naming instance.lock", err)
+	}
+	next = mustParse(t, fmt.Sprintf(scaledApps, false))
+	next.Instance.Unexpected = "strict"
+	if err := s.Reload(next); err == nil {
+		t.Errorf("Reload changing instance.unexpected succeeded")
 	}
 }

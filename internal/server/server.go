@@ -195,6 +195,8 @@ func needsRestart(old, cfg *config.Config) error {
 		return errors.New("reload: server settings changed; restart levee to apply them (nothing was changed)")
 	case old.Log.Format != cfg.Log.Format:
 		return errors.New("reload: log.format changed; restart levee to apply it (nothing was changed)")
+	case old.Instance.Lock != cfg.Instance.Lock || old.Instance.Unexpected != cfg.Instance.Unexpected:
+		return errors.New("reload: instance.lock or instance.unexpected changed; restart levee to apply them (nothing was changed)")
 	}
 	return nil
 }
