@@ -52,6 +52,12 @@ func TryAcquire(path string) (*Lock, error) {
 		return nil, fmt.Errorf("instance: lock directory: %w", err)
 	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	writable := err == nil
+	if errors.Is(err, os.ErrPermission) {
+		// Another user's lock file: flock needs no write permission, so
+		// this instance still honours it (it just cannot write its PID).
+		f, err = os.Open(path)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("instance: open lock: %w", err)
 	}
@@ -64,7 +70,7 @@ func TryAcquire(path string) (*Lock, error) {
 		return nil, fmt.Errorf("instance: lock %s: %w", path, err)
 	}
 	// Ours now: say who holds it, for the message a second instance prints.
-	if err := f.Truncate(0); err == nil {
+	if err := f.Truncate(0); writable && err == nil {
 		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
 	return &Lock{f: f, path: path}, nil
@@ -128,8 +134,9 @@ const RunDir = "/run/levee"
 
 // DefaultPath derives the lock path of the config file at configPath: one
 // name per config file (its absolute path with symlinks resolved, hashed),
-// in the first of dirs that is a writable directory, else os.TempDir().
-// With no dirs, RunDir is tried.
+// in the first of dirs that is a writable directory or already holds that
+// lock file (another user's levee made it: its lock must be honoured),
+// else os.TempDir(). With no dirs, RunDir is tried.
 func DefaultPath(configPath string, dirs ...string) (string, error) {
 	abs, err := filepath.Abs(configPath)
 	if err != nil {
@@ -144,8 +151,9 @@ func DefaultPath(configPath string, dirs ...string) (string, error) {
 		dirs = []string{RunDir}
 	}
 	for _, d := range dirs {
-		if writableDir(d) {
-			return filepath.Join(d, name), nil
+		p := filepath.Join(d, name)
+		if _, err := os.Stat(p); err == nil || writableDir(d) {
+			return p, nil
 		}
 	}
 	return filepath.Join(os.TempDir(), name), nil
