@@ -345,3 +345,37 @@ func TestReloadRefusesInstanceLockChanges(t *testing.T) {
 		t.Errorf("Reload changing instance.unexpected succeeded")
 	}
 }
+
+// TestScaledRateAllocatesNothing: a tightened rate limit costs the request
+// path no allocation (the scaled limit lives on the stack).
+func TestScaledRateAllocatesNothing(t *testing.T) {
+	fs := &fakeSampler{s: hotCPU(0.95)}
+	s, clk := newScaleServer(t, true, fs)
+	s.overloadTick()
+	rt, _ := s.current.Load().catalog.Lookup("a.test", "/")
+	now := clk.Now()
+	rt.limitRate("k", now) // the client's entry exists from here on
+	allocs := testing.AllocsPerRun(100, func() { rt.limitRate("k", now) })
+	if allocs != 0 {
+		t.Errorf("limitRate under a factor allocates %v per call, want 0", allocs)
+	}
+}
+
+// BenchmarkLimitRateScaled compares the rate step as configured (factor 1)
+// with a tightened one.
+func BenchmarkLimitRateScaled(b *testing.B) {
+	for _, cpu := range []float64{0.2, 0.95} {
+		b.Run(fmt.Sprintf("cpu=%v", cpu), func(b *testing.B) {
+			fs := &fakeSampler{s: hotCPU(cpu)}
+			clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+			s := New(mustParse(b, fmt.Sprintf(scaledApps, true)), Options{Clock: clk, Sampler: fs, Logger: slog.New(slog.DiscardHandler)})
+			s.overloadTick()
+			rt, _ := s.current.Load().catalog.Lookup("a.test", "/")
+			now := clk.Now()
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				rt.limitRate("k", now.Add(time.Duration(i)*time.Second))
+			}
+		})
+	}
+}
