@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/leveeproxy/levee/internal/clock"
@@ -61,10 +60,10 @@ func TryAcquire(path string) (*Lock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("instance: open lock: %w", err)
 	}
-	if err := flock(f, syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := lockNB(f); err != nil {
 		pid := readPID(f)
 		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
+		if errors.Is(err, errWouldBlock) {
 			return nil, &HeldError{Path: path, PID: pid}
 		}
 		return nil, fmt.Errorf("instance: lock %s: %w", path, err)
@@ -92,15 +91,6 @@ func Await(ctx context.Context, path string, clk clock.Clock, every time.Duratio
 			t.Stop()
 			return nil, ctx.Err()
 		case <-t.C():
-		}
-	}
-}
-
-func flock(f *os.File, how int) error {
-	for {
-		err := syscall.Flock(int(f.Fd()), how)
-		if err != syscall.EINTR {
-			return err
 		}
 	}
 }
@@ -157,11 +147,6 @@ func DefaultPath(configPath string, dirs ...string) (string, error) {
 		}
 	}
 	return filepath.Join(os.TempDir(), name), nil
-}
-
-func writableDir(d string) bool {
-	st, err := os.Stat(d)
-	return err == nil && st.IsDir() && syscall.Access(d, 2 /* W_OK */) == nil
 }
 
 // sanitize keeps a file name readable and safe: letters, digits, '.', '-', '_'.
