@@ -12,6 +12,7 @@ import (
 
 	"github.com/leveeproxy/levee/internal/clock"
 	"github.com/leveeproxy/levee/internal/overload"
+	"github.com/leveeproxy/levee/internal/protect"
 )
 
 // fakeSampler hands the overload monitor whatever the test sets.
@@ -63,6 +64,7 @@ apps:
       burst: 20
       client: {key: "header:X-Api-Key", rate: 10/s, burst: 5}
       bandwidth: 1MB/s
+    backend_limits: {inflight: 20, rate: 100/s}
   small:
     hosts: [small.test]
     backends: [127.0.0.1:1]
@@ -102,6 +104,12 @@ func (s *Server) concurrencyOf(name string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.apps[name].limiter.Limits().Concurrency
+}
+
+func (s *Server) guardStats(name string) protect.Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.apps[name].guard.Stats()
 }
 
 func gauge(t *testing.T, s *Server, name string, labels map[string]string) float64 {
@@ -145,6 +153,12 @@ func TestStrictScalesEveryLimit(t *testing.T) {
 	if bw != 100_000 {
 		t.Errorf("strict bandwidth = %d B/s, want 10%% of 1MB/s", bw)
 	}
+	if st := s.guardStats("a"); st.InflightLimit != 2 || st.Rate != 10 {
+		t.Errorf("strict backend_limits: inflight %d rate %v/s, want 10%% of 20 and of 100/s", st.InflightLimit, st.Rate)
+	}
+	if s.guardStats("small") != (protect.Stats{}) {
+		t.Errorf("strict turned on backend_limits that were off")
+	}
 	if got := gauge(t, s, "levee_instance_role", map[string]string{"role": "unexpected"}); got != 1 {
 		t.Errorf(`levee_instance_role{role="unexpected"} = %v, want 1`, got)
 	}
@@ -161,6 +175,9 @@ func TestStrictScalesEveryLimit(t *testing.T) {
 	s.mu.Unlock()
 	if bw != 1_000_000 {
 		t.Errorf("active bandwidth = %d B/s, want 1MB/s", bw)
+	}
+	if st := s.guardStats("a"); st.InflightLimit != 20 || st.Rate != 100 {
+		t.Errorf("active backend_limits: inflight %d rate %v/s, want 20 and 100/s", st.InflightLimit, st.Rate)
 	}
 	if got := gauge(t, s, "levee_instance_role", map[string]string{"role": "active"}); got != 1 {
 		t.Errorf(`levee_instance_role{role="active"} = %v after takeover, want 1`, got)

@@ -120,9 +120,10 @@ type app struct {
 	top *observe.ClientTop
 	// guard enforces backend_limits (nil when off); kept across reloads
 	// unless they or the queue bounds change.
-	guard     *protect.Guard
-	guardCfg  config.BackendLimits
-	guardWait admit.Limits
+	guard      *protect.Guard
+	guardCfg   config.BackendLimits
+	guardWait  admit.Limits
+	guardScale float64 // the strict factor the guard was made with
 }
 
 // route is an app as composed for one config: every request path step in order.
@@ -319,15 +320,22 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 // applyBackendLimits returns the app's backend_limits guard, made anew only
 // when they or the queue bounds change: a new guard starts with nothing in
 // flight and a full bucket.
+// An unexpected instance's guard is scaled to its strict fraction (see scale.go).
 func (s *Server) applyBackendLimits(a *app, cfg config.BackendLimits, wait admit.Limits) *protect.Guard {
-	if a.guard != nil && a.guardCfg == cfg && a.guardWait == wait {
+	strict := s.scale.strict
+	if a.guard != nil && a.guardCfg == cfg && a.guardWait == wait && a.guardScale == strict {
 		return a.guard
 	}
 	var rate ratelimit.Limit
 	if cfg.Rate != (config.Rate{}) {
-		rate = ratelimit.Limit{Interval: cfg.Rate.Interval(), Burst: config.EffectiveBurst(cfg.Rate, cfg.Burst)}
+		rate = scaleRate(ratelimit.Limit{Interval: cfg.Rate.Interval(), Burst: config.EffectiveBurst(cfg.Rate, cfg.Burst)}, strict)
 	}
-	a.guard, a.guardCfg, a.guardWait = protect.New(protect.Options{Inflight: cfg.Inflight, Wait: wait, Rate: rate, Clock: s.clk}), cfg, wait
+	inflight := cfg.Inflight
+	if inflight > 0 {
+		inflight = scaleCount(inflight, strict)
+	}
+	a.guard = protect.New(protect.Options{Inflight: inflight, Wait: wait, Rate: rate, Clock: s.clk})
+	a.guardCfg, a.guardWait, a.guardScale = cfg, wait, strict
 	return a.guard
 }
 
