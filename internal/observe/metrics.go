@@ -45,6 +45,9 @@ type AppStats struct {
 	InFlight int    `json:"inflight"`
 	Queued   int    `json:"queued"`
 	Limit    int    `json:"concurrency_limit"`
+	// Overloaded is whether the app's queue is overloaded (CoDel): sheddable
+	// requests refused at once, waits cut short, served last in first out.
+	Overloaded bool `json:"queue_overloaded"`
 	// Imbalance is max/mean of the weight-normalised share of requests among
 	// healthy backends over the last window (1 is even; 0: no data).
 	Imbalance float64 `json:"imbalance"`
@@ -204,9 +207,11 @@ func (a *AppMetrics) Rejected(reason string) {
 type appCollector struct{ gauges AppGauges }
 
 var (
-	inflightDesc  = prometheus.NewDesc("levee_inflight", "Requests of an app in flight to its backends.", []string{"app"}, nil)
-	queueDesc     = prometheus.NewDesc("levee_queue_length", "Requests of an app waiting for a concurrency slot.", []string{"app"}, nil)
-	limitDesc     = prometheus.NewDesc("levee_concurrency_limit", "An app's current concurrency limit.", []string{"app"}, nil)
+	inflightDesc = prometheus.NewDesc("levee_inflight", "Requests of an app in flight to its backends.", []string{"app"}, nil)
+	queueDesc    = prometheus.NewDesc("levee_queue_length", "Requests of an app waiting for a concurrency slot.", []string{"app"}, nil)
+	limitDesc    = prometheus.NewDesc("levee_concurrency_limit", "An app's current concurrency limit.", []string{"app"}, nil)
+	overloadDesc = prometheus.NewDesc("levee_queue_overloaded",
+		"1 while an app's queue is overloaded: its shortest wait stayed above limits.queue.target for limits.queue.interval.", []string{"app"}, nil)
 	imbalanceDesc = prometheus.NewDesc("levee_backend_imbalance",
 		"Max/mean of the weight-normalised share of requests among an app's healthy backends over the last minute (1 is even).", []string{"app"}, nil)
 	alertDesc = prometheus.NewDesc("levee_backend_imbalance_alert",
@@ -231,6 +236,7 @@ func (c *appCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- inflightDesc
 	ch <- queueDesc
 	ch <- limitDesc
+	ch <- overloadDesc
 	ch <- imbalanceDesc
 	ch <- alertDesc
 	ch <- beInflightDesc
@@ -253,6 +259,7 @@ func (c *appCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(inflightDesc, float64(a.InFlight), a.Name)
 		gauge(queueDesc, float64(a.Queued), a.Name)
 		gauge(limitDesc, float64(a.Limit), a.Name)
+		gauge(overloadDesc, b2f(a.Overloaded), a.Name)
 		gauge(imbalanceDesc, a.Imbalance, a.Name)
 		gauge(alertDesc, b2f(a.ImbalanceAlert), a.Name)
 		for _, b := range a.Backends {

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/leveeproxy/levee/internal/clock"
 )
 
 // gatedBackend holds every request until release is closed, and records how
@@ -403,4 +405,46 @@ func mustURL(s string) *url.URL {
 		panic(err)
 	}
 	return u
+}
+
+// TestQueueOverloadedGauge: levee_queue_overloaded turns 1 once the
+// shortest wait has stayed above the target for the interval (fake clock).
+func TestQueueOverloadedGauge(t *testing.T) {
+	be := newGatedBackend(t)
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	p := startProxyClock(t, fmt.Sprintf(`
+apps:
+  a:
+    hosts: [a.test]
+    backends: [%s]
+    limits: {concurrency: 1, queue: {max_wait: 1m, max_len: 10, target: 5ms, interval: 10ms}}
+`, be.addr()), clk)
+	overloaded := func() float64 { return p.metric("levee_queue_overloaded", map[string]string{"app": "a"}) }
+	out := make(chan *http.Response, 5)
+	p.asyncGet("a.test", "/", out)
+	waitFor(t, "the first request at the backend", func() bool { return be.inflight.Load() == 1 })
+	p.asyncGet("a.test", "/", out)
+	waitFor(t, "one waiter", func() bool { return p.app("a").limiter.Queued() == 1 })
+	if got := overloaded(); got != 0 {
+		t.Fatalf("levee_queue_overloaded = %v with a fresh queue, want 0", got)
+	}
+	// Arrivals sample the oldest wait: above the target from 6ms on, for
+	// the interval by 17ms. The waiters older than the short wait (2 ×
+	// target) are dropped then; the younger ones keep the queue overloaded.
+	arrive := func(at time.Duration, queued int) {
+		t.Helper()
+		clk.Advance(at - clk.Now().Sub(time.Unix(1_800_000_000, 0)))
+		p.asyncGet("a.test", "/", out)
+		waitFor(t, fmt.Sprintf("%d waiters at %v", queued, at), func() bool { return p.app("a").limiter.Queued() == queued })
+	}
+	arrive(6*time.Millisecond, 2)
+	arrive(12*time.Millisecond, 3)
+	if got := overloaded(); got != 0 {
+		t.Fatalf("levee_queue_overloaded = %v before a whole interval above the target, want 0", got)
+	}
+	arrive(17*time.Millisecond, 2) // the two oldest dropped, one queued
+	if got := overloaded(); got != 1 {
+		t.Fatalf("levee_queue_overloaded = %v after the delay stayed above the target, want 1", got)
+	}
+	be.open()
 }

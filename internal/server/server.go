@@ -465,7 +465,7 @@ func (s *Server) AppStats(name string) (observe.AppStats, bool) {
 // last window. The caller holds s.mu.
 func (a *app) stats(now time.Time) observe.AppStats {
 	st := observe.AppStats{Name: a.name, InFlight: a.limiter.InFlight(), Queued: a.limiter.Queued(),
-		Limit: a.limiter.Limits().Concurrency, ImbalanceAlert: a.alert, TopClients: a.top.Top(now)}
+		Limit: a.limiter.Limits().Concurrency, Overloaded: a.limiter.Overloaded(), ImbalanceAlert: a.alert, TopClients: a.top.Top(now)}
 	if a.guard != nil {
 		g := a.guard.Stats()
 		st.Pool = &observe.PoolStats{InFlight: g.InFlight, Queued: g.Queued, InflightLimit: g.InflightLimit, Rate: g.Rate}
