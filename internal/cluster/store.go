@@ -307,3 +307,17 @@ func (s *Store) giveIdle(now, before time.Time) {
 		}
 	}
 }
+
+// Close stops the Cluster from tending the store (its app is gone); leases
+// it holds run out with their keys' idle time in Redis.
+func (s *Store) Close() {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, st := range c.stores {
+		if st == s {
+			c.stores = append(c.stores[:i], c.stores[i+1:]...)
+			break
+		}
+	}
+}
