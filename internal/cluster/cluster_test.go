@@ -244,3 +244,26 @@ func TestRedisDownAndBack(t *testing.T) {
 	}
 	t.Logf("down: %d admitted in 3 s; back: %d in 5 s", down, back)
 }
+
+// TestFullTableStillLimits: with the local table full of busy keys, a new
+// key is decided in Redis directly, still under its limit.
+func TestFullTableStillLimits(t *testing.T) {
+	r := redistest.Start(t)
+	insts := instances(t, r, 1, Options{})
+	st, err := insts[0].c.Store("small", 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := ratelimit.Limit{Interval: time.Hour, Burst: 1}
+	for _, k := range []string{"a", "b", "c"} {
+		if !st.AllowAt(k, one, t0, 1).Allowed {
+			t.Errorf("%s: first request refused", k)
+		}
+	}
+	if len(st.keys) != 2 {
+		t.Errorf("table holds %d keys, want its bound 2", len(st.keys))
+	}
+	if d := st.AllowAt("c", one, t0.Add(time.Minute), 1); d.Allowed || d.RetryAfter <= 0 {
+		t.Errorf("c again, decided in Redis: %+v; want refused with a retry", d)
+	}
+}

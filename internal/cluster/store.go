@@ -24,7 +24,12 @@ type Store struct {
 
 	mu   sync.Mutex
 	keys map[string]*entry
+	// nextScan: a full table is scanned for idle keys at most once per
+	// scanGap, so a flood of new keys cannot make every decision O(keys).
+	nextScan time.Time
 }
+
+const scanGap = 10 * time.Millisecond
 
 // entry is one key's lease.
 type entry struct {
@@ -89,7 +94,8 @@ func (s *Store) AllowAt(key string, lim ratelimit.Limit, now time.Time, n int) r
 	s.mu.Lock()
 	e := s.keys[key]
 	if e == nil {
-		if len(s.keys) >= s.maxKeys {
+		if len(s.keys) >= s.maxKeys && !now.Before(s.nextScan) {
+			s.nextScan = now.Add(scanGap)
 			s.dropIdleLocked(now)
 		}
 		if len(s.keys) >= s.maxKeys {
