@@ -129,8 +129,8 @@ func (s *Store) AllowAt(key string, lim ratelimit.Limit, now time.Time, n int) r
 			return d
 		}
 		if e.fetching == nil {
-			s.startTakeLocked(e, lim, now, max(n, s.leaseUnits(lim)))
-			ch := e.fetching
+			ch := make(chan struct{})
+			e.fetching = ch
 			s.mu.Unlock()
 			s.take(e, lim, now, max(n, s.leaseUnits(lim)), ch)
 		} else {
@@ -156,16 +156,12 @@ func (s *Store) prefetchLocked(e *entry, lim ratelimit.Limit, now time.Time) {
 	if e.held > k/4 || e.fetching != nil || now.UnixMicro() < e.emptyUntil || s.c.Degraded() {
 		return
 	}
-	s.startTakeLocked(e, lim, now, k)
-	ch := e.fetching
+	ch := make(chan struct{})
+	e.fetching = ch
 	if !s.c.goBackground(func() { s.take(e, lim, now, k, ch) }) {
 		e.fetching = nil
 		close(ch)
 	}
-}
-
-func (s *Store) startTakeLocked(e *entry, _ ratelimit.Limit, _ time.Time, _ int) {
-	e.fetching = make(chan struct{})
 }
 
 // waitTake waits for a take in flight; its deadline bounds the wait.
