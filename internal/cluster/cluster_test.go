@@ -268,3 +268,50 @@ func TestFullTableStillLimits(t *testing.T) {
 		t.Errorf("c again, decided in Redis: %+v; want refused with a retry", d)
 	}
 }
+
+// TestRedisCluster: the same limits through a Redis Cluster of three
+// masters (the universal client with several addresses).
+func TestRedisCluster(t *testing.T) {
+	addrs := redistest.StartCluster(t, 3)
+	insts := make([]*instance, 3)
+	for i := range insts {
+		c, err := New(Options{Addrs: addrs, Prefix: "rc", Instance: fmt.Sprintf("i%d", i), Timeout: 5 * time.Second,
+			Logger: slog.New(slog.NewTextHandler(&syncBuffer{}, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		st, err := c.Store("app", 1000, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		insts[i] = &instance{c: c, store: st}
+	}
+	for range 2 {
+		for _, in := range insts {
+			in.c.Tick(t0)
+		}
+	}
+	if live := insts[0].c.Live(); live != 3 || insts[0].c.Degraded() {
+		t.Fatalf("live %d, degraded %v; want 3 live, not degraded", live, insts[0].c.Degraded())
+	}
+	drive(insts, t0, time.Second, 5, nil)
+	got := drive(insts, t0.Add(time.Second), 3*time.Second, 5, nil)
+	if got < 3000*98/100 || got > 3000*102/100 {
+		t.Errorf("admitted %d in 3 s at 5x load through a Redis Cluster, want 3000 ± 2%%", got)
+	}
+	// Keys of other apps hash to other slots, on other nodes: still one bucket each.
+	one := ratelimit.Limit{Interval: time.Hour, Burst: 1}
+	for i := range 20 {
+		st, err := insts[0].c.Store(fmt.Sprintf("app%d", i), 10, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !st.AllowAt("k", one, t0, 1).Allowed || st.AllowAt("k", one, t0, 1).Allowed {
+			t.Errorf("app%d: want the first request admitted and the second refused", i)
+		}
+	}
+	if f := insts[0].c.Failures(); f != 0 {
+		t.Errorf("%d Redis calls failed", f)
+	}
+}

@@ -36,13 +36,7 @@ type Server struct {
 // documentation says when there is none) and stops it when t ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("LEVEE_REQUIRE_REDIS") == "1" {
-			t.Fatalf("redis-server not found and LEVEE_REQUIRE_REDIS=1: %v", err)
-		}
-		t.Skip("redis-server not installed (apt-get install redis-server); set LEVEE_REQUIRE_REDIS=1 to fail instead")
-	}
+	bin := lookPath(t)
 	// Unix socket paths are limited to ~100 bytes; t.TempDir can be longer.
 	dir, err := os.MkdirTemp("", "levee-redis-")
 	if err != nil {
@@ -53,6 +47,19 @@ func Start(t testing.TB) *Server {
 	s.Restart()
 	t.Cleanup(s.Stop)
 	return s
+}
+
+// lookPath finds redis-server, or skips t (fails it with LEVEE_REQUIRE_REDIS=1).
+func lookPath(t testing.TB) string {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("LEVEE_REQUIRE_REDIS") == "1" {
+			t.Fatalf("redis-server not found and LEVEE_REQUIRE_REDIS=1: %v", err)
+		}
+		t.Skip("redis-server not installed (apt-get install redis-server); set LEVEE_REQUIRE_REDIS=1 to fail instead")
+	}
+	return bin
 }
 
 // Addr is the server's unix socket path (go-redis: Network "unix", Addr Addr()).
@@ -107,9 +114,12 @@ func (s *Server) Restart() {
 	s.proc, s.exited = cmd.Process, exited
 }
 
-// ping sends a PING in RESP and expects +PONG.
-func ping(sock string) error {
-	c, err := net.DialTimeout("unix", sock, time.Second)
+// ping sends a PING to a unix socket and expects +PONG.
+func ping(sock string) error { return pingNet("unix", sock) }
+
+// pingNet sends a PING in RESP and expects +PONG.
+func pingNet(network, addr string) error {
+	c, err := net.DialTimeout(network, addr, time.Second)
 	if err != nil {
 		return err
 	}

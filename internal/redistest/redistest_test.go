@@ -16,3 +16,12 @@ func TestStartRestartStop(t *testing.T) {
 		t.Fatalf("ping after restart: %v", err)
 	}
 }
+
+func TestStartCluster(t *testing.T) {
+	addrs := StartCluster(t, 3)
+	for _, a := range addrs {
+		if err := pingNet("tcp", a); err != nil {
+			t.Errorf("ping %s: %v", a, err)
+		}
+	}
+}
