@@ -2,7 +2,9 @@ package server
 
 import (
 	"fmt"
+	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,5 +82,26 @@ func TestClusterLimitIsSharedAcrossServers(t *testing.T) {
 		if got := p.metric("levee_cluster_degraded", nil); got != 1 {
 			t.Errorf("server %d: levee_cluster_degraded = %v with Redis down; want 1", i, got)
 		}
+	}
+}
+
+// TestReloadRefusesClusterChanges: the Redis connection and the leases are
+// fixed for the server's life; a reload that changes them changes nothing.
+func TestReloadRefusesClusterChanges(t *testing.T) {
+	base := "apps:\n  a:\n    hosts: [a.test]\n    backends: [127.0.0.1:1]\n"
+	s := New(mustParse(t, "cluster: {redis: {addrs: [127.0.0.1:1]}}\n"+base), Options{Logger: slog.New(slog.DiscardHandler)})
+	t.Cleanup(func() { s.closeCluster() })
+	for _, c := range []string{
+		"cluster: {redis: {addrs: [127.0.0.1:2]}}\n",
+		"cluster: {redis: {addrs: [127.0.0.1:1]}, lease: 20ms}\n",
+		"", // cluster mode off
+	} {
+		err := s.Reload(mustParse(t, c+base))
+		if err == nil || !strings.Contains(err.Error(), "cluster settings changed") {
+			t.Errorf("reload with %q: %v; want refused for a restart", c, err)
+		}
+	}
+	if err := s.Reload(mustParse(t, "cluster: {redis: {addrs: [127.0.0.1:1]}}\n"+base)); err != nil {
+		t.Errorf("reload with the same cluster settings: %v", err)
 	}
 }
