@@ -165,16 +165,25 @@ func TestUnsaturatedDecidesLocally(t *testing.T) {
 	}
 }
 
-// TestKeysAreNamespaced: two apps, or two keys of one app, never share a bucket.
-func TestKeysAreNamespaced(t *testing.T) {
-	r := redistest.Start(t)
-	insts := instances(t, r, 1, Options{})
-	other, err := insts[0].c.Store("other", 100, nil)
+// one is one request an hour: a second request is refused.
+var one = ratelimit.Limit{Interval: time.Hour, Burst: 1}
+
+// secondStore starts Redis and one instance, and gives it a second store
+// for app, holding at most maxKeys keys locally.
+func secondStore(t *testing.T, app string, maxKeys int) (*instance, *Store) {
+	t.Helper()
+	in := instances(t, redistest.Start(t), 1, Options{})[0]
+	st, err := in.c.Store(app, maxKeys, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	one := ratelimit.Limit{Interval: time.Hour, Burst: 1}
-	for _, st := range []*Store{insts[0].store, other} {
+	return in, st
+}
+
+// TestKeysAreNamespaced: two apps, or two keys of one app, never share a bucket.
+func TestKeysAreNamespaced(t *testing.T) {
+	in, other := secondStore(t, "other", 100)
+	for _, st := range []*Store{in.store, other} {
 		for _, key := range []string{"a", "b"} {
 			if !st.AllowAt(key, one, t0, 1).Allowed {
 				t.Errorf("%s %s: first request refused", st.prefix, key)
@@ -249,13 +258,7 @@ func TestRedisDownAndBack(t *testing.T) {
 // TestFullTableStillLimits: with the local table full of busy keys, a new
 // key is decided in Redis directly, still under its limit.
 func TestFullTableStillLimits(t *testing.T) {
-	r := redistest.Start(t)
-	insts := instances(t, r, 1, Options{})
-	st, err := insts[0].c.Store("small", 2, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	one := ratelimit.Limit{Interval: time.Hour, Burst: 1}
+	_, st := secondStore(t, "small", 2)
 	for _, k := range []string{"a", "b", "c"} {
 		if !st.AllowAt(k, one, t0, 1).Allowed {
 			t.Errorf("%s: first request refused", k)
@@ -301,7 +304,6 @@ func TestRedisCluster(t *testing.T) {
 		t.Errorf("admitted %d in 3 s at 5x load through a Redis Cluster, want 3000 ± 2%%", got)
 	}
 	// Keys of other apps hash to other slots, on other nodes: still one bucket each.
-	one := ratelimit.Limit{Interval: time.Hour, Burst: 1}
 	for i := range 20 {
 		st, err := insts[0].c.Store(fmt.Sprintf("app%d", i), 10, nil)
 		if err != nil {
