@@ -94,6 +94,12 @@ type Cluster struct {
 
 	degraded   atomic.Bool
 	stateMu    sync.Mutex // serialises degraded changes and their log lines
+	// probeAt (µs since the epoch, on the decisions' clock): while degraded,
+	// the first decision at or after it asks Redis again, so a short outage
+	// (or one slow call) costs a fair-share window of probeGap, not of a
+	// heartbeat.
+	probeAt    atomic.Int64
+	probeGap   time.Duration
 	live       atomic.Int64
 	roundTrips atomic.Uint64
 	failures   atomic.Uint64
@@ -157,7 +163,8 @@ func New(o Options) (*Cluster, error) {
 		DisableIdentity:       true,
 	})
 	c := &Cluster{rdb: rdb, timeout: o.Timeout, lease: o.Lease, heartbeat: o.Heartbeat,
-		prefix: o.Prefix, id: o.Instance, clk: o.Clock, log: o.Logger}
+		prefix: o.Prefix, id: o.Instance, clk: o.Clock, log: o.Logger,
+		probeGap: min(max(2*o.Timeout, 100*time.Millisecond), o.Heartbeat)}
 	c.live.Store(1)
 	return c, nil
 }
@@ -198,7 +205,7 @@ func (c *Cluster) Tick(now time.Time) {
 			now.UnixMilli(), ttl.Milliseconds(), c.id).Int64()
 	})
 	if err != nil {
-		c.setDegraded(true, err)
+		c.failed(now, err)
 		return
 	}
 	c.live.Store(max(n, 1))
@@ -241,6 +248,19 @@ func call[T any](c *Cluster, f func(ctx context.Context) (T, error)) (T, error) 
 		c.failures.Add(1)
 	}
 	return v, err
+}
+
+// failed records a failed call at now: degraded, probing again after probeGap.
+func (c *Cluster) failed(now time.Time, err error) {
+	c.probeAt.Store(now.Add(c.probeGap).UnixMicro())
+	c.setDegraded(true, err)
+}
+
+// probe reports whether a decision at us, while degraded, should ask Redis
+// again; one decision per probeGap does.
+func (c *Cluster) probe(us int64) bool {
+	at := c.probeAt.Load()
+	return us >= at && c.probeAt.CompareAndSwap(at, us+c.probeGap.Microseconds())
 }
 
 // setDegraded changes the state and logs once per change.

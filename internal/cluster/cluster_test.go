@@ -317,3 +317,24 @@ func TestRedisCluster(t *testing.T) {
 		t.Errorf("%d Redis calls failed", f)
 	}
 }
+
+// TestDecisionProbesRedis: while degraded, one decision per probe gap asks
+// Redis again, so an outage shorter than a heartbeat ends with it.
+func TestDecisionProbesRedis(t *testing.T) {
+	r := redistest.Start(t)
+	in := instances(t, r, 1, Options{Heartbeat: time.Minute})[0] // no heartbeat in this test
+	gap := in.c.probeGap // 2 × the test's timeout, at most the heartbeat
+	r.Stop()
+	in.store.AllowAt("k", lim, t0, 1)
+	if !in.c.Degraded() {
+		t.Fatal("not degraded after a failed call")
+	}
+	r.Restart()
+	in.store.AllowAt("k", lim, t0.Add(gap-time.Microsecond), 1)
+	if !in.c.Degraded() {
+		t.Fatal("a decision before the probe gap asked Redis")
+	}
+	if !in.store.AllowAt("k", lim, t0.Add(gap), 1).Allowed || in.c.Degraded() {
+		t.Fatalf("the decision at the probe gap did not bring the cluster back (degraded %v)", in.c.Degraded())
+	}
+}

@@ -116,8 +116,8 @@ func (s *Store) AllowAt(key string, lim ratelimit.Limit, now time.Time, n int) r
 			s.mu.Unlock()
 			return d
 		}
-		if s.c.Degraded() {
-			break
+		if s.c.Degraded() && (e.fetching != nil || us < e.emptyUntil || !s.c.probe(us)) {
+			break // decide under the fair share; this decision does not probe
 		}
 		if us < e.emptyUntil {
 			d := ratelimit.Decision{RetryAfter: time.Duration(e.emptyUntil-us) * time.Microsecond,
@@ -203,7 +203,7 @@ func (s *Store) take(e *entry, lim ratelimit.Limit, now time.Time, want int, ch 
 	s.mu.Unlock()
 	close(ch)
 	if err != nil {
-		s.c.setDegraded(true, err)
+		s.c.failed(now, err)
 	} else {
 		s.c.setDegraded(false, nil)
 	}
@@ -212,7 +212,7 @@ func (s *Store) take(e *entry, lim ratelimit.Limit, now time.Time, want int, ch 
 // once decides n units directly in Redis without a lease (the local table
 // is full of busy keys), or falls back when Redis fails.
 func (s *Store) once(key string, lim ratelimit.Limit, now time.Time, n int) ratelimit.Decision {
-	if !s.c.Degraded() {
+	if !s.c.Degraded() || s.c.probe(now.UnixMicro()) {
 		us := now.UnixMicro()
 		res, err := call(s.c, func(ctx context.Context) ([]int64, error) {
 			return takeScript.Run(ctx, s.c.rdb, []string{s.prefix + s.name(key)}, us, micros(lim.Interval),
@@ -225,7 +225,7 @@ func (s *Store) once(key string, lim ratelimit.Limit, now time.Time, n int) rate
 			return ratelimit.Decision{RetryAfter: time.Duration(max(res[2], 1)) * time.Microsecond,
 				Reset: time.Duration(res[1]) * time.Microsecond}
 		}
-		s.c.setDegraded(true, err)
+		s.c.failed(now, err)
 	}
 	return s.fallback.AllowAt(key, share(lim, s.c.Live()), now, n)
 }
@@ -304,7 +304,7 @@ func (s *Store) giveIdle(now, before time.Time) {
 			return giveScript.Run(ctx, s.c.rdb, []string{g.key}, now.UnixMicro(), micros(g.lim.Interval), g.units).Int64()
 		})
 		if err != nil {
-			s.c.setDegraded(true, err)
+			s.c.failed(now, err)
 			return // the rest stay counted: a little under the limit, never over
 		}
 	}
