@@ -92,8 +92,8 @@ type Cluster struct {
 	clk       clock.Clock
 	log       *slog.Logger
 
-	degraded   atomic.Bool
-	stateMu    sync.Mutex // serialises degraded changes and their log lines
+	degraded atomic.Bool
+	stateMu  sync.Mutex // serialises degraded changes and their log lines
 	// probeAt (µs since the epoch, on the decisions' clock): while degraded,
 	// the first decision at or after it asks Redis again, so a short outage
 	// (or one slow call) costs a fair-share window of probeGap, not of a

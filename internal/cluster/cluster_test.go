@@ -323,7 +323,7 @@ func TestRedisCluster(t *testing.T) {
 func TestDecisionProbesRedis(t *testing.T) {
 	r := redistest.Start(t)
 	in := instances(t, r, 1, Options{Heartbeat: time.Minute})[0] // no heartbeat in this test
-	gap := in.c.probeGap // 2 × the test's timeout, at most the heartbeat
+	gap := in.c.probeGap // twice the timeout, at most the heartbeat
 	r.Stop()
 	in.store.AllowAt("k", lim, t0, 1)
 	if !in.c.Degraded() {
