@@ -322,8 +322,9 @@ func TestRedisCluster(t *testing.T) {
 // Redis again, so an outage shorter than a heartbeat ends with it.
 func TestDecisionProbesRedis(t *testing.T) {
 	r := redistest.Start(t)
-	in := instances(t, r, 1, Options{Heartbeat: time.Minute})[0] // no heartbeat in this test
-	gap := in.c.probeGap // twice the timeout, at most the heartbeat
+	// No heartbeat runs in this test; the probe gap is twice the timeout, at most the heartbeat.
+	in := instances(t, r, 1, Options{Heartbeat: time.Minute})[0]
+	gap := in.c.probeGap
 	r.Stop()
 	in.store.AllowAt("k", lim, t0, 1)
 	if !in.c.Degraded() {
