@@ -13,7 +13,9 @@ import (
 // BenchmarkDecision measures one limit decision of the app's key, from
 // three instances sharing one Redis (cluster) or in process (local), at
 // whatever load b.RunParallel offers (far beyond the limit). It reports the
-// p50, p99 and p99.9 of a decision and the Redis round trips per 1,000 decisions.
+// p50, p99 and p99.9 of a decision and the Redis round trips per 1,000
+// decisions; roundtrip is one lease taken from Redis, what a decision that
+// has to ask costs.
 //
 //	go test -run '^$' -bench Decision -benchtime 100000x ./internal/cluster
 func BenchmarkDecision(b *testing.B) {
@@ -48,6 +50,22 @@ func BenchmarkDecision(b *testing.B) {
 			trips += c.RoundTrips()
 		}
 		b.ReportMetric(float64(trips-before)*1000/float64(b.N), "trips/1000")
+	})
+	// What a decision that must ask Redis waits for: one take, one round trip.
+	b.Run("roundtrip", func(b *testing.B) {
+		r := redistest.Start(b)
+		c, err := New(Options{Addrs: []string{r.Addr()}, Prefix: "bench"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { c.Close() })
+		st, _ := c.Store("app", 1000, nil)
+		e := &entry{redisKey: "bench:app:rt"}
+		measure(b, func(i int, now time.Time) bool {
+			ch := make(chan struct{})
+			st.take(e, lim, now, 1, ch)
+			return true
+		})
 	})
 }
 
