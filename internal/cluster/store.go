@@ -188,9 +188,8 @@ func (s *Store) take(e *entry, lim ratelimit.Limit, now time.Time, want int, ch 
 	}
 	s.mu.Lock()
 	if err == nil {
-		if e.lim != lim && e.held > 0 {
-			e.held = 0 // units of an old limit are not units of this one (rare: a reload)
-		}
+		// Held units stay good when lim changes (a reload, the overload
+		// factor, a strict fraction): Redis counted them already.
 		e.lim = lim
 		e.held += int(res[0])
 		e.tat = us + res[1]
