@@ -70,6 +70,10 @@ type Options struct {
 	Instance string
 	Clock    clock.Clock
 	Logger   *slog.Logger
+	// OnLive, when set, is called from Tick with the number of live
+	// instances whenever it changes (limits Redis does not hold, like
+	// bandwidth, are divided by it).
+	OnLive func(live int)
 }
 
 // Defaults.
@@ -91,6 +95,7 @@ type Cluster struct {
 	id        string
 	clk       clock.Clock
 	log       *slog.Logger
+	onLive    func(int)
 
 	degraded atomic.Bool
 	stateMu  sync.Mutex // serialises degraded changes and their log lines
@@ -163,7 +168,7 @@ func New(o Options) (*Cluster, error) {
 		DisableIdentity:       true,
 	})
 	c := &Cluster{rdb: rdb, timeout: o.Timeout, lease: o.Lease, heartbeat: o.Heartbeat,
-		prefix: o.Prefix, id: o.Instance, clk: o.Clock, log: o.Logger,
+		prefix: o.Prefix, id: o.Instance, clk: o.Clock, log: o.Logger, onLive: o.OnLive,
 		probeGap: min(max(2*o.Timeout, 100*time.Millisecond), o.Heartbeat)}
 	c.live.Store(1)
 	return c, nil
@@ -208,7 +213,9 @@ func (c *Cluster) Tick(now time.Time) {
 		c.failed(now, err)
 		return
 	}
-	c.live.Store(max(n, 1))
+	if old := c.live.Swap(max(n, 1)); old != max(n, 1) && c.onLive != nil {
+		c.onLive(int(max(n, 1)))
+	}
 	c.setDegraded(false, nil)
 	c.mu.Lock()
 	stores := append([]*Store(nil), c.stores...)

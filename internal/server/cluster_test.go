@@ -105,3 +105,38 @@ func TestReloadRefusesClusterChanges(t *testing.T) {
 		t.Errorf("reload with the same cluster settings: %v", err)
 	}
 }
+
+// TestClusterDividesBandwidth: Redis holds no bandwidth state, so each of n
+// live instances paces limits.bandwidth to rate ÷ n, learnt from heartbeats.
+func TestClusterDividesBandwidth(t *testing.T) {
+	r := redistest.Start(t)
+	be := newBodyBackend(t)
+	cfg := fmt.Sprintf(`
+cluster: {redis: {addrs: [%s], timeout: 2s}, heartbeat: 100ms, key_prefix: bw-%s}
+apps:
+  a:
+    hosts: [a.test]
+    backends: [%s]
+    limits: {bandwidth: {rate: 1MB/s}}
+`, r.Addr(), testEngine(), be.addr())
+	ps := []*proxy{startProxy(t, cfg), startProxy(t, cfg)}
+	rate := func(p *proxy) int64 {
+		p.srv.mu.Lock()
+		defer p.srv.mu.Unlock()
+		return p.srv.apps["a"].bwRate
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for rate(ps[0]) != 500_000 || rate(ps[1]) != 500_000 {
+		if time.Now().After(deadline) {
+			t.Fatalf("bandwidth rates %d and %d after 10 s; want 500000 each (1MB/s ÷ 2 live)", rate(ps[0]), rate(ps[1]))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ps[1].Stop() // leaves the live set: the other takes the whole rate again
+	for rate(ps[0]) != 1_000_000 {
+		if time.Now().After(deadline) {
+			t.Fatalf("bandwidth rate %d after the other left; want 1000000", rate(ps[0]))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -71,6 +71,9 @@ type Server struct {
 	// cluster shares rate limits through Redis; nil unless cluster mode is
 	// on. It is fixed for the server's life (cluster changes need a restart).
 	cluster *cluster.Cluster
+	// clusterLive is the live instances last learned (guarded by mu); each
+	// paces limits.bandwidth to its share.
+	clusterLive int
 
 	// bg is the context of the server's own background work (health
 	// checks); stopBg ends it at shutdown.
@@ -373,7 +376,7 @@ func (s *Server) applyBandwidth(a *app, cfg config.Bandwidth) *bandwidth.Limiter
 		a.bw = nil
 		return nil
 	}
-	rate := s.scale.bandwidthRate(int64(cfg.Rate))
+	rate := s.clusterBandwidth(s.scale.bandwidthRate(int64(cfg.Rate)))
 	if a.bw == nil || a.bwCfg != cfg || a.bwRate != rate {
 		l, err := bandwidth.New(bandwidthOptions(a.name, rate, cfg.MaxDelay.D(), s.clk))
 		if err != nil { // validated config: a broken invariant
