@@ -83,6 +83,32 @@ func TestClusterLimitIsSharedAcrossServers(t *testing.T) {
 			t.Errorf("server %d: levee_cluster_degraded = %v with Redis down; want 1", i, got)
 		}
 	}
+
+	// Redis back (empty): the first request after the probe gap (1 s here:
+	// twice the timeout, at most the heartbeat) reconnects, and the limit is
+	// exact again.
+	r.Restart()
+	clk.Advance(time.Second)
+	admitted = 0
+	for step := range 40 { // 2 s in 50 ms steps, 500 requests/s offered
+		for i := range 25 {
+			if ps[share[(step*25+i)%len(share)]].getAs("").StatusCode == http.StatusOK {
+				admitted++
+			}
+		}
+		clk.Advance(50 * time.Millisecond)
+	}
+	for i, p := range ps {
+		if got := p.metric("levee_cluster_degraded", nil); got != 0 {
+			t.Errorf("server %d: levee_cluster_degraded = %v after Redis came back; want 0", i, got)
+		}
+	}
+	// A fresh burst 10 + ⌊1.95 × 100⌋ = 205, plus at most a lease (5) per
+	// server held from before the outage.
+	if admitted > 205+3*5 || admitted < 205*98/100 {
+		t.Errorf("after recovery three servers admitted %d; want 205 (+15 held leases at most), ≥ 98%% of it", admitted)
+	}
+	t.Logf("after recovery: admitted %d", admitted)
 }
 
 // TestReloadRefusesClusterChanges: the Redis connection and the leases are
