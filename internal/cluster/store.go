@@ -218,6 +218,7 @@ func (s *Store) once(key string, lim ratelimit.Limit, now time.Time, n int) rate
 				lim.Burst, n, n).Int64Slice()
 		})
 		if err == nil && len(res) == 3 {
+			s.c.setDegraded(false, nil)
 			if int(res[0]) == n {
 				return ratelimit.Decision{Allowed: true, Reset: time.Duration(res[1]) * time.Microsecond}
 			}
@@ -260,8 +261,8 @@ func micros(d time.Duration) string {
 	return fmt.Sprintf("%d.%03d", d/time.Microsecond, d%time.Microsecond)
 }
 
-// Sweep drops the local state of keys that hold nothing and are idle at now,
-// and the fallback's idle keys; it returns how many it dropped.
+// Sweep drops the local state of keys that hold no units and no known empty
+// bucket at now, and the fallback's idle keys; it returns how many it dropped.
 func (s *Store) Sweep(now time.Time) int {
 	s.mu.Lock()
 	n := s.dropIdleLocked(now)
@@ -273,7 +274,9 @@ func (s *Store) dropIdleLocked(now time.Time) int {
 	us := now.UnixMicro()
 	n := 0
 	for k, e := range s.keys {
-		if e.held == 0 && e.fetching == nil && us >= e.emptyUntil && us >= e.tat {
+		// Redis holds the bucket: a local entry that holds no units and
+		// knows of no empty bucket is only a cache, dropped freely.
+		if e.held == 0 && e.fetching == nil && us >= e.emptyUntil {
 			delete(s.keys, k)
 			n++
 		}
