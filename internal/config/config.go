@@ -25,6 +25,7 @@ type Config struct {
 	Log      Log             `yaml:"log"`
 	Instance Instance        `yaml:"instance"`
 	Overload Overload        `yaml:"overload"`
+	Cluster  Cluster         `yaml:"cluster"`
 	Apps     map[string]*App `yaml:"apps"`
 }
 
@@ -407,6 +408,7 @@ func Default() Config {
 		Log:      Log{Level: "info", Format: "text", ErrorsPerSecond: DefaultErrorsPerSecond},
 		Instance: DefaultInstance(),
 		Overload: DefaultOverload(),
+		Cluster:  DefaultCluster(),
 	}
 }
 

@@ -54,8 +54,12 @@ func TestFullExampleIsTheDefaults(t *testing.T) {
 	if len(cfg.Server.TrustedProxies) == 0 {
 		cfg.Server.TrustedProxies = nil // [] and absent mean the same
 	}
+	if len(cfg.Cluster.Redis.Addrs) == 0 {
+		cfg.Cluster.Redis.Addrs = nil
+	}
 	if !reflect.DeepEqual(cfg.Listen, d.Listen) || cfg.Admin != d.Admin || !reflect.DeepEqual(cfg.Server, d.Server) ||
-		cfg.Upstream != d.Upstream || cfg.Log != d.Log || cfg.Instance != d.Instance || cfg.Overload != d.Overload {
+		cfg.Upstream != d.Upstream || cfg.Log != d.Log || cfg.Instance != d.Instance || cfg.Overload != d.Overload ||
+		!reflect.DeepEqual(cfg.Cluster, d.Cluster) {
 		t.Errorf("full.yaml differs from Default():\n got %+v\nwant %+v", cfg, d)
 	}
 	for name, a := range cfg.Apps {

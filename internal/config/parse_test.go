@@ -104,6 +104,11 @@ func TestParseExampleGetsDefaults(t *testing.T) {
 	if want := (Log{Level: "info", Format: "text", ErrorsPerSecond: DefaultErrorsPerSecond}); cfg.Log != want {
 		t.Errorf("Log = %+v, want %+v", cfg.Log, want)
 	}
+	wantCluster := Cluster{Redis: Redis{Timeout: Duration(DefaultClusterTimeout)}, Lease: Duration(DefaultClusterLease),
+		Heartbeat: Duration(DefaultClusterHeartbeat), KeyPrefix: DefaultClusterPrefix}
+	if !reflect.DeepEqual(cfg.Cluster, wantCluster) || cfg.Cluster.Enabled() {
+		t.Errorf("Cluster = %+v, want %+v (off)", cfg.Cluster, wantCluster)
+	}
 
 	if got := cfg.AppNames(); !reflect.DeepEqual(got, []string{"photos"}) {
 		t.Fatalf("AppNames() = %v", got)

@@ -14,11 +14,11 @@ const module = "github.com/leveeproxy/levee"
 // dataPath are the packages a request passes through.
 var dataPath = []string{
 	"internal/admit", "internal/admit/limit", "internal/balance", "internal/catalog", "internal/clock",
-	"internal/config", "internal/forward", "internal/health", "internal/observe", "internal/overload", "internal/protect", "internal/ratelimit", "internal/server", "internal/shape",
+	"internal/cluster", "internal/config", "internal/forward", "internal/health", "internal/observe", "internal/overload", "internal/protect", "internal/ratelimit", "internal/server", "internal/shape",
 }
 
 // forbidden are what the data path must never import.
-var forbidden = []string{"internal/admin", "internal/demo", "cmd/"}
+var forbidden = []string{"internal/admin", "internal/demo", "internal/redistest", "cmd/"}
 
 func TestDataPathDoesNotImportAdminOrCmd(t *testing.T) {
 	for _, pkg := range dataPath {

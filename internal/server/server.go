@@ -21,6 +21,7 @@ import (
 	"github.com/leveeproxy/levee/internal/bandwidth"
 	"github.com/leveeproxy/levee/internal/catalog"
 	"github.com/leveeproxy/levee/internal/clock"
+	"github.com/leveeproxy/levee/internal/cluster"
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/forward"
 	"github.com/leveeproxy/levee/internal/health"
@@ -67,6 +68,13 @@ type Server struct {
 	// unexpected instance's strict fraction, the overload factor).
 	scale scaleState
 
+	// cluster shares rate limits through Redis; nil unless cluster mode is
+	// on. It is fixed for the server's life (cluster changes need a restart).
+	cluster *cluster.Cluster
+	// clusterLive is the live instances last learned (guarded by mu); each
+	// paces limits.bandwidth to its share.
+	clusterLive int
+
 	// bg is the context of the server's own background work (health
 	// checks); stopBg ends it at shutdown.
 	bg     context.Context
@@ -109,7 +117,7 @@ type app struct {
 	alert  bool
 	// rates holds the app's rate limit state (the app's bucket and one per
 	// client), kept across reloads so a reload never hands out a fresh burst.
-	rates *ratelimit.LocalStore
+	rates rateStore
 	// bw paces the app's bytes (nil when limits.bandwidth is off); kept
 	// across reloads unless its settings change.
 	bw     *bandwidth.Limiter
@@ -156,6 +164,7 @@ func New(cfg *config.Config, o Options) *Server {
 	s.metrics = observe.NewMetrics(s)
 	s.errlog = s.metrics.ErrorLog(s.log, cfg.Log.ErrorsPerSecond)
 	s.unrouted = s.metrics.App("")
+	s.cluster = s.newCluster(cfg.Cluster)
 	s.apply(cfg)
 	return s
 }
@@ -198,6 +207,8 @@ func needsRestart(old, cfg *config.Config) error {
 		return errors.New("reload: log.format changed; restart levee to apply it (nothing was changed)")
 	case old.Instance.Lock != cfg.Instance.Lock || old.Instance.Unexpected != cfg.Instance.Unexpected:
 		return errors.New("reload: instance.lock or instance.unexpected changed; restart levee to apply them (nothing was changed)")
+	case !reflect.DeepEqual(old.Cluster, cfg.Cluster):
+		return errors.New("reload: cluster settings changed; restart levee to apply them (nothing was changed)")
 	}
 	return nil
 }
@@ -234,6 +245,7 @@ func (s *Server) applyLocked(cfg *config.Config) {
 				retiredFast = append(retiredFast, c)
 			}
 			s.metrics.Forget(name)
+			forgetRates(a.rates)
 			if a.checker != nil {
 				a.checker.Stop()
 			}
@@ -282,7 +294,7 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 		}
 	}
 	if a.rates == nil {
-		a.rates = newRateStore(ac.Limits.Client.MaxKeys)
+		a.rates = s.newAppRates(name, ac.Limits.Client.MaxKeys)
 	}
 	s.applyEjection(a, ac.Ejection)
 	rt = &route{app: a, shapes: newShapeLimits(ac.Limits), pool: forward.NewPool(forward.Options{
@@ -364,7 +376,7 @@ func (s *Server) applyBandwidth(a *app, cfg config.Bandwidth) *bandwidth.Limiter
 		a.bw = nil
 		return nil
 	}
-	rate := s.scale.bandwidthRate(int64(cfg.Rate))
+	rate := s.clusterBandwidth(s.scale.bandwidthRate(int64(cfg.Rate)))
 	if a.bw == nil || a.bwCfg != cfg || a.bwRate != rate {
 		l, err := bandwidth.New(bandwidthOptions(a.name, rate, cfg.MaxDelay.D(), s.clk))
 		if err != nil { // validated config: a broken invariant
@@ -638,6 +650,9 @@ func (s *Server) Serve(ctx context.Context) error {
 	background.Go(func() { s.sweepRates(stopBackground, rateSweepEvery) })
 	background.Go(func() { s.watchDistribution(stopBackground) })
 	background.Go(func() { s.watchOverload(stopBackground) })
+	if s.cluster != nil {
+		background.Go(func() { s.runCluster(stopBackground) })
+	}
 	var serveErr error
 	select {
 	case <-ctx.Done():
@@ -650,7 +665,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	defer cancel()
 	err := s.shutdown(drain)
 	s.serving.Wait()
-	return errors.Join(serveErr, err)
+	return errors.Join(serveErr, err, s.closeCluster())
 }
 
 // stopHealthChecks ends every app's health checker and waits for them.

@@ -1,0 +1,34 @@
+package cluster
+
+import "github.com/prometheus/client_golang/prometheus"
+
+var (
+	degradedDesc = prometheus.NewDesc("levee_cluster_degraded",
+		"1 while Redis is unreachable and each limit is this instance's fair share of it; 0 when limits are cluster-wide.", nil, nil)
+	liveDesc = prometheus.NewDesc("levee_cluster_instances",
+		"Live levee instances sharing the limits, as last learned from their heartbeats in Redis.", nil, nil)
+	callsDesc = prometheus.NewDesc("levee_cluster_redis_calls_total",
+		"Redis round trips made for limits and heartbeats.", nil, nil)
+	failuresDesc = prometheus.NewDesc("levee_cluster_redis_errors_total",
+		"Redis calls that failed or passed their deadline.", nil, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (c *Cluster) Describe(ch chan<- *prometheus.Desc) {
+	ch <- degradedDesc
+	ch <- liveDesc
+	ch <- callsDesc
+	ch <- failuresDesc
+}
+
+// Collect implements prometheus.Collector.
+func (c *Cluster) Collect(ch chan<- prometheus.Metric) {
+	d := 0.0
+	if c.Degraded() {
+		d = 1
+	}
+	ch <- prometheus.MustNewConstMetric(degradedDesc, prometheus.GaugeValue, d)
+	ch <- prometheus.MustNewConstMetric(liveDesc, prometheus.GaugeValue, float64(c.Live()))
+	ch <- prometheus.MustNewConstMetric(callsDesc, prometheus.CounterValue, float64(c.RoundTrips()))
+	ch <- prometheus.MustNewConstMetric(failuresDesc, prometheus.CounterValue, float64(c.Failures()))
+}

@@ -1,0 +1,27 @@
+package redistest
+
+import "testing"
+
+func TestStartRestartStop(t *testing.T) {
+	s := Start(t)
+	if err := ping(s.Addr()); err != nil {
+		t.Fatalf("ping after start: %v", err)
+	}
+	s.Stop()
+	if err := ping(s.Addr()); err == nil {
+		t.Fatal("ping after stop succeeded")
+	}
+	s.Restart()
+	if err := ping(s.Addr()); err != nil {
+		t.Fatalf("ping after restart: %v", err)
+	}
+}
+
+func TestStartCluster(t *testing.T) {
+	addrs := StartCluster(t, 3)
+	for _, a := range addrs {
+		if err := pingNet("tcp", a); err != nil {
+			t.Errorf("ping %s: %v", a, err)
+		}
+	}
+}

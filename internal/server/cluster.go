@@ -1,0 +1,113 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/leveeproxy/levee/internal/cluster"
+	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/ratelimit"
+)
+
+// rateStore is where an app's rate limits decide: a ratelimit.LocalStore in
+// process, or a cluster.Store sharing them through Redis. The route does not
+// know which.
+type rateStore interface {
+	AllowAt(key string, lim ratelimit.Limit, now time.Time, n int) ratelimit.Decision
+	Sweep(now time.Time) int
+}
+
+var (
+	_ rateStore = (*ratelimit.LocalStore)(nil)
+	_ rateStore = (*cluster.Store)(nil)
+)
+
+// newCluster connects to the cluster's Redis when cfg turns cluster mode on
+// (lazily: nothing is dialled before the first decision or heartbeat).
+func (s *Server) newCluster(cfg config.Cluster) *cluster.Cluster {
+	if !cfg.Enabled() {
+		return nil
+	}
+	c, err := cluster.New(cluster.Options{
+		Addrs: cfg.Redis.Addrs, Username: cfg.Redis.Username, Password: cfg.Redis.Password, DB: cfg.Redis.DB,
+		Timeout: cfg.Redis.Timeout.D(), Lease: cfg.Lease.D(), Heartbeat: cfg.Heartbeat.D(), Prefix: cfg.KeyPrefix,
+		Clock: s.clk, Logger: s.log, OnLive: s.setClusterLive,
+	})
+	if err != nil { // validated config: a broken invariant
+		panic(fmt.Sprintf("server: cluster: %v", err))
+	}
+	s.metrics.Registry.MustRegister(c)
+	return c
+}
+
+// setClusterLive recomposes the apps when the number of live instances
+// changes: each paces its bytes to its share of limits.bandwidth (Redis does
+// not hold bandwidth state). Called from the cluster's heartbeat.
+func (s *Server) setClusterLive(live int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if live == s.clusterLive || s.cfg == nil {
+		return
+	}
+	s.clusterLive = live
+	s.applyLocked(s.cfg)
+}
+
+// clusterBandwidth is this instance's share of a bandwidth rate (bytes/s, 0
+// off): the rate ÷ live instances in cluster mode. The caller holds s.mu.
+func (s *Server) clusterBandwidth(rate int64) int64 {
+	if rate == 0 || s.cluster == nil || s.clusterLive <= 1 {
+		return rate
+	}
+	return max(1, rate/int64(s.clusterLive))
+}
+
+// newAppRates makes an app's rate limit state: shared through Redis in
+// cluster mode, else in process.
+func (s *Server) newAppRates(name string, maxKeys int) rateStore {
+	if s.cluster == nil {
+		return newRateStore(maxKeys)
+	}
+	st, err := s.cluster.Store(name, maxKeys, redisKeyName)
+	if err != nil { // validated config: a broken invariant
+		panic(fmt.Sprintf("server: cluster rate store: %v", err))
+	}
+	return st
+}
+
+// redisKeyName names an app's rate keys in Redis: the app's own limit and
+// each client's cannot collide, since a client key never starts with NUL.
+func redisKeyName(key string) string {
+	if key == appKey {
+		return "rate"
+	}
+	return "client:" + key
+}
+
+// forgetRates drops the state a removed app left in the cluster store.
+func forgetRates(r rateStore) {
+	if st, ok := r.(*cluster.Store); ok {
+		st.Close()
+	}
+}
+
+// runCluster beats the cluster's heartbeat until done; owned by Serve.
+func (s *Server) runCluster(done <-chan struct{}) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-done; cancel() }() // ends with done
+	s.cluster.Run(ctx)
+	cancel()
+}
+
+// closeCluster gives back leases and closes the Redis connections.
+func (s *Server) closeCluster() error {
+	if s.cluster == nil {
+		return nil
+	}
+	if err := s.cluster.Close(); err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("server: cluster: %w", err)
+	}
+	return nil
+}
