@@ -1,0 +1,261 @@
+package drill
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/leveeproxy/levee/internal/clock"
+)
+
+// Options configure every drill; each drill reads the ones it needs.
+// Defaults() fills the zero values.
+type Options struct {
+	Target      string        // the edge, http://host:port
+	Duration    time.Duration // length of a drill's main load phase
+	Timeout     time.Duration // per request, from its intended send time
+	MaxInFlight int           // per stream; beyond it requests overflow (a failure)
+	MaxRequests int64         // per stream
+	Clients     int           // distinct client identities (X-Client-Id) per stream
+
+	// tenant-limit (and duplicate-instance)
+	Host      string  // the tenant under test
+	OtherHost string  // a second, well-behaved tenant
+	Limit     float64 // the advertised limit, requests per second
+	Offered   float64 // offered load as a multiple of Limit
+	OtherRate float64 // the well-behaved tenant's rate
+	Tolerance float64 // admitted rate may differ from Limit by this fraction
+
+	// batch-storm
+	Items        int           // items in one huge batch
+	Field        string        // the JSON array field holding them
+	Path         string        // where batches and normal traffic go
+	BatchRate    float64       // huge batches per second
+	NormalRate   float64       // normal requests per second (also the hot host's rate in cold-catalog)
+	RefuseWithin time.Duration // a refusal slower than this does not count as quick
+
+	// latency under attack vs. the baseline: allowed p99 = max(P99Factor × baseline, baseline + P99Slack)
+	P99Factor float64
+	P99Slack  time.Duration
+
+	// distribution
+	DistHost    string        // the Host the edge routes to the drill's backends
+	Backends    int           // how many backends the drill starts
+	BackendPort int           // first port (0: any free port)
+	Slow        int           // how many of them are slow
+	SlowDelay   time.Duration // added to each slow backend's answers
+	DistRate    float64       // requests per second
+	MaxSpread   float64       // max/mean over the fast backends
+	SlowShare   float64       // a slow backend may get at most this fraction of a fast one's mean
+	RouteWait   time.Duration // how long to wait for the edge to route to the backends
+	// OnBackends is told the backends and the levee config snippet once they
+	// listen (the CLI prints it; tests start an edge).
+	OnBackends func(snippet string, bs []*Backend) error
+
+	// cold-catalog
+	ColdDomain string        // cold hosts are c-N.ColdDomain
+	ColdHosts  int           // distinct cold hostnames
+	ColdRate   float64       // arrival rate of the cold burst
+	ColdBound  time.Duration // a cold request must be answered (served or shed) within this
+	ColdShare  float64       // fraction of cold requests that must meet ColdBound
+
+	// duplicate-instance (levee only)
+	Config string // the running levee's config file
+	Levee  string // the levee binary to start a second time
+	// StartWait bounds how long the second instance may take to refuse or get ready.
+	StartWait time.Duration
+
+	Clock clock.Clock // nil: real
+	Live  *Live       // nil: no progress
+	Log   io.Writer   // notes while running (the config snippet); nil: discarded
+}
+
+// Defaults returns o with every zero value set to its default.
+func (o Options) Defaults() Options {
+	def := func(p *float64, v float64) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	defD := func(p *time.Duration, v time.Duration) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	defI := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	if o.Target == "" {
+		o.Target = "http://127.0.0.1:8080"
+	}
+	o.Target = strings.TrimSuffix(o.Target, "/")
+	defD(&o.Duration, 5*time.Second)
+	defD(&o.Timeout, 2*time.Second)
+	defI(&o.MaxInFlight, 512)
+	if o.MaxRequests == 0 {
+		o.MaxRequests = 1_000_000
+	}
+	defI(&o.Clients, 1000)
+	def(&o.Offered, 10)
+	def(&o.OtherRate, 50)
+	def(&o.Tolerance, 0.2)
+	defI(&o.Items, 20000)
+	if o.Field == "" {
+		o.Field = "uris"
+	}
+	if o.Path == "" {
+		o.Path = "/"
+	}
+	def(&o.BatchRate, 5)
+	def(&o.NormalRate, 100)
+	defD(&o.RefuseWithin, time.Second)
+	def(&o.P99Factor, 3)
+	defD(&o.P99Slack, 100*time.Millisecond)
+	defI(&o.Backends, 4)
+	defI(&o.Slow, 1)
+	defD(&o.SlowDelay, 50*time.Millisecond)
+	def(&o.DistRate, 300)
+	def(&o.MaxSpread, 1.5)
+	def(&o.SlowShare, 0.8)
+	defD(&o.RouteWait, 30*time.Second)
+	defI(&o.ColdHosts, 500)
+	def(&o.ColdRate, 1000)
+	defD(&o.ColdBound, time.Second)
+	def(&o.ColdShare, 0.99)
+	defD(&o.StartWait, 10*time.Second)
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	return o
+}
+
+// Drill is one incident replay.
+type Drill struct {
+	Name     string
+	Incident string
+	// Applies says whether the options give the drill what it needs, and if
+	// not, what is missing.
+	Applies func(o Options) (bool, string)
+	run     func(ctx context.Context, o Options, r *Report) error
+}
+
+// All is every drill, in the order `levee drill all` runs them.
+var All = []*Drill{tenantLimit, batchStorm, distribution, coldCatalog, duplicateInstance}
+
+// Lookup finds a drill by name.
+func Lookup(name string) (*Drill, bool) {
+	for _, d := range All {
+		if d.Name == name {
+			return d, true
+		}
+	}
+	return nil, false
+}
+
+// Names lists the drills' names.
+func Names() []string {
+	out := make([]string, len(All))
+	for i, d := range All {
+		out[i] = d.Name
+	}
+	return out
+}
+
+// Run runs the drill (o already has its defaults) and grades it. A drill that
+// does not apply is skipped; one that cannot run reports an error verdict.
+func (d *Drill) Run(ctx context.Context, o Options) *Report {
+	r := &Report{Drill: d.Name, Incident: d.Incident, Target: o.Target}
+	if ok, why := d.Applies(o); !ok {
+		r.Verdict, r.Reason = Skipped, why
+		return r
+	}
+	start := time.Now()
+	err := d.run(ctx, o, r)
+	r.Seconds = round3(time.Since(start).Seconds())
+	if err != nil {
+		r.Verdict, r.Reason = Errored, err.Error()
+		return r
+	}
+	if ctx.Err() != nil {
+		r.Verdict, r.Reason = Errored, "interrupted"
+		return r
+	}
+	r.grade()
+	return r
+}
+
+// stream runs one plan against the target with a connection pool of its own,
+// so one stream's backlog never holds up another's connections.
+func stream(ctx context.Context, o Options, name string, sched *Schedule, bound time.Duration, mk func(i int64) Request) *Result {
+	d := NewHTTPDoer(o.Target, o.MaxInFlight)
+	defer d.Close()
+	return Run(ctx, o.Clock, Plan{Name: name, Schedule: sched, MaxInFlight: o.MaxInFlight, Timeout: o.Timeout, Bound: bound, Make: mk}, d, o.Live)
+}
+
+// parallel runs fns at once and waits for all.
+func parallel(fns ...func()) {
+	done := make(chan struct{}, len(fns))
+	for _, f := range fns {
+		go func() { defer func() { done <- struct{}{} }(); f() }()
+	}
+	for range fns {
+		<-done
+	}
+}
+
+// get is the request maker of plain GETs to host from many client identities.
+func get(host, path string, clients int) func(i int64) Request {
+	return func(i int64) Request {
+		return Request{Path: path, Host: host, Header: map[string][]string{"X-Client-Id": {"client-" + strconv.FormatInt(i%int64(max(clients, 1)), 10)}}}
+	}
+}
+
+func need(pairs ...any) (bool, string) {
+	var missing []string
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if !pairs[i+1].(bool) {
+			missing = append(missing, pairs[i].(string))
+		}
+	}
+	if len(missing) > 0 {
+		return false, "needs " + strings.Join(missing, ", ")
+	}
+	return true, ""
+}
+
+func constant(rate float64, d time.Duration, max int64) *Schedule {
+	s, err := Constant(rate, d, max)
+	if err != nil { // rates and durations are validated before a drill runs
+		panic(err)
+	}
+	return s
+}
+
+// p99Check grades latency under attack against a baseline:
+// allowed = max(factor × base, base + slack).
+func p99Check(name string, base, under *Result, factor float64, slack time.Duration) Check {
+	b, u := base.OKLat.Quantile(0.99), under.OKLat.Quantile(0.99)
+	allowed := max(time.Duration(factor*float64(b)), b+slack)
+	return Check{
+		Name: name,
+		Pass: under.OKLat.Count() > 0 && u <= allowed,
+		Got:  fmt.Sprintf("p99 %v (baseline %v)", u.Round(time.Microsecond), b.Round(time.Microsecond)),
+		Want: fmt.Sprintf("<= %v (max(%gx, +%v))", allowed.Round(time.Microsecond), factor, slack),
+	}
+}
+
+// successCheck grades a stream's 2xx share of every request due.
+func successCheck(name string, r *Result, min float64) Check {
+	got := r.SuccessRatio()
+	return Check{Name: name, Pass: r.Sent+r.Overflow > 0 && got >= min,
+		Got:  fmt.Sprintf("%s (%d of %d)", pct(got), r.OK, r.Sent+r.Overflow),
+		Want: ">= " + pct(min)}
+}

@@ -1,0 +1,338 @@
+package drill
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/leveeproxy/levee/internal/clock"
+)
+
+// Request is one request a stream sends. Path is joined to the target URL.
+type Request struct {
+	Method string // "" is GET
+	Path   string
+	Host   string
+	Header http.Header
+	Body   []byte
+}
+
+// Response is what came back, reduced to what drills grade.
+type Response struct {
+	Status     int    // 0 when Err is set
+	RetryAfter bool   // the response carried Retry-After
+	Reject     string // Levee-Reject, if any
+	Backend    string // Drill-Backend, set by the drill's own backends
+	Err        error
+	TimedOut   bool // no whole response by the deadline
+}
+
+// Doer sends one request and gives up when ctx is done.
+type Doer interface {
+	Do(ctx context.Context, r *Request) Response
+}
+
+// Plan is one stream of load: its arrival schedule and its bounds.
+type Plan struct {
+	Name     string
+	Schedule *Schedule
+	// MaxInFlight bounds the requests outstanding at once. A request due
+	// while all are taken is not queued: it counts as an overflow, a
+	// client-side failure, so a stalled target cannot grow the generator's
+	// memory or shift the schedule.
+	MaxInFlight int
+	// Timeout bounds each request, counted from its intended send time.
+	Timeout time.Duration
+	// Bound, when set, is a latency the drill grades against (Result.WithinBound).
+	Bound time.Duration
+	// Make builds request i; it is called from the dispatcher only.
+	Make func(i int64) Request
+}
+
+// Live is a run's running totals, for a progress line. Safe for concurrent use.
+type Live struct {
+	Due, Done, OK, Failed atomic.Int64
+}
+
+// Run sends the plan's requests with d, each at its intended time, and
+// returns when every sent request has finished (at most Timeout after the
+// last one is due) or ctx is done. live may be nil.
+func Run(ctx context.Context, clk clock.Clock, p Plan, d Doer, live *Live) *Result {
+	if clk == nil {
+		clk = clock.Real{}
+	}
+	res := newResult(p.Name, p.Schedule.Span())
+	res.Scheduled, res.Bound = p.Schedule.Total(), p.Bound
+	slots := make(chan struct{}, max(p.MaxInFlight, 1))
+	var wg sync.WaitGroup
+	start := clk.Now()
+	for i := int64(0); i < p.Schedule.Total(); i++ {
+		at := start.Add(p.Schedule.Offset(i))
+		if wait := at.Sub(clk.Now()); wait > 0 {
+			t := clk.NewTimer(wait)
+			select {
+			case <-t.C():
+			case <-ctx.Done():
+				t.Stop()
+			}
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		if live != nil {
+			live.Due.Add(1)
+		}
+		select {
+		case slots <- struct{}{}:
+		default:
+			res.overflow()
+			if live != nil {
+				live.Done.Add(1)
+				live.Failed.Add(1)
+			}
+			continue
+		}
+		req := p.Make(i)
+		wg.Go(func() {
+			defer func() { <-slots }()
+			rctx, cancel := context.WithDeadline(ctx, at.Add(p.Timeout))
+			r := d.Do(rctx, &req)
+			cancel()
+			lat := clk.Now().Sub(at)
+			if r.Err == nil && lat > p.Timeout {
+				r = Response{Err: context.DeadlineExceeded, TimedOut: true}
+			}
+			res.record(r, lat)
+			if live != nil {
+				live.Done.Add(1)
+				if r.Err == nil && r.Status < 300 {
+					live.OK.Add(1)
+				} else if r.Err != nil {
+					live.Failed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return res
+}
+
+// HTTPDoer sends requests to Base (scheme://host:port) with Client.
+type HTTPDoer struct {
+	Client *http.Client
+	Base   string
+}
+
+// NewHTTPDoer returns a doer with its own connection pool of up to conns
+// connections, kept open for reuse (Go keeps 2 idle per host by default, which
+// under load opens a connection per request until ports run out).
+func NewHTTPDoer(base string, conns int) *HTTPDoer {
+	tr := &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+		MaxIdleConns:        conns,
+		MaxIdleConnsPerHost: conns,
+		MaxConnsPerHost:     conns,
+		IdleConnTimeout:     30 * time.Second,
+		DisableCompression:  true,
+	}
+	return &HTTPDoer{Client: &http.Client{Transport: tr, CheckRedirect: noRedirect}, Base: base}
+}
+
+func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+// Close closes the doer's idle connections.
+func (h *HTTPDoer) Close() { h.Client.CloseIdleConnections() }
+
+// maxDrain is the most of a response body read (to reuse the connection).
+const maxDrain = 1 << 20
+
+// Do implements Doer.
+func (h *HTTPDoer) Do(ctx context.Context, r *Request) Response {
+	method := r.Method
+	if method == "" {
+		method = http.MethodGet
+	}
+	var body io.Reader
+	if r.Body != nil {
+		body = bytes.NewReader(r.Body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, h.Base+r.Path, body)
+	if err != nil {
+		return Response{Err: err}
+	}
+	for k, v := range r.Header {
+		req.Header[k] = v
+	}
+	req.Host = r.Host
+	resp, err := h.Client.Do(req)
+	if err != nil {
+		return Response{Err: err, TimedOut: isTimeout(err)}
+	}
+	_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
+	resp.Body.Close()
+	if err != nil && isTimeout(err) {
+		return Response{Err: err, TimedOut: true}
+	}
+	return Response{
+		Status:     resp.StatusCode,
+		RetryAfter: resp.Header.Get("Retry-After") != "",
+		Reject:     resp.Header.Get("Levee-Reject"),
+		Backend:    resp.Header.Get(backendHeader),
+	}
+}
+
+func isReset(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
+		(errors.As(err, &ne) && ne.Timeout())
+}
+
+// Result is one stream's outcome. Its counters are filled while the stream
+// runs; read them only after Run returns.
+type Result struct {
+	Name   string
+	Window time.Duration // the schedule's span, the denominator of rates
+	mu     sync.Mutex
+	// Scheduled: requests in the schedule; Sent: handed to the doer;
+	// Overflow: due while MaxInFlight were outstanding, never sent.
+	Scheduled, Sent, Overflow    int64
+	OK, Non2xx, Timeouts, Errors int64
+	Resets                       int64 // errors that were a reset or closed connection
+	ByStatus                     map[int]int64
+	RetryAfter                   int64            // non-2xx responses with Retry-After
+	Reasons                      map[string]int64 // Levee-Reject values
+	Backends                     map[string]int64 // Drill-Backend values
+	All, OKLat, RejLat           Histogram        // latency from the intended send time
+	// Bound, when set, counts the responses within it by status in InBound,
+	// and the resets within it in ResetsInBound.
+	Bound         time.Duration
+	InBound       map[int]int64
+	ResetsInBound int64
+	// RefusedInBound: 4xx, or 503 with Retry-After, within Bound.
+	RefusedInBound int64
+	// Refusals are 429 and 503 responses with Retry-After: a clear "not now".
+	Refusals int64
+}
+
+func newResult(name string, window time.Duration) *Result {
+	return &Result{Name: name, Window: window, ByStatus: map[int]int64{}, InBound: map[int]int64{}, Reasons: map[string]int64{}, Backends: map[string]int64{}}
+}
+
+func (r *Result) overflow() {
+	r.mu.Lock()
+	r.Overflow++
+	r.mu.Unlock()
+}
+
+func (r *Result) record(resp Response, lat time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.Sent++
+	switch {
+	case resp.Err != nil && resp.TimedOut:
+		r.Timeouts++
+		return
+	case resp.Err != nil:
+		r.Errors++
+		if isReset(resp.Err) {
+			r.Resets++
+			if r.Bound > 0 && lat <= r.Bound {
+				r.ResetsInBound++
+			}
+		}
+		return
+	}
+	r.ByStatus[resp.Status]++
+	r.All.Record(lat)
+	if r.Bound > 0 && lat <= r.Bound {
+		r.InBound[resp.Status]++
+		if (resp.Status >= 400 && resp.Status < 500) || (resp.Status == 503 && resp.RetryAfter) {
+			r.RefusedInBound++
+		}
+	}
+	if resp.Backend != "" {
+		r.Backends[resp.Backend]++
+	}
+	if resp.Status >= 200 && resp.Status < 300 {
+		r.OK++
+		r.OKLat.Record(lat)
+		return
+	}
+	r.Non2xx++
+	r.RejLat.Record(lat)
+	if resp.RetryAfter {
+		r.RetryAfter++
+		if resp.Status == 429 || resp.Status == 503 {
+			r.Refusals++
+		}
+	}
+	if resp.Reject != "" {
+		r.Reasons[resp.Reject]++
+	}
+}
+
+// Failed is every request that got no response: overflow, timeouts, errors.
+func (r *Result) Failed() int64 { return r.Overflow + r.Timeouts + r.Errors }
+
+// Count is the number of responses with a status in [lo, hi].
+func (r *Result) Count(lo, hi int) int64 {
+	var n int64
+	for s, c := range r.ByStatus {
+		if s >= lo && s <= hi {
+			n += c
+		}
+	}
+	return n
+}
+
+// SuccessRatio is 2xx over every request due (overflow included); 1 with none.
+func (r *Result) SuccessRatio() float64 {
+	due := r.Sent + r.Overflow
+	if due == 0 {
+		return 1
+	}
+	return float64(r.OK) / float64(due)
+}
+
+// Rate is n per second of the stream's window.
+func (r *Result) Rate(n int64) float64 {
+	if r.Window <= 0 {
+		return 0
+	}
+	return float64(n) / r.Window.Seconds()
+}
+
+// InBoundCount is the responses within Bound with a status in [lo, hi].
+func (r *Result) InBoundCount(lo, hi int) int64 {
+	var n int64
+	for s, c := range r.InBound {
+		if s >= lo && s <= hi {
+			n += c
+		}
+	}
+	return n
+}
+
+// Codes is ByStatus with string keys, for reports.
+func (r *Result) Codes() map[string]int64 {
+	out := map[string]int64{}
+	for s, c := range r.ByStatus {
+		out[strconv.Itoa(s)] = c
+	}
+	return out
+}

@@ -1,0 +1,51 @@
+package drill
+
+import (
+	"context"
+	"fmt"
+	"math"
+)
+
+var tenantLimit = &Drill{
+	Name: "tenant-limit",
+	Incident: "A tenant's advertised rate limit was not what the edge enforced: a flood from one tenant " +
+		"went through (or took its neighbours down with it) instead of being cut to the limit.",
+	Applies: func(o Options) (bool, string) {
+		return need("--host", o.Host != "", "--limit", o.Limit > 0, "--other-host", o.OtherHost != "")
+	},
+	run: func(ctx context.Context, o Options, r *Report) error {
+		flood := constant(o.Limit*o.Offered, o.Duration, o.MaxRequests)
+		other := constant(o.OtherRate, o.Duration, o.MaxRequests)
+		var f, w *Result
+		parallel(
+			func() { f = stream(ctx, o, "flood "+o.Host, flood, 0, get(o.Host, o.Path, o.Clients)) },
+			func() { w = stream(ctx, o, "steady "+o.OtherHost, other, 0, get(o.OtherHost, o.Path, o.Clients)) },
+		)
+		r.add(f, w)
+		r.Checks = gradeTenant(f, w, o.Limit, o.Tolerance)
+		return nil
+	},
+}
+
+// gradeTenant: the flood's admitted rate is within tol of limit, its
+// refusals are 429/503 with Retry-After, and the other tenant keeps 99.9%.
+func gradeTenant(flood, other *Result, limit, tol float64) []Check {
+	admitted := flood.Rate(flood.OK)
+	refused := flood.Non2xx + flood.Failed()
+	clear := Check{Name: "refusals are 429/503 with Retry-After", Pass: true, Got: "none refused", Want: ">= 99.9% of refusals"}
+	if refused > 0 {
+		share := float64(flood.Refusals) / float64(refused)
+		clear.Pass = share >= 0.999
+		clear.Got = fmt.Sprintf("%s (%d of %d)", pct(share), flood.Refusals, refused)
+	}
+	return []Check{
+		{
+			Name: "admitted rate",
+			Pass: math.Abs(admitted-limit) <= tol*limit,
+			Got:  fmt.Sprintf("%.1f/s of %.0f/s offered", admitted, flood.Rate(flood.Scheduled)),
+			Want: fmt.Sprintf("%g/s ± %.0f%%", limit, 100*tol),
+		},
+		clear,
+		successCheck("other tenant's success", other, 0.999),
+	}
+}
