@@ -177,7 +177,7 @@ func (c *Card) WriteMarkdown(w io.Writer) error {
 		if len(r.Checks) > 0 {
 			b.WriteString("| check | result | got | want |\n| --- | --- | --- | --- |\n")
 			for _, ch := range r.Checks {
-				fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", ch.Name, passFail(ch.Pass), mdCell(ch.Got), mdCell(ch.Want))
+				fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", mdCell(ch.Name), passFail(ch.Pass), mdCell(ch.Got), mdCell(ch.Want))
 			}
 		}
 		if len(r.Streams) > 0 {
