@@ -188,6 +188,12 @@ func (d *Drill) Run(ctx context.Context, o Options) *Report {
 		r.Verdict, r.Reason = Errored, "interrupted"
 		return r
 	}
+	for _, s := range r.Streams {
+		if s.Overflow > 0 {
+			r.Notes = append(r.Notes, fmt.Sprintf("%s: %d requests were due while %d were outstanding and were not sent "+
+				"(the edge stalled, or this machine could not keep up)", s.Name, s.Overflow, o.MaxInFlight))
+		}
+	}
 	r.grade()
 	return r
 }

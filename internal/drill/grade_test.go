@@ -39,9 +39,14 @@ func TestGradeTenant(t *testing.T) {
 			t.Errorf("%s: %s; want %s", c.name, got, c.want)
 		}
 	}
-	// timeouts and overflow count as refusals that were not clear
+	// timeouts count as refusals that were not clear; the generator's own
+	// overflow is not the edge's answer
 	f := result(750, 6000, 6000)
-	f.Timeouts, f.Overflow = 300, 450
+	f.Overflow = 450
+	if got := verdicts(gradeTenant(f, result(50, 0, 0), 750, 0.2)); got != "PPP" {
+		t.Errorf("overflow: %s; want PPP", got)
+	}
+	f.Timeouts = 300
 	if got := verdicts(gradeTenant(f, result(50, 0, 0), 750, 0.2)); got != "PFP" {
 		t.Errorf("timeouts: %s; want PFP", got)
 	}

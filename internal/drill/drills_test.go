@@ -1,0 +1,214 @@
+package drill
+
+// Each drill runs briefly against a real levee (internal/server on loopback)
+// configured to pass, and against a deliberately bad edge that must fail the
+// check the drill is about, so the checks are shown to be able to fail.
+// Load is bounded (about 1 s per phase); assertions are on verdicts that do
+// not depend on how fast the machine is.
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/server"
+)
+
+// levee runs levee in-process on loopback; reload swaps its config.
+type levee struct {
+	url    string
+	reload func(yaml string)
+}
+
+func startLevee(t *testing.T, yamlCfg string) *levee {
+	t.Helper()
+	parse := func(y string) *config.Config {
+		cfg, err := config.Parse([]byte("listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\n" + y))
+		if err != nil {
+			t.Fatalf("config: %v\n%s", err, y)
+		}
+		return cfg
+	}
+	srv := server.New(parse(yamlCfg), server.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err := srv.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Error("levee did not stop")
+		}
+	})
+	return &levee{url: "http://" + srv.Addrs()[0].String(), reload: func(y string) {
+		if err := srv.Reload(parse(y)); err != nil {
+			t.Errorf("reload: %v", err)
+		}
+	}}
+}
+
+// backend answers 200 after reading the whole body.
+func backend(t *testing.T) string {
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(200)
+	}))
+	t.Cleanup(s.Close)
+	return strings.TrimPrefix(s.URL, "http://")
+}
+
+// plainProxy is an edge with no protection at all.
+func plainProxy(t *testing.T, to string) string {
+	u, _ := url.Parse("http://" + to)
+	s := httptest.NewServer(httputil.NewSingleHostReverseProxy(u))
+	t.Cleanup(s.Close)
+	return s.URL
+}
+
+func brief(o Options) Options {
+	o.Duration = time.Second
+	o.MaxInFlight = 256
+	o.Clients = 50
+	o.P99Slack = time.Second // latency is graded against loaded CI machines
+	return o.Defaults()
+}
+
+func checkNamed(t *testing.T, r *Report, name string) Check {
+	t.Helper()
+	for _, c := range r.Checks {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("%s: no check %q in %+v", r.Drill, name, r.Checks)
+	return Check{}
+}
+
+func requireVerdict(t *testing.T, r *Report, want string) {
+	t.Helper()
+	if r.Verdict != want {
+		var card strings.Builder
+		_ = NewCard(r.Target, time.Now(), []*Report{r}).WriteTable(&card)
+		t.Fatalf("%s: %s (%s); want %s\n%s", r.Drill, r.Verdict, r.Reason, want, card.String())
+	}
+}
+
+func TestTenantLimitDrill(t *testing.T) {
+	be := backend(t)
+	lv := startLevee(t, `apps:
+  t: {hosts: [tenant.test], backends: [`+be+`], limits: {rate: 50/s}}
+  o: {hosts: [other.test], backends: [`+be+`]}
+`)
+	o := brief(Options{Target: lv.url, Host: "tenant.test", OtherHost: "other.test", Limit: 50, Offered: 10, OtherRate: 20, Tolerance: 0.25})
+	requireVerdict(t, tenantLimit.Run(context.Background(), o), Pass)
+
+	o.Target = plainProxy(t, be)
+	r := tenantLimit.Run(context.Background(), o)
+	requireVerdict(t, r, Fail)
+	if checkNamed(t, r, "admitted rate").Pass {
+		t.Fatal("an edge without limits passed the admitted-rate check")
+	}
+}
+
+func TestBatchStormDrill(t *testing.T) {
+	be := backend(t)
+	lv := startLevee(t, `apps:
+  t: {hosts: [tenant.test], backends: [`+be+`], limits: {batch: {json_field: uris, max: 1000}}}
+`)
+	o := brief(Options{Target: lv.url, Host: "tenant.test", NormalRate: 100, BatchRate: 10})
+	requireVerdict(t, batchStorm.Run(context.Background(), o), Pass)
+
+	o.Target = plainProxy(t, be)
+	r := batchStorm.Run(context.Background(), o)
+	requireVerdict(t, r, Fail)
+	if checkNamed(t, r, "huge batches refused quickly").Pass {
+		t.Fatal("an edge that forwards every batch passed the refusal check")
+	}
+}
+
+func TestDistributionDrill(t *testing.T) {
+	lv := startLevee(t, "apps:\n  drill: {hosts: [drill.test], backends: [127.0.0.1:1]}\n")
+	o := brief(Options{Target: lv.url, DistHost: "drill.test", Backends: 4, Slow: 1, DistRate: 300, RouteWait: waitTimeout})
+	o.OnBackends = func(snippet string, _ []*Backend) error { lv.reload(snippet); return nil }
+	r := distribution.Run(context.Background(), o)
+	requireVerdict(t, r, Pass)
+
+	// round robin: every backend, the slow one too, gets the same share
+	var targets atomic.Pointer[[]*url.URL]
+	var next atomic.Uint64
+	rr := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
+		ts := *targets.Load()
+		pr.SetURL(ts[next.Add(1)%uint64(len(ts))])
+	}})
+	t.Cleanup(rr.Close)
+	o.Target = rr.URL
+	o.OnBackends = func(_ string, bs []*Backend) error {
+		var ts []*url.URL
+		for _, b := range bs {
+			ts = append(ts, &url.URL{Scheme: "http", Host: b.Addr})
+		}
+		targets.Store(&ts)
+		return nil
+	}
+	r = distribution.Run(context.Background(), o)
+	requireVerdict(t, r, Fail)
+	if checkNamed(t, r, "slow backend 1 gets less").Pass {
+		t.Fatal("round robin passed the slow-backend check")
+	}
+}
+
+func TestColdCatalogDrill(t *testing.T) {
+	be := backend(t)
+	lv := startLevee(t, `apps:
+  hot: {hosts: [hot.test], backends: [`+be+`]}
+  cold: {hosts: ["*.cold.test"], backends: [`+be+`]}
+`)
+	o := brief(Options{Target: lv.url, Host: "hot.test", ColdDomain: "cold.test", ColdHosts: 200, ColdRate: 1000, NormalRate: 100})
+	requireVerdict(t, coldCatalog.Run(context.Background(), o), Pass)
+
+	// An edge that loads each unseen host under one lock, 10 ms a load, and
+	// looks every host up under the same lock: a cold wave queues everyone.
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	u, _ := url.Parse("http://" + be)
+	rp := httputil.NewSingleHostReverseProxy(u)
+	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		if !seen[r.Host] {
+			time.Sleep(10 * time.Millisecond)
+			seen[r.Host] = true
+		}
+		mu.Unlock()
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(bad.Close)
+	o.Target = bad.URL
+	r := coldCatalog.Run(context.Background(), o)
+	requireVerdict(t, r, Fail)
+	if checkNamed(t, r, "cold hosts served or shed in time").Pass {
+		t.Fatal("an edge queueing cold loads without bound passed the cold check")
+	}
+}
+
+func TestDrillSkipsWithoutItsFlags(t *testing.T) {
+	for _, d := range All {
+		r := d.Run(context.Background(), Options{}.Defaults())
+		if r.Verdict != Skipped || !strings.HasPrefix(r.Reason, "needs ") {
+			t.Errorf("%s with no flags: %s %q; want skipped, naming what it needs", d.Name, r.Verdict, r.Reason)
+		}
+	}
+}
