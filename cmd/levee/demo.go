@@ -43,8 +43,13 @@ Try:
 
 The second command overloads "api" (8 in flight, 8 queued for at most 100ms):
 most requests are refused at once with 503, Retry-After and Levee-Reject.
+
+Grade it against the incidents levee was built for (docs/drills.md):
+  levee drill all --target http://%[1]s --host api.localhost --limit 200/s \
+    --other-host photos.localhost --cold-domain photos.localhost \
+    --dist-host drill.localhost --backend-port %[3]d
 Ctrl-C to stop.
-`, p, a)
+`, p, a, demo.DrillBackendPort)
 	}
 	return exitCode(serve(ctx, src, stdout, stderr, printTry), stderr)
 }

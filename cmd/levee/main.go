@@ -4,6 +4,7 @@
 //	levee serve --config FILE   run the proxy
 //	levee check --config FILE   validate a config; exit 1 listing every problem
 //	levee demo                  run levee in front of sample backends on loopback
+//	levee drill NAME|all        replay an incident against an edge and grade it
 //	levee version               print the version
 package main
 
@@ -31,6 +32,9 @@ Usage:
   levee check --config FILE   validate a config; exit 1 listing every problem
   levee demo [--listen ADDR] [--admin ADDR]
                               run levee in front of sample backends on loopback
+  levee drill NAME|all [flags]
+                              replay an incident against an edge and grade it
+                              (levee drill --help lists the drills)
   levee version               print the version
 `
 
@@ -67,6 +71,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return check(path, stdout, stderr)
 	case "demo":
 		return demoCmd(ctx, rest, stdout, stderr)
+	case "drill":
+		return drillCmd(ctx, rest, stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, versionString())
 		return 0

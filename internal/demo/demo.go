@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -39,9 +40,15 @@ func StartBackend(name string) (*Backend, error) {
 // Close stops the backend at once.
 func (b *Backend) Close() error { return b.srv.Close() }
 
-const maxSlow = 30 * time.Second
+const (
+	maxSlow = 30 * time.Second
+	maxBody = 64 << 20
+)
 
 func (b *Backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Read the body as a real app would before answering: an answer sent
+	// before the body is read would cut levee's body and batch checks short.
+	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, maxBody))
 	switch r.URL.Path {
 	case "/slow":
 		ms, _ := strconv.Atoi(r.URL.Query().Get("ms"))
@@ -75,6 +82,22 @@ func (b *Backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		"path":            r.URL.Path,
 		"x_forwarded_for": r.Header.Get("X-Forwarded-For"),
 	})
+}
+
+// DrillBackendPort is the first of DrillBackends loopback ports the demo's
+// "drill" app sends to: `levee drill distribution --backend-port` starts
+// its backends there.
+const (
+	DrillBackendPort = 19101
+	DrillBackends    = 4
+)
+
+func drillAddrs() string {
+	s := make([]string, DrillBackends)
+	for i := range s {
+		s[i] = fmt.Sprintf("127.0.0.1:%d", DrillBackendPort+i)
+	}
+	return strings.Join(s, ", ")
 }
 
 // Demo is the set of sample backends behind levee's demo config.
@@ -140,5 +163,12 @@ apps:
       concurrency: 8          # at most 8 requests in flight to the api backends
       queue: {max_wait: 100ms, max_len: 8}
       body: 1MB
-`, listen, admin, addrs("photos"), addrs("api"))
+      rate: 200/s             # the tenant's advertised limit (levee drill tenant-limit)
+      batch: {json_field: uris, max: 1000}   # levee drill batch-storm
+  # levee drill distribution --dist-host drill.localhost --backend-port %d
+  # starts its own backends on these ports; until then this app answers 502.
+  drill:
+    hosts: [drill.localhost]
+    backends: [%s]
+`, listen, admin, addrs("photos"), addrs("api"), DrillBackendPort, drillAddrs())
 }

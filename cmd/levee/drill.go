@@ -1,0 +1,267 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/leveeproxy/levee/internal/drill"
+)
+
+const drillUsage = `Usage: levee drill NAME|all [flags]
+
+Replays an incident against an HTTP edge (levee or any other proxy) and
+grades it. Exit 0 when the edge passes, 1 when it fails a check, 2 on usage
+errors. Drills (see docs/drills.md):
+  tenant-limit        --host H --limit 750/s --other-host H2 [--offered 10x]
+  batch-storm         --host H [--items 20000 --field uris --path /]
+  distribution        --dist-host H [--backends 4 --slow 1 --backend-port P]
+  cold-catalog        --host HOT --cold-domain D [--cold-hosts 500]
+  duplicate-instance  --config FILE --host H --limit 750/s (levee only)
+  all                 every drill whose flags are given
+
+Flags:
+`
+
+// rateFlag is a rate flag ("750/s") read with drill.ParseRate.
+type rateFlag struct{ v *float64 }
+
+func (r rateFlag) String() string {
+	if r.v == nil || *r.v == 0 {
+		return ""
+	}
+	return strconv.FormatFloat(*r.v, 'g', -1, 64) + "/s"
+}
+
+func (r rateFlag) Set(s string) error {
+	v, err := drill.ParseRate(s)
+	if err != nil {
+		return err
+	}
+	*r.v = v
+	return nil
+}
+
+// multFlag is "10x" or "10".
+type multFlag struct{ v *float64 }
+
+func (m multFlag) String() string {
+	if m.v == nil || *m.v == 0 {
+		return ""
+	}
+	return strconv.FormatFloat(*m.v, 'g', -1, 64) + "x"
+}
+
+func (m multFlag) Set(s string) error {
+	v, err := strconv.ParseFloat(strings.TrimSuffix(s, "x"), 64)
+	if err != nil || !(v >= 1) || v > 1000 {
+		return fmt.Errorf("%q: want a multiple of the limit in [1, 1000], such as 10x", s)
+	}
+	*m.v = v
+	return nil
+}
+
+func drillCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+			fmt.Fprint(stdout, drillUsage)
+			return 0
+		}
+		fmt.Fprint(stderr, "levee drill: name a drill first\n\n"+drillUsage)
+		return exitUsage
+	}
+	name := args[0]
+	var drills []*drill.Drill
+	if name == "all" {
+		drills = drill.All
+	} else if d, ok := drill.Lookup(name); ok {
+		drills = []*drill.Drill{d}
+	} else {
+		fmt.Fprintf(stderr, "levee drill: unknown drill %q (want one of %s, or all)\n", name, strings.Join(drill.Names(), ", "))
+		return exitUsage
+	}
+
+	var o drill.Options
+	fs := flag.NewFlagSet("drill", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, drillUsage); fs.PrintDefaults() }
+	fs.StringVar(&o.Target, "target", "http://127.0.0.1:8080", "the edge under test")
+	fs.DurationVar(&o.Duration, "duration", 5*time.Second, "length of each drill's load phase")
+	fs.DurationVar(&o.Timeout, "timeout", 2*time.Second, "per request, from its intended send time")
+	fs.IntVar(&o.MaxInFlight, "max-inflight", 512, "requests outstanding per stream; more are counted as overflow, never queued")
+	fs.Int64Var(&o.MaxRequests, "max-requests", 1_000_000, "most requests per stream")
+	fs.IntVar(&o.Clients, "clients", 1000, "distinct client identities (X-Client-Id) per stream")
+	fs.StringVar(&o.Host, "host", "", "Host of the tenant under test (the hot host in cold-catalog)")
+	fs.StringVar(&o.OtherHost, "other-host", "", "tenant-limit: a second, well-behaved tenant")
+	fs.Var(rateFlag{&o.Limit}, "limit", "the advertised per-tenant limit, e.g. 750/s")
+	fs.Var(multFlag{&o.Offered}, "offered", "offered load as a multiple of --limit (default 10x)")
+	fs.Var(rateFlag{&o.OtherRate}, "other-rate", "the well-behaved tenant's rate (default 50/s)")
+	fs.Float64Var(&o.Tolerance, "tolerance", 0.2, "admitted rate may differ from --limit by this fraction")
+	fs.IntVar(&o.Items, "items", 20000, "batch-storm: items in one huge batch")
+	fs.StringVar(&o.Field, "field", "uris", "batch-storm: the JSON array field of the batch")
+	fs.StringVar(&o.Path, "path", "/", "request path")
+	fs.Var(rateFlag{&o.BatchRate}, "batch-rate", "batch-storm: huge batches per second (default 5/s)")
+	fs.Var(rateFlag{&o.NormalRate}, "normal-rate", "normal (and hot-host) traffic (default 100/s)")
+	fs.DurationVar(&o.RefuseWithin, "refuse-within", time.Second, "batch-storm: a batch must be refused within this")
+	fs.Float64Var(&o.P99Factor, "p99-factor", 3, "p99 under attack may be this multiple of the baseline's...")
+	fs.DurationVar(&o.P99Slack, "p99-slack", 100*time.Millisecond, "...or the baseline plus this, whichever is larger")
+	fs.StringVar(&o.DistHost, "dist-host", "", "distribution: the Host the edge routes to the drill's backends")
+	fs.IntVar(&o.Backends, "backends", 4, "distribution: backends the drill starts")
+	fs.IntVar(&o.BackendPort, "backend-port", 0, "distribution: first backend port (0: any free port)")
+	fs.IntVar(&o.Slow, "slow", 1, "distribution: how many backends are slow")
+	fs.DurationVar(&o.SlowDelay, "slow-delay", 50*time.Millisecond, "distribution: how much slower")
+	fs.Var(rateFlag{&o.DistRate}, "dist-rate", "distribution: request rate (default 300/s)")
+	fs.Float64Var(&o.MaxSpread, "max-spread", 1.5, "distribution: max/mean over the fast backends")
+	fs.Float64Var(&o.SlowShare, "slow-share", 0.8, "distribution: a slow backend's most share of the fast mean")
+	fs.DurationVar(&o.RouteWait, "route-wait", 30*time.Second, "distribution: wait this long for the edge to reach the backends")
+	fs.StringVar(&o.ColdDomain, "cold-domain", "", "cold-catalog: cold hosts are c-N.DOMAIN")
+	fs.IntVar(&o.ColdHosts, "cold-hosts", 500, "cold-catalog: distinct cold hostnames")
+	fs.Var(rateFlag{&o.ColdRate}, "cold-rate", "cold-catalog: arrival rate of the cold wave (default 1000/s)")
+	fs.DurationVar(&o.ColdBound, "cold-bound", time.Second, "cold-catalog: a cold request is served or shed within this")
+	fs.StringVar(&o.Config, "config", "", "duplicate-instance: the running levee's config file")
+	fs.StringVar(&o.Levee, "levee", "", "duplicate-instance: the levee binary (default: this one)")
+	asJSON := fs.Bool("json", false, "print the report card as JSON")
+	report := fs.String("report", "", "also write the report card as Markdown to this file")
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "levee drill: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+	if err := validDrillOptions(o); err != nil {
+		fmt.Fprintf(stderr, "levee drill: %v\n", err)
+		return exitUsage
+	}
+	if o.Levee == "" {
+		if exe, err := os.Executable(); err == nil {
+			o.Levee = exe
+		}
+	}
+	o.Log = stderr
+	o = o.Defaults()
+	if name != "all" {
+		if ok, why := drills[0].Applies(o); !ok {
+			fmt.Fprintf(stderr, "levee drill %s: %s\n", name, why)
+			return exitUsage
+		}
+	} else if !anyApplies(o) {
+		fmt.Fprintf(stderr, "levee drill all: no drill applies; give at least --host (see levee drill --help)\n")
+		return exitUsage
+	}
+
+	var live drill.Live
+	o.Live = &live
+	stopProgress := func() {}
+	if f, ok := stdout.(*os.File); ok && !*asJSON && isTerminal(f) {
+		stopProgress = progress(f, &live)
+	}
+	started := time.Now()
+	var reports []*drill.Report
+	for _, d := range drills {
+		reports = append(reports, d.Run(ctx, o))
+	}
+	stopProgress()
+	card := drill.NewCard(o.Target, started, reports)
+	if *asJSON {
+		err := card.WriteJSON(stdout)
+		if err != nil {
+			fmt.Fprintf(stderr, "levee drill: %v\n", err)
+		}
+	} else if err := card.WriteTable(stdout); err != nil {
+		fmt.Fprintf(stderr, "levee drill: %v\n", err)
+	}
+	if *report != "" {
+		var b strings.Builder
+		_ = card.WriteMarkdown(&b)
+		if err := os.WriteFile(*report, []byte(b.String()), 0o644); err != nil {
+			fmt.Fprintf(stderr, "levee drill: --report: %v\n", err)
+			return 1
+		}
+	}
+	if card.Verdict == drill.Pass {
+		return 0
+	}
+	return 1
+}
+
+func anyApplies(o drill.Options) bool {
+	for _, d := range drill.All {
+		if ok, _ := d.Applies(o); ok {
+			return true
+		}
+	}
+	return false
+}
+
+func validDrillOptions(o drill.Options) error {
+	var bad []string
+	if !strings.HasPrefix(o.Target, "http://") && !strings.HasPrefix(o.Target, "https://") {
+		bad = append(bad, "--target must be an http:// or https:// URL")
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"--duration", o.Duration}, {"--timeout", o.Timeout}, {"--refuse-within", o.RefuseWithin},
+		{"--slow-delay", o.SlowDelay}, {"--route-wait", o.RouteWait}, {"--cold-bound", o.ColdBound}, {"--p99-slack", o.P99Slack}} {
+		if d.v <= 0 || d.v > time.Hour {
+			bad = append(bad, d.name+" must be in (0, 1h]")
+		}
+	}
+	for _, n := range []struct {
+		name   string
+		v, lim int64
+	}{{"--max-inflight", int64(o.MaxInFlight), 100_000}, {"--max-requests", o.MaxRequests, 100_000_000},
+		{"--clients", int64(o.Clients), 10_000_000}, {"--items", int64(o.Items), 10_000_000},
+		{"--backends", int64(o.Backends), 64}, {"--cold-hosts", int64(o.ColdHosts), 1_000_000}} {
+		if n.v < 1 || n.v > n.lim {
+			bad = append(bad, fmt.Sprintf("%s must be 1..%d", n.name, n.lim))
+		}
+	}
+	if o.Slow < 0 || o.BackendPort < 0 || o.BackendPort > 65535-o.Backends {
+		bad = append(bad, "--slow and --backend-port must be valid")
+	}
+	if o.Tolerance <= 0 || o.Tolerance >= 1 || o.P99Factor < 1 || o.MaxSpread < 1 || o.SlowShare <= 0 {
+		bad = append(bad, "--tolerance must be in (0, 1), --p99-factor and --max-spread >= 1, --slow-share > 0")
+	}
+	if len(bad) > 0 {
+		return errors.New(strings.Join(bad, "; "))
+	}
+	return nil
+}
+
+// isTerminal: a character device (a terminal, not a file or a pipe).
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// progress rewrites one line on the terminal every 250 ms until stopped.
+func progress(f *os.File, live *drill.Live) (stop func()) {
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				fmt.Fprint(f, "\r\033[K")
+				return
+			case <-t.C:
+				fmt.Fprintf(f, "\r\033[Kdue %d  done %d  ok %d  failed %d", live.Due.Load(), live.Done.Load(), live.OK.Load(), live.Failed.Load())
+			}
+		}
+	}()
+	return func() { close(done); <-exited }
+}
