@@ -45,8 +45,8 @@ The second command overloads "api" (8 in flight, 8 queued for at most 100ms):
 most requests are refused at once with 503, Retry-After and Levee-Reject.
 
 Grade it against the incidents levee was built for (docs/drills.md):
-  levee drill all --target http://%[1]s --host api.localhost --limit 200/s \
-    --other-host photos.localhost --cold-domain photos.localhost \
+  levee drill all --target http://%[1]s --host tenant.localhost --limit 100/s \
+    --other-host photos.localhost --hot-host photos.localhost --cold-domain photos.localhost \
     --dist-host drill.localhost --backend-port %[3]d
 Ctrl-C to stop.
 `, p, a, demo.DrillBackendPort)

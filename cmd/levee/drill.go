@@ -22,7 +22,7 @@ errors. Drills (see docs/drills.md):
   tenant-limit        --host H --limit 750/s --other-host H2 [--offered 10x]
   batch-storm         --host H [--items 20000 --field uris --path /]
   distribution        --dist-host H [--backends 4 --slow 1 --backend-port P]
-  cold-catalog        --host HOT --cold-domain D [--cold-hosts 500]
+  cold-catalog        --hot-host H (or --host H) --cold-domain D [--cold-hosts 500]
   duplicate-instance  --config FILE --host H --limit 750/s (levee only)
   all                 every drill whose flags are given
 
@@ -97,7 +97,7 @@ func drillCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.IntVar(&o.MaxInFlight, "max-inflight", 512, "requests outstanding per stream; more are counted as overflow, never queued")
 	fs.Int64Var(&o.MaxRequests, "max-requests", 1_000_000, "most requests per stream")
 	fs.IntVar(&o.Clients, "clients", 1000, "distinct client identities (X-Client-Id) per stream")
-	fs.StringVar(&o.Host, "host", "", "Host of the tenant under test (the hot host in cold-catalog)")
+	fs.StringVar(&o.Host, "host", "", "Host of the tenant under test")
 	fs.StringVar(&o.OtherHost, "other-host", "", "tenant-limit: a second, well-behaved tenant")
 	fs.Var(rateFlag{&o.Limit}, "limit", "the advertised per-tenant limit, e.g. 750/s")
 	fs.Var(multFlag{&o.Offered}, "offered", "offered load as a multiple of --limit (default 10x)")
@@ -120,6 +120,7 @@ func drillCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.Float64Var(&o.MaxSpread, "max-spread", 1.5, "distribution: max/mean over the fast backends")
 	fs.Float64Var(&o.SlowShare, "slow-share", 0.8, "distribution: a slow backend's most share of the fast mean")
 	fs.DurationVar(&o.RouteWait, "route-wait", 30*time.Second, "distribution: wait this long for the edge to reach the backends")
+	fs.StringVar(&o.HotHost, "hot-host", "", "cold-catalog: the hot host (default: --host)")
 	fs.StringVar(&o.ColdDomain, "cold-domain", "", "cold-catalog: cold hosts are c-N.DOMAIN")
 	fs.IntVar(&o.ColdHosts, "cold-hosts", 500, "cold-catalog: distinct cold hostnames")
 	fs.Var(rateFlag{&o.ColdRate}, "cold-rate", "cold-catalog: arrival rate of the cold wave (default 1000/s)")

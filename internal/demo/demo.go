@@ -163,12 +163,18 @@ apps:
       concurrency: 8          # at most 8 requests in flight to the api backends
       queue: {max_wait: 100ms, max_len: 8}
       body: 1MB
-      rate: 200/s             # the tenant's advertised limit (levee drill tenant-limit)
-      batch: {json_field: uris, max: 1000}   # levee drill batch-storm
-  # levee drill distribution --dist-host drill.localhost --backend-port %d
-  # starts its own backends on these ports; until then this app answers 502.
+  # For levee drill (docs/drills.md): a tenant with an advertised limit, on
+  # the api backends, for the tenant-limit and batch-storm drills...
+  tenant:
+    hosts: [tenant.localhost]
+    backends: [%s]
+    limits:
+      rate: 100/s
+      batch: {json_field: uris, max: 1000}
+  # ...and the ports where levee drill distribution --backend-port %d starts
+  # its own backends; until then this app answers 502.
   drill:
     hosts: [drill.localhost]
     backends: [%s]
-`, listen, admin, addrs("photos"), addrs("api"), DrillBackendPort, drillAddrs())
+`, listen, admin, addrs("photos"), addrs("api"), addrs("api"), DrillBackendPort, drillAddrs())
 }

@@ -12,11 +12,11 @@ var coldCatalog = &Drill{
 		"without bound: a wave of cold hostnames pushed latency from 500 ms to seconds for every app, " +
 		"hot ones included, until a restart.",
 	Applies: func(o Options) (bool, string) {
-		return need("--host", o.Host != "", "--cold-domain", o.ColdDomain != "")
+		return need("--hot-host or --host", o.HotHost != "", "--cold-domain", o.ColdDomain != "")
 	},
 	run: func(ctx context.Context, o Options, r *Report) error {
 		half := max(o.Duration/2, 100*time.Millisecond)
-		hot := get(o.Host, o.Path, o.Clients)
+		hot := get(o.HotHost, o.Path, o.Clients)
 		base := stream(ctx, o, "hot, before", constant(o.NormalRate, half, o.MaxRequests), 0, hot)
 		burst := constant(o.ColdRate, time.Duration(float64(o.ColdHosts)/o.ColdRate*float64(time.Second))+time.Millisecond, int64(o.ColdHosts))
 		var under, cold *Result

@@ -56,6 +56,7 @@ type Options struct {
 	OnBackends func(snippet string, bs []*Backend) error
 
 	// cold-catalog
+	HotHost    string        // the hot host (default: Host)
 	ColdDomain string        // cold hosts are c-N.ColdDomain
 	ColdHosts  int           // distinct cold hostnames
 	ColdRate   float64       // arrival rate of the cold burst
@@ -123,6 +124,9 @@ func (o Options) Defaults() Options {
 	def(&o.MaxSpread, 1.5)
 	def(&o.SlowShare, 0.8)
 	defD(&o.RouteWait, 30*time.Second)
+	if o.HotHost == "" {
+		o.HotHost = o.Host
+	}
 	defI(&o.ColdHosts, 500)
 	def(&o.ColdRate, 1000)
 	defD(&o.ColdBound, time.Second)
@@ -172,7 +176,7 @@ func Names() []string {
 // Run runs the drill (o already has its defaults) and grades it. A drill that
 // does not apply is skipped; one that cannot run reports an error verdict.
 func (d *Drill) Run(ctx context.Context, o Options) *Report {
-	r := &Report{Drill: d.Name, Incident: d.Incident, Target: o.Target}
+	r := &Report{Drill: d.Name, Incident: d.Incident, Target: o.Target, Checks: []Check{}, Streams: []Stream{}}
 	if ok, why := d.Applies(o); !ok {
 		r.Verdict, r.Reason = Skipped, why
 		return r

@@ -1,0 +1,189 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// drillTimeout bounds a whole drill run; a passing run takes a few seconds.
+const drillTimeout = 60 * time.Second
+
+// runDrill runs `levee drill ARGS --json` to completion and decodes the card.
+func runDrill(t *testing.T, args ...string) (code int, card drillCard, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), drillTimeout)
+	defer cancel()
+	var out, errb bytes.Buffer
+	cmd := exec.CommandContext(ctx, leveeBin, append(append([]string{"drill"}, args...), "--json")...)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &exit) && ctx.Err() == nil:
+		code = exit.ExitCode()
+	default:
+		t.Fatalf("levee drill %v: %v\nstdout:\n%s\nstderr:\n%s", args, err, &out, &errb)
+	}
+	if code != exitUsage {
+		if err := json.Unmarshal(out.Bytes(), &card); err != nil {
+			t.Fatalf("levee drill %v: stdout is not a JSON card: %v\n%s\nstderr:\n%s", args, err, &out, &errb)
+		}
+	}
+	return code, card, errb.String()
+}
+
+type drillCard struct {
+	Verdict string `json:"verdict"`
+	Drills  []struct {
+		Drill   string `json:"drill"`
+		Verdict string `json:"verdict"`
+		Reason  string `json:"reason"`
+		Checks  []struct {
+			Name string `json:"name"`
+			Pass bool   `json:"pass"`
+			Got  string `json:"got"`
+		} `json:"checks"`
+	} `json:"drills"`
+}
+
+func (c drillCard) verdicts() map[string]string {
+	m := map[string]string{}
+	for _, d := range c.Drills {
+		m[d.Drill] = d.Verdict
+	}
+	return m
+}
+
+func (c drillCard) check(drill, name string) (pass, found bool) {
+	for _, d := range c.Drills {
+		for _, ch := range d.Checks {
+			if d.Drill == drill && ch.Name == name {
+				return ch.Pass, true
+			}
+		}
+	}
+	return false, false
+}
+
+// The drills load levee for seconds; the fasthttp re-run adds nothing the
+// nethttp run and internal/drill's tests do not cover.
+func skipDrillOnEngineRerun(t *testing.T) {
+	if os.Getenv(engineEnv) != "" {
+		t.Skip("drill tests run once, on the default engine")
+	}
+}
+
+func TestDrillUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"drill"},
+		{"drill", "--host", "a"},
+		{"drill", "nope"},
+		{"drill", "tenant-limit"}, // missing flags
+		{"drill", "tenant-limit", "--host", "a", "--limit", "fast"},         // bad rate
+		{"drill", "tenant-limit", "--host", "a", "--limit", "5/s", "extra"}, // stray argument
+		{"drill", "batch-storm", "--host", "a", "--duration", "-1s"},
+		{"drill", "all"}, // nothing applies
+	} {
+		if code, _, stderr := runLevee(t, args...); code != exitUsage || stderr == "" {
+			t.Errorf("levee %v = %d, stderr %q; want %d and a message", args, code, stderr, exitUsage)
+		}
+	}
+	if code, stdout, _ := runLevee(t, "drill", "--help"); code != 0 || !strings.Contains(stdout, "tenant-limit") {
+		t.Errorf("levee drill --help = %d %q", code, stdout)
+	}
+}
+
+// Every drill that can run against `levee demo` passes: the demo's config is
+// the one the docs tell users to try.
+func TestDrillAllPassesAgainstDemo(t *testing.T) {
+	skipDrillOnEngineRerun(t)
+	p := startLevee(t, "demo", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0")
+	proxy := p.waitOutput(p.stdout, demoURLs)[1]
+	report := filepath.Join(t.TempDir(), "card.md")
+	// Light load: levee and this generator are race-built and share two cores.
+	code, card, stderr := runDrill(t, "all", "--target", "http://"+proxy, "--duration", "1s",
+		"--host", "tenant.localhost", "--limit", "100/s", "--offered", "3x", "--tolerance", "0.3",
+		"--other-host", "photos.localhost", "--other-rate", "20/s", "--normal-rate", "50/s", "--batch-rate", "2/s",
+		"--hot-host", "photos.localhost", "--cold-domain", "photos.localhost", "--cold-hosts", "100", "--cold-rate", "200/s",
+		"--p99-slack", "2s", "--report", report)
+	want := map[string]string{"tenant-limit": "pass", "batch-storm": "pass", "cold-catalog": "pass",
+		"distribution": "skipped", "duplicate-instance": "skipped"}
+	if got := card.verdicts(); code != 0 || card.Verdict != "pass" || len(got) != len(want) {
+		t.Fatalf("exit %d, card %s %v; want 0, pass %v\n%+v\nstderr:\n%s", code, card.Verdict, got, want, card.Drills, stderr)
+	}
+	for d, v := range want {
+		if got := card.verdicts()[d]; got != v {
+			t.Errorf("%s: %s; want %s", d, got, v)
+		}
+	}
+	md, err := os.ReadFile(report)
+	if err != nil || !bytes.HasPrefix(md, []byte("# levee drill report card")) || !bytes.Contains(md, []byte("| tenant-limit | PASS |")) {
+		t.Fatalf("report card %v:\n%s", err, md)
+	}
+}
+
+// An edge without limits fails, with exit code 1.
+func TestDrillFailsAPlainProxy(t *testing.T) {
+	skipDrillOnEngineRerun(t)
+	u, _ := url.Parse("http://" + namedBackend(t, "b"))
+	edge := httptest.NewServer(httputil.NewSingleHostReverseProxy(u))
+	t.Cleanup(edge.Close)
+	code, card, stderr := runDrill(t, "tenant-limit", "--target", edge.URL, "--duration", "500ms",
+		"--host", "a.test", "--limit", "50/s", "--offered", "4x", "--other-host", "b.test")
+	if pass, found := card.check("tenant-limit", "admitted rate"); code != 1 || card.Verdict != "fail" || !found || pass {
+		t.Fatalf("exit %d, card %+v; want 1, fail on the admitted rate\nstderr:\n%s", code, card, stderr)
+	}
+}
+
+// hasInstanceLock: issue 6's instance lock is configured under `instance:`;
+// a levee without it rejects the key.
+func hasInstanceLock(t *testing.T) bool {
+	path := filepath.Join(t.TempDir(), "probe.yaml")
+	writeConfig(t, path, "instance: {unexpected: refuse}\n")
+	code, _, _ := runLevee(t, "check", "--config", path)
+	return code == 0
+}
+
+const missingLock = "duplicate-instance needs the instance lock of issue 6 (`instance:` config, " +
+	"levee_instance_role metric), which this levee does not have: `levee check` rejects `instance:`"
+
+// Without an instance lock a second levee on the same config serves with the
+// full limit, and the drill must say the limit doubled.
+func TestDuplicateInstanceDrillCatchesADoubledLimit(t *testing.T) {
+	skipDrillOnEngineRerun(t)
+	if hasInstanceLock(t) {
+		t.Skip("this levee has an instance lock; TestDuplicateInstanceDrillPasses covers it")
+	}
+	s := startServe(t, appConfig(namedBackend(t, "b"), "    limits: {rate: 50/s}\n"))
+	code, card, stderr := runDrill(t, "duplicate-instance", "--config", s.config, "--target", s.proxy,
+		"--host", "a.test", "--limit", "50/s", "--offered", "6x", "--duration", "1s", "--levee", leveeBin)
+	pass, found := card.check("duplicate-instance", "shared limit does not double")
+	if code != 1 || !found || pass {
+		t.Fatalf("exit %d, card %+v; want 1 and the doubled limit caught\nstderr:\n%s", code, card, stderr)
+	}
+}
+
+func TestDuplicateInstanceDrillPasses(t *testing.T) {
+	skipDrillOnEngineRerun(t)
+	if !hasInstanceLock(t) {
+		t.Skip(missingLock)
+	}
+	s := startServe(t, appConfig(namedBackend(t, "b"), "    limits: {rate: 50/s}\n")+"instance: {unexpected: refuse}\n")
+	code, card, stderr := runDrill(t, "duplicate-instance", "--config", s.config, "--target", s.proxy,
+		"--host", "a.test", "--limit", "50/s", "--offered", "6x", "--duration", "1s", "--levee", leveeBin)
+	if code != 0 || card.Verdict != "pass" {
+		t.Fatalf("exit %d, card %+v; want 0, pass\nstderr:\n%s", code, card, stderr)
+	}
+}
