@@ -33,6 +33,10 @@ var batchStorm = &Drill{
 		after := stream(ctx, o, "normal, after", constant(o.NormalRate, max(half/4, 100*time.Millisecond), o.MaxRequests), 0, normal)
 		r.add(base, under, batches, after)
 		r.Checks = gradeBatch(base, under, batches, after, o)
+		if due := batches.Sent + batches.Overflow; due > 0 {
+			r.ratio("batches refused", float64(batches.RefusedInBound+batches.ResetsInBound)/float64(due))
+		}
+		r.ratio("normal p99 during/before", p99Ratio(base, under))
 		r.Notes = append(r.Notes, fmt.Sprintf("each batch: %d items in %q, %d bytes", o.Items, o.Field, len(body)))
 		return nil
 	},

@@ -32,6 +32,7 @@ var coldCatalog = &Drill{
 		)
 		r.add(base, under, cold)
 		r.Checks = gradeCold(base, under, cold, o)
+		r.ratio("hot p99 during/before", p99Ratio(base, under))
 		r.Notes = append(r.Notes, fmt.Sprintf("%d distinct cold hosts c-N.%s at %g/s", cold.Scheduled, o.ColdDomain, o.ColdRate))
 		return nil
 	},

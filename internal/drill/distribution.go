@@ -55,6 +55,20 @@ var distribution = &Drill{
 			names = append(names, fmt.Sprintf("%s %s (%s): %d", b.Name, b.Addr, kind, counts[i]))
 		}
 		r.Checks = gradeDistribution(counts, o.Slow, o.MaxSpread, o.SlowShare)
+		var fast int64
+		for _, c := range counts[o.Slow:] {
+			fast += c
+		}
+		if mean := float64(fast) / float64(len(counts)-o.Slow); mean > 0 {
+			var top int64
+			for _, c := range counts[o.Slow:] {
+				top = max(top, c)
+			}
+			r.ratio("fast max/mean", float64(top)/mean)
+			if o.Slow > 0 {
+				r.ratio("slow/fast mean", float64(counts[0])/mean)
+			}
+		}
 		r.Checks = append(r.Checks, successCheck("requests succeed", res, 0.999))
 		r.Notes = append(r.Notes, "requests per backend: "+strings.Join(names, "; "),
 			fmt.Sprintf("slow backends answer %v later than fast ones", o.SlowDelay.Round(time.Millisecond)))

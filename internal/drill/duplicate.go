@@ -95,6 +95,7 @@ func runDuplicate(ctx context.Context, o Options, r *Report) error {
 	r.add(a, b)
 	second.metrics = scrape(ctx, "http://"+adminAddr+"/metrics")
 	r.Checks = gradeDuplicate(second, a, b, o)
+	r.ratio("admitted by both/limit", (a.Rate(a.OK)+b.Rate(b.OK))/o.Limit)
 	return nil
 }
 

@@ -54,7 +54,9 @@ type Report struct {
 	Checks   []Check  `json:"checks"`
 	Streams  []Stream `json:"streams"`
 	Notes    []string `json:"notes,omitempty"`
-	Seconds  float64  `json:"seconds"`
+	// Ratios are the drill's headline numbers, for comparing edges (bench/run.sh).
+	Ratios  map[string]float64 `json:"ratios,omitempty"`
+	Seconds float64            `json:"seconds"`
 }
 
 // grade sets the verdict from the checks: fail if any failed.
@@ -67,6 +69,22 @@ func (r *Report) grade() {
 	}
 }
 
+func (r *Report) ratio(name string, v float64) {
+	if r.Ratios == nil {
+		r.Ratios = map[string]float64{}
+	}
+	r.Ratios[name] = round3(v)
+}
+
+// p99Ratio is under's p99 over base's (successful responses); 0 without data.
+func p99Ratio(base, under *Result) float64 {
+	b := base.OKLat.Quantile(0.99)
+	if b <= 0 {
+		return 0
+	}
+	return float64(under.OKLat.Quantile(0.99)) / float64(b)
+}
+
 func (r *Report) add(res ...*Result) {
 	for _, x := range res {
 		r.Streams = append(r.Streams, summarize(x))
@@ -77,11 +95,10 @@ func summarize(x *Result) Stream {
 	return Stream{
 		Name: x.Name, RateRPS: round3(x.Rate(x.Scheduled)), Scheduled: x.Scheduled, Sent: x.Sent,
 		Overflow: x.Overflow, OK: x.OK, Non2xx: x.Non2xx, Timeouts: x.Timeouts, Errors: x.Errors,
-		Codes: x.Codes(), P50MS: msf(x.All.Quantile(0.5)), P99MS: msf(x.All.Quantile(0.99)), MaxMS: msf(x.All.Max()),
+		Codes: x.Codes(), P50MS: ms(x.All.Quantile(0.5)), P99MS: ms(x.All.Quantile(0.99)), MaxMS: ms(x.All.Max()),
 	}
 }
 
-func msf(d time.Duration) float64 { return round3(float64(d) / 1e6) }
 func round3(v float64) float64    { return math.Round(v*1000) / 1000 }
 
 // Card is the report card of one `levee drill` run.

@@ -23,6 +23,8 @@ var tenantLimit = &Drill{
 		)
 		r.add(f, w)
 		r.Checks = gradeTenant(f, w, o.Limit, o.Tolerance)
+		r.ratio("admitted/limit", f.Rate(f.OK)/o.Limit)
+		r.ratio("other tenant success", w.SuccessRatio())
 		return nil
 	},
 }
