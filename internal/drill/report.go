@@ -99,7 +99,7 @@ func summarize(x *Result) Stream {
 	}
 }
 
-func round3(v float64) float64    { return math.Round(v*1000) / 1000 }
+func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
 
 // Card is the report card of one `levee drill` run.
 type Card struct {
