@@ -107,7 +107,7 @@ func drillCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&o.Field, "field", "uris", "batch-storm: the JSON array field of the batch")
 	fs.StringVar(&o.Path, "path", "/", "request path")
 	fs.Var(rateFlag{&o.BatchRate}, "batch-rate", "batch-storm: huge batches per second (default 5/s)")
-	fs.Var(rateFlag{&o.NormalRate}, "normal-rate", "normal (and hot-host) traffic (default 100/s)")
+	fs.Var(rateFlag{&o.NormalRate}, "normal-rate", "normal (and hot-host) traffic (default 100/s, at most half of --limit)")
 	fs.DurationVar(&o.RefuseWithin, "refuse-within", time.Second, "batch-storm: a batch must be refused within this")
 	fs.Float64Var(&o.P99Factor, "p99-factor", 3, "p99 under attack may be this multiple of the baseline's...")
 	fs.DurationVar(&o.P99Slack, "p99-slack", 100*time.Millisecond, "...or the baseline plus this, whichever is larger")

@@ -113,7 +113,14 @@ func (o Options) Defaults() Options {
 		o.Path = "/"
 	}
 	def(&o.BatchRate, 5)
-	def(&o.NormalRate, 100)
+	// normal traffic stays well inside an advertised limit, so only the
+	// attack can push the tenant over it
+	if o.NormalRate == 0 {
+		o.NormalRate = 100
+		if o.Limit > 0 {
+			o.NormalRate = min(100, o.Limit/2)
+		}
+	}
 	defD(&o.RefuseWithin, time.Second)
 	def(&o.P99Factor, 3)
 	defD(&o.P99Slack, 100*time.Millisecond)
