@@ -9,6 +9,7 @@
 #   OFFERED  [10x]  tenant-limit's offered load    PIN [auto]   "0" disables taskset pinning
 #   BACKEND_PORT [9161]  the app backend (bench/backend)
 #   DRILL_PORT   [9171]  the distribution drill's 4 backends, DRILL_PORT .. DRILL_PORT+3
+#   CARDS_DIR    [unset] keep each edge's report card (card-EDGE.json, .md) in this directory
 # Missing nginx, haproxy, caddy or curl are installed with apt-get; a proxy that cannot be
 # installed or started is skipped, and the table says so.
 #
@@ -31,7 +32,7 @@ set -euo pipefail
 BENCH_NAME=run.sh
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
-bench_parse_args 29 "$@"
+bench_parse_args 30 "$@"
 
 DURATION=${DURATION:-5s}
 LIMIT=${LIMIT:-200}
@@ -58,7 +59,7 @@ CADDY_BIN=$(command -v caddy || true)
 if [[ -z $CADDY_BIN ]]; then
   log "installing caddy with apt-get"
   SUDO=(); [[ $(id -u) -eq 0 ]] || SUDO=(sudo)
-  if DEBIAN_FRONTEND=noninteractive timeout 300 "${SUDO[@]}" apt-get install -y -qq caddy >>"$tmp/apt.log" 2>&1; then
+  if { timeout 180 "${SUDO[@]}" apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 300 "${SUDO[@]}" apt-get install -y -qq caddy; } >>"$tmp/apt.log" 2>&1; then
     CADDY_BIN=$(command -v caddy || true)
   fi
   [[ -n $CADDY_BIN ]] || { log "caddy could not be installed (see above); skipping it"; tail -5 "$tmp/apt.log" >&2 || true; NOTE[caddy]="skipped: could not be installed"; }
@@ -178,11 +179,12 @@ if [[ -n $CADDY_BIN ]]; then
 {
   admin off
   auto_https off
-  persist_config off
 }
 http://tenant.local:$CADDY_PORT {
   bind 127.0.0.1
-  request_body { max_size 64KB }
+  request_body {
+    max_size 64KB
+  }
   reverse_proxy $B
 }
 http://other.local:$CADDY_PORT, http://hot.local:$CADDY_PORT, http://*.cold.local:$CADDY_PORT {
@@ -191,7 +193,9 @@ http://other.local:$CADDY_PORT, http://hot.local:$CADDY_PORT, http://*.cold.loca
 }
 http://dist.local:$CADDY_PORT {
   bind 127.0.0.1
-  reverse_proxy $(printf '127.0.0.1:%s ' "${DPORTS[@]}") { lb_policy least_conn }
+  reverse_proxy $(printf '127.0.0.1:%s ' "${DPORTS[@]}") {
+    lb_policy least_conn
+  }
 }
 EOF
   XDG_DATA_HOME="$tmp/caddy" XDG_CONFIG_HOME="$tmp/caddy" HOME="$tmp/caddy" GOMAXPROCS=1 \
@@ -202,6 +206,7 @@ EOF
 fi
 
 # ---------------------------------------------------------------- the drills
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 limit_secs=$(( $(to_secs "$DURATION") * 8 + 120 ))
 for t in levee nginx haproxy caddy; do
   [[ -n ${URL[$t]:-} ]] || continue
@@ -219,6 +224,7 @@ for t in levee nginx haproxy caddy; do
     continue
   fi
   CARD[$t]="$tmp/card-$t.json"
+  [[ -n ${CARDS_DIR:-} ]] && { mkdir -p "$CARDS_DIR"; cp "$tmp/card-$t.json" "$tmp/card-$t.md" "$CARDS_DIR/"; }
   log "$t: $(grep -m1 '"verdict"' "$tmp/card-$t.json" | tr -d ' ,')"
 done
 
@@ -229,6 +235,7 @@ done
 go run ./bench/drilltable "${args[@]}" >"$tmp/table.md" || die "bench/drilltable failed"
 cat "$tmp/table.md"
 
+LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 bench_versions
 CADDY_VER=""; [[ -n $CADDY_BIN ]] && CADDY_VER=$("$CADDY_BIN" version 2>/dev/null | awk '{print $1}')
 if ((WRITE)); then
@@ -240,14 +247,14 @@ if ((WRITE)); then
       echo
       echo "- command: \`DURATION=$DURATION LIMIT=$LIMIT OFFERED=$OFFERED bash bench/run.sh --write\`"
       echo "- date: $DATE"
-      echo "- machine: $(nproc) CPUs, ${CPU_MODEL:-unknown CPU}, $(uname -sr); pinning: $PIN_DESC"
+      echo "- machine: $(nproc) CPUs, ${CPU_MODEL:-unknown CPU}, $(uname -sr); pinning: $PIN_DESC; load average $LOAD_BEFORE before the drills, $LOAD_AFTER after (anything above ~2 on 2 CPUs means other work shared the cores, and latency ratios and timeouts are noisy)"
       echo "- load: \`levee drill all\` (docs/drills.md), the same flags for every edge: tenant.local limited to $LIMIT/s and offered $OFFERED, $DURATION per load phase"
       echo "- protections: levee \`rate: $LIMIT/s\`, \`batch: {json_field: uris, max: 1000}\`, p2c; nginx \`limit_req\` ($LIMIT r/s by Host, burst $BURST nodelay, 429 + Retry-After), \`client_max_body_size 64k\`, \`least_conn\`; haproxy \`http_req_rate(1s)\` by Host over $LIMIT → 429 + Retry-After, Content-Length over 64 KB → 413, \`leastconn\`; caddy \`request_body max_size 64KB\`, \`lb_policy least_conn\` (no built-in rate limit)"
       echo "- versions: levee $LEVEE_REV ($GO_VER), nginx $NGINX_VER, haproxy $HAPROXY_VER${CADDY_VER:+, caddy $CADDY_VER}"
       echo
       cat "$tmp/table.md"
       echo
-      echo "Ratios: admitted ÷ limit should be near 1 (above: the limit leaks; below: the edge over-refuses); the other tenant's success and batches refused near 1; p99 during ÷ before near 1 (the attack does not reach neighbours); fast max ÷ mean near 1 (even spread); slow ÷ fast mean well below 1 (a slow backend loses traffic). A size limit refuses the 740 KB batches too, but it also refuses any large body and lets a batch of small items through; levee counts the items. duplicate-instance needs levee's instance lock (issue 6); without it the second instance serves with the full limit and the drill fails."
+      echo "Ratios: admitted ÷ limit should be near 1 (above: the limit leaks; below: the edge over-refuses); the other tenant's success and batches refused near 1; p99 during ÷ before near 1 (the attack does not reach neighbours); fast max ÷ mean near 1 (even spread); slow ÷ fast mean well below 1 (a slow backend loses traffic). A size limit refuses the 740 KB batches too, but it also refuses any large body and lets a batch of small items through; levee counts the items. duplicate-instance needs levee's instance lock (issue 6); without it the second instance serves with the full limit and the drill fails. Each edge's full report card (checks, streams, status codes) is kept with \`CARDS_DIR=DIR\`."
     } >"$tmp/section-body.md"
     write_doc_section "$tmp/section-body.md"
   fi
