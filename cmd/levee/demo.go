@@ -32,7 +32,8 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	printTry := func(proxy []net.Addr, admin net.Addr) {
 		p, a := proxy[0].String(), admin.String()
 		fmt.Fprintf(stdout, `
-levee demo is running: apps "photos" and "api", three sample backends each.
+levee demo is running: apps "photos" and "api", three sample backends each
+(and "tenant" and "drill" for levee drill, below).
   proxy  http://%[1]s
   admin  http://%[2]s  (/metrics, /healthz, /readyz, POST /reload)
 
