@@ -77,6 +77,11 @@ GOMAXPROCS=1 "${ON_LOAD_CPU[@]}" "$tmp/backend" -listen "127.0.0.1:$BACKEND_PORT
 PIDS+=("$!")
 wait_http "http://127.0.0.1:$BACKEND_PORT/" 10 || die "bench/backend did not start"
 B="127.0.0.1:$BACKEND_PORT"
+# edge_ready NAME PORT LOG — URL[NAME] once GET / with Host other.local answers 200; else NOTE[NAME]
+edge_ready() {
+  if wait_http "http://127.0.0.1:$2/" 10 -H 'Host: other.local'; then URL[$1]="http://127.0.0.1:$2"
+  else log "$1 not ready:"; tail -10 "$3" >&2 || true; NOTE[$1]="skipped: not ready"; fi
+}
 dist_csv=$(printf '127.0.0.1:%s, ' "${DPORTS[@]}"); dist_csv=${dist_csv%, }
 
 # ---------------------------------------------------------------- levee
@@ -138,8 +143,7 @@ EOF
 } >"$tmp/nginx.conf"
 if nginx_check; then
   nginx_start
-  if wait_http "http://127.0.0.1:$NGINX_PORT/" 10 -H 'Host: other.local'; then URL[nginx]="http://127.0.0.1:$NGINX_PORT"
-  else log "nginx not ready"; tail -5 "$tmp/nginx/logs/error.log" >&2 || true; NOTE[nginx]="skipped: not ready"; fi
+  edge_ready nginx "$NGINX_PORT" "$tmp/nginx/logs/error.log"
 else
   log "nginx config test failed:"; cat "$tmp/nginx-t.log" >&2; NOTE[nginx]="skipped: config error"
 fi
@@ -166,8 +170,7 @@ EOF
 } >"$tmp/haproxy.cfg"
 if haproxy_check; then
   haproxy_start
-  if wait_http "http://127.0.0.1:$HAPROXY_PORT/" 10 -H 'Host: other.local'; then URL[haproxy]="http://127.0.0.1:$HAPROXY_PORT"
-  else log "haproxy not ready"; tail -5 "$tmp/haproxy.out" >&2 || true; NOTE[haproxy]="skipped: not ready"; fi
+  edge_ready haproxy "$HAPROXY_PORT" "$tmp/haproxy.out"
 else
   log "haproxy config check failed:"; cat "$tmp/haproxy-c.log" >&2; NOTE[haproxy]="skipped: config error"
 fi
@@ -201,8 +204,7 @@ EOF
   XDG_DATA_HOME="$tmp/caddy" XDG_CONFIG_HOME="$tmp/caddy" HOME="$tmp/caddy" GOMAXPROCS=1 \
     "${ON_PROXY_CPU[@]}" "$CADDY_BIN" run --config "$tmp/Caddyfile" --adapter caddyfile >"$tmp/caddy.log" 2>&1 &
   PIDS+=("$!")
-  if wait_http "http://127.0.0.1:$CADDY_PORT/" 10 -H 'Host: other.local'; then URL[caddy]="http://127.0.0.1:$CADDY_PORT"
-  else log "caddy not ready:"; tail -10 "$tmp/caddy.log" >&2 || true; NOTE[caddy]="skipped: not ready"; fi
+  edge_ready caddy "$CADDY_PORT" "$tmp/caddy.log"
 fi
 
 # ---------------------------------------------------------------- the drills

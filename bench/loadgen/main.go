@@ -35,6 +35,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/leveeproxy/levee/internal/drill"
 )
 
 // Summary is the JSON printed at the end of a run.
@@ -230,33 +232,7 @@ func summarize(st *Stats, s *Schedule, dur time.Duration) Summary {
 }
 
 // parseRate reads "19200", "19200/s", "1.5k/s" or "600/m" as requests per second.
-func parseRate(s string) (float64, error) {
-	s = strings.TrimSpace(s)
-	per := 1.0
-	if i := strings.IndexByte(s, '/'); i >= 0 {
-		switch s[i+1:] {
-		case "s":
-		case "m":
-			per = 60
-		default:
-			return 0, fmt.Errorf("unknown unit %q (want /s or /m)", s[i:])
-		}
-		s = s[:i]
-	}
-	mult := 1.0
-	if strings.HasSuffix(s, "k") {
-		mult, s = 1000, strings.TrimSuffix(s, "k")
-	}
-	v, err := strconv.ParseFloat(s, 64)
-	if err != nil || v <= 0 || math.IsInf(v, 0) || math.IsNaN(v) {
-		return 0, fmt.Errorf("%q is not a positive rate", s)
-	}
-	r := v * mult / per
-	if r > 10_000_000 {
-		return 0, fmt.Errorf("rate %.0f/s is too high", r)
-	}
-	return r, nil
-}
+var parseRate = drill.ParseRate
 
 func progress(st *Stats, s *Schedule, done <-chan struct{}) {
 	t := time.NewTicker(time.Second)

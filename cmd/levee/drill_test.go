@@ -2,14 +2,11 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"errors"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,26 +19,13 @@ const drillTimeout = 60 * time.Second
 // runDrill runs `levee drill ARGS --json` to completion and decodes the card.
 func runDrill(t *testing.T, args ...string) (code int, card drillCard, stderr string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), drillTimeout)
-	defer cancel()
-	var out, errb bytes.Buffer
-	cmd := exec.CommandContext(ctx, leveeBin, append(append([]string{"drill"}, args...), "--json")...)
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &exit) && ctx.Err() == nil:
-		code = exit.ExitCode()
-	default:
-		t.Fatalf("levee drill %v: %v\nstdout:\n%s\nstderr:\n%s", args, err, &out, &errb)
-	}
+	code, stdout, stderr := runLeveeWithin(t, drillTimeout, append(append([]string{"drill"}, args...), "--json")...)
 	if code != exitUsage {
-		if err := json.Unmarshal(out.Bytes(), &card); err != nil {
-			t.Fatalf("levee drill %v: stdout is not a JSON card: %v\n%s\nstderr:\n%s", args, err, &out, &errb)
+		if err := json.Unmarshal([]byte(stdout), &card); err != nil {
+			t.Fatalf("levee drill %v: stdout is not a JSON card: %v\n%s\nstderr:\n%s", args, err, stdout, stderr)
 		}
 	}
-	return code, card, errb.String()
+	return code, card, stderr
 }
 
 type drillCard struct {

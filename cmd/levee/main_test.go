@@ -246,7 +246,13 @@ func (p *proc) eventually(what string, cond func() (ok bool, last string)) {
 // runLevee runs a short levee command to completion.
 func runLevee(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	return runLeveeWithin(t, waitTimeout, args...)
+}
+
+// runLeveeWithin is runLevee with its own deadline, for longer commands.
+func runLeveeWithin(t *testing.T, within time.Duration, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
 	var out, errb bytes.Buffer
 	cmd := exec.CommandContext(ctx, leveeBin, args...)

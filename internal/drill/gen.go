@@ -290,9 +290,11 @@ func (r *Result) record(resp Response, lat time.Duration) {
 func (r *Result) Failed() int64 { return r.Overflow + r.Timeouts + r.Errors }
 
 // Count is the number of responses with a status in [lo, hi].
-func (r *Result) Count(lo, hi int) int64 {
+func (r *Result) Count(lo, hi int) int64 { return countIn(r.ByStatus, lo, hi) }
+
+func countIn(byStatus map[int]int64, lo, hi int) int64 {
 	var n int64
-	for s, c := range r.ByStatus {
+	for s, c := range byStatus {
 		if s >= lo && s <= hi {
 			n += c
 		}
@@ -318,15 +320,7 @@ func (r *Result) Rate(n int64) float64 {
 }
 
 // InBoundCount is the responses within Bound with a status in [lo, hi].
-func (r *Result) InBoundCount(lo, hi int) int64 {
-	var n int64
-	for s, c := range r.InBound {
-		if s >= lo && s <= hi {
-			n += c
-		}
-	}
-	return n
-}
+func (r *Result) InBoundCount(lo, hi int) int64 { return countIn(r.InBound, lo, hi) }
 
 // Codes is ByStatus with string keys, for reports.
 func (r *Result) Codes() map[string]int64 {
