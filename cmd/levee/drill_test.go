@@ -124,10 +124,17 @@ func TestDrillFailsAPlainProxy(t *testing.T) {
 	u, _ := url.Parse("http://" + namedBackend(t, "b"))
 	edge := httptest.NewServer(httputil.NewSingleHostReverseProxy(u))
 	t.Cleanup(edge.Close)
-	code, card, stderr := runDrill(t, "tenant-limit", "--target", edge.URL, "--duration", "500ms",
-		"--host", "a.test", "--limit", "50/s", "--offered", "4x", "--other-host", "b.test")
+	args := []string{"tenant-limit", "--target", edge.URL, "--duration", "500ms",
+		"--host", "a.test", "--limit", "50/s", "--offered", "4x", "--other-host", "b.test"}
+	code, card, stderr := runDrill(t, args...)
 	if pass, found := card.check("tenant-limit", "admitted rate"); code != 1 || card.Verdict != "fail" || !found || pass {
 		t.Fatalf("exit %d, card %+v; want 1, fail on the admitted rate\nstderr:\n%s", code, card, stderr)
+	}
+	// the table, on a pipe: no progress line (it is for terminals only)
+	code, stdout, stderr := runLeveeWithin(t, drillTimeout, append([]string{"drill"}, args...)...)
+	if code != 1 || strings.Contains(stdout, "\r") || !strings.Contains(stdout, "admitted rate") ||
+		!strings.Contains(stdout, edge.URL+": FAIL") {
+		t.Fatalf("table: exit %d\n%q\nstderr:\n%s", code, stdout, stderr)
 	}
 }
 

@@ -199,6 +199,15 @@ func (d *Drill) Run(ctx context.Context, o Options) *Report {
 		r.Verdict, r.Reason = Errored, "interrupted"
 		return r
 	}
+	var sent, answered int64
+	for _, s := range r.Streams {
+		sent += s.Sent
+		answered += s.OK + s.Non2xx
+	}
+	if sent > 0 && answered == 0 {
+		r.Verdict, r.Reason = Errored, fmt.Sprintf("no answer to any of %d requests: is %s the edge?", sent, o.Target)
+		return r
+	}
 	for _, s := range r.Streams {
 		if s.Overflow > 0 {
 			r.Notes = append(r.Notes, fmt.Sprintf("%s: %d requests were due while %d were outstanding and were not sent "+

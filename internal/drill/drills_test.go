@@ -204,6 +204,17 @@ func TestColdCatalogDrill(t *testing.T) {
 	}
 }
 
+func TestDrillErrorsWhenNothingAnswers(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	dead := srv.URL
+	srv.Close() // nothing listens there now
+	o := brief(Options{Target: dead, Host: "a.test", OtherHost: "b.test", Limit: 10, Offered: 2, OtherRate: 5})
+	o.Duration = 200 * time.Millisecond
+	if r := tenantLimit.Run(context.Background(), o); r.Verdict != Errored || !strings.Contains(r.Reason, "no answer") {
+		t.Fatalf("against a closed port: %s %q; want an error saying nothing answered", r.Verdict, r.Reason)
+	}
+}
+
 func TestDrillSkipsWithoutItsFlags(t *testing.T) {
 	for _, d := range All {
 		r := d.Run(context.Background(), Options{}.Defaults())
