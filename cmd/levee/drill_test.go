@@ -101,7 +101,7 @@ func TestDrillAllPassesAgainstDemo(t *testing.T) {
 		"--host", "tenant.localhost", "--limit", "100/s", "--offered", "3x", "--tolerance", "0.3",
 		"--other-host", "photos.localhost", "--other-rate", "20/s", "--normal-rate", "50/s", "--batch-rate", "2/s",
 		"--hot-host", "photos.localhost", "--cold-domain", "photos.localhost", "--cold-hosts", "100", "--cold-rate", "200/s",
-		"--p99-slack", "2s", "--report", report)
+		"--timeout", "15s", "--p99-slack", "10s", "--refuse-within", "10s", "--cold-bound", "10s", "--report", report)
 	want := map[string]string{"tenant-limit": "pass", "batch-storm": "pass", "cold-catalog": "pass",
 		"distribution": "skipped", "duplicate-instance": "skipped"}
 	if got := card.verdicts(); code != 0 || card.Verdict != "pass" || len(got) != len(want) {

@@ -95,7 +95,7 @@ func runDuplicate(ctx context.Context, o Options, r *Report) error {
 	r.add(a, b)
 	second.metrics = scrape(ctx, "http://"+adminAddr+"/metrics")
 	r.Checks = gradeDuplicate(second, a, b, o)
-	r.ratio("admitted by both/limit", (a.Rate(a.OK)+b.Rate(b.OK))/o.Limit)
+	r.ratio("admitted by both/limit", (a.OKRate()+b.OKRate())/o.Limit)
 	return nil
 }
 
@@ -116,13 +116,13 @@ func gradeDuplicate(s *secondInstance, a, b *Result, o Options) []Check {
 	if role.Pass {
 		role.Got = roleMetric
 	}
-	total := a.Rate(a.OK) + b.Rate(b.OK)
+	total := a.OKRate() + b.OKRate()
 	return []Check{
 		role,
 		{
 			Name: "shared limit does not double",
 			Pass: total > 0 && total <= o.Limit*(1+o.Tolerance),
-			Got:  fmt.Sprintf("%.1f/s admitted by both (%.1f + %.1f)", total, a.Rate(a.OK), b.Rate(b.OK)),
+			Got:  fmt.Sprintf("%.1f/s admitted by both (%.1f + %.1f)", total, a.OKRate(), b.OKRate()),
 			Want: fmt.Sprintf("> 0 and <= %g/s + %.0f%%", o.Limit, 100*o.Tolerance),
 		},
 	}

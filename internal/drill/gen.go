@@ -75,6 +75,7 @@ func Run(ctx context.Context, clk clock.Clock, p Plan, d Doer, live *Live) *Resu
 	slots := make(chan struct{}, max(p.MaxInFlight, 1))
 	var wg sync.WaitGroup
 	start := clk.Now()
+	var first, last time.Time // when the dispatcher really sent (or overflowed) the first and last request
 	for i := int64(0); i < p.Schedule.Total(); i++ {
 		at := start.Add(p.Schedule.Offset(i))
 		if wait := at.Sub(clk.Now()); wait > 0 {
@@ -88,6 +89,10 @@ func Run(ctx context.Context, clk clock.Clock, p Plan, d Doer, live *Live) *Resu
 		if ctx.Err() != nil {
 			break
 		}
+		if first.IsZero() {
+			first = clk.Now()
+		}
+		last = clk.Now()
 		if live != nil {
 			live.Due.Add(1)
 		}
@@ -107,11 +112,12 @@ func Run(ctx context.Context, clk clock.Clock, p Plan, d Doer, live *Live) *Resu
 			rctx, cancel := context.WithDeadline(ctx, at.Add(p.Timeout))
 			r := d.Do(rctx, &req)
 			cancel()
-			lat := clk.Now().Sub(at)
+			now := clk.Now()
+			lat := now.Sub(at)
 			if r.Err == nil && lat > p.Timeout {
 				r = Response{Err: context.DeadlineExceeded, TimedOut: true}
 			}
-			res.record(r, lat)
+			res.record(r, lat, now)
 			if live != nil {
 				live.Done.Add(1)
 				if r.Err == nil && r.Status < 300 {
@@ -123,6 +129,11 @@ func Run(ctx context.Context, clk clock.Clock, p Plan, d Doer, live *Live) *Resu
 		})
 	}
 	wg.Wait()
+	// A stalled dispatcher sends its backlog late: the edge then saw the
+	// stream over a longer span than scheduled, and rates use that span.
+	if n := p.Schedule.Total(); n > 0 && !first.IsZero() {
+		res.Window = max(res.Window, last.Sub(first)+p.Schedule.Span()/time.Duration(n))
+	}
 	return res
 }
 
@@ -205,8 +216,10 @@ func isTimeout(err error) bool {
 // Result is one stream's outcome. Its counters are filled while the stream
 // runs; read them only after Run returns.
 type Result struct {
-	Name   string
-	Window time.Duration // the schedule's span, the denominator of rates
+	Name string
+	// Window is the denominator of rates: the schedule's span, or the span
+	// over which requests really went out if the dispatcher fell behind.
+	Window time.Duration
 	mu     sync.Mutex
 	// Scheduled: requests in the schedule; Sent: handed to the doer;
 	// Overflow: due while MaxInFlight were outstanding, never sent.
@@ -227,6 +240,8 @@ type Result struct {
 	RefusedInBound int64
 	// Refusals are 429 and 503 responses with Retry-After: a clear "not now".
 	Refusals int64
+	// when the first and last 2xx arrived
+	firstOK, lastOK time.Time
 }
 
 func newResult(name string, window time.Duration) *Result {
@@ -239,7 +254,7 @@ func (r *Result) overflow() {
 	r.mu.Unlock()
 }
 
-func (r *Result) record(resp Response, lat time.Duration) {
+func (r *Result) record(resp Response, lat time.Duration, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.Sent++
@@ -271,6 +286,12 @@ func (r *Result) record(resp Response, lat time.Duration) {
 	if resp.Status >= 200 && resp.Status < 300 {
 		r.OK++
 		r.OKLat.Record(lat)
+		if r.firstOK.IsZero() || now.Before(r.firstOK) {
+			r.firstOK = now
+		}
+		if now.After(r.lastOK) {
+			r.lastOK = now
+		}
 		return
 	}
 	r.Non2xx++
@@ -317,6 +338,20 @@ func (r *Result) Rate(n int64) float64 {
 		return 0
 	}
 	return float64(n) / r.Window.Seconds()
+}
+
+// OKRate is the admitted rate as the client saw it: 2xx per second over the
+// stream's window, or over the span in which they arrived if that is longer
+// (an edge that stalled and then caught up admitted them over that span).
+func (r *Result) OKRate() float64 {
+	w := r.Window
+	if span := r.lastOK.Sub(r.firstOK); span > w {
+		w = span
+	}
+	if w <= 0 {
+		return 0
+	}
+	return float64(r.OK) / w.Seconds()
 }
 
 // InBoundCount is the responses within Bound with a status in [lo, hi].

@@ -135,6 +135,9 @@ func TestRunOpenLoopBoundedInFlight(t *testing.T) {
 	if res.OKLat.Max() != 100*time.Millisecond || res.OKLat.Quantile(0.5) != time.Duration(hi90) {
 		t.Fatalf("latencies max %v p50 %v; want 100ms, 90ms's bucket (%v)", res.OKLat.Max(), res.OKLat.Quantile(0.5), time.Duration(hi90))
 	}
+	if res.Window != 100*time.Millisecond { // dispatched on time: the scheduled span
+		t.Fatalf("window %v; want 100ms", res.Window)
+	}
 	if live.Done.Load() != 10 || live.OK.Load() != 2 || live.Failed.Load() != 8 {
 		t.Fatalf("live done %d ok %d failed %d", live.Done.Load(), live.OK.Load(), live.Failed.Load())
 	}
@@ -172,8 +175,9 @@ func TestRunCountsAgainstAServer(t *testing.T) {
 	if res.Refusals != 10 || res.RetryAfter != 10 || res.Reasons["rate"] != 10 || res.All.Count() != 40 {
 		t.Fatalf("refusals %d retry-after %d reasons %v latencies %d", res.Refusals, res.RetryAfter, res.Reasons, res.All.Count())
 	}
-	if res.Rate(res.OK) != 200 {
-		t.Fatalf("admitted rate %v; want 200/s over the 100 ms window", res.Rate(res.OK))
+	// 20 OK over the 100 ms schedule, or over a longer span if the dispatcher fell behind
+	if res.Window < 100*time.Millisecond || res.Rate(res.OK) > 200 || res.Rate(res.OK) != 20/res.Window.Seconds() {
+		t.Fatalf("window %v, admitted rate %v; want >= 100ms, 20 over it", res.Window, res.Rate(res.OK))
 	}
 }
 

@@ -52,6 +52,18 @@ func TestGradeTenant(t *testing.T) {
 	}
 }
 
+func TestOKRateOverTheSpanTheyArrived(t *testing.T) {
+	r := result(100, 0, 0) // 100 OK over a 1 s window
+	if r.OKRate() != 100 {
+		t.Fatalf("OKRate %v; want 100", r.OKRate())
+	}
+	r.firstOK = time.Unix(0, 0)
+	r.lastOK = r.firstOK.Add(2 * time.Second) // the edge stalled, then caught up
+	if r.OKRate() != 50 {
+		t.Fatalf("OKRate %v; want 50 over the 2 s the 2xx took to arrive", r.OKRate())
+	}
+}
+
 func TestGradeDistribution(t *testing.T) {
 	for _, c := range []struct {
 		counts []int64

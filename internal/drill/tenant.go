@@ -23,7 +23,7 @@ var tenantLimit = &Drill{
 		)
 		r.add(f, w)
 		r.Checks = gradeTenant(f, w, o.Limit, o.Tolerance)
-		r.ratio("admitted/limit", f.Rate(f.OK)/o.Limit)
+		r.ratio("admitted/limit", f.OKRate()/o.Limit)
 		r.ratio("other tenant success", w.SuccessRatio())
 		return nil
 	},
@@ -32,7 +32,7 @@ var tenantLimit = &Drill{
 // gradeTenant: the flood's admitted rate is within tol of limit, its
 // refusals are 429/503 with Retry-After, and the other tenant keeps 99.9%.
 func gradeTenant(flood, other *Result, limit, tol float64) []Check {
-	admitted := flood.Rate(flood.OK)
+	admitted := flood.OKRate()
 	// Overflow is the generator's own limit, not an answer from the edge.
 	refused := flood.Non2xx + flood.Timeouts + flood.Errors
 	clear := Check{Name: "refusals are 429/503 with Retry-After", Pass: true, Got: "none refused", Want: ">= 99.9% of refusals"}
