@@ -19,7 +19,7 @@ const drillUsage = `Usage: levee drill NAME|all [flags]
 Replays an incident against an HTTP edge (levee or any other proxy) and
 grades it. Exit 0 when the edge passes, 1 when it fails a check, 2 on usage
 errors. Drills (see docs/drills.md):
-  tenant-limit        --host H --limit 750/s --other-host H2 [--offered 10x]
+  tenant-limit        --host H --limit 750/s --other-host H2 [--offered 10x | 2x:2s,10x:3s]
   batch-storm         --host H [--items 20000 --field uris --path /]
   distribution        --dist-host H [--backends 4 --slow 1 --backend-port P]
   cold-catalog        --hot-host H (or --host H) --cold-domain D [--cold-hosts 500]
@@ -48,22 +48,39 @@ func (r rateFlag) Set(s string) error {
 	return nil
 }
 
-// multFlag is "10x" or "10".
-type multFlag struct{ v *float64 }
+// offeredFlag is "10x", or steps "2x:2s,10x:3s" (multiples of the limit).
+type offeredFlag struct{ o *drill.Options }
 
-func (m multFlag) String() string {
-	if m.v == nil || *m.v == 0 {
+func (f offeredFlag) String() string {
+	if f.o == nil || f.o.Offered == 0 {
 		return ""
 	}
-	return strconv.FormatFloat(*m.v, 'g', -1, 64) + "x"
+	return strconv.FormatFloat(f.o.Offered, 'g', -1, 64) + "x"
 }
 
-func (m multFlag) Set(s string) error {
-	v, err := strconv.ParseFloat(strings.TrimSuffix(s, "x"), 64)
-	if err != nil || !(v >= 1) || v > 1000 {
-		return fmt.Errorf("%q: want a multiple of the limit in [1, 1000], such as 10x", s)
+func (f offeredFlag) Set(s string) error {
+	var steps []drill.Step
+	for _, part := range strings.Split(s, ",") {
+		m, d, stepped := strings.Cut(strings.TrimSpace(part), ":")
+		v, err := strconv.ParseFloat(strings.TrimSuffix(m, "x"), 64)
+		if err != nil || !(v >= 1) || v > 1000 {
+			return fmt.Errorf("%q: want a multiple of the limit in [1, 1000], such as 10x, or steps such as 2x:2s,10x:3s", s)
+		}
+		if !stepped {
+			if strings.Contains(s, ",") {
+				return fmt.Errorf("%q: every step needs a duration, such as 2x:2s,10x:3s", s)
+			}
+			f.o.Offered = v
+			return nil
+		}
+		dur, err := time.ParseDuration(d)
+		if err != nil || dur <= 0 || dur > time.Hour {
+			return fmt.Errorf("%q: step %q: want MULTIPLE:DURATION such as 10x:3s", s, part)
+		}
+		steps = append(steps, drill.Step{Rate: v, For: dur})
+		f.o.Offered = max(f.o.Offered, v)
 	}
-	*m.v = v
+	f.o.OfferedSteps = steps
 	return nil
 }
 
@@ -100,7 +117,7 @@ func drillCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&o.Host, "host", "", "Host of the tenant under test")
 	fs.StringVar(&o.OtherHost, "other-host", "", "tenant-limit: a second, well-behaved tenant")
 	fs.Var(rateFlag{&o.Limit}, "limit", "the advertised per-tenant limit, e.g. 750/s")
-	fs.Var(multFlag{&o.Offered}, "offered", "offered load as a multiple of --limit (default 10x)")
+	fs.Var(offeredFlag{&o}, "offered", "offered load as a multiple of --limit (default 10x), or steps such as 2x:2s,10x:3s")
 	fs.Var(rateFlag{&o.OtherRate}, "other-rate", "the well-behaved tenant's rate (default 50/s)")
 	fs.Float64Var(&o.Tolerance, "tolerance", 0.2, "admitted rate may differ from --limit by this fraction")
 	fs.IntVar(&o.Items, "items", 20000, "batch-storm: items in one huge batch")

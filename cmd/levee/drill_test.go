@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leveeproxy/levee/internal/drill"
 )
 
 // drillTimeout bounds a whole drill run; a passing run takes a few seconds.
@@ -176,5 +178,23 @@ func TestDuplicateInstanceDrillPasses(t *testing.T) {
 		"--host", "a.test", "--limit", "50/s", "--offered", "6x", "--duration", "1s", "--levee", leveeBin)
 	if code != 0 || card.Verdict != "pass" {
 		t.Fatalf("exit %d, card %+v; want 0, pass\nstderr:\n%s", code, card, stderr)
+	}
+}
+
+func TestOfferedFlag(t *testing.T) {
+	var o drill.Options
+	f := offeredFlag{&o}
+	if err := f.Set("4x"); err != nil || o.Offered != 4 || o.OfferedSteps != nil {
+		t.Fatalf("4x: %v %+v", err, o)
+	}
+	o = drill.Options{}
+	if err := f.Set("2x:2s, 10x:3s"); err != nil || o.Offered != 10 ||
+		len(o.OfferedSteps) != 2 || o.OfferedSteps[0] != (drill.Step{Rate: 2, For: 2 * time.Second}) || o.OfferedSteps[1] != (drill.Step{Rate: 10, For: 3 * time.Second}) {
+		t.Fatalf("steps: %v %+v", err, o)
+	}
+	for _, bad := range []string{"0.5x", "fast", "2x,10x:3s", "2x:soon", "2x:-1s", "5000x"} {
+		if err := f.Set(bad); err == nil {
+			t.Errorf("--offered %s: want an error", bad)
+		}
 	}
 }

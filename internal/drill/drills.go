@@ -26,8 +26,11 @@ type Options struct {
 	OtherHost string  // a second, well-behaved tenant
 	Limit     float64 // the advertised limit, requests per second
 	Offered   float64 // offered load as a multiple of Limit
-	OtherRate float64 // the well-behaved tenant's rate
-	Tolerance float64 // admitted rate may differ from Limit by this fraction
+	// OfferedSteps, when set, is a stepped flood instead: each step's Rate is
+	// a multiple of Limit (at least 1, so the limit is always what is admitted).
+	OfferedSteps []Step
+	OtherRate    float64 // the well-behaved tenant's rate
+	Tolerance    float64 // admitted rate may differ from Limit by this fraction
 
 	// batch-storm
 	Items        int           // items in one huge batch

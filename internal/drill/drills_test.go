@@ -121,10 +121,17 @@ func TestTenantLimitDrill(t *testing.T) {
   o: {hosts: [other.test], backends: [`+be+`]}
 `)
 	o := brief(Options{Target: lv.url, Host: "tenant.test", OtherHost: "other.test", Limit: 50, Offered: 10, OtherRate: 20, Tolerance: 0.25})
-	requireVerdict(t, tenantLimit.Run(context.Background(), o), Pass)
-
-	o.Target = plainProxy(t, be)
+	// a stepped flood: twice the limit, then ten times
+	o.OfferedSteps = []Step{{Rate: 2, For: 500 * time.Millisecond}, {Rate: 10, For: 500 * time.Millisecond}}
 	r := tenantLimit.Run(context.Background(), o)
+	requireVerdict(t, r, Pass)
+	if r.Streams[0].Scheduled != 50+250 {
+		t.Fatalf("stepped flood scheduled %d; want 50 + 250", r.Streams[0].Scheduled)
+	}
+
+	o.OfferedSteps = nil
+	o.Target = plainProxy(t, be)
+	r = tenantLimit.Run(context.Background(), o)
 	requireVerdict(t, r, Fail)
 	if checkNamed(t, r, "admitted rate").Pass {
 		t.Fatal("an edge without limits passed the admitted-rate check")

@@ -15,7 +15,17 @@ var tenantLimit = &Drill{
 	},
 	run: func(ctx context.Context, o Options, r *Report) error {
 		flood := constant(o.Limit*o.Offered, o.Duration, o.MaxRequests)
-		other := constant(o.OtherRate, o.Duration, o.MaxRequests)
+		if len(o.OfferedSteps) > 0 {
+			steps := make([]Step, len(o.OfferedSteps))
+			for i, s := range o.OfferedSteps {
+				steps[i] = Step{Rate: s.Rate * o.Limit, For: s.For}
+			}
+			var err error
+			if flood, err = NewSchedule(steps, o.MaxRequests); err != nil {
+				return err
+			}
+		}
+		other := constant(o.OtherRate, flood.Span(), o.MaxRequests)
 		var f, w *Result
 		parallel(
 			func() { f = stream(ctx, o, "flood "+o.Host, flood, 0, get(o.Host, o.Path, o.Clients)) },
