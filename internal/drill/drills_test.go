@@ -84,7 +84,7 @@ func plainProxy(t *testing.T, to string) string {
 // process for a second, and a passing verdict must not depend on its speed.
 // The bad-edge halves fail on counts, or on a bound they set themselves.
 func brief(o Options) Options {
-	o.Duration = time.Second
+	o.Duration = 600 * time.Millisecond
 	o.MaxInFlight = 256
 	o.Clients = 50
 	o.Timeout = 15 * time.Second
@@ -191,7 +191,7 @@ func TestColdCatalogDrill(t *testing.T) {
   hot: {hosts: [hot.test], backends: [`+be+`]}
   cold: {hosts: ["*.cold.test"], backends: [`+be+`]}
 `)
-	o := brief(Options{Target: lv.url, Host: "hot.test", ColdDomain: "cold.test", ColdHosts: 200, ColdRate: 1000, NormalRate: 100})
+	o := brief(Options{Target: lv.url, Host: "hot.test", ColdDomain: "cold.test", ColdHosts: 150, ColdRate: 1000, NormalRate: 100})
 	requireVerdict(t, coldCatalog.Run(context.Background(), o), Pass)
 
 	// An edge that loads each unseen host under one lock, 10 ms a load, and
@@ -211,7 +211,7 @@ func TestColdCatalogDrill(t *testing.T) {
 	}))
 	t.Cleanup(bad.Close)
 	o.Target = bad.URL
-	o.ColdBound = time.Second // 200 loads in a row take 2 s: most wait longer
+	o.ColdBound = time.Second // 150 loads in a row take 1.5 s: a third wait longer
 	r := coldCatalog.Run(context.Background(), o)
 	requireVerdict(t, r, Fail)
 	if checkNamed(t, r, "cold hosts served or shed in time").Pass {
