@@ -151,7 +151,10 @@ func (o Options) Defaults() Options {
 	return o
 }
 
-// Drill is one incident replay.
+// Drill is one incident replay. A new drill is a *Drill in All: Applies
+// names the flags it needs (so `levee drill all` can skip it, saying why),
+// run sends its streams with stream() and sets r.Checks with a pure grading
+// function that tests can feed fixed Results.
 type Drill struct {
 	Name     string
 	Incident string
