@@ -256,7 +256,7 @@ if ((WRITE)); then
       echo
       cat "$tmp/table.md"
       echo
-      echo "Ratios: admitted ÷ limit should be near 1 (above: the limit leaks; below: the edge over-refuses); the other tenant's success and batches refused near 1; p99 during ÷ before near 1 (the attack does not reach neighbours); fast max ÷ mean near 1 (even spread); slow ÷ fast mean well below 1 (a slow backend loses traffic). A size limit refuses the 740 KB batches too, but it also refuses any large body and lets a batch of small items through; levee counts the items. duplicate-instance needs levee's instance lock (issue 6); without it the second instance serves with the full limit and the drill fails. Each edge's full report card (checks, streams, status codes) is kept with \`CARDS_DIR=DIR\`."
+      echo "Ratios: admitted ÷ limit should be near 1 (above: the limit leaks; below: the edge over-refuses); the other tenant's success and batches refused near 1; p99 during ÷ before near 1 (the attack does not reach neighbours); fast max ÷ mean near 1 (even spread); slow ÷ fast mean well below 1 (a slow backend loses traffic). A size limit refuses the 740 KB batches too, but it also refuses any large body and lets a batch of small items through; levee counts the items. duplicate-instance is levee only: a second levee on the same config must refuse (the default) or serve with strict limits. Each edge's full report card (checks, streams, status codes) is kept with \`CARDS_DIR=DIR\`."
     } >"$tmp/section-body.md"
     write_doc_section "$tmp/section-body.md"
   fi

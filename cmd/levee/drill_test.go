@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -152,32 +153,59 @@ func hasInstanceLock(t *testing.T) bool {
 const missingLock = "duplicate-instance needs the instance lock of issue 6 (`instance:` config, " +
 	"levee_instance_role metric), which this levee does not have: `levee check` rejects `instance:`"
 
-// Without an instance lock a second levee on the same config serves with the
-// full limit, and the drill must say the limit doubled.
+// otherTmpLevee is a levee started with its own $TMPDIR, as under systemd's
+// PrivateTmp: a lock file derived into the temporary directory is then
+// another file, and nothing stops the second instance.
+func otherTmpLevee(t *testing.T) string {
+	if _, err := os.Stat("/run/levee"); err == nil {
+		t.Skip("/run/levee exists: derived lock files go there, whatever $TMPDIR says")
+	}
+	dir := t.TempDir()
+	wrapper := filepath.Join(dir, "levee-other-tmp")
+	script := "#!/bin/sh\nTMPDIR=" + dir + " exec " + leveeBin + " \"$@\"\n"
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return wrapper
+}
+
+// A second levee that does not see the first one's lock (or a levee with
+// no lock at all) serves with the full limit: the drill must catch the
+// doubled limit.
 func TestDuplicateInstanceDrillCatchesADoubledLimit(t *testing.T) {
 	skipDrillOnEngineRerun(t)
-	if hasInstanceLock(t) {
-		t.Skip("this levee has an instance lock; TestDuplicateInstanceDrillPasses covers it")
-	}
 	s := startServe(t, appConfig(namedBackend(t, "b"), "    limits: {rate: 50/s}\n"))
 	code, card, stderr := runDrill(t, "duplicate-instance", "--config", s.config, "--target", s.proxy,
-		"--host", "a.test", "--limit", "50/s", "--offered", "6x", "--duration", "1s", "--levee", leveeBin)
+		"--host", "a.test", "--limit", "50/s", "--offered", "6x", "--duration", "1s", "--levee", otherTmpLevee(t))
 	pass, found := card.check("duplicate-instance", "shared limit does not double")
 	if code != 1 || !found || pass {
 		t.Fatalf("exit %d, card %+v; want 1 and the doubled limit caught\nstderr:\n%s", code, card, stderr)
 	}
 }
 
+// With the lock, the second instance refuses (the default) or serves with
+// strict limits, and the drill passes.
 func TestDuplicateInstanceDrillPasses(t *testing.T) {
 	skipDrillOnEngineRerun(t)
 	if !hasInstanceLock(t) {
 		t.Skip(missingLock)
 	}
-	s := startServe(t, appConfig(namedBackend(t, "b"), "    limits: {rate: 50/s}\n")+"instance: {unexpected: refuse}\n")
-	code, card, stderr := runDrill(t, "duplicate-instance", "--config", s.config, "--target", s.proxy,
-		"--host", "a.test", "--limit", "50/s", "--offered", "6x", "--duration", "1s", "--levee", leveeBin)
-	if code != 0 || card.Verdict != "pass" {
-		t.Fatalf("exit %d, card %+v; want 0, pass\nstderr:\n%s", code, card, stderr)
+	be := namedBackend(t, "b")
+	for _, c := range []struct{ mode, check string }{
+		{"refuse", "second instance refuses to start"},
+		{"strict", "shared limit does not double"},
+	} {
+		lock := filepath.Join(t.TempDir(), "levee.lock")
+		s := startServe(t, appConfig(be, "    limits: {rate: 50/s}\n")+
+			"instance: {unexpected: "+c.mode+", lock: "+lock+"}\n")
+		// strict: 50/s + 10% beside it, and a burst each, within 25% over 2 s
+		code, card, stderr := runDrill(t, "duplicate-instance", "--config", s.config, "--target", s.proxy,
+			"--host", "a.test", "--limit", "50/s", "--offered", "6x", "--duration", "2s", "--tolerance", "0.25")
+		if pass, found := card.check("duplicate-instance", c.check); code != 0 || card.Verdict != "pass" || !found || !pass {
+			t.Fatalf("%s: exit %d, card %+v; want 0, pass on %q\nstderr:\n%s", c.mode, code, card, c.check, stderr)
+		}
+		s.signal(syscall.SIGTERM)
+		s.exitCode()
 	}
 }
 

@@ -14,6 +14,8 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -236,5 +238,25 @@ func TestDrillSkipsWithoutItsFlags(t *testing.T) {
 		if r.Verdict != Skipped || !strings.HasPrefix(r.Reason, "needs ") {
 			t.Errorf("%s with no flags: %s %q; want skipped, naming what it needs", d.Name, r.Verdict, r.Reason)
 		}
+	}
+}
+
+// duplicate-instance errors, rather than taking a config error for a refusal,
+// when the config does not pass `levee check` (here: a stand-in binary that
+// fails every command).
+func TestDuplicateInstanceRejectsABadConfig(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "levee")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\necho 'levee.yaml: 1 problem(s)'\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "levee.yaml")
+	if err := os.WriteFile(cfg, []byte("listen: 127.0.0.1:0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := brief(Options{Config: cfg, Levee: bin, Host: "a.test", Limit: 10})
+	r := duplicateInstance.Run(context.Background(), o)
+	if r.Verdict != Errored || !strings.Contains(r.Reason, "levee check") {
+		t.Fatalf("%s %q; want an error naming levee check", r.Verdict, r.Reason)
 	}
 }

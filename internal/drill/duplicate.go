@@ -43,6 +43,10 @@ func runDuplicate(ctx context.Context, o Options, r *Report) error {
 	}
 	defer os.RemoveAll(dir)
 
+	// A second levee that exits on a config error has refused nothing.
+	if out, err := exec.CommandContext(ctx, o.Levee, "check", "--config", o.Config).CombinedOutput(); err != nil {
+		return fmt.Errorf("%s does not pass `levee check`: %s", o.Config, strings.TrimSpace(string(out)))
+	}
 	// First the very same file, as a deploy bug would start it: an instance
 	// lock refuses it before it binds anything.
 	second, err := startSecond(ctx, o.Levee, o.Config, o.StartWait)
