@@ -45,6 +45,16 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: drilltable LABEL=CARD.json|LABEL=note:TEXT ...")
 		os.Exit(2)
 	}
+	t, err := table(os.Args[1:])
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "drilltable: %v\n", err)
+		os.Exit(1)
+	}
+	fmt.Print(t)
+}
+
+// table is the Markdown table of the cards named by args (LABEL=FILE or LABEL=note:TEXT).
+func table(args []string) (string, error) {
 	var b strings.Builder
 	b.WriteString("| edge |")
 	for _, c := range columns {
@@ -52,11 +62,10 @@ func main() {
 	}
 	b.WriteString(" verdicts |\n|---|")
 	b.WriteString(strings.Repeat("---|", len(columns)+1) + "\n")
-	for _, arg := range os.Args[1:] {
+	for _, arg := range args {
 		label, path, ok := strings.Cut(arg, "=")
 		if !ok {
-			fmt.Fprintf(os.Stderr, "drilltable: %q: want LABEL=FILE\n", arg)
-			os.Exit(2)
+			return "", fmt.Errorf("%q: want LABEL=FILE", arg)
 		}
 		if note, isNote := strings.CutPrefix(path, "note:"); isNote {
 			fmt.Fprintf(&b, "| %s |%s %s |\n", label, strings.Repeat(" |", len(columns)), note)
@@ -68,8 +77,7 @@ func main() {
 			err = json.Unmarshal(data, &c)
 		}
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "drilltable: %s: %v\n", path, err)
-			os.Exit(1)
+			return "", fmt.Errorf("%s: %w", path, err)
 		}
 		fmt.Fprintf(&b, "| %s |", label)
 		for _, col := range columns {
@@ -81,29 +89,34 @@ func main() {
 			}
 			b.WriteString(" " + cell + " |")
 		}
-		var vs []string
-		for _, name := range drills {
-			for _, d := range c.Drills {
-				if d.Drill != name {
-					continue
-				}
-				v := strings.ToUpper(d.Verdict)
-				var failed []string
-				for _, ch := range d.Checks {
-					if !ch.Pass {
-						failed = append(failed, ch.Name)
-					}
-				}
-				if len(failed) > 0 {
-					v += " (" + strings.Join(failed, "; ") + ")"
-				}
-				if d.Verdict == "skipped" || d.Verdict == "error" {
-					v += " (" + strings.ReplaceAll(d.Reason, "|", "/") + ")"
-				}
-				vs = append(vs, name+": "+v)
-			}
-		}
-		b.WriteString(" " + strings.Join(vs, "; ") + " |\n")
+		b.WriteString(" " + strings.Join(verdicts(c), "; ") + " |\n")
 	}
-	fmt.Print(b.String())
+	return b.String(), nil
+}
+
+// verdicts is "drill: VERDICT (failed checks, or why skipped)" per drill, in order.
+func verdicts(c card) []string {
+	var vs []string
+	for _, name := range drills {
+		for _, d := range c.Drills {
+			if d.Drill != name {
+				continue
+			}
+			v := strings.ToUpper(d.Verdict)
+			var failed []string
+			for _, ch := range d.Checks {
+				if !ch.Pass {
+					failed = append(failed, ch.Name)
+				}
+			}
+			if len(failed) > 0 {
+				v += " (" + strings.Join(failed, "; ") + ")"
+			}
+			if d.Verdict == "skipped" || d.Verdict == "error" {
+				v += " (" + strings.ReplaceAll(d.Reason, "|", "/") + ")"
+			}
+			vs = append(vs, name+": "+v)
+		}
+	}
+	return vs
 }

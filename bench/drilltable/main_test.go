@@ -1,0 +1,37 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestTable(t *testing.T) {
+	card := filepath.Join(t.TempDir(), "card.json")
+	if err := os.WriteFile(card, []byte(`{"drills": [
+	  {"drill": "tenant-limit", "verdict": "fail", "ratios": {"admitted/limit": 9.704, "other tenant success": 1},
+	   "checks": [{"name": "admitted rate", "pass": false}, {"name": "other tenant's success", "pass": true}]},
+	  {"drill": "duplicate-instance", "verdict": "skipped", "reason": "needs --config | x", "checks": []}
+	]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := table([]string{"caddy=" + card, "traefik=note:skipped: not installed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(got), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("%d lines; want header, rule and 2 rows:\n%s", len(lines), got)
+	}
+	want := "| caddy | 9.70 | 1.00 | – | – | – | – | – | – | tenant-limit: FAIL (admitted rate); duplicate-instance: SKIPPED (needs --config / x) |"
+	if lines[2] != want {
+		t.Errorf("row\n%s\nwant\n%s", lines[2], want)
+	}
+	if cells := strings.Count(lines[3], "|"); cells != strings.Count(lines[0], "|") {
+		t.Errorf("note row has %d cell borders, header %d:\n%s", cells, strings.Count(lines[0], "|"), got)
+	}
+	if _, err := table([]string{"nolabel"}); err == nil {
+		t.Error("an argument without LABEL=: want an error")
+	}
+}
