@@ -220,7 +220,9 @@ type Result struct {
 	// Window is the denominator of rates: the schedule's span, or the span
 	// over which requests really went out if the dispatcher fell behind.
 	Window time.Duration
-	mu     sync.Mutex
+	// Planned is the schedule's span: Scheduled / Planned is the offered rate.
+	Planned time.Duration
+	mu      sync.Mutex
 	// Scheduled: requests in the schedule; Sent: handed to the doer;
 	// Overflow: due while MaxInFlight were outstanding, never sent.
 	Scheduled, Sent, Overflow    int64
@@ -245,7 +247,7 @@ type Result struct {
 }
 
 func newResult(name string, window time.Duration) *Result {
-	return &Result{Name: name, Window: window, ByStatus: map[int]int64{}, InBound: map[int]int64{}, Reasons: map[string]int64{}, Backends: map[string]int64{}}
+	return &Result{Name: name, Window: window, Planned: window, ByStatus: map[int]int64{}, InBound: map[int]int64{}, Reasons: map[string]int64{}, Backends: map[string]int64{}}
 }
 
 func (r *Result) overflow() {
@@ -330,6 +332,14 @@ func (r *Result) SuccessRatio() float64 {
 		return 1
 	}
 	return float64(r.OK) / float64(due)
+}
+
+// OfferedRate is the scheduled requests per second of the schedule's span.
+func (r *Result) OfferedRate() float64 {
+	if r.Planned <= 0 {
+		return 0
+	}
+	return float64(r.Scheduled) / r.Planned.Seconds()
 }
 
 // Rate is n per second of the stream's window.

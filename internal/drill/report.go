@@ -93,7 +93,7 @@ func (r *Report) add(res ...*Result) {
 
 func summarize(x *Result) Stream {
 	return Stream{
-		Name: x.Name, RateRPS: math.Round(10*x.Rate(x.Scheduled)) / 10, Scheduled: x.Scheduled, Sent: x.Sent,
+		Name: x.Name, RateRPS: math.Round(10*x.OfferedRate()) / 10, Scheduled: x.Scheduled, Sent: x.Sent,
 		Overflow: x.Overflow, OK: x.OK, Non2xx: x.Non2xx, Timeouts: x.Timeouts, Errors: x.Errors,
 		Codes: x.Codes(), P50MS: ms(x.All.Quantile(0.5)), P99MS: ms(x.All.Quantile(0.99)), MaxMS: ms(x.All.Max()),
 	}

@@ -55,7 +55,7 @@ func gradeTenant(flood, other *Result, limit, tol float64) []Check {
 		{
 			Name: "admitted rate",
 			Pass: math.Abs(admitted-limit) <= tol*limit,
-			Got:  fmt.Sprintf("%.1f/s of %.0f/s offered", admitted, flood.Rate(flood.Scheduled)),
+			Got:  fmt.Sprintf("%.1f/s of %.0f/s offered", admitted, flood.OfferedRate()),
 			Want: fmt.Sprintf("%g/s ± %.0f%%", limit, 100*tol),
 		},
 		clear,
