@@ -27,6 +27,8 @@ type Config struct {
 	Overload Overload        `yaml:"overload"`
 	Cluster  Cluster         `yaml:"cluster"`
 	Apps     map[string]*App `yaml:"apps"`
+	// Catalog serves apps from an SQLite file beside Apps (see catalog.go).
+	Catalog Catalog `yaml:"catalog"`
 }
 
 // Listener is one client-facing address.
@@ -409,6 +411,7 @@ func Default() Config {
 		Instance: DefaultInstance(),
 		Overload: DefaultOverload(),
 		Cluster:  DefaultCluster(),
+		Catalog:  DefaultCatalog(),
 	}
 }
 

@@ -59,7 +59,7 @@ func TestFullExampleIsTheDefaults(t *testing.T) {
 	}
 	if !reflect.DeepEqual(cfg.Listen, d.Listen) || cfg.Admin != d.Admin || !reflect.DeepEqual(cfg.Server, d.Server) ||
 		cfg.Upstream != d.Upstream || cfg.Log != d.Log || cfg.Instance != d.Instance || cfg.Overload != d.Overload ||
-		!reflect.DeepEqual(cfg.Cluster, d.Cluster) {
+		!reflect.DeepEqual(cfg.Cluster, d.Cluster) || cfg.Catalog != d.Catalog {
 		t.Errorf("full.yaml differs from Default():\n got %+v\nwant %+v", cfg, d)
 	}
 	for name, a := range cfg.Apps {

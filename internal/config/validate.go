@@ -55,6 +55,7 @@ func (c *Config) Validate() error {
 	c.Instance.validate(&errs)
 	c.Overload.validate(&errs)
 	c.Cluster.validate(&errs)
+	c.Catalog.validate(&errs)
 	routes := map[string]string{} // host+path → app, to catch two apps claiming one route
 	for _, name := range c.AppNames() {
 		validateApp(&errs, name, c.Apps[name], routes)
