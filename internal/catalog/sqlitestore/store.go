@@ -1,0 +1,268 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/leveeproxy/levee/internal/catalog"
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// Store is a catalog file opened for reading (Open) or writing (Create).
+// It is safe for concurrent use.
+type Store struct {
+	db   *sql.DB
+	path string
+}
+
+var _ catalog.Store = (*Store)(nil)
+
+// Options tune Open.
+type Options struct {
+	// Conns is the most read-only connections open at once (the loader's
+	// concurrency plus one for the watcher); 0 means 4.
+	Conns int
+}
+
+// Open opens an existing catalog file read-only: levee serve never writes
+// it. The file must have been made by Create.
+func Open(path string, o Options) (*Store, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	if o.Conns <= 0 {
+		o.Conns = 4
+	}
+	db, err := sql.Open("sqlite", dsn(path, "mode=ro", "_pragma=query_only(1)", "_pragma=busy_timeout(5000)"))
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	db.SetMaxOpenConns(o.Conns)
+	db.SetMaxIdleConns(o.Conns)
+	s := &Store{db: db, path: path}
+	if err := s.checkSchema(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Create opens the catalog file at path for writing, making it (and its
+// schema) if needed, in WAL mode.
+func Create(path string) (*Store, error) {
+	db, err := sql.Open("sqlite", dsn(path, "_pragma=journal_mode(WAL)", "_pragma=busy_timeout(10000)",
+		"_pragma=synchronous(NORMAL)", "_txlock=immediate"))
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	db.SetMaxOpenConns(1) // SQLite has one writer; more connections would only wait
+	for _, q := range schema {
+		if _, err := db.Exec(q); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("sqlitestore: create %s: %w", path, err)
+		}
+	}
+	s := &Store{db: db, path: path}
+	if err := s.checkSchema(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func dsn(path string, params ...string) string {
+	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + strings.Join(params, "&")
+}
+
+func (s *Store) checkSchema() error {
+	var v string
+	err := s.db.QueryRow(`SELECT value FROM meta WHERE key = 'schema_version'`).Scan(&v)
+	if err != nil {
+		return fmt.Errorf("sqlitestore: %s is not a levee catalog: %w", s.path, err)
+	}
+	if v != schemaVersion {
+		return fmt.Errorf("sqlitestore: %s has schema version %s; this levee reads %s", s.path, v, schemaVersion)
+	}
+	return nil
+}
+
+// Close closes the file.
+func (s *Store) Close() error { return s.db.Close() }
+
+// ForHost returns the apps claiming host exactly or by a wildcard.
+func (s *Store) ForHost(ctx context.Context, host string) ([]catalog.Record, error) {
+	cands := append([]string{host}, catalog.WildcardsOf(host)...)
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	defer tx.Rollback()
+	rows, err := tx.QueryContext(ctx, `SELECT DISTINCT app FROM routes WHERE host IN (`+marks(len(cands))+`)`, anys(cands)...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	names, err := scanStrings(rows)
+	if err != nil || len(names) == 0 {
+		return nil, err
+	}
+	return apps(ctx, tx, names)
+}
+
+// Apps returns the named apps that exist.
+func (s *Store) Apps(ctx context.Context, names []string) ([]catalog.Record, error) {
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	defer tx.Rollback()
+	var out []catalog.Record
+	for chunk := range slices.Chunk(names, 500) { // SQLite bounds the parameters of one statement
+		recs, err := apps(ctx, tx, chunk)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, recs...)
+	}
+	return out, nil
+}
+
+type querier interface {
+	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
+}
+
+func apps(ctx context.Context, q querier, names []string) ([]catalog.Record, error) {
+	in := marks(len(names))
+	rows, err := q.QueryContext(ctx, `SELECT name, config, version FROM apps WHERE name IN (`+in+`) ORDER BY name`, anys(names)...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	var out []catalog.Record
+	byName := map[string]int{}
+	for rows.Next() {
+		var r catalog.Record
+		if err := rows.Scan(&r.Name, &r.Config, &r.Version); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("sqlitestore: %w", err)
+		}
+		byName[r.Name] = len(out)
+		out = append(out, r)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	rows, err = q.QueryContext(ctx, `SELECT app, host, path FROM routes WHERE app IN (`+in+`) ORDER BY app, host, path`, anys(names)...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var app, host, path string
+		if err := rows.Scan(&app, &host, &path); err != nil {
+			return nil, fmt.Errorf("sqlitestore: %w", err)
+		}
+		i, ok := byName[app]
+		if !ok {
+			continue
+		}
+		r := &out[i]
+		if !slices.Contains(r.Hosts, host) {
+			r.Hosts = append(r.Hosts, host)
+		}
+		if !slices.Contains(r.Paths, path) {
+			r.Paths = append(r.Paths, path)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	return out, nil
+}
+
+// Changes returns up to limit changes after version, oldest first.
+func (s *Store) Changes(ctx context.Context, after int64, limit int) ([]catalog.Change, error) {
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	defer tx.Rollback()
+	var oldest sql.NullInt64
+	if err := tx.QueryRowContext(ctx, `SELECT MIN(version) FROM changes`).Scan(&oldest); err != nil {
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	if oldest.Valid && oldest.Int64 > after+1 && after > 0 {
+		return nil, catalog.ErrChangesLost
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT version, app, hosts, at FROM changes WHERE version > ? ORDER BY version LIMIT ?`, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	defer rows.Close()
+	var out []catalog.Change
+	for rows.Next() {
+		var c catalog.Change
+		var hosts string
+		var at int64
+		if err := rows.Scan(&c.Version, &c.App, &hosts, &at); err != nil {
+			return nil, fmt.Errorf("sqlitestore: %w", err)
+		}
+		if hosts != "" {
+			c.Hosts = strings.Split(hosts, "\n")
+		}
+		c.At = time.Unix(0, at)
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	return out, nil
+}
+
+// Version is the latest change's version.
+func (s *Store) Version(ctx context.Context) (int64, error) {
+	var v sql.NullInt64
+	if err := s.db.QueryRowContext(ctx, `SELECT MAX(version) FROM changes`).Scan(&v); err != nil {
+		return 0, fmt.Errorf("sqlitestore: %w", err)
+	}
+	if !v.Valid {
+		// All changes pruned or none made: the apps' own versions say how far we are.
+		if err := s.db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM apps`).Scan(&v); err != nil {
+			return 0, fmt.Errorf("sqlitestore: %w", err)
+		}
+	}
+	return v.Int64, nil
+}
+
+func scanStrings(rows *sql.Rows) ([]string, error) {
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, fmt.Errorf("sqlitestore: %w", err)
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	return out, nil
+}
+
+func marks(n int) string { return strings.TrimSuffix(strings.Repeat("?,", n), ",") }
+
+func anys(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
