@@ -1,0 +1,458 @@
+package catalog
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leveeproxy/levee/internal/clock"
+)
+
+// Errors of Lazy.Load.
+var (
+	// ErrNotFound: no app claims the host and path.
+	ErrNotFound = errors.New("catalog: no app for this host and path")
+	// ErrBusy: the host is not in memory and the loader is saturated; the
+	// caller was refused at once rather than queued.
+	ErrBusy = errors.New("catalog: loader busy")
+	// ErrUnavailable: loading the host failed or missed its deadline.
+	ErrUnavailable = errors.New("catalog: store unavailable")
+)
+
+// LazyOptions configure a Lazy catalog. Zero values get the defaults noted.
+type LazyOptions[V any] struct {
+	Store Store
+	// Compose turns a stored app into its value (a composed route). It is
+	// called without any Lazy lock held, by a loader or the watcher; an
+	// error skips the app (logged and counted).
+	Compose func(Record) (V, error)
+	// Release is told that a value Compose returned is no longer used by
+	// the cache (evicted, replaced or deleted). Requests that already
+	// looked it up may still be using it. Called without any Lazy lock.
+	Release func(V)
+	// MaxApps bounds the cached hosts (10000); MaxUnknown the hosts cached
+	// as unknown (100000) for UnknownTTL (5s; 0: not cached).
+	MaxApps, MaxUnknown int
+	UnknownTTL          time.Duration
+	// Concurrency is the most loads at once (8); MaxWaiters the most callers
+	// waiting for a load already running (256); Timeout each load's deadline (500ms).
+	Concurrency, MaxWaiters int
+	Timeout                 time.Duration
+	// Watch is how often Run polls the store for changes (1s).
+	Watch time.Duration
+	// Shards splits the caches (64).
+	Shards  int
+	Clock   clock.Clock
+	Logger  *slog.Logger
+	Metrics *Metrics // nil: not measured
+}
+
+// Lazy is a catalog loaded from a Store on demand: hot hosts stay in a
+// bounded, sharded cache; a miss is loaded by a bounded loader that sheds
+// instead of queueing. A cached host never touches the loader. It is safe
+// for concurrent use; Run applies the store's changes.
+type Lazy[V any] struct {
+	o       LazyOptions[V]
+	hosts   *sieve[*hostEntry[V]]
+	unknown *sieve[struct{}]
+
+	// loader state: only misses take mu.
+	mu       sync.Mutex
+	calls    map[string]*loadCall[V]
+	inflight int
+	waiters  int
+
+	// apps are the composed apps the cached hosts use, by name.
+	appsMu sync.Mutex
+	apps   map[string]*appRef[V]
+
+	bg    context.Context
+	stop  context.CancelFunc
+	loads sync.WaitGroup
+
+	version atomic.Int64 // of the last change applied by the watcher
+}
+
+var _ Catalog[int] = (*Lazy[int])(nil)
+
+// hostEntry is what one host routes to: routes in match order (exact host
+// first, longest path first; then wildcards, longest suffix first).
+type hostEntry[V any] struct {
+	routes []hostRoute[V]
+	apps   []*appRef[V] // distinct apps of routes
+}
+
+type hostRoute[V any] struct {
+	prefix string
+	app    *appRef[V]
+}
+
+// appRef is one composed app shared by the cached hosts that route to it.
+type appRef[V any] struct {
+	val atomic.Pointer[V] // swapped in place when the app changes and keeps its routes
+	rec Record            // guarded by Lazy.appsMu, like the fields below
+	// keys are the cached hosts using the app; pending the loads that hold
+	// it but have not inserted yet. It is released when both are empty.
+	keys    []string
+	pending int
+}
+
+type loadCall[V any] struct {
+	done  chan struct{}
+	entry *hostEntry[V] // nil: unknown host
+	err   error
+}
+
+// NewLazy returns a Lazy catalog; call Run to follow the store's changes
+// and Close to stop its goroutines.
+func NewLazy[V any](o LazyOptions[V]) *Lazy[V] {
+	o.MaxApps = cmp.Or(o.MaxApps, 10_000)
+	o.MaxUnknown = cmp.Or(o.MaxUnknown, 100_000)
+	o.Concurrency = cmp.Or(o.Concurrency, 8)
+	o.MaxWaiters = max(o.MaxWaiters, 0)
+	o.Timeout = cmp.Or(o.Timeout, 500*time.Millisecond)
+	o.Watch = cmp.Or(o.Watch, time.Second)
+	o.Shards = cmp.Or(o.Shards, 64)
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Release == nil {
+		o.Release = func(V) {}
+	}
+	l := &Lazy[V]{o: o, hosts: newSieve[*hostEntry[V]](o.MaxApps, o.Shards),
+		unknown: newSieve[struct{}](max(o.MaxUnknown, 1), o.Shards),
+		calls:   map[string]*loadCall[V]{}, apps: map[string]*appRef[V]{}}
+	l.bg, l.stop = context.WithCancel(context.Background())
+	if o.Metrics != nil {
+		o.Metrics.bind(l.stats)
+	}
+	return l
+}
+
+// Lookup finds host and path among the cached hosts only; it never loads.
+func (l *Lazy[V]) Lookup(host, path string) (V, bool) {
+	var zero V
+	key := canonicalHost(host)
+	sh := l.hosts.shard(key)
+	n := sh.get(key)
+	if n == nil {
+		return zero, false
+	}
+	sh.hits.Add(1)
+	return n.val.match(path)
+}
+
+// Load finds host and path, loading the host from the store when it is not
+// cached. It returns ErrNotFound, ErrBusy (at once, when the loader is
+// saturated), ErrUnavailable, or ctx's error when ctx ends first.
+func (l *Lazy[V]) Load(ctx context.Context, host, path string) (V, error) {
+	var zero V
+	key := canonicalHost(host)
+	sh := l.hosts.shard(key)
+	if n := sh.get(key); n != nil {
+		sh.hits.Add(1)
+		if v, ok := n.val.match(path); ok {
+			return v, nil
+		}
+		return zero, ErrNotFound
+	}
+	if l.knownUnknown(key) {
+		return zero, ErrNotFound
+	}
+	e, err := l.load(ctx, key)
+	if err != nil {
+		return zero, err
+	}
+	if v, ok := e.match(path); ok {
+		return v, nil
+	}
+	return zero, ErrNotFound
+}
+
+func (e *hostEntry[V]) match(path string) (V, bool) {
+	if e != nil {
+		for _, r := range e.routes {
+			if pathHasPrefix(path, r.prefix) {
+				return *r.app.val.Load(), true
+			}
+		}
+	}
+	var zero V
+	return zero, false
+}
+
+func (l *Lazy[V]) knownUnknown(key string) bool {
+	if l.o.UnknownTTL <= 0 {
+		return false
+	}
+	sh := l.unknown.shard(key)
+	n := sh.get(key)
+	if n == nil || l.o.Clock.Now().UnixNano() >= n.expires {
+		return false
+	}
+	sh.hits.Add(1)
+	return true
+}
+
+// load joins the load of key in flight or starts one, refusing at once
+// when the loader is saturated.
+func (l *Lazy[V]) load(ctx context.Context, key string) (*hostEntry[V], error) {
+	m := l.o.Metrics
+	l.mu.Lock()
+	c := l.calls[key]
+	switch {
+	case c != nil && l.waiters >= l.o.MaxWaiters:
+		l.mu.Unlock()
+		m.shed("waiters")
+		return nil, ErrBusy
+	case c != nil:
+		l.waiters++
+		l.mu.Unlock()
+		defer func() {
+			l.mu.Lock()
+			l.waiters--
+			l.mu.Unlock()
+		}()
+	case l.inflight >= l.o.Concurrency:
+		l.mu.Unlock()
+		m.shed("concurrency")
+		return nil, ErrBusy
+	default:
+		l.inflight++
+		c = &loadCall[V]{done: make(chan struct{})}
+		l.calls[key] = c
+		// Read the generations now: an invalidation during the query
+		// means what it read may be stale, and it is then not cached.
+		gen, ugen := l.hosts.shard(key).generation(), l.unknown.shard(key).generation()
+		l.mu.Unlock()
+		m.miss()
+		l.loads.Go(func() { l.run(key, c, gen, ugen) })
+	}
+	select {
+	case <-c.done:
+		return c.entry, c.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// run is one load, owned by the Lazy (it outlives the request that
+// started it, so the requests that joined it still get its answer).
+func (l *Lazy[V]) run(key string, c *loadCall[V], gen, ugen uint64) {
+	defer func() {
+		l.mu.Lock()
+		delete(l.calls, key)
+		l.inflight--
+		l.mu.Unlock()
+		close(c.done)
+	}()
+	ctx, cancel := context.WithTimeout(l.bg, l.o.Timeout)
+	defer cancel()
+	start := l.o.Clock.Now()
+	recs, err := l.o.Store.ForHost(ctx, key)
+	l.o.Metrics.loaded(l.o.Clock.Now().Sub(start), err)
+	if err != nil {
+		c.err = fmt.Errorf("%w: %s: %w", ErrUnavailable, key, err)
+		return
+	}
+	c.entry = l.build(key, recs)
+	if c.entry == nil {
+		if l.o.UnknownTTL > 0 && l.o.MaxUnknown > 0 {
+			l.unknown.shard(key).put(key, struct{}{}, l.o.Clock.Now().Add(l.o.UnknownTTL).UnixNano(), ugen)
+		}
+		return
+	}
+	ok, removed := l.hosts.shard(key).put(key, c.entry, 0, gen)
+	l.o.Metrics.evicted(len(removed))
+	l.settle(key, c.entry, ok, removed)
+}
+
+// build composes the entry of key from the records claiming it; nil when
+// none of them routes it.
+func (l *Lazy[V]) build(key string, recs []Record) *hostEntry[V] {
+	type claim struct {
+		rank   int // 0: exact host; else the wildcard's length (longer wins)
+		prefix string
+		app    *appRef[V]
+	}
+	var claims []claim
+	e := &hostEntry[V]{}
+	for _, r := range recs {
+		ref := l.acquire(r)
+		if ref == nil {
+			continue
+		}
+		e.apps = append(e.apps, ref)
+		for _, h := range r.Hosts {
+			h = strings.ToLower(h)
+			rank := 0
+			switch {
+			case h == key:
+			case strings.HasPrefix(h, "*.") && strings.HasSuffix(key, h[1:]):
+				rank = len(key) - len(h) + 1 // fewer labels below the wildcard: more specific
+			default:
+				continue
+			}
+			for _, p := range r.Paths {
+				claims = append(claims, claim{rank: rank, prefix: p, app: ref})
+			}
+		}
+	}
+	if len(claims) == 0 {
+		if len(e.apps) > 0 {
+			l.settle(key, e, false, nil)
+		}
+		return nil
+	}
+	slices.SortStableFunc(claims, func(a, b claim) int {
+		if a.rank != b.rank {
+			return a.rank - b.rank
+		}
+		return len(b.prefix) - len(a.prefix)
+	})
+	for _, c := range claims {
+		e.routes = append(e.routes, hostRoute[V]{prefix: c.prefix, app: c.app})
+	}
+	return e
+}
+
+// acquire returns the composed app of r, composing it if it is not cached
+// or is older than r, and marks it pending until settle.
+func (l *Lazy[V]) acquire(r Record) *appRef[V] {
+	l.appsMu.Lock()
+	if ref := l.apps[r.Name]; ref != nil && ref.rec.Version >= r.Version {
+		ref.pending++
+		l.appsMu.Unlock()
+		return ref
+	}
+	l.appsMu.Unlock()
+	v, err := l.o.Compose(r)
+	if err != nil {
+		l.o.Logger.Warn("catalog: app skipped", "app", r.Name, "err", err)
+		l.o.Metrics.composeFailed()
+		return nil
+	}
+	l.appsMu.Lock()
+	ref := l.apps[r.Name]
+	var drop *V
+	switch {
+	case ref == nil:
+		ref = &appRef[V]{rec: r}
+		ref.val.Store(&v)
+		l.apps[r.Name] = ref
+	case ref.rec.Version >= r.Version: // composed meanwhile by another load
+		drop = &v
+	default: // newer than the cached one: the watcher will re-route if its hosts moved
+		drop = ref.val.Swap(&v)
+		ref.rec = r
+	}
+	ref.pending++
+	l.appsMu.Unlock()
+	if drop != nil {
+		l.o.Release(*drop)
+	}
+	return ref
+}
+
+// settle ends the pending holds of a load on e's apps: key now uses them
+// if the entry was inserted. Entries removed from the cache stop using
+// theirs. Apps left unused are released.
+func (l *Lazy[V]) settle(key string, e *hostEntry[V], inserted bool, removed []*sieveNode[*hostEntry[V]]) {
+	var free []V
+	l.appsMu.Lock()
+	for _, ref := range e.apps {
+		ref.pending--
+		if inserted {
+			ref.keys = append(ref.keys, key)
+		} else {
+			free = l.unusedLocked(ref, free)
+		}
+	}
+	for _, n := range removed {
+		free = l.dropKeyLocked(n.key, n.val, free)
+	}
+	l.appsMu.Unlock()
+	for _, v := range free {
+		l.o.Release(v)
+	}
+}
+
+// dropKeyLocked records that key no longer uses e's apps.
+func (l *Lazy[V]) dropKeyLocked(key string, e *hostEntry[V], free []V) []V {
+	for _, ref := range e.apps {
+		if i := slices.Index(ref.keys, key); i >= 0 {
+			ref.keys = slices.Delete(ref.keys, i, i+1)
+		}
+		free = l.unusedLocked(ref, free)
+	}
+	return free
+}
+
+func (l *Lazy[V]) unusedLocked(ref *appRef[V], free []V) []V {
+	if len(ref.keys) > 0 || ref.pending > 0 || l.apps[ref.rec.Name] != ref {
+		return free
+	}
+	delete(l.apps, ref.rec.Name)
+	return append(free, *ref.val.Load())
+}
+
+// Close stops the loads in flight (their callers get ErrUnavailable) and
+// waits for them, then releases every cached app.
+func (l *Lazy[V]) Close() {
+	l.stop()
+	l.loads.Wait()
+	l.flush()
+}
+
+// LazyStats are a Lazy catalog's gauges.
+type LazyStats struct {
+	Hosts, Unknown, Apps int
+	InFlight, Waiters    int
+	Hits, UnknownHits    uint64
+	Version              int64 // of the last change applied
+}
+
+func (l *Lazy[V]) stats() LazyStats {
+	st := LazyStats{Hosts: l.hosts.len(), Unknown: l.unknown.len(), Hits: l.hosts.hits(),
+		UnknownHits: l.unknown.hits(), Version: l.version.Load()}
+	l.mu.Lock()
+	st.InFlight, st.Waiters = l.inflight, l.waiters
+	l.mu.Unlock()
+	l.appsMu.Lock()
+	st.Apps = len(l.apps)
+	l.appsMu.Unlock()
+	return st
+}
+
+// Stats returns the catalog's gauges now.
+func (l *Lazy[V]) Stats() LazyStats { return l.stats() }
+
+// Each calls fn with every composed app in the cache, for a config reload
+// to compose them again (see Refresh).
+func (l *Lazy[V]) Each(fn func(Record)) {
+	l.appsMu.Lock()
+	recs := make([]Record, 0, len(l.apps))
+	for _, ref := range l.apps {
+		recs = append(recs, ref.rec)
+	}
+	l.appsMu.Unlock()
+	for _, r := range recs {
+		fn(r)
+	}
+}
+
+// Refresh composes every cached app again (after a config reload) and
+// swaps the new values in; requests in flight finish on the old ones.
+func (l *Lazy[V]) Refresh() {
+	l.Each(func(r Record) { l.update(r, false) })
+}
