@@ -182,7 +182,7 @@ func (l *Lazy[V]) Load(ctx context.Context, host, path string) (V, error) {
 func (e *hostEntry[V]) match(path string) (V, bool) {
 	if e != nil {
 		for _, r := range e.routes {
-			if pathHasPrefix(path, r.prefix) {
+			if PathHasPrefix(path, r.prefix) {
 				return *r.app.val.Load(), true
 			}
 		}
@@ -207,6 +207,7 @@ func (l *Lazy[V]) knownUnknown(key string) bool {
 // load joins the load of key in flight or starts one, refusing at once
 // when the loader is saturated.
 func (l *Lazy[V]) load(ctx context.Context, key string) (*hostEntry[V], error) {
+	key = strings.Clone(key) // kept in the cache; the caller's may be a view of a reused buffer
 	m := l.o.Metrics
 	l.mu.Lock()
 	c := l.calls[key]

@@ -72,6 +72,14 @@ func (s *Server) serveFast(ctx *fasthttp.RequestCtx) {
 	}
 	snap := s.current.Load()
 	rt, ok := snap.catalog.Lookup(b2s(h.Host()), b2s(ctx.Path()))
+	if !ok && s.lazy != nil {
+		var ref refusal
+		if rt, ref, ok = s.routeStored(ctx, b2s(h.Host()), b2s(ctx.Path())); ref.code != 0 {
+			rejectFast(ctx, ref)
+			s.unrouted.Observe(ref.code, 0)
+			return
+		}
+	}
 	if !ok {
 		ctx.Error("levee: no app for this host and path\n", fasthttp.StatusNotFound)
 		ctx.Response.Header.Set(forward.HeaderError, "no-route")

@@ -27,6 +27,17 @@ const reasonBody = "body"
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	snap := s.current.Load()
 	rt, ok := snap.catalog.Lookup(r.Host, r.URL.Path)
+	if !ok && s.lazy != nil {
+		var ref refusal
+		if rt, ref, ok = s.routeStored(r.Context(), r.Host, r.URL.Path); ref.code != 0 {
+			reject(w, ref)
+			s.unrouted.Observe(ref.code, 0)
+			return
+		} else if !ok && r.Context().Err() != nil {
+			s.unrouted.Observe(StatusClientClosed, 0)
+			return
+		}
+	}
 	if !ok {
 		// Never an open proxy: a host no app claims gets a short 404.
 		w.Header().Set(forward.HeaderError, "no-route")
@@ -270,7 +281,7 @@ func newRejectReply(reason string) rejectReply {
 
 func init() {
 	for _, r := range []string{string(admit.QueueFull), string(admit.QueueTimeout), string(admit.Shed),
-		string(admit.ClientShare), reasonBody, reasonRate, reasonClientRate} {
+		string(admit.ClientShare), reasonBody, reasonRate, reasonClientRate, reasonCatalogBusy, reasonCatalogUnavailable} {
 		rejections[r] = newRejectReply(r)
 	}
 }

@@ -41,6 +41,9 @@ type Options struct {
 	// Sampler reads the host for the overload monitor (overload.enabled);
 	// nil means the real host, read from the first enabled sample on.
 	Sampler overload.Sampler
+	// Catalog is the store of catalog.sqlite, opened by the caller (who
+	// closes it after Serve); nil when the config has no catalog.
+	Catalog catalog.Store
 }
 
 // Server is one levee proxy. Create it with New, bind with Listen, run with
@@ -57,9 +60,15 @@ type Server struct {
 	// current is what the request path reads: one atomic load per request.
 	current atomic.Pointer[snapshot]
 
-	mu   sync.Mutex // serialises reloads; guards cfg and apps
-	cfg  *config.Config
-	apps map[string]*app // state that must outlive a reload, by app name
+	mu    sync.Mutex // serialises reloads; guards cfg, trust and apps
+	cfg   *config.Config
+	trust forward.Trust
+	apps  map[string]*app // state that must outlive a reload, by app name
+
+	// lazy is the SQLite catalog, looked up when the config file's apps
+	// miss (nil when off); fixed for the server's life.
+	lazy         *catalog.Lazy[*route]
+	catalogRetry time.Duration
 
 	listeners []*listener
 	serving   sync.WaitGroup
@@ -132,6 +141,11 @@ type app struct {
 	guardCfg   config.BackendLimits
 	guardWait  admit.Limits
 	guardScale float64 // the strict factor the guard was made with
+	// stored is the config of an app loaded from the SQLite catalog (nil
+	// for an app of the config file); storedRefs counts the catalog's
+	// routes composed for it, the last of which releases it.
+	stored     *config.App
+	storedRefs int
 }
 
 // route is an app as composed for one config: every request path step in order.
@@ -166,6 +180,8 @@ func New(cfg *config.Config, o Options) *Server {
 	s.unrouted = s.metrics.App("")
 	s.cluster = s.newCluster(cfg.Cluster)
 	s.apply(cfg)
+	s.lazy = s.newLazyCatalog(o.Catalog, cfg.Catalog)
+	s.catalogRetry = cfg.Catalog.Loader.RetryAfter.D()
 	return s
 }
 
@@ -185,12 +201,18 @@ func (s *Server) Config() *config.Config {
 // restart; such a config is refused whole and nothing changes.
 func (s *Server) Reload(cfg *config.Config) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if err := needsRestart(s.cfg, cfg); err != nil {
+		s.mu.Unlock()
 		s.metrics.Reload(false)
 		return err
 	}
 	s.applyLocked(cfg)
+	s.mu.Unlock()
+	if s.lazy != nil {
+		// The catalog's cached apps compose again on the new config (its
+		// composer takes s.mu); a file app now named like one drops it.
+		s.lazy.Refresh()
+	}
 	s.metrics.Reload(true)
 	return nil
 }
@@ -209,6 +231,8 @@ func needsRestart(old, cfg *config.Config) error {
 		return errors.New("reload: instance.lock or instance.unexpected changed; restart levee to apply them (nothing was changed)")
 	case !reflect.DeepEqual(old.Cluster, cfg.Cluster):
 		return errors.New("reload: cluster settings changed; restart levee to apply them (nothing was changed)")
+	case old.Catalog != cfg.Catalog:
+		return errors.New("reload: catalog changed; restart levee to apply it (nothing was changed)")
 	}
 	return nil
 }
@@ -226,6 +250,7 @@ func (s *Server) applyLocked(cfg *config.Config) {
 	s.errlog.SetPerSecond(cfg.Log.ErrorsPerSecond)
 	s.scale.setConfig(cfg)
 	trust := forward.NewTrust(cfg.Server.TrustedPrefixes())
+	s.trust = trust
 	entries := make([]catalog.Entry[*route], 0, len(cfg.Apps))
 	var retired []*http.Transport
 	var retiredFast []*fasthttp.HostClient
@@ -238,7 +263,7 @@ func (s *Server) applyLocked(cfg *config.Config) {
 	}
 	s.current.Store(&snapshot{catalog: catalog.Build(entries), access: cfg.Log.Access})
 	for name, a := range s.apps {
-		if _, ok := cfg.Apps[name]; !ok {
+		if _, ok := cfg.Apps[name]; !ok && a.stored == nil {
 			delete(s.apps, name)
 			retired = append(retired, a.transport)
 			for _, c := range a.fast {
@@ -267,6 +292,9 @@ func (s *Server) applyLocked(cfg *config.Config) {
 // Callers hold s.mu.
 func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, trust forward.Trust) (rt *route, retired []*http.Transport, retiredFast []*fasthttp.HostClient) {
 	a := s.apps[name]
+	if a != nil && a.stored != nil && cfg.Apps[name] == ac {
+		a.stored = nil // a file app now has the name of a stored one: the file wins
+	}
 	lim := admit.Limits{
 		Concurrency: ac.Limits.Concurrency.Limit,
 		MaxLen:      ac.Limits.Queue.MaxLen,
@@ -525,7 +553,11 @@ func (s *Server) checkDistribution(now time.Time) {
 		for _, sh := range shares {
 			n += sh.Requests
 		}
-		threshold := s.cfg.Apps[name].Balance.ImbalanceAlert
+		ac := s.appConfig(name)
+		if ac == nil {
+			continue
+		}
+		threshold := ac.Balance.ImbalanceAlert
 		alert := n >= minAlertRequests && imb > threshold
 		if alert == a.alert {
 			continue
@@ -653,18 +685,26 @@ func (s *Server) Serve(ctx context.Context) error {
 	if s.cluster != nil {
 		background.Go(func() { s.runCluster(stopBackground) })
 	}
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	if s.lazy != nil {
+		background.Go(func() { s.lazy.Run(watchCtx) })
+	}
 	var serveErr error
 	select {
 	case <-ctx.Done():
 	case serveErr = <-errc:
 	}
 	close(stopBackground)
+	stopWatch()
 	background.Wait()
 	s.stopHealthChecks()
 	drain, cancel := context.WithTimeout(context.Background(), s.Config().Server.DrainTimeout.D())
 	defer cancel()
 	err := s.shutdown(drain)
 	s.serving.Wait()
+	if s.lazy != nil {
+		s.lazy.Close() // releases every stored app: no request is left to use one
+	}
 	return errors.Join(serveErr, err, s.closeCluster())
 }
 

@@ -1,0 +1,131 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/leveeproxy/levee/internal/catalog"
+	"github.com/leveeproxy/levee/internal/config"
+)
+
+// The rejection reasons of the SQLite catalog.
+const (
+	reasonCatalogBusy        = "catalog-busy"
+	reasonCatalogUnavailable = "catalog-unavailable"
+)
+
+// errShadowed skips a stored app that has the name of a YAML app: the
+// config file wins.
+var errShadowed = errors.New("server: an app of the config file has this name; the config file wins")
+
+// newLazyCatalog makes the server's lazily loaded catalog over st, or nil
+// when there is no store.
+func (s *Server) newLazyCatalog(st catalog.Store, cfg config.Catalog) *catalog.Lazy[*route] {
+	if st == nil {
+		return nil
+	}
+	return catalog.NewLazy(catalog.LazyOptions[*route]{
+		Store:       st,
+		Compose:     s.composeStored,
+		Release:     s.releaseStored,
+		MaxApps:     cfg.Cache.MaxApps,
+		MaxUnknown:  cfg.Cache.MaxUnknown,
+		UnknownTTL:  cfg.Cache.UnknownTTL.D(),
+		Concurrency: cfg.Loader.Concurrency,
+		MaxWaiters:  cfg.Loader.MaxWaiters,
+		Timeout:     cfg.Loader.Timeout.D(),
+		Watch:       cfg.Watch.D(),
+		Clock:       s.clk,
+		Logger:      s.log,
+		Metrics:     catalog.NewMetrics(s.metrics.Registry),
+	})
+}
+
+// routeStored finds a request's route in the SQLite catalog, after the
+// config file's apps missed. ok false with a zero refusal code: no app
+// claims it (404), or the client went away.
+func (s *Server) routeStored(ctx context.Context, host, path string) (*route, refusal, bool) {
+	rt, err := s.lazy.Load(ctx, host, path)
+	switch {
+	case err == nil:
+		return rt, refusal{}, true
+	case errors.Is(err, catalog.ErrBusy):
+		s.unrouted.Rejected(reasonCatalogBusy)
+		return nil, refusal{code: http.StatusServiceUnavailable, reason: reasonCatalogBusy, retryAfter: s.catalogRetry}, false
+	case errors.Is(err, catalog.ErrUnavailable):
+		s.unrouted.Rejected(reasonCatalogUnavailable)
+		s.errlog.Error("catalog load failed", "host", host, "err", err)
+		return nil, refusal{code: http.StatusServiceUnavailable, reason: reasonCatalogUnavailable, retryAfter: s.catalogRetry}, false
+	}
+	return nil, refusal{}, false // not found, or ctx ended
+}
+
+// composeStored composes an app loaded from the catalog store, as a
+// reload composes the config file's apps; the app's state lives until the
+// catalog releases every route composed for it (releaseStored).
+func (s *Server) composeStored(r catalog.Record) (*route, error) {
+	ac, err := config.ParseApp(r.Name, r.Config)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	if _, ok := s.cfg.Apps[r.Name]; ok {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("app %s: %w", r.Name, errShadowed)
+	}
+	rt, retired, retiredFast := s.composeApp(r.Name, ac, s.cfg, s.trust)
+	rt.app.stored = ac
+	rt.app.storedRefs++
+	s.mu.Unlock()
+	for _, t := range retired {
+		t.CloseIdleConnections()
+	}
+	for _, c := range retiredFast {
+		c.CloseIdleConnections()
+	}
+	return rt, nil
+}
+
+// releaseStored drops one route of a stored app; the last one releases the
+// app's state: its health checker stops, idle connections close and its
+// metrics are forgotten. Requests still using the route finish on it.
+func (s *Server) releaseStored(rt *route) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := rt.app
+	a.storedRefs--
+	if a.storedRefs > 0 || a.stored == nil || s.apps[a.name] != a {
+		return
+	}
+	delete(s.apps, a.name)
+	s.metrics.Forget(a.name)
+	if a.checker != nil {
+		a.checker.Stop()
+	}
+	a.transport.CloseIdleConnections()
+	for _, c := range a.fast {
+		c.CloseIdleConnections()
+	}
+}
+
+// appConfig is the config in force of a (file or stored) app; nil if none.
+// Callers hold s.mu.
+func (s *Server) appConfig(name string) *config.App {
+	if ac := s.cfg.Apps[name]; ac != nil {
+		return ac
+	}
+	if a := s.apps[name]; a != nil {
+		return a.stored
+	}
+	return nil
+}
+
+// CatalogStats returns the SQLite catalog's gauges, false when it is off.
+func (s *Server) CatalogStats() (catalog.LazyStats, bool) {
+	if s.lazy == nil {
+		return catalog.LazyStats{}, false
+	}
+	return s.lazy.Stats(), true
+}

@@ -1,0 +1,244 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leveeproxy/levee/internal/catalog"
+	"github.com/leveeproxy/levee/internal/catalog/sqlitestore"
+)
+
+// catalogFile writes apps (JSONL) to a new catalog file in a temporary
+// directory; it returns the writer and a read-only store on the file.
+func catalogFile(t *testing.T, jsonl string) (w, r *sqlitestore.Store) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "catalog.db")
+	w, err := sqlitestore.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	putApps(t, w, jsonl)
+	r, err = sqlitestore.Open(path, sqlitestore.Options{Conns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return w, r
+}
+
+func putApps(t *testing.T, w *sqlitestore.Store, jsonl string) {
+	t.Helper()
+	apps, err := sqlitestore.ReadImport("apps.jsonl", strings.NewReader(jsonl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Put(context.Background(), apps, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startCatalogProxy is startProxy with a catalog store.
+func startCatalogProxy(t *testing.T, yamlCfg string, st catalog.Store) *proxy {
+	t.Helper()
+	cfg := mustParse(t, yamlCfg)
+	p := &proxy{t: t, logs: &syncBuffer{}, done: make(chan error, 1)}
+	p.srv = New(cfg, Options{Logger: slog.New(slog.NewTextHandler(p.logs, nil)), Catalog: st})
+	if err := p.srv.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	p.URL = "http://" + p.srv.Addrs()[0].String()
+	ctx, cancel := context.WithCancel(context.Background())
+	p.stop = cancel
+	go func() { p.done <- p.srv.Serve(ctx) }()
+	t.Cleanup(func() { p.Stop() })
+	return p
+}
+
+func storedApp(name, host, backend string, extra string) string {
+	return fmt.Sprintf(`{"name":%q,"hosts":[%q],"backends":[%q]%s}`+"\n", name, host, backend, extra)
+}
+
+// TestCatalogServesStoredAppsBesideTheFile: a host the config file does not
+// claim is routed by the catalog; where both claim a host and path, or an
+// app name, the file wins; a host neither knows gets 404.
+func TestCatalogServesStoredAppsBesideTheFile(t *testing.T) {
+	var inflight, peak atomic.Int64
+	fileBE := namedBackend(t, "file", &inflight, &peak)
+	storeBE := namedBackend(t, "stored", &inflight, &peak)
+	_, st := catalogFile(t, storedApp("s1", "s1.test", storeBE, "")+
+		storedApp("clash", "a.test", storeBE, `,"paths":["/","/api"]`)+
+		storedApp("a", "named-like-a.test", storeBE, ""))
+	p := startCatalogProxy(t, fmt.Sprintf("apps:\n  a: {hosts: [a.test], paths: [/api], backends: [%s]}\n", fileBE), st)
+
+	for _, c := range []struct {
+		host, path string
+		code       int
+		body       string
+	}{
+		{"s1.test", "/", 200, "stored"},
+		{"S1.test", "/x", 200, "stored"},
+		{"a.test", "/api/x", 200, "file"},   // the file wins the same host and path
+		{"a.test", "/other", 200, "stored"}, // a path the file does not route
+		{"named-like-a.test", "/", 404, ""}, // a stored app named like a file app is ignored
+		{"nobody.test", "/", 404, ""},
+	} {
+		resp := p.get(c.host, c.path)
+		body := readAll(t, resp)
+		if resp.StatusCode != c.code || (c.body != "" && body != c.body) {
+			t.Errorf("%s%s: %d %q, want %d %q", c.host, c.path, resp.StatusCode, body, c.code, c.body)
+		}
+	}
+	if _, ok := p.srv.AppStats("s1"); !ok {
+		t.Error("the stored app has no state in the server")
+	}
+	if got := p.metric("levee_requests_total", map[string]string{"app": "s1", "code": "200"}); got != 2 {
+		t.Errorf("s1 requests = %v, want 2", got)
+	}
+}
+
+// gatedStore holds every ForHost until its gate opens: a catalog file
+// answering slowly (a 500 ms query), without the test sleeping.
+type gatedStore struct {
+	catalog.Store
+	pass    atomic.Bool // no gate: answer at once
+	gate    chan struct{}
+	started chan string
+	queries atomic.Int64
+}
+
+func (g *gatedStore) ForHost(ctx context.Context, host string) ([]catalog.Record, error) {
+	g.queries.Add(1)
+	if g.pass.Load() {
+		return g.Store.ForHost(ctx, host)
+	}
+	g.started <- host
+	select {
+	case <-g.gate:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return g.Store.ForHost(ctx, host)
+}
+
+// TestCatalogBusyAnswers503AtOnce: with the loader saturated by a slow
+// store, a cold host gets 503 catalog-busy with Retry-After at once, while
+// a cached app is served without touching the store.
+func TestCatalogBusyAnswers503AtOnce(t *testing.T) {
+	var inflight, peak atomic.Int64
+	be := namedBackend(t, "stored", &inflight, &peak)
+	_, st := catalogFile(t, storedApp("hot", "hot.test", be, "")+storedApp("cold1", "cold1.test", be, "")+
+		storedApp("cold2", "cold2.test", be, ""))
+	g := &gatedStore{Store: st, gate: make(chan struct{}), started: make(chan string, 4)}
+	p := startCatalogProxy(t, "catalog: {sqlite: unused-in-test.db, loader: {concurrency: 1, max_waiters: 0, retry_after: 2s}}\n", g)
+
+	close(g.gate) // warm the hot app
+	<-func() chan struct{} {
+		d := make(chan struct{})
+		go func() { readAll(t, p.get("hot.test", "/")); close(d) }()
+		return d
+	}()
+	<-g.started
+	g.gate = make(chan struct{}) // the proxy reads gate only inside ForHost, after started
+
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		resp := p.get("cold1.test", "/")
+		if body := readAll(t, resp); resp.StatusCode != 200 || body != "stored" {
+			t.Errorf("cold1 after the store recovered: %d %q", resp.StatusCode, body)
+		}
+	})
+	<-g.started // cold1 holds the only query slot
+	q := g.queries.Load()
+	resp := p.get("cold2.test", "/")
+	readAll(t, resp)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Levee-Reject") != "catalog-busy" || resp.Header.Get("Retry-After") != "2" {
+		t.Errorf("cold host while the loader is saturated: %d %v", resp.StatusCode, resp.Header)
+	}
+	for range 20 {
+		resp := p.get("hot.test", "/")
+		if body := readAll(t, resp); resp.StatusCode != 200 || body != "stored" {
+			t.Fatalf("cached app while the loader is saturated: %d %q", resp.StatusCode, body)
+		}
+	}
+	if g.queries.Load() != q {
+		t.Error("a refused or cached request queried the store")
+	}
+	if got := p.metric("levee_rejected_total", map[string]string{"app": "", "reason": "catalog-busy"}); got != 1 {
+		t.Errorf("levee_rejected_total{reason=catalog-busy} = %v, want 1", got)
+	}
+	close(g.gate)
+	wg.Wait()
+}
+
+// TestCatalogEvictionReleasesAppState: past catalog.cache.max_apps the
+// least useful app is evicted and its server state released.
+func TestCatalogEvictionReleasesAppState(t *testing.T) {
+	var inflight, peak atomic.Int64
+	be := namedBackend(t, "stored", &inflight, &peak)
+	var jsonl strings.Builder
+	for i := range 3 {
+		jsonl.WriteString(storedApp(fmt.Sprint("app", i), fmt.Sprintf("app%d.test", i), be, ""))
+	}
+	_, st := catalogFile(t, jsonl.String())
+	p := startCatalogProxy(t, "catalog: {sqlite: unused-in-test.db, cache: {max_apps: 1}}\n", st)
+	for i := range 3 {
+		readAll(t, p.get(fmt.Sprintf("app%d.test", i), "/"))
+	}
+	s, _ := p.srv.CatalogStats()
+	p.srv.mu.Lock()
+	stored := 0
+	for _, a := range p.srv.apps {
+		if a.stored != nil {
+			stored++
+		}
+	}
+	p.srv.mu.Unlock()
+	if stored != s.Apps || s.Apps != s.Hosts {
+		t.Errorf("server holds %d stored apps, the catalog caches %d apps for %d hosts", stored, s.Apps, s.Hosts)
+	}
+}
+
+// TestCatalogChangesApplyWithoutRestart: a changed limit of a cached app
+// applies after the watcher's poll; a deleted app answers 404.
+func TestCatalogChangesApplyWithoutRestart(t *testing.T) {
+	var inflight, peak atomic.Int64
+	be := namedBackend(t, "stored", &inflight, &peak)
+	w, st := catalogFile(t, storedApp("s", "s.test", be, ""))
+	p := startCatalogProxy(t, "catalog: {sqlite: unused-in-test.db, watch: 1h}\n", st)
+	if resp := p.get("s.test", "/"); resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	putApps(t, w, storedApp("s", "s.test", be, `,"limits":{"body":10}`))
+	if _, err := p.srv.lazy.Poll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPost, p.URL+"/", strings.NewReader("more than ten bytes"))
+	req.Host = "s.test"
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, resp)
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("after limits.body changed to 10: %d, want 413", resp.StatusCode)
+	}
+	if _, err := w.Delete(context.Background(), []string{"s"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	p.srv.lazy.Poll(context.Background())
+	if resp := p.get("s.test", "/"); resp.StatusCode != 404 {
+		t.Errorf("after delete: %d, want 404", resp.StatusCode)
+	}
+	if _, ok := p.srv.AppStats("s"); ok {
+		t.Error("a deleted app's state is still held")
+	}
+}
