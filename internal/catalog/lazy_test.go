@@ -191,7 +191,7 @@ func TestLazyLoadsOnceThenServesFromMemory(t *testing.T) {
 	}
 	for _, c := range []struct{ host, path, want string }{
 		{"SHOP.example:8080", "/api/x", "shop"},
-		{"api.shop.example", "/v2/x", "api"},  // exact beats the wildcard
+		{"api.shop.example", "/v2/x", "api"},   // exact beats the wildcard
 		{"api.shop.example", "/other", "shop"}, // the exact host's paths do not match: wildcard
 		{"a.b.shop.example", "/", "shop"},
 	} {
