@@ -5,6 +5,7 @@
 //	levee check --config FILE   validate a config; exit 1 listing every problem
 //	levee demo                  run levee in front of sample backends on loopback
 //	levee drill NAME|all        replay an incident against an edge and grade it
+//	levee catalog import|export|stats   manage an SQLite app catalog
 //	levee version               print the version
 package main
 
@@ -35,6 +36,8 @@ Usage:
   levee drill NAME|all [flags]
                               replay an incident against an edge and grade it
                               (levee drill --help lists the drills)
+  levee catalog import|export|stats (--db FILE | --config FILE) ...
+                              manage an SQLite app catalog (levee catalog for help)
   levee version               print the version
 `
 
@@ -68,11 +71,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if !ok {
 			return exitUsage
 		}
-		return check(path, stdout, stderr)
+		return check(ctx, path, stdout, stderr)
 	case "demo":
 		return demoCmd(ctx, rest, stdout, stderr)
 	case "drill":
 		return drillCmd(ctx, rest, stdout, stderr)
+	case "catalog":
+		return catalogCmd(ctx, rest, stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, versionString())
 		return 0
@@ -98,7 +103,7 @@ func configFlag(cmd string, args []string, stderr io.Writer) (string, bool) {
 	return *path, true
 }
 
-func check(path string, stdout, stderr io.Writer) int {
+func check(ctx context.Context, path string, stdout, stderr io.Writer) int {
 	cfg, err := config.Load(path)
 	if err != nil {
 		var errs config.Errors
@@ -111,6 +116,16 @@ func check(path string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "%s: %v\n", path, err)
 		}
 		return 1
+	}
+	if cfg.Catalog.SQLite != "" {
+		warnings, err := catalogWarnings(ctx, cfg)
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: 1 problem(s):\n  catalog.sqlite: %v\n", path, err)
+			return 1
+		}
+		for _, w := range warnings {
+			fmt.Fprintf(stderr, "%s: warning: %s\n", path, w)
+		}
 	}
 	fmt.Fprintf(stdout, "%s: ok (%d apps, %d listeners)\n", path, len(cfg.Apps), len(cfg.Listen))
 	return 0

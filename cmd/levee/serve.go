@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/leveeproxy/levee/internal/admin"
+	"github.com/leveeproxy/levee/internal/catalog/sqlitestore"
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/sdnotify"
 	"github.com/leveeproxy/levee/internal/server"
@@ -52,7 +53,17 @@ func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ..
 		return err
 	}
 	defer guard.release()
-	srv := server.New(cfg, server.Options{Logger: log, LogLevel: level})
+	opts := server.Options{Logger: log, LogLevel: level}
+	if cfg.Catalog.SQLite != "" {
+		// Read-only: one connection per concurrent load, one for the watcher.
+		st, err := sqlitestore.Open(cfg.Catalog.SQLite, sqlitestore.Options{Conns: cfg.Catalog.Loader.Concurrency + 1})
+		if err != nil {
+			return fmt.Errorf("catalog.sqlite: %w", err)
+		}
+		defer st.Close()
+		opts.Catalog = st
+	}
+	srv := server.New(cfg, opts)
 	if guard.unexpected {
 		srv.SetUnexpected(true)
 	}
