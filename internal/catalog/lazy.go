@@ -455,5 +455,5 @@ func (l *Lazy[V]) Each(fn func(Record)) {
 // Refresh composes every cached app again (after a config reload) and
 // swaps the new values in; requests in flight finish on the old ones.
 func (l *Lazy[V]) Refresh() {
-	l.Each(func(r Record) { l.update(r, false) })
+	l.Each(func(r Record) { l.update(r, true) })
 }

@@ -242,3 +242,40 @@ func TestCatalogChangesApplyWithoutRestart(t *testing.T) {
 		t.Error("a deleted app's state is still held")
 	}
 }
+
+// TestCatalogReloadRecomposesStoredApps: a reload composes the cached
+// stored apps again on the new config; a file app taking a stored app's
+// name wins, and the stored one is dropped.
+func TestCatalogReloadRecomposesStoredApps(t *testing.T) {
+	var inflight, peak atomic.Int64
+	be := namedBackend(t, "stored", &inflight, &peak)
+	fileBE := namedBackend(t, "file", &inflight, &peak)
+	_, st := catalogFile(t, storedApp("s", "s.test", be, ""))
+	base := "catalog: {sqlite: unused-in-test.db}\n"
+	p := startCatalogProxy(t, base, st)
+	readAll(t, p.get("s.test", "/"))
+	before, _ := p.srv.lazy.Load(context.Background(), "s.test", "/")
+
+	if err := p.srv.Reload(mustParse(t, base+"upstream: {dial_timeout: 3s}\n")); err != nil {
+		t.Fatal(err)
+	}
+	after, err := p.srv.lazy.Load(context.Background(), "s.test", "/")
+	if err != nil || after == before || after.app != before.app {
+		t.Errorf("after reload: route %p (was %p), app kept %v, err %v", after, before, after != nil && after.app == before.app, err)
+	}
+	if resp := p.get("s.test", "/"); readAll(t, resp) != "stored" {
+		t.Error("the stored app is not served after a reload")
+	}
+	if err := p.srv.Reload(mustParse(t, base+fmt.Sprintf("apps:\n  s: {hosts: [file.test], backends: [%s]}\n", fileBE))); err != nil {
+		t.Fatal(err)
+	}
+	if resp := p.get("s.test", "/"); resp.StatusCode != 404 {
+		t.Errorf("a stored app named like a file app: %d, want 404", resp.StatusCode)
+	}
+	if resp := p.get("file.test", "/"); readAll(t, resp) != "file" {
+		t.Error("the file app is not served")
+	}
+	if err := p.srv.Reload(mustParse(t, "catalog: {sqlite: other.db}\n")); err == nil {
+		t.Error("a reload changing catalog was accepted")
+	}
+}
