@@ -273,9 +273,15 @@ func (l *Lazy[V]) run(key string, c *loadCall[V], gen, ugen uint64) {
 		}
 		return
 	}
+	// The entry's apps count key as a user before it is visible: whoever
+	// removes it from the cache, at any time after, finds key to remove.
+	l.register(key, c.entry)
 	ok, removed := l.hosts.shard(key).put(key, c.entry, 0, gen)
+	if !ok {
+		removed = append(removed, &sieveNode[*hostEntry[V]]{key: key, val: c.entry})
+	}
 	l.o.Metrics.evicted(len(removed))
-	l.settle(key, c.entry, ok, removed)
+	l.release(removed)
 }
 
 // build composes the entry of key from the records claiming it; nil when
@@ -311,7 +317,8 @@ func (l *Lazy[V]) build(key string, recs []Record) *hostEntry[V] {
 	}
 	if len(claims) == 0 {
 		if len(e.apps) > 0 {
-			l.settle(key, e, false, nil)
+			l.register(key, e)
+			l.release([]*sieveNode[*hostEntry[V]]{{key: key, val: e}})
 		}
 		return nil
 	}
@@ -328,7 +335,7 @@ func (l *Lazy[V]) build(key string, recs []Record) *hostEntry[V] {
 }
 
 // acquire returns the composed app of r, composing it if it is not cached
-// or is older than r, and marks it pending until settle.
+// or is older than r, and marks it pending until register.
 func (l *Lazy[V]) acquire(r Record) *appRef[V] {
 	l.appsMu.Lock()
 	if ref := l.apps[r.Name]; ref != nil && ref.rec.Version >= r.Version {
@@ -365,26 +372,13 @@ func (l *Lazy[V]) acquire(r Record) *appRef[V] {
 	return ref
 }
 
-// settle ends the pending holds of a load on e's apps: key now uses them
-// if the entry was inserted. Entries removed from the cache stop using
-// theirs. Apps left unused are released.
-func (l *Lazy[V]) settle(key string, e *hostEntry[V], inserted bool, removed []*sieveNode[*hostEntry[V]]) {
-	var free []V
+// register turns a load's pending holds on e's apps into uses by key.
+func (l *Lazy[V]) register(key string, e *hostEntry[V]) {
 	l.appsMu.Lock()
+	defer l.appsMu.Unlock()
 	for _, ref := range e.apps {
 		ref.pending--
-		if inserted {
-			ref.keys = append(ref.keys, key)
-		} else {
-			free = l.unusedLocked(ref, free)
-		}
-	}
-	for _, n := range removed {
-		free = l.dropKeyLocked(n.key, n.val, free)
-	}
-	l.appsMu.Unlock()
-	for _, v := range free {
-		l.o.Release(v)
+		ref.keys = append(ref.keys, key)
 	}
 }
 

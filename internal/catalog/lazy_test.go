@@ -175,6 +175,11 @@ func newLazy(t *testing.T, st Store, o LazyOptions[*val]) (*Lazy[*val], *ledger)
 		l.Close()
 		if n := g.liveCount(); n != 0 {
 			t.Errorf("%d composed apps never released", n)
+			l.appsMu.Lock()
+			for name, ref := range l.apps {
+				t.Logf("still cached: %s: hosts %v pending %d (cache holds %d hosts)", name, ref.keys, ref.pending, l.hosts.len())
+			}
+			l.appsMu.Unlock()
 		}
 	})
 	return l, g

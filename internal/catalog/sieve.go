@@ -15,6 +15,11 @@ import (
 type sieve[E any] struct {
 	seed   maphash.Seed
 	shards []sieveShard[E]
+	// count is the entries of all shards; cap bounds it. A shard inserting
+	// into a full cache evicts its own victim, so the bound holds however
+	// the hash spreads keys (plus at most one entry per empty shard).
+	count atomic.Int64
+	cap   int64
 }
 
 type sieveShard[E any] struct {
@@ -22,7 +27,7 @@ type sieveShard[E any] struct {
 	m  map[string]*sieveNode[E]
 	// head is the newest node, tail the oldest; hand walks from tail to head.
 	head, tail, hand *sieveNode[E]
-	cap              int
+	all              *sieve[E]
 	// gen counts invalidations, so a load that began before one does not
 	// insert what it read (guarded by mu).
 	gen  uint64
@@ -40,11 +45,10 @@ type sieveNode[E any] struct {
 
 // newSieve returns a cache of at most about capacity entries in n shards.
 func newSieve[E any](capacity, n int) *sieve[E] {
-	s := &sieve[E]{seed: maphash.MakeSeed(), shards: make([]sieveShard[E], n)}
-	per := max(1, (capacity+n-1)/n)
+	s := &sieve[E]{seed: maphash.MakeSeed(), shards: make([]sieveShard[E], n), cap: int64(max(capacity, 1))}
 	for i := range s.shards {
 		s.shards[i].m = make(map[string]*sieveNode[E])
-		s.shards[i].cap = per
+		s.shards[i].all = s
 	}
 	return s
 }
@@ -85,11 +89,12 @@ func (sh *sieveShard[E]) put(key string, val E, expires int64, gen uint64) (bool
 		sh.unlink(old)
 		out = append(out, old)
 	}
-	for len(sh.m) >= sh.cap {
+	for sh.all.count.Load() >= sh.all.cap && len(sh.m) > 0 {
 		out = append(out, sh.evict())
 	}
 	n := &sieveNode[E]{key: key, val: val, expires: expires}
 	sh.m[key] = n
+	sh.all.count.Add(1)
 	n.prev = sh.head
 	if sh.head != nil {
 		sh.head.next = n
@@ -151,6 +156,7 @@ func (sh *sieveShard[E]) removeIf(match func(string) bool) []*sieveNode[E] {
 // unlink takes n out of the map and the list. Callers hold mu.
 func (sh *sieveShard[E]) unlink(n *sieveNode[E]) {
 	delete(sh.m, n.key)
+	sh.all.count.Add(-1)
 	if sh.hand == n {
 		sh.hand = n.next
 	}
@@ -168,16 +174,7 @@ func (sh *sieveShard[E]) unlink(n *sieveNode[E]) {
 }
 
 // len counts the entries of every shard.
-func (s *sieve[E]) len() int {
-	n := 0
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.RLock()
-		n += len(sh.m)
-		sh.mu.RUnlock()
-	}
-	return n
-}
+func (s *sieve[E]) len() int { return int(s.count.Load()) }
 
 // hits sums the shards' hit counters.
 func (s *sieve[E]) hits() uint64 {

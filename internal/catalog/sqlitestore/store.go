@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/leveeproxy/levee/internal/catalog"
@@ -19,6 +20,9 @@ import (
 type Store struct {
 	db   *sql.DB
 	path string
+
+	mu      sync.Mutex
+	forHost map[int]*sql.Stmt // by number of candidate hosts
 }
 
 var _ catalog.Store = (*Store)(nil)
@@ -45,7 +49,7 @@ func Open(path string, o Options) (*Store, error) {
 	}
 	db.SetMaxOpenConns(o.Conns)
 	db.SetMaxIdleConns(o.Conns)
-	s := &Store{db: db, path: path}
+	s := &Store{db: db, path: path, forHost: map[int]*sql.Stmt{}}
 	if err := s.checkSchema(); err != nil {
 		db.Close()
 		return nil, err
@@ -68,7 +72,7 @@ func Create(path string) (*Store, error) {
 			return nil, fmt.Errorf("sqlitestore: create %s: %w", path, err)
 		}
 	}
-	s := &Store{db: db, path: path}
+	s := &Store{db: db, path: path, forHost: map[int]*sql.Stmt{}}
 	if err := s.checkSchema(); err != nil {
 		db.Close()
 		return nil, err
@@ -93,25 +97,72 @@ func (s *Store) checkSchema() error {
 }
 
 // Close closes the file.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error {
+	s.mu.Lock()
+	for _, st := range s.forHost {
+		st.Close()
+	}
+	s.mu.Unlock()
+	return s.db.Close()
+}
 
-// ForHost returns the apps claiming host exactly or by a wildcard.
+// ForHost returns the apps claiming host exactly or by a wildcard, in one
+// statement (so one consistent read) prepared once per number of labels.
 func (s *Store) ForHost(ctx context.Context, host string) ([]catalog.Record, error) {
 	cands := append([]string{host}, catalog.WildcardsOf(host)...)
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	st, err := s.forHostStmt(len(cands))
 	if err != nil {
-		return nil, fmt.Errorf("sqlitestore: %w", err)
-	}
-	defer tx.Rollback()
-	rows, err := tx.QueryContext(ctx, `SELECT DISTINCT app FROM routes WHERE host IN (`+marks(len(cands))+`)`, anys(cands)...)
-	if err != nil {
-		return nil, fmt.Errorf("sqlitestore: %w", err)
-	}
-	names, err := scanStrings(rows)
-	if err != nil || len(names) == 0 {
 		return nil, err
 	}
-	return apps(ctx, tx, names)
+	rows, err := st.QueryContext(ctx, anys(cands)...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	defer rows.Close()
+	var out []catalog.Record
+	for rows.Next() {
+		var name, host, path string
+		var cfg []byte
+		var version int64
+		if err := rows.Scan(&name, &cfg, &version, &host, &path); err != nil {
+			return nil, fmt.Errorf("sqlitestore: %w", err)
+		}
+		if len(out) == 0 || out[len(out)-1].Name != name {
+			out = append(out, catalog.Record{Name: name, Config: cfg, Version: version})
+		}
+		addRoute(&out[len(out)-1], host, path)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	return out, nil
+}
+
+// forHostStmt returns the ForHost statement for n candidate hosts.
+func (s *Store) forHostStmt(n int) (*sql.Stmt, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.forHost[n]; st != nil {
+		return st, nil
+	}
+	st, err := s.db.Prepare(`SELECT a.name, a.config, a.version, r.host, r.path
+		FROM apps a JOIN routes r ON r.app = a.name
+		WHERE a.name IN (SELECT app FROM routes WHERE host IN (` + marks(n) + `))
+		ORDER BY a.name, r.host, r.path`)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	s.forHost[n] = st
+	return st, nil
+}
+
+func addRoute(r *catalog.Record, host, path string) {
+	if !slices.Contains(r.Hosts, host) {
+		r.Hosts = append(r.Hosts, host)
+	}
+	if !slices.Contains(r.Paths, path) {
+		r.Paths = append(r.Paths, path)
+	}
 }
 
 // Apps returns the named apps that exist.
@@ -169,16 +220,8 @@ func apps(ctx context.Context, q querier, names []string) ([]catalog.Record, err
 		if err := rows.Scan(&app, &host, &path); err != nil {
 			return nil, fmt.Errorf("sqlitestore: %w", err)
 		}
-		i, ok := byName[app]
-		if !ok {
-			continue
-		}
-		r := &out[i]
-		if !slices.Contains(r.Hosts, host) {
-			r.Hosts = append(r.Hosts, host)
-		}
-		if !slices.Contains(r.Paths, path) {
-			r.Paths = append(r.Paths, path)
+		if i, ok := byName[app]; ok {
+			addRoute(&out[i], host, path)
 		}
 	}
 	if err := rows.Err(); err != nil {
