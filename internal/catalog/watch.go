@@ -164,7 +164,7 @@ func sorted(ss []string) []string {
 // shard; a wildcard (*.example.com) from every shard, every host below it.
 func (l *Lazy[V]) dropHosts(hosts []string) {
 	var suffixes []string
-	var removed []*sieveNode[*hostEntry[V]]
+	var removed []*sieveNode[hostEntry[V]]
 	for _, h := range hosts {
 		h = strings.ToLower(h)
 		if strings.HasPrefix(h, "*.") {
@@ -190,7 +190,7 @@ func (l *Lazy[V]) dropHosts(hosts []string) {
 
 // flush forgets every cached host.
 func (l *Lazy[V]) flush() {
-	var removed []*sieveNode[*hostEntry[V]]
+	var removed []*sieveNode[hostEntry[V]]
 	all := func(string) bool { return true }
 	for i := range l.hosts.shards {
 		removed = append(removed, l.hosts.shards[i].removeIf(all)...)
@@ -201,14 +201,14 @@ func (l *Lazy[V]) flush() {
 
 // release settles removed cache nodes: their apps lose a host, and apps
 // left without one are released.
-func (l *Lazy[V]) release(removed []*sieveNode[*hostEntry[V]]) {
+func (l *Lazy[V]) release(removed []*sieveNode[hostEntry[V]]) {
 	if len(removed) == 0 {
 		return
 	}
 	var free []V
 	l.appsMu.Lock()
 	for _, n := range removed {
-		free = l.dropKeyLocked(n.key, n.val, free)
+		free = l.dropKeyLocked(n.key, &n.val, free)
 	}
 	l.appsMu.Unlock()
 	for _, v := range free {
