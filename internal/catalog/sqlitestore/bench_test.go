@@ -9,7 +9,6 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -99,39 +98,110 @@ func benchLazy(b *testing.B, st catalog.Store, maxApps int) *catalog.Lazy[*bench
 	return l
 }
 
-// BenchmarkCatalogCachedLookup looks up cached apps from all Ps at once:
-// every app of the file is cached (max_apps = apps). updates=1000 applies
-// 1,000 in-place changes per second to random cached apps meanwhile, as
-// the watcher does (compose + swap, under the shard and app locks).
+// benchCached is how many of the file's apps BenchmarkCatalogCachedLookup
+// caches: min(apps, LEVEE_BENCH_CACHED or 100,000), loaded 8 at a time.
+func benchCached(apps int) int {
+	if n, err := strconv.Atoi(os.Getenv("LEVEE_BENCH_CACHED")); err == nil && n > 0 {
+		return min(n, apps)
+	}
+	return min(100_000, apps)
+}
+
+// pacedStore releases the changes already written to the file at rate per
+// second from start, as if they were being written now: the benchmark
+// measures what levee does with 1,000 changes a second (poll, read the
+// changed apps, compose, swap), not the writer, which is another process
+// (levee catalog import) in production.
+type pacedStore struct {
+	*Store
+	mu    sync.Mutex
+	v0    int64
+	start time.Time
+	rate  float64 // 0: every change at once
+}
+
+func (p *pacedStore) pace(v0 int64, rate float64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.v0, p.start, p.rate = v0, time.Now(), rate
+}
+
+func (p *pacedStore) Changes(ctx context.Context, after int64, limit int) ([]catalog.Change, error) {
+	p.mu.Lock()
+	v0, start, rate := p.v0, p.start, p.rate
+	p.mu.Unlock()
+	if rate > 0 {
+		due := v0 + int64(time.Since(start).Seconds()*rate)
+		if due <= after {
+			return nil, nil
+		}
+		limit = min(limit, int(due-after))
+	}
+	return p.Store.Changes(ctx, after, limit)
+}
+
+// BenchmarkCatalogCachedLookup looks up cached apps from all Ps at once,
+// in a file of benchApps() apps of which benchCached() are cached
+// (max_apps = that). updates=1000 applies 1,000 changes a second to
+// random cached apps meanwhile (each a new config: read, composed and
+// swapped in by the watcher, polling every 10 ms).
 func BenchmarkCatalogCachedLookup(b *testing.B) {
-	n := benchApps()
-	st, err := Open(benchFile(b, n), Options{Conns: 8})
+	apps := benchApps()
+	n := benchCached(apps)
+	path := benchFile(b, apps)
+	raw, err := Open(path, Options{Conns: 8})
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { st.Close() })
-	l := benchLazy(b, st, n)
+	b.Cleanup(func() { raw.Close() })
+	st := &pacedStore{Store: raw}
+	st.pace(0, 1) // nothing new until a run paces it
+	l := catalog.NewLazy(catalog.LazyOptions[*benchVal]{
+		Store:       st,
+		Compose:     func(r catalog.Record) (*benchVal, error) { return &benchVal{name: r.Name, cfg: r.Config}, nil },
+		MaxApps:     n,
+		Concurrency: 8, MaxWaiters: 1024, Timeout: 10 * time.Second,
+		Watch: 10 * time.Millisecond,
+	})
+	b.Cleanup(l.Close)
 	ctx := context.Background()
 	hosts := make([]string, n)
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	for i := range n {
-		hosts[i] = "h" + strconv.Itoa(i) + ".bench"
-		if _, err := l.Load(ctx, hosts[i], "/"); err != nil {
-			b.Fatal(err)
-		}
+	var warm sync.WaitGroup
+	for w := range 8 {
+		warm.Go(func() {
+			for i := w; i < n; i += 8 {
+				hosts[i] = "h" + strconv.Itoa(i*(apps/n)) + ".bench"
+				if _, err := l.Load(ctx, hosts[i], "/"); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
 	}
+	warm.Wait()
 	runtime.GC()
 	runtime.ReadMemStats(&after)
-	perApp := float64(after.HeapAlloc-before.HeapAlloc) / float64(n)
+	perApp := float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(n)
+	v0, err := raw.Version(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	st.pace(v0, 1)
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	var watcher sync.WaitGroup
+	watcher.Go(func() { l.Run(watchCtx) })
+	b.Cleanup(func() { stopWatch(); watcher.Wait() })
+	writeChanges(b, path, apps, n, 30_000)
+
 	for _, rate := range []int{0, 1000} {
-		b.Run(fmt.Sprintf("apps=%d/updates=%d", n, rate), func(b *testing.B) {
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			var applied atomic.Int64
-			if rate > 0 {
-				wg.Go(func() { updateLoop(b, l, n, rate, stop, &applied) })
+		b.Run(fmt.Sprintf("apps=%d/cached=%d/updates=%d", apps, n, rate), func(b *testing.B) {
+			start := l.Stats().Version
+			st.pace(start, float64(rate))
+			if rate == 0 {
+				st.pace(start, 1e-9) // nothing due during the run
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -145,52 +215,30 @@ func BenchmarkCatalogCachedLookup(b *testing.B) {
 				}
 			})
 			b.StopTimer()
-			close(stop)
-			wg.Wait()
 			b.ReportMetric(perApp, "heapB/cached-app")
-			if rate > 0 {
-				b.ReportMetric(float64(applied.Load())/b.Elapsed().Seconds(), "writes/s")
-				b.ReportMetric(float64(l.Stats().Version), "version")
-			}
+			b.ReportMetric(float64(l.Stats().Version-start)/b.Elapsed().Seconds(), "applied/s")
 		})
 	}
 }
 
-// updateLoop writes rate changed apps per second to the catalog file, in
-// a transaction every 10 ms, until stop closes; the Lazy's watcher (Run,
-// polling every 10 ms) applies them in place.
-func updateLoop(b *testing.B, l *catalog.Lazy[*benchVal], n, rate int, stop <-chan struct{}, applied *atomic.Int64) {
-	w, err := Create(benchPath)
+// writeChanges writes k changed configs of random cached apps to the
+// file (the apps cached are every apps/n-th), for pacedStore to release.
+func writeChanges(b *testing.B, path string, apps, n, k int) {
+	w, err := Create(path)
 	if err != nil {
-		b.Error(err)
-		return
+		b.Fatal(err)
 	}
 	defer w.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	var watcher sync.WaitGroup
-	watcher.Go(func() { l.Run(ctx) })
-	defer func() { cancel(); watcher.Wait() }()
-	t := time.NewTicker(10 * time.Millisecond)
-	defer t.Stop()
 	r := rand.New(rand.NewPCG(2, 3))
-	for k := 0; ; k++ {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-		}
-		apps := make([]config.AppSource, rate/100)
-		for j := range apps {
-			i := r.IntN(n)
-			host := "h" + strconv.Itoa(i) + ".bench"
-			apps[j] = config.AppSource{Name: "app" + strconv.Itoa(i), App: &config.App{Hosts: []string{host}, Paths: []string{"/"}},
-				Config: fmt.Appendf(nil, `{"backends":["10.0.0.1:8080"],"hosts":[%q],"limits":{"concurrency":%d}}`, host, 1+k%1000)}
-		}
-		if _, err := w.Put(ctx, apps, time.Now()); err != nil {
-			b.Error(err)
-			return
-		}
-		applied.Add(int64(len(apps)))
+	batch := make([]config.AppSource, k)
+	for j := range batch {
+		i := r.IntN(n) * (apps / n)
+		host := "h" + strconv.Itoa(i) + ".bench"
+		batch[j] = config.AppSource{Name: "app" + strconv.Itoa(i), App: &config.App{Hosts: []string{host}, Paths: []string{"/"}},
+			Config: fmt.Appendf(nil, `{"backends":["10.0.0.1:8080"],"hosts":[%q],"limits":{"concurrency":%d}}`, host, 1+j)}
+	}
+	if _, err := w.Put(context.Background(), batch, time.Now()); err != nil {
+		b.Fatal(err)
 	}
 }
 
