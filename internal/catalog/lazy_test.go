@@ -488,3 +488,60 @@ func TestLazyCachedLookupAllocatesNothing(t *testing.T) {
 		t.Errorf("a cached Load allocates %v times", n)
 	}
 }
+
+// TestLazyBurstOfChangesDoesNotStallLookups applies 100,000 changes to
+// cached apps and stops the watcher in the middle of them (inside a
+// compose): every cached host is still looked up at once, so no lock is
+// held across the burst.
+func TestLazyBurstOfChangesDoesNotStallLookups(t *testing.T) {
+	const apps, changes = 1000, 100_000
+	st := newMemStore()
+	for i := range apps {
+		st.put(fmt.Sprint("app", i), []string{fmt.Sprintf("h%d.example", i)})
+	}
+	g := &ledger{live: map[*val]bool{}}
+	blocked, unblock := make(chan struct{}), make(chan struct{})
+	var armed, composes atomic.Int64
+	l := NewLazy(LazyOptions[*val]{Store: st, MaxApps: apps, Release: g.release,
+		Compose: func(r Record) (*val, error) {
+			// Stop once, halfway through the watcher's composes (one per
+			// cached app: it reads each app as it is now, so the burst's
+			// later changes of an app cost nothing more).
+			if armed.Load() == 1 && composes.Add(1) == apps/2 {
+				close(blocked)
+				<-unblock
+			}
+			return g.compose(r)
+		}})
+	defer l.Close()
+	ctx := context.Background()
+	l.version.Store(apps)
+	for i := range apps {
+		if _, err := l.Load(ctx, fmt.Sprintf("h%d.example", i), "/"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for k := range changes {
+		i := k % apps
+		st.put(fmt.Sprint("app", i), []string{fmt.Sprintf("h%d.example", i)})
+	}
+	armed.Store(1)
+	done := make(chan error, 1)
+	go func() { _, err := l.Poll(ctx); done <- err }()
+	<-blocked
+	for i := range apps {
+		if _, ok := l.Lookup(fmt.Sprintf("h%d.example", i), "/"); !ok {
+			t.Fatalf("h%d.example missed while the watcher was mid-burst", i)
+		}
+	}
+	close(unblock)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for i := range apps {
+		v, ok := l.Lookup(fmt.Sprintf("h%d.example", i), "/")
+		if want := int64(apps + changes - apps + 1 + i); !ok || v.version != want {
+			t.Fatalf("h%d.example after the burst: %v %v, want version %d", i, v, ok, want)
+		}
+	}
+}
