@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -49,18 +48,7 @@ func putApps(t *testing.T, w *sqlitestore.Store, jsonl string) {
 // startCatalogProxy is startProxy with a catalog store.
 func startCatalogProxy(t *testing.T, yamlCfg string, st catalog.Store) *proxy {
 	t.Helper()
-	cfg := mustParse(t, yamlCfg)
-	p := &proxy{t: t, logs: &syncBuffer{}, done: make(chan error, 1)}
-	p.srv = New(cfg, Options{Logger: slog.New(slog.NewTextHandler(p.logs, nil)), Catalog: st})
-	if err := p.srv.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	p.URL = "http://" + p.srv.Addrs()[0].String()
-	ctx, cancel := context.WithCancel(context.Background())
-	p.stop = cancel
-	go func() { p.done <- p.srv.Serve(ctx) }()
-	t.Cleanup(func() { p.Stop() })
-	return p
+	return startProxyOptions(t, yamlCfg, Options{Catalog: st})
 }
 
 func storedApp(name, host, backend string, extra string) string {
