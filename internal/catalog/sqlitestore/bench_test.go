@@ -7,8 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -264,4 +266,88 @@ func BenchmarkCatalogColdLoad(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkCatalogHotWithColdStream times each lookup of a hot set of
+// cached hosts (1,000) and reports its p50 and p99, alone and with a
+// stream of cold hosts beside it: 8 goroutines loading hosts never seen
+// (each a query of the file, or a catalog-busy refusal when the loader's
+// 4 slots are taken). The hot lookups must not notice the stream.
+func BenchmarkCatalogHotWithColdStream(b *testing.B) {
+	apps := benchApps()
+	st, err := Open(benchFile(b, apps), Options{Conns: 8})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	const hot = 1000
+	for _, cold := range []bool{false, true} {
+		b.Run(fmt.Sprintf("apps=%d/cold-stream=%v", apps, cold), func(b *testing.B) {
+			l := catalog.NewLazy(catalog.LazyOptions[*benchVal]{
+				Store:       st,
+				Compose:     func(r catalog.Record) (*benchVal, error) { return &benchVal{name: r.Name, cfg: r.Config}, nil },
+				MaxApps:     10_000,
+				Concurrency: 4, MaxWaiters: 16, Timeout: 10 * time.Second,
+			})
+			defer l.Close()
+			ctx := context.Background()
+			hosts := make([]string, hot)
+			for i := range hosts {
+				hosts[i] = "h" + strconv.Itoa(i) + ".bench"
+				if _, err := l.Load(ctx, hosts[i], "/"); err != nil {
+					b.Fatal(err)
+				}
+			}
+			stop := make(chan struct{})
+			var streams sync.WaitGroup
+			var loaded, shed atomic.Int64
+			if cold {
+				for w := range 8 {
+					streams.Go(func() {
+						r := rand.New(rand.NewPCG(uint64(w), 9))
+						for {
+							select {
+							case <-stop:
+								return
+							default:
+							}
+							_, err := l.Load(ctx, "h"+strconv.Itoa(hot+r.IntN(apps-hot))+".bench", "/")
+							if err == nil {
+								loaded.Add(1)
+							} else {
+								shed.Add(1)
+								time.Sleep(time.Millisecond) // a refused client backs off
+							}
+						}
+					})
+				}
+			}
+			lat := make([]time.Duration, 0, min(b.N, 1_000_000))
+			r := rand.New(rand.NewPCG(7, 8))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N { // not b.Loop: lat is sized by b.N
+				h := hosts[r.IntN(hot)]
+				t0 := time.Now()
+				_, ok := l.Lookup(h, "/")
+				d := time.Since(t0)
+				if !ok {
+					b.Fatal("a hot host missed")
+				}
+				if len(lat) < cap(lat) {
+					lat = append(lat, d)
+				}
+			}
+			b.StopTimer()
+			close(stop)
+			streams.Wait()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2]), "p50-ns")
+			b.ReportMetric(float64(lat[len(lat)*99/100]), "p99-ns")
+			if cold {
+				b.ReportMetric(float64(loaded.Load()+shed.Load())/b.Elapsed().Seconds(), "cold/s")
+				b.ReportMetric(float64(shed.Load())/float64(max(1, loaded.Load()+shed.Load())), "cold-shed-ratio")
+			}
+		})
+	}
 }
