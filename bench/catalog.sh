@@ -32,6 +32,7 @@ CACHED=${CACHED:-100000}
 COUNT=${COUNT:-3}
 BENCHTIME=${BENCHTIME:-2s}
 
+LOAD=$(cut -d' ' -f1 /proc/loadavg)
 log "go test -bench at APPS=$APPS CACHED=$CACHED COUNT=$COUNT BENCHTIME=$BENCHTIME"
 LEVEE_BENCH_APPS=$APPS LEVEE_BENCH_CACHED=$CACHED \
   go test ./internal/catalog/sqlitestore -run '^$' -bench 'Catalog' -benchtime "$BENCHTIME" \
@@ -52,7 +53,7 @@ body="$tmp/body.md"
 {
   echo "## The SQLite catalog at $APPS apps (bench/catalog.sh)"
   echo
-  echo "\`bash bench/catalog.sh\` ($(date -u +%Y-%m-%d), $(nproc) CPUs, $(go env GOVERSION)): $APPS apps in the"
+  echo "\`bash bench/catalog.sh\` ($(date -u +%Y-%m-%d), $(nproc) CPUs, $(go env GOVERSION), load average $LOAD at the start): $APPS apps in the"
   echo "file, $CACHED of them cached; medians of $COUNT runs of -benchtime $BENCHTIME. Lookups run on"
   echo "every P at once (ns/op is wall time per lookup across them)."
   echo
@@ -65,6 +66,9 @@ body="$tmp/body.md"
   echo "| hot lookup p50 / p99, alone | $(fmt "$(col p50-ns "$hot0")" 0) / $(fmt "$(col p99-ns "$hot0")" 0) ns |"
   echo "| hot lookup p50 / p99, beside a cold stream | $(fmt "$(col p50-ns "$hot1")" 0) / $(fmt "$(col p99-ns "$hot1")" 0) ns ($(fmt "$(col cold/s "$hot1")" 0) cold lookups/s, $(fmt "$(col cold-shed-ratio "$hot1")" 2) of them refused catalog-busy) |"
   echo
+  echo "A cached lookup of a random one of $CACHED hosts is bound by memory: its ~6 dependent reads"
+  echo "(shard, map slot, key, node, app, route) each miss the CPU caches, as the cache's working set"
+  echo "is CACHED x the heap per app. The hot rows are the common case, a hot set that stays in cache."
   echo "The hot p50/p99 time one lookup of 1,000 cached hosts (timer included), alone and with 8"
   echo "goroutines loading random cold hosts beside it (loader: 4 queries, 16 waiters; a refused one"
   echo "backs off 1 ms). This is in-process: an end-to-end HTTP run through levee is not measured yet."
