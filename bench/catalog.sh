@@ -14,8 +14,8 @@
 # these machines), cache CACHED hosts, and measure:
 #   - a cached lookup (ns/op and allocs, all Ps at once), with no change and with 1,000 changed
 #     apps a second applied by the watcher (each a new config read, composed and swapped in);
-#   - the heap per cached app (the cache's own cost: node, entry, app record with its config;
-#     a levee app's composed state — limiter, pools, metrics — comes on top);
+#   - the heap per cached app: the cache's own cost (node, entry, app record with its config),
+#     and a levee app's composed state with default limits (internal/server BenchmarkStoredAppMemory);
 #   - a cold load: one host never loaded before, read from the file (one indexed statement);
 #   - the p50/p99 of a hot-set lookup, alone and beside a stream of cold hosts.
 # Nothing listens on a port; the only process is `go test`. Runtime at defaults: ~3-5 min.
@@ -37,6 +37,9 @@ log "go test -bench at APPS=$APPS CACHED=$CACHED COUNT=$COUNT BENCHTIME=$BENCHTI
 LEVEE_BENCH_APPS=$APPS LEVEE_BENCH_CACHED=$CACHED \
   go test ./internal/catalog/sqlitestore -run '^$' -bench 'Catalog' -benchtime "$BENCHTIME" \
   -count "$COUNT" -timeout 60m | tee "$tmp/bench.txt" >&2
+
+log "go test -bench StoredAppMemory (internal/server)"
+go test ./internal/server -run '^$' -bench 'StoredAppMemory' -count "$COUNT" | tee -a "$tmp/bench.txt" >&2
 
 # field VALUE_UNIT LINE_FILTER: the medians of the column before unit $1 on lines matching $2
 col() {
@@ -62,6 +65,7 @@ body="$tmp/body.md"
   echo "| cached lookup, no changes | $(fmt "$(col ns/op "$up0")" 0) ns/op, $(fmt "$(col allocs/op "$up0")" 0) allocs |"
   echo "| cached lookup, 1,000 changes/s applied | $(fmt "$(col ns/op "$up1")" 0) ns/op, $(fmt "$(col allocs/op "$up1")" 0) allocs ($(fmt "$(col applied/s "$up1")" 0) applied/s) |"
   echo "| heap per cached app (cache only) | $(fmt "$(col heapB/cached-app "$up0")" 0) B |"
+  echo "| heap per cached app composed by the server (defaults) | $(fmt "$(col heapB/stored-app StoredAppMemory)" 0) B |"
   echo "| cold load (one host from the file) | $(fmt "$(col ns/op "$cold")" 0) ns/op, $(fmt "$(col allocs/op "$cold")" 0) allocs |"
   echo "| hot lookup p50 / p99, alone | $(fmt "$(col p50-ns "$hot0")" 0) / $(fmt "$(col p99-ns "$hot0")" 0) ns |"
   echo "| hot lookup p50 / p99, beside a cold stream | $(fmt "$(col p50-ns "$hot1")" 0) / $(fmt "$(col p99-ns "$hot1")" 0) ns ($(fmt "$(col cold/s "$hot1")" 0) cold lookups/s, $(fmt "$(col cold-shed-ratio "$hot1")" 2) of them refused catalog-busy) |"

@@ -3,8 +3,10 @@ package server
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -266,4 +268,47 @@ func TestCatalogReloadRecomposesStoredApps(t *testing.T) {
 	if err := p.srv.Reload(mustParse(t, "catalog: {sqlite: other.db}\n")); err == nil {
 		t.Error("a reload changing catalog was accepted")
 	}
+}
+
+// mapStore is a catalog of apps app<i> on host h<i>.test, all on one
+// backend, in memory.
+type mapStore struct{ backend string }
+
+func (m mapStore) ForHost(_ context.Context, host string) ([]catalog.Record, error) {
+	name, ok := strings.CutSuffix(host, ".test")
+	if !ok || !strings.HasPrefix(name, "h") {
+		return nil, nil
+	}
+	return []catalog.Record{{Name: "app" + name[1:], Version: 1, Hosts: []string{host}, Paths: []string{"/"},
+		Config: []byte(fmt.Sprintf(`{"hosts":[%q],"backends":[%q]}`, host, m.backend))}}, nil
+}
+func (mapStore) Apps(context.Context, []string) ([]catalog.Record, error)      { return nil, nil }
+func (mapStore) Changes(context.Context, int64, int) ([]catalog.Change, error) { return nil, nil }
+func (mapStore) Version(context.Context) (int64, error)                        { return 0, nil }
+
+// BenchmarkStoredAppMemory reports the heap of one stored app composed by
+// the server (limiter, pools, rate table, metrics, route), beside the
+// catalog cache's own cost (BenchmarkCatalogCachedLookup in sqlitestore):
+// what catalog.cache.max_apps multiplies.
+func BenchmarkStoredAppMemory(b *testing.B) {
+	const n = 2000
+	cfg := mustParse(b, "catalog: {sqlite: unused-in-bench.db, cache: {max_apps: 100000}}\n")
+	s := New(cfg, Options{Catalog: mapStore{backend: "127.0.0.1:9"}, Logger: slog.New(slog.DiscardHandler)})
+	b.Cleanup(s.lazy.Close)
+	ctx := context.Background()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range n {
+		if _, err := s.lazy.Load(ctx, fmt.Sprintf("h%d.test", i), "/"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	for b.Loop() {
+		s.lazy.Lookup("h1.test", "/")
+	}
+	b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/n, "heapB/stored-app")
+	b.ReportMetric(float64(after.Mallocs-before.Mallocs)/n, "allocs/stored-app")
 }
