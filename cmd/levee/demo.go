@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 
-	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/demo"
 )
 
@@ -28,7 +29,20 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitCode(err, stderr)
 	}
 	defer d.Close()
-	src := source{load: func() (*config.Config, error) { return config.Parse(d.Config(*listen, *adminAddr)) }}
+	// The config is a file, as for levee serve: reload reads it, and a second
+	// levee started on it (levee drill duplicate-instance) meets the demo's
+	// instance lock, kept beside it.
+	dir, err := os.MkdirTemp("", "levee-demo-")
+	if err != nil {
+		return exitCode(err, stderr)
+	}
+	defer os.RemoveAll(dir)
+	cfgPath := filepath.Join(dir, "levee.yaml")
+	data := fmt.Appendf(d.Config(*listen, *adminAddr), "instance: {lock: %q}\n", filepath.Join(dir, "levee.lock"))
+	if err := os.WriteFile(cfgPath, data, 0o600); err != nil {
+		return exitCode(err, stderr)
+	}
+	src := fileSource(cfgPath)
 	printTry := func(proxy []net.Addr, admin net.Addr) {
 		p, a := proxy[0].String(), admin.String()
 		fmt.Fprintf(stdout, `
@@ -36,6 +50,7 @@ levee demo is running: apps "photos" and "api", three sample backends each
 (and "tenant" and "drill" for levee drill, below).
   proxy  http://%[1]s
   admin  http://%[2]s  (/metrics, /healthz, /readyz, POST /reload)
+  config %[4]s
 
 Try:
   curl -H 'Host: photos.localhost' http://%[1]s/
@@ -48,9 +63,9 @@ most requests are refused at once with 503, Retry-After and Levee-Reject.
 Grade it against the incidents levee was built for (docs/drills.md):
   levee drill all --target http://%[1]s --host tenant.localhost --limit 100/s \
     --other-host photos.localhost --hot-host photos.localhost --cold-domain photos.localhost \
-    --dist-host drill.localhost --backend-port %[3]d
+    --dist-host drill.localhost --backend-port %[3]d --config %[4]s
 Ctrl-C to stop.
-`, p, a, demo.DrillBackendPort)
+`, p, a, demo.DrillBackendPort, cfgPath)
 	}
 	return exitCode(serve(ctx, src, stdout, stderr, printTry), stderr)
 }

@@ -8,11 +8,14 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/leveeproxy/levee/internal/demo"
 	"github.com/leveeproxy/levee/internal/drill"
 )
 
@@ -98,15 +101,18 @@ func TestDrillAllPassesAgainstDemo(t *testing.T) {
 	skipDrillOnEngineRerun(t)
 	p := startLevee(t, "demo", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0")
 	proxy := p.waitOutput(p.stdout, demoURLs)[1]
+	demoConfig := p.waitOutput(p.stdout, regexp.MustCompile(`(?m)^  config (\S+)`))[1]
 	report := filepath.Join(t.TempDir(), "card.md")
 	// Light load: levee and this generator are race-built and share two cores.
 	code, card, stderr := runDrill(t, "all", "--target", "http://"+proxy, "--duration", "1s",
 		"--host", "tenant.localhost", "--limit", "100/s", "--offered", "3x", "--tolerance", "0.3",
 		"--other-host", "photos.localhost", "--other-rate", "20/s", "--normal-rate", "50/s", "--batch-rate", "2/s",
 		"--hot-host", "photos.localhost", "--cold-domain", "photos.localhost", "--cold-hosts", "100", "--cold-rate", "200/s",
-		"--timeout", "15s", "--p99-slack", "10s", "--refuse-within", "10s", "--cold-bound", "10s", "--report", report)
+		"--timeout", "15s", "--p99-slack", "10s", "--refuse-within", "10s", "--cold-bound", "10s", "--report", report,
+		"--config", demoConfig, "--dist-host", "drill.localhost", "--backend-port", strconv.Itoa(demo.DrillBackendPort),
+		"--dist-rate", "200/s")
 	want := map[string]string{"tenant-limit": "pass", "batch-storm": "pass", "cold-catalog": "pass",
-		"distribution": "skipped", "duplicate-instance": "skipped"}
+		"distribution": "pass", "duplicate-instance": "pass"}
 	if got := card.verdicts(); code != 0 || card.Verdict != "pass" || len(got) != len(want) {
 		t.Fatalf("exit %d, card %s %v; want 0, pass %v\n%+v\nstderr:\n%s", code, card.Verdict, got, want, card.Drills, stderr)
 	}
