@@ -47,7 +47,7 @@ type LazyOptions[V any] struct {
 	Timeout                 time.Duration
 	// Watch is how often Run polls the store for changes (1s).
 	Watch time.Duration
-	// Shards splits the caches (64).
+	// Shards splits the caches (64, fewer for a cache under 1024 apps).
 	Shards  int
 	Clock   clock.Clock
 	Logger  *slog.Logger
@@ -122,7 +122,10 @@ func NewLazy[V any](o LazyOptions[V]) *Lazy[V] {
 	o.MaxWaiters = max(o.MaxWaiters, 0)
 	o.Timeout = cmp.Or(o.Timeout, 500*time.Millisecond)
 	o.Watch = cmp.Or(o.Watch, time.Second)
-	o.Shards = cmp.Or(o.Shards, 64)
+	// Eviction works within a shard, and a shard keeps at least its newest
+	// host: at most one host per shard beyond MaxApps. Few shards for a
+	// small cache keep that overshoot within 1/16 of it.
+	o.Shards = cmp.Or(o.Shards, min(64, max(1, o.MaxApps/16)))
 	if o.Clock == nil {
 		o.Clock = clock.Real{}
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"time"
 
 	"github.com/leveeproxy/levee/internal/catalog"
 	"github.com/leveeproxy/levee/internal/config"
@@ -103,11 +105,80 @@ func (s *Server) releaseStored(rt *route) {
 	s.metrics.Forget(a.name)
 	if a.checker != nil {
 		a.checker.Stop()
+		a.checker = nil // a recomposed app starts its checks again
 	}
 	a.transport.CloseIdleConnections()
 	for _, c := range a.fast {
 		c.CloseIdleConnections()
 	}
+	s.parked.park(a, s.clk.Now(), s.cfg.Catalog.Cache.MaxApps)
+}
+
+// parkedApps keeps evicted stored apps' state until their limits have
+// settled, so that eviction never hands an app a fresh burst or a fresh
+// concurrency limit: an app loaded again within that time takes its old
+// state back, as across a reload. Settled means every rate bucket is full
+// again (burst × interval after the last request at the latest) and, to
+// let requests in flight on the evicted route finish, parkMin has passed.
+// At most max apps are parked; beyond, the one parked longest is dropped.
+type parkedApps struct {
+	apps  map[string]parkedApp
+	order []string // names in parking order; may hold names taken since
+}
+
+type parkedApp struct {
+	a     *app
+	until time.Time
+}
+
+// parkMin is the least time an evicted app's state is kept: longer than a
+// request normally takes, so the concurrency limit keeps counting those
+// still in flight on the evicted route.
+const parkMin = time.Minute
+
+func (p *parkedApps) park(a *app, now time.Time, limit int) {
+	if p.apps == nil {
+		p.apps = map[string]parkedApp{}
+	}
+	settle := parkMin
+	if c := a.stored; c != nil {
+		for _, r := range []struct {
+			rate  config.Rate
+			burst int
+		}{{c.Limits.Rate, c.Limits.Burst}, {c.Limits.Client.Rate, c.Limits.Client.Burst}} {
+			if r.rate != (config.Rate{}) {
+				settle = max(settle, time.Duration(config.EffectiveBurst(r.rate, r.burst))*r.rate.Interval())
+			}
+		}
+	}
+	p.apps[a.name] = parkedApp{a: a, until: now.Add(settle)}
+	p.order = append(p.order, a.name)
+	for len(p.apps) > limit && len(p.order) > 0 {
+		name := p.order[0]
+		p.order = p.order[1:]
+		if pa, ok := p.apps[name]; ok {
+			delete(p.apps, name)
+			forgetRates(pa.a.rates)
+		}
+	}
+	if len(p.order) > 2*len(p.apps)+16 { // names taken back: compact
+		p.order = slices.DeleteFunc(p.order, func(n string) bool { _, ok := p.apps[n]; return !ok })
+	}
+}
+
+// take returns the parked state of app name if it has not settled yet;
+// settled state is dropped.
+func (p *parkedApps) take(name string, now time.Time) *app {
+	pa, ok := p.apps[name]
+	if !ok {
+		return nil
+	}
+	delete(p.apps, name)
+	if now.After(pa.until) {
+		forgetRates(pa.a.rates)
+		return nil
+	}
+	return pa.a
 }
 
 // appConfig is the config in force of a (file or stored) app; nil if none.

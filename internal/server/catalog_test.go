@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leveeproxy/levee/internal/catalog"
+	"github.com/leveeproxy/levee/internal/clock"
 	"github.com/leveeproxy/levee/internal/catalog/sqlitestore"
 )
 
@@ -311,4 +312,52 @@ func BenchmarkStoredAppMemory(b *testing.B) {
 	}
 	b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/n, "heapB/stored-app")
 	b.ReportMetric(float64(after.Mallocs-before.Mallocs)/n, "allocs/stored-app")
+}
+
+// TestCatalogEvictionKeepsTheRateState: an app evicted from the cache and
+// loaded again before its buckets refill takes its rate state back — an
+// eviction (which a scan of cold hosts can force) never hands out a fresh
+// burst. Once the state has settled it is dropped.
+func TestCatalogEvictionKeepsTheRateState(t *testing.T) {
+	var inflight, peak atomic.Int64
+	be := namedBackend(t, "stored", &inflight, &peak)
+	jsonl := storedApp("limited", "limited.test", be, `,"limits":{"rate":"10/s","burst":3}`) +
+		storedApp("other", "other.test", be, "")
+	_, st := catalogFile(t, jsonl)
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	p := startProxyOptions(t, "catalog: {sqlite: unused-in-test.db, cache: {max_apps: 1}}\n", Options{Catalog: st, Clock: clk})
+	status := func(host string) int {
+		t.Helper()
+		r := p.get(host, "/")
+		readAll(t, r)
+		return r.StatusCode
+	}
+	for i := range 3 {
+		if c := status("limited.test"); c != http.StatusOK {
+			t.Fatalf("request %d of the burst: %d", i+1, c)
+		}
+	}
+	if c := status("limited.test"); c != http.StatusTooManyRequests {
+		t.Fatalf("past the burst: %d, want 429", c)
+	}
+	if c := status("other.test"); c != http.StatusOK { // evicts limited
+		t.Fatalf("other app: %d", c)
+	}
+	if s, _ := p.srv.CatalogStats(); s.Apps != 1 {
+		t.Fatalf("catalog caches %d apps, want 1 (limited evicted)", s.Apps)
+	}
+	if c := status("limited.test"); c != http.StatusTooManyRequests {
+		t.Fatalf("limited loaded again at once: %d, want 429 (a fresh burst after eviction)", c)
+	}
+	clk.Advance(100 * time.Millisecond) // one request's worth
+	if c := status("limited.test"); c != http.StatusOK {
+		t.Fatalf("one interval later: %d, want 200", c)
+	}
+	status("other.test") // evict limited again, then let its state settle
+	clk.Advance(parkMin + time.Second)
+	for i := range 3 {
+		if c := status("limited.test"); c != http.StatusOK {
+			t.Fatalf("after settling, request %d of a full burst: %d", i+1, c)
+		}
+	}
 }

@@ -69,6 +69,9 @@ type Server struct {
 	// miss (nil when off); fixed for the server's life.
 	lazy         *catalog.Lazy[*route]
 	catalogRetry time.Duration
+	// parked holds the state of stored apps the catalog evicted, until
+	// their limits have settled (see park); guarded by mu.
+	parked parkedApps
 
 	listeners []*listener
 	serving   sync.WaitGroup
@@ -292,6 +295,12 @@ func (s *Server) applyLocked(cfg *config.Config) {
 // Callers hold s.mu.
 func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, trust forward.Trust) (rt *route, retired []*http.Transport, retiredFast []*fasthttp.HostClient) {
 	a := s.apps[name]
+	if a == nil {
+		if a = s.parked.take(name, s.clk.Now()); a != nil {
+			a.metrics = s.metrics.App(name) // forgotten when it was parked
+			s.apps[name] = a
+		}
+	}
 	if a != nil && a.stored != nil && cfg.Apps[name] == ac {
 		a.stored = nil // a file app now has the name of a stored one: the file wins
 	}
