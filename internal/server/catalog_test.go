@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/leveeproxy/levee/internal/catalog"
-	"github.com/leveeproxy/levee/internal/clock"
 	"github.com/leveeproxy/levee/internal/catalog/sqlitestore"
+	"github.com/leveeproxy/levee/internal/clock"
 )
 
 // catalogFile writes apps (JSONL) to a new catalog file in a temporary
