@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leveeproxy/levee/internal/clock"
+	"github.com/leveeproxy/levee/internal/ratelimit"
 )
 
 // Errors of Lazy.Load.
@@ -45,6 +46,10 @@ type LazyOptions[V any] struct {
 	// waiting for a load already running (256); Timeout each load's deadline (500ms).
 	Concurrency, MaxWaiters int
 	Timeout                 time.Duration
+	// Rate bounds the loads started per interval (zero: no bound): a wave
+	// of cold hosts then costs at most that much CPU, so the cached hosts'
+	// requests keep theirs. A cold host over it is refused at once (ErrBusy).
+	Rate ratelimit.Limit
 	// Watch is how often Run polls the store for changes (1s).
 	Watch time.Duration
 	// Shards splits the caches (64, fewer for a cache under 1024 apps).
@@ -68,6 +73,7 @@ type Lazy[V any] struct {
 	calls    map[string]*loadCall[V]
 	inflight int
 	waiters  int
+	rate     *ratelimit.Bucket // nil: loads are not rate limited
 
 	// apps are the composed apps the cached hosts use, by name.
 	appsMu sync.Mutex
@@ -139,6 +145,13 @@ func NewLazy[V any](o LazyOptions[V]) *Lazy[V] {
 		unknown: newSieve[struct{}](max(o.MaxUnknown, 1), o.Shards),
 		calls:   map[string]*loadCall[V]{}, apps: map[string]*appRef[V]{}}
 	l.bg, l.stop = context.WithCancel(context.Background())
+	if o.Rate.Interval > 0 {
+		b, err := ratelimit.NewBucket(o.Rate, o.Clock.Now())
+		if err != nil {
+			panic("catalog: invalid load rate: " + err.Error()) // validated config: a broken invariant
+		}
+		l.rate = b
+	}
 	if o.Metrics != nil {
 		o.Metrics.bind(l.stats)
 	}
@@ -236,6 +249,10 @@ func (l *Lazy[V]) load(ctx context.Context, key string) (*hostEntry[V], error) {
 	case l.inflight >= l.o.Concurrency:
 		l.mu.Unlock()
 		m.shed("concurrency")
+		return nil, ErrBusy
+	case l.rate != nil && !l.rate.Take(l.o.Clock.Now(), 1, 0).Allowed:
+		l.mu.Unlock()
+		m.shed("rate")
 		return nil, ErrBusy
 	default:
 		l.inflight++

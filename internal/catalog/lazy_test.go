@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leveeproxy/levee/internal/clock"
+	"github.com/leveeproxy/levee/internal/ratelimit"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -543,5 +544,41 @@ func TestLazyBurstOfChangesDoesNotStallLookups(t *testing.T) {
 		if want := int64(apps + changes - apps + 1 + i); !ok || v.version != want {
 			t.Fatalf("h%d.example after the burst: %v %v, want version %d", i, v, ok, want)
 		}
+	}
+}
+
+// TestLazyLoadRate: past Rate's burst, a new load is refused at once
+// (ErrBusy) without touching the store; cached hosts and joins are not
+// counted; one interval later one more load starts.
+func TestLazyLoadRate(t *testing.T) {
+	st := newMemStore()
+	for i := range 10 {
+		st.put(fmt.Sprint("app", i), []string{fmt.Sprintf("h%d.example", i)})
+	}
+	clk := clock.NewFake(time.Unix(1000, 0))
+	l, _ := newLazy(t, st, LazyOptions[*val]{Clock: clk, Rate: ratelimit.Limit{Interval: 10 * time.Millisecond, Burst: 3}})
+	ctx := context.Background()
+	for i := range 3 {
+		if _, err := l.Load(ctx, fmt.Sprintf("h%d.example", i), "/"); err != nil {
+			t.Fatalf("load %d of the burst: %v", i, err)
+		}
+	}
+	if _, err := l.Load(ctx, "h0.example", "/"); err != nil { // cached: not a load
+		t.Fatalf("cached host: %v", err)
+	}
+	q := st.queries.Load()
+	if _, err := l.Load(ctx, "h3.example", "/"); !errors.Is(err, ErrBusy) {
+		t.Fatalf("load past the burst: %v, want ErrBusy", err)
+	}
+	if st.queries.Load() != q {
+		t.Fatal("a load refused by the rate queried the store")
+	}
+	clk.Advance(10*time.Millisecond - time.Nanosecond)
+	if _, err := l.Load(ctx, "h3.example", "/"); !errors.Is(err, ErrBusy) {
+		t.Fatalf("1ns before the next load: %v, want ErrBusy", err)
+	}
+	clk.Advance(time.Nanosecond)
+	if _, err := l.Load(ctx, "h3.example", "/"); err != nil {
+		t.Fatalf("at the next interval: %v", err)
 	}
 }

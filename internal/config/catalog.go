@@ -40,6 +40,10 @@ type CatalogLoader struct {
 	// Concurrency is the most queries running at once; a cold host that
 	// needs one more is refused at once (503 catalog-busy).
 	Concurrency int `yaml:"concurrency"`
+	// Rate bounds the loads started per second, so that a wave of cold
+	// hosts cannot take the CPU the cached hosts' requests need; a cold
+	// host over it is refused at once (503 catalog-busy). "off": no bound.
+	Rate Rate `yaml:"rate"`
 	// MaxWaiters bounds the requests waiting for a load already running.
 	MaxWaiters int `yaml:"max_waiters"`
 	// Timeout is the deadline of one load.
@@ -54,10 +58,14 @@ const (
 	DefaultCatalogMaxUnknown  = 100_000
 	DefaultCatalogUnknownTTL  = 5 * time.Second
 	DefaultCatalogConcurrency = 8
-	DefaultCatalogMaxWaiters  = 256
-	DefaultCatalogTimeout     = 500 * time.Millisecond
-	DefaultCatalogRetryAfter  = time.Second
-	DefaultCatalogWatch       = time.Second
+	// DefaultCatalogLoadRate: a load and the app it composes cost about 1 ms
+	// of CPU (bench/catalog.sh), so cold waves take at most about a quarter
+	// of a core by default.
+	DefaultCatalogLoadRate   = 250
+	DefaultCatalogMaxWaiters = 256
+	DefaultCatalogTimeout    = 500 * time.Millisecond
+	DefaultCatalogRetryAfter = time.Second
+	DefaultCatalogWatch      = time.Second
 )
 
 // DefaultCatalog returns the catalog section's defaults (the catalog off).
@@ -65,8 +73,9 @@ func DefaultCatalog() Catalog {
 	return Catalog{
 		Cache: CatalogCache{MaxApps: DefaultCatalogMaxApps, MaxUnknown: DefaultCatalogMaxUnknown,
 			UnknownTTL: Duration(DefaultCatalogUnknownTTL)},
-		Loader: CatalogLoader{Concurrency: DefaultCatalogConcurrency, MaxWaiters: DefaultCatalogMaxWaiters,
-			Timeout: Duration(DefaultCatalogTimeout), RetryAfter: Duration(DefaultCatalogRetryAfter)},
+		Loader: CatalogLoader{Concurrency: DefaultCatalogConcurrency, Rate: Rate{Events: DefaultCatalogLoadRate, Per: time.Second},
+			MaxWaiters: DefaultCatalogMaxWaiters,
+			Timeout:    Duration(DefaultCatalogTimeout), RetryAfter: Duration(DefaultCatalogRetryAfter)},
 		Watch: Duration(DefaultCatalogWatch),
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/leveeproxy/levee/internal/catalog"
 	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/ratelimit"
 )
 
 // The rejection reasons of the SQLite catalog.
@@ -36,6 +37,7 @@ func (s *Server) newLazyCatalog(st catalog.Store, cfg config.Catalog) *catalog.L
 		MaxUnknown:  cfg.Cache.MaxUnknown,
 		UnknownTTL:  cfg.Cache.UnknownTTL.D(),
 		Concurrency: cfg.Loader.Concurrency,
+		Rate:        loadRate(cfg.Loader.Rate),
 		MaxWaiters:  cfg.Loader.MaxWaiters,
 		Timeout:     cfg.Loader.Timeout.D(),
 		Watch:       cfg.Watch.D(),
@@ -43,6 +45,15 @@ func (s *Server) newLazyCatalog(st catalog.Store, cfg config.Catalog) *catalog.L
 		Logger:      s.log,
 		Metrics:     catalog.NewMetrics(s.metrics.Registry),
 	})
+}
+
+// loadRate is catalog.loader.rate as a GCRA limit: a tenth of a second's
+// loads at once (zero when off).
+func loadRate(r config.Rate) ratelimit.Limit {
+	if r == (config.Rate{}) {
+		return ratelimit.Limit{}
+	}
+	return ratelimit.Limit{Interval: r.Interval(), Burst: config.EffectiveBurst(r, 0)}
 }
 
 // routeStored finds a request's route in the SQLite catalog, after the

@@ -293,7 +293,7 @@ func (mapStore) Version(context.Context) (int64, error)                        {
 // what catalog.cache.max_apps multiplies.
 func BenchmarkStoredAppMemory(b *testing.B) {
 	const n = 2000
-	cfg := mustParse(b, "catalog: {sqlite: unused-in-bench.db, cache: {max_apps: 100000}}\n")
+	cfg := mustParse(b, "catalog: {sqlite: unused-in-bench.db, cache: {max_apps: 100000}, loader: {rate: \"off\"}}\n")
 	s := New(cfg, Options{Catalog: mapStore{backend: "127.0.0.1:9"}, Logger: slog.New(slog.DiscardHandler)})
 	b.Cleanup(s.lazy.Close)
 	ctx := context.Background()
