@@ -112,10 +112,16 @@ func loadFactor(p *atomic.Uint64) float64 {
 // bandwidthOptions are an app's bandwidth limiter options at rate. A rate
 // scaled down below what the configured max_delay allows for a default
 // chunk gets smaller chunks, so a strict instance still paces instead of
-// failing.
-func bandwidthOptions(name string, rate int64, maxDelay time.Duration, clk clock.Clock) bandwidth.Options {
+// failing. In cluster mode the instance's share may fall to the floor
+// (cluster.FloorPercent of the rate ÷ live instances): chunks are sized
+// for a hundredth of the rate, the floor of up to 5 instances.
+func bandwidthOptions(name string, rate int64, maxDelay time.Duration, clk clock.Clock, shared bool) bandwidth.Options {
 	o := bandwidth.Options{Name: name, Rate: rate, MaxDelay: maxDelay, Clock: clk}.WithDefaults()
-	if most := rate * int64(o.MaxDelay) / int64(time.Second); int64(o.Chunk) > most {
+	least := rate
+	if shared {
+		least = max(rate/100, 1)
+	}
+	if most := least * int64(o.MaxDelay) / int64(time.Second); int64(o.Chunk) > most {
 		o.Chunk = int(max(most, 1))
 	}
 	return o
