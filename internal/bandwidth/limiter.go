@@ -36,6 +36,10 @@ type Limiter struct {
 	pos   int64 // bytes reserved since New, less those given back: tat's place in the queue
 	last  int64 // latest now seen, so that time never runs backwards
 	asked int64 // bytes asked for since New, granted or refused (Demand)
+	// queued is the bytes waiting integrated over time since New, in byte·s,
+	// up to queuedAt (ns since epoch).
+	queued   float64
+	queuedAt int64
 	// changed is closed by SetRate to wake waiters so that they re-time; made
 	// by the first waiter after a change (nil until then).
 	changed chan struct{}
@@ -106,6 +110,7 @@ func (l *Limiter) SetRate(rate int64) {
 	}
 	now := max(l.ns(l.clock.Now()), l.last)
 	l.last = now
+	l.integrateLocked(now)
 	if l.tat > now {
 		// The queue beyond now, in bytes, is kept: its time scales by
 		// old/new, rounded up (against the transfer).
@@ -129,6 +134,10 @@ type Demand struct {
 	Asked int64
 	// Waiting is the bytes granted now that may not pass yet: the queue.
 	Waiting int64
+	// Queued is Waiting integrated over time since New, in byte·seconds:
+	// its growth over an interval, divided by the interval, is the mean
+	// queue, which a single sample of Waiting is a noisy measure of.
+	Queued float64
 }
 
 // Demand returns the counters at the clock's now. Over an interval, the bytes
@@ -139,11 +148,35 @@ func (l *Limiter) Demand() Demand {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now = max(now, l.last)
+	l.integrateLocked(now)
 	w := int64(0)
 	if q := l.tat - l.depth - now; q > 0 {
 		w = int64(float64(q) * float64(l.rate) / float64(time.Second))
 	}
-	return Demand{Asked: l.asked, Waiting: min(w, l.pos)}
+	return Demand{Asked: l.asked, Waiting: min(w, l.pos), Queued: l.queued}
+}
+
+// integrateLocked adds the queue's bytes from queuedAt to now to queued.
+// Between two changes of tat or rate the queue, in time, falls by one ns per
+// ns: q(t) = max(q₀ − t, 0).
+func (l *Limiter) integrateLocked(now int64) {
+	dt := now - l.queuedAt
+	if dt <= 0 {
+		return
+	}
+	q0 := float64(l.tat - l.depth - l.queuedAt)
+	l.queuedAt = now
+	if q0 <= 0 {
+		return
+	}
+	d := float64(dt)
+	var area float64 // ns²
+	if q0 >= d {
+		area = q0*d - d*d/2
+	} else {
+		area = q0 * q0 / 2
+	}
+	l.queued += area * float64(l.rate) / 1e18
 }
 
 // Stats returns a snapshot of the counters.
@@ -224,6 +257,7 @@ func (r Reservation) CancelAt(now time.Time) {
 		return
 	}
 	if l.pos == r.pos {
+		l.integrateLocked(t)
 		l.tat -= cost(r.n, l.rate)
 		l.pos -= r.n
 	}
@@ -245,6 +279,7 @@ func (l *Limiter) reserve(now, n, limit int64) (r Reservation, wait int64, ok bo
 	defer l.mu.Unlock()
 	now = max(now, l.last)
 	l.last = now
+	l.integrateLocked(now)
 	l.asked += n
 	end := max(l.tat, now) + cost(n, l.rate)
 	at := max(end-l.depth, now)

@@ -22,8 +22,8 @@ import (
 // with a floor of FloorPercent of limit ÷ live instances (so an idle
 // instance can start at once, and learns its demand) and the shares above
 // the floor scaled so that all of them sum to the limit. An instance with
-// no demand published yet (before its first heartbeat) is not counted. With
-// no demand anywhere the limit is split evenly. While Redis is unreachable
+// no demand published yet (before its first heartbeat) is left limit ÷ live,
+// what it starts with. With no demand anywhere the limit is split evenly. While Redis is unreachable
 // each instance paces to limit ÷ live instances, as it does for rates.
 //
 // Demand is what asked to pass over the heartbeat: the bytes that passed
@@ -41,6 +41,7 @@ const FloorPercent = 5
 // Create it with Cluster.Bandwidth; the Cluster's heartbeat updates it.
 type Bandwidth struct {
 	c   *Cluster
+	app string
 	key string
 	lim *bandwidth.Limiter
 
@@ -55,7 +56,7 @@ type Bandwidth struct {
 // Bandwidth makes lim pace app's share of limit (bytes/s) from now on: at
 // once limit ÷ live instances, then by demand from each heartbeat.
 func (c *Cluster) Bandwidth(app string, lim *bandwidth.Limiter, limit int64) *Bandwidth {
-	b := &Bandwidth{c: c, key: c.prefix + ":" + app + ":bw", lim: lim, limit: limit,
+	b := &Bandwidth{c: c, app: app, key: c.prefix + ":" + app + ":bw", lim: lim, limit: limit,
 		prev: lim.Demand(), prevAt: c.clk.Now()}
 	b.setShareLocked(evenShare(limit, c.Live()))
 	c.mu.Lock()
@@ -122,9 +123,15 @@ func (b *Bandwidth) demandLocked(now time.Time) int64 {
 		dt = b.c.heartbeat
 	}
 	passed := max((d.Asked-d.Waiting)-(b.prev.Asked-b.prev.Waiting), 0)
+	// Connections waiting, about: the mean queue holds, of each, from one
+	// chunk (just asked) to none (its turn comes), half a chunk on average
+	// more than the (n−1)·chunk of the others before it.
+	var conns float64
+	if q := (d.Queued - b.prev.Queued) / dt.Seconds(); q > 0 {
+		conns = q/float64(b.lim.Chunk()) + 0.5
+	}
 	b.prev, b.prevAt = d, now
-	waiting := float64(d.Waiting) / float64(b.lim.Chunk()) // connections, about
-	w := float64(passed)/dt.Seconds() + waiting*float64(b.limit)
+	w := float64(passed)/dt.Seconds() + conns*float64(b.limit)
 	return int64(min(w, 1e15))
 }
 
@@ -166,8 +173,9 @@ func evenShare(limit int64, live int) int64 { return max(1, limit/int64(max(live
 
 // demandShare is own's share of limit given every instance's demand: in
 // proportion to demand, each at least the floor (FloorPercent of limit ÷
-// the instances), summing to limit. The instances are those in demands,
-// and at least live of them for the floor.
+// the instances), summing to limit. A live instance that has published no
+// demand yet (it has just started) keeps limit ÷ live, what it paces to
+// until its first heartbeat, so that the shares never sum over the limit.
 func demandShare(limit int64, own string, demands map[string]int64, live int) int64 {
 	n := max(live, len(demands), 1)
 	floor := float64(limit) * FloorPercent / 100 / float64(n)
@@ -177,7 +185,8 @@ func demandShare(limit int64, own string, demands map[string]int64, live int) in
 	}
 	slices.Sort(ids) // the same order on every instance
 	fixed := map[string]bool{}
-	rest := float64(limit)
+	unknown := n - len(demands)
+	rest := float64(limit) - float64(unknown)*float64(limit)/float64(n)
 	// Water filling: an instance whose proportional part of what is left
 	// is under the floor gets the floor, and the others share the rest.
 	for {
