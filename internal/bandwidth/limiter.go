@@ -36,6 +36,7 @@ type Limiter struct {
 	pos   int64 // bytes reserved since New, less those given back: tat's place in the queue
 	last  int64 // latest now seen, so that time never runs backwards
 	asked int64 // bytes asked for since New, granted or refused (Demand)
+	asks  int64 // reservations asked for since New
 	// queued is the bytes waiting integrated over time since New, in byte·s,
 	// up to queuedAt (ns since epoch).
 	queued   float64
@@ -132,6 +133,9 @@ type Demand struct {
 	// Asked is the bytes asked for since New: granted (passed or waiting)
 	// or refused as too slow.
 	Asked int64
+	// Asks is how many reservations those were: Asked ÷ Asks is the mean
+	// ask (a chunk, or what a reader read).
+	Asks int64
 	// Waiting is the bytes granted now that may not pass yet: the queue.
 	Waiting int64
 	// Queued is Waiting integrated over time since New, in byte·seconds:
@@ -153,7 +157,7 @@ func (l *Limiter) Demand() Demand {
 	if q := l.tat - l.depth - now; q > 0 {
 		w = int64(float64(q) * float64(l.rate) / float64(time.Second))
 	}
-	return Demand{Asked: l.asked, Waiting: min(w, l.pos), Queued: l.queued}
+	return Demand{Asked: l.asked, Asks: l.asks, Waiting: min(w, l.pos), Queued: l.queued}
 }
 
 // integrateLocked adds the queue's bytes from queuedAt to now to queued.
@@ -281,6 +285,7 @@ func (l *Limiter) reserve(now, n, limit int64) (r Reservation, wait int64, ok bo
 	l.last = now
 	l.integrateLocked(now)
 	l.asked += n
+	l.asks++
 	end := max(l.tat, now) + cost(n, l.rate)
 	at := max(end-l.depth, now)
 	wait = at - now

@@ -197,7 +197,7 @@ func TestDemand(t *testing.T) {
 		}
 	}
 	d := l.Demand()
-	if d.Asked != 6*16<<10 || d.Waiting < 2*16<<10-1 || d.Waiting > 2*16<<10 {
+	if d.Asked != 6*16<<10 || d.Asks != 6 || d.Waiting < 2*16<<10-1 || d.Waiting > 2*16<<10 {
 		t.Fatalf("Demand = %+v, want Asked %d, Waiting %d", d, 6*16<<10, 2*16<<10)
 	}
 	clk.Advance(time.Second) // 64 KiB more may pass: both queued ones

@@ -27,7 +27,7 @@ import (
 // each instance paces to limit ÷ live instances, as it does for rates.
 //
 // Demand is what asked to pass over the heartbeat: the bytes that passed
-// plus, for each connection still waiting (a chunk queued), the whole limit,
+// plus, for each connection still waiting (an ask queued), the whole limit,
 // since that is what it could take if it were alone. So an instance whose
 // connections are all served asks for what it used, and the rest goes to
 // the busy ones in proportion to their waiting connections, as one limiter
@@ -123,12 +123,18 @@ func (b *Bandwidth) demandLocked(now time.Time) int64 {
 		dt = b.c.heartbeat
 	}
 	passed := max((d.Asked-d.Waiting)-(b.prev.Asked-b.prev.Waiting), 0)
-	// Connections waiting, about: the mean queue holds, of each, from one
-	// chunk (just asked) to none (its turn comes), half a chunk on average
-	// more than the (n−1)·chunk of the others before it.
+	// Connections waiting, about: each has one ask queued (a chunk, or
+	// what a reader read: the mean ask over the heartbeat), and the mean
+	// queue holds, of each, from its whole ask (just asked) to none (its
+	// turn comes): half an ask on average more than the asks of those
+	// before it.
+	ask := float64(b.lim.Chunk())
+	if n := d.Asks - b.prev.Asks; n > 0 {
+		ask = float64(d.Asked-b.prev.Asked) / float64(n)
+	}
 	var conns float64
 	if q := (d.Queued - b.prev.Queued) / dt.Seconds(); q > 0 {
-		conns = q/float64(b.lim.Chunk()) + 0.5
+		conns = q/ask + 0.5
 	}
 	b.prev, b.prevAt = d, now
 	w := float64(passed)/dt.Seconds() + conns*float64(b.limit)
