@@ -46,6 +46,23 @@
 // last reservation; when others have already queued behind it, they keep their times
 // (nothing is reordered) and its slot, at most one chunk's time, goes unused.
 //
+// # Changing the rate
+//
+// SetRate changes the rate in place (cluster mode sets each instance's share
+// of an app's limit with it, each heartbeat; the strict fraction too). The
+// bucket is kept in bytes: the queue beyond now, TAT − now, is rescaled by
+// old/new rate so that the same bytes stay queued, and Burst is kept, so a
+// change never hands out a fresh burst. A reservation knows its place in the
+// queue (the bytes reserved up to its end), so a waiter woken by the change
+// re-times itself from the new TAT: a lowered rate holds queued transfers
+// longer, a raised one lets them go sooner. From the change on, GCRA holds
+// at the new rate: at most rate·t + Burst bytes pass in any t after it. The
+// rate is never set below Chunk/MaxDelay, so a chunk can still pass.
+//
+// Demand reports the bytes asked for (granted or refused), the bytes waiting
+// now and the waiting bytes integrated over time: cluster mode derives from
+// them how many bytes per second an instance wants.
+//
 // # Reads and writes
 //
 // Writer reserves before writing each chunk. Reader reads at most a chunk and then waits

@@ -70,10 +70,6 @@ type Options struct {
 	Instance string
 	Clock    clock.Clock
 	Logger   *slog.Logger
-	// OnLive, when set, is called from Tick with the number of live
-	// instances whenever it changes (limits Redis does not hold, like
-	// bandwidth, are divided by it).
-	OnLive func(live int)
 }
 
 // Defaults.
@@ -95,7 +91,6 @@ type Cluster struct {
 	id        string
 	clk       clock.Clock
 	log       *slog.Logger
-	onLive    func(int)
 
 	degraded atomic.Bool
 	stateMu  sync.Mutex // serialises degraded changes and their log lines
@@ -111,6 +106,7 @@ type Cluster struct {
 
 	mu     sync.Mutex
 	stores []*Store
+	bws    []*Bandwidth
 	closed bool
 	fetchs sync.WaitGroup // background lease takes and gives
 }
@@ -168,7 +164,7 @@ func New(o Options) (*Cluster, error) {
 		DisableIdentity:       true,
 	})
 	c := &Cluster{rdb: rdb, timeout: o.Timeout, lease: o.Lease, heartbeat: o.Heartbeat,
-		prefix: o.Prefix, id: o.Instance, clk: o.Clock, log: o.Logger, onLive: o.OnLive,
+		prefix: o.Prefix, id: o.Instance, clk: o.Clock, log: o.Logger,
 		probeGap: min(max(2*o.Timeout, 100*time.Millisecond), o.Heartbeat)}
 	c.live.Store(1)
 	return c, nil
@@ -202,26 +198,37 @@ func (c *Cluster) Run(ctx context.Context) {
 }
 
 // Tick is one heartbeat at now: mark this instance live and learn how many
-// are, leave degraded mode if Redis answers, and give back idle leases.
+// are, leave degraded mode if Redis answers, give back idle leases and
+// share each bandwidth limit by demand (see Bandwidth).
 func (c *Cluster) Tick(now time.Time) {
 	ttl := 3 * c.heartbeat
 	n, err := call(c, func(ctx context.Context) (int64, error) {
 		return beatScript.Run(ctx, c.rdb, []string{c.prefix + ":instances"},
 			now.UnixMilli(), ttl.Milliseconds(), c.id).Int64()
 	})
-	if err != nil {
-		c.failed(now, err)
-		return
-	}
-	if old := c.live.Swap(max(n, 1)); old != max(n, 1) && c.onLive != nil {
-		c.onLive(int(max(n, 1)))
-	}
-	c.setDegraded(false, nil)
 	c.mu.Lock()
 	stores := append([]*Store(nil), c.stores...)
+	bws := append([]*Bandwidth(nil), c.bws...)
 	c.mu.Unlock()
+	if err != nil {
+		c.failed(now, err)
+		for _, b := range bws {
+			b.fallback(c.Live())
+		}
+		return
+	}
+	c.live.Store(max(n, 1))
+	c.setDegraded(false, nil)
 	for _, s := range stores {
 		s.giveIdle(now, now.Add(-c.heartbeat))
+	}
+	for i, b := range bws {
+		if !b.beat(now, ttl) {
+			for _, b := range bws[i:] {
+				b.fallback(c.Live())
+			}
+			return
+		}
 	}
 }
 

@@ -11,6 +11,10 @@ var (
 		"Redis round trips made for limits and heartbeats.", nil, nil)
 	failuresDesc = prometheus.NewDesc("levee_cluster_redis_errors_total",
 		"Redis calls that failed or passed their deadline.", nil, nil)
+	bwShareDesc = prometheus.NewDesc("levee_cluster_bandwidth_share_bytes_per_second",
+		"This instance's share of the app's limits.bandwidth, set by demand each heartbeat.", []string{"app"}, nil)
+	bwDemandDesc = prometheus.NewDesc("levee_cluster_bandwidth_demand_bytes_per_second",
+		"The bandwidth demand this instance last published for the app: bytes passed plus the limit per waiting connection.", []string{"app"}, nil)
 )
 
 // Describe implements prometheus.Collector.
@@ -19,6 +23,8 @@ func (c *Cluster) Describe(ch chan<- *prometheus.Desc) {
 	ch <- liveDesc
 	ch <- callsDesc
 	ch <- failuresDesc
+	ch <- bwShareDesc
+	ch <- bwDemandDesc
 }
 
 // Collect implements prometheus.Collector.
@@ -31,4 +37,14 @@ func (c *Cluster) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(liveDesc, prometheus.GaugeValue, float64(c.Live()))
 	ch <- prometheus.MustNewConstMetric(callsDesc, prometheus.CounterValue, float64(c.RoundTrips()))
 	ch <- prometheus.MustNewConstMetric(failuresDesc, prometheus.CounterValue, float64(c.Failures()))
+	c.mu.Lock()
+	bws := map[string]*Bandwidth{} // by app: the latest, should an app's old one linger
+	for _, b := range c.bws {
+		bws[b.app] = b
+	}
+	c.mu.Unlock()
+	for app, b := range bws {
+		ch <- prometheus.MustNewConstMetric(bwShareDesc, prometheus.GaugeValue, float64(b.Share()), app)
+		ch <- prometheus.MustNewConstMetric(bwDemandDesc, prometheus.GaugeValue, float64(b.Want()), app)
+	}
 }

@@ -68,3 +68,28 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - ttl)
 redis.call('PEXPIRE', KEYS[1], ttl * 2)
 return redis.call('ZCARD', KEYS[1])
 `)
+
+// bwScript publishes this instance's bandwidth demand for one app and
+// returns every live instance's, dropping those not renewed within ttl.
+//
+//	KEYS[1] the app's demand hash; ARGV: now ms, ttl ms, instance id, bytes/s
+//
+// It returns {id, bytes/s, id, bytes/s, ...}.
+var bwScript = redis.NewScript(`
+local now = tonumber(ARGV[1])
+local ttl = tonumber(ARGV[2])
+redis.call('HSET', KEYS[1], ARGV[3], ARGV[4] .. ' ' .. ARGV[1])
+local all = redis.call('HGETALL', KEYS[1])
+local out = {}
+for i = 1, #all, 2 do
+  local d, at = string.match(all[i + 1], '^(%d+) (%d+)$')
+  if d == nil or tonumber(at) < now - ttl then
+    redis.call('HDEL', KEYS[1], all[i])
+  else
+    out[#out + 1] = all[i]
+    out[#out + 1] = d
+  end
+end
+redis.call('PEXPIRE', KEYS[1], ttl * 2)
+return out
+`)

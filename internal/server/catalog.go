@@ -170,6 +170,7 @@ func (p *parkedApps) park(a *app, now time.Time, limit int) {
 		if pa, ok := p.apps[name]; ok {
 			delete(p.apps, name)
 			forgetRates(pa.a.rates)
+			forgetBandwidth(pa.a)
 		}
 	}
 	if len(p.order) > 2*len(p.apps)+16 { // names taken back: compact
@@ -187,6 +188,7 @@ func (p *parkedApps) take(name string, now time.Time) *app {
 	delete(p.apps, name)
 	if now.After(pa.until) {
 		forgetRates(pa.a.rates)
+		forgetBandwidth(pa.a)
 		return nil
 	}
 	return pa.a

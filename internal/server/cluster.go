@@ -33,35 +33,13 @@ func (s *Server) newCluster(cfg config.Cluster) *cluster.Cluster {
 	c, err := cluster.New(cluster.Options{
 		Addrs: cfg.Redis.Addrs, Username: cfg.Redis.Username, Password: cfg.Redis.Password, DB: cfg.Redis.DB,
 		Timeout: cfg.Redis.Timeout.D(), Lease: cfg.Lease.D(), Heartbeat: cfg.Heartbeat.D(), Prefix: cfg.KeyPrefix,
-		Clock: s.clk, Logger: s.log, OnLive: s.setClusterLive,
+		Clock: s.clk, Logger: s.log,
 	})
 	if err != nil { // validated config: a broken invariant
 		panic(fmt.Sprintf("server: cluster: %v", err))
 	}
 	s.metrics.Registry.MustRegister(c)
 	return c
-}
-
-// setClusterLive recomposes the apps when the number of live instances
-// changes: each paces its bytes to its share of limits.bandwidth (Redis does
-// not hold bandwidth state). Called from the cluster's heartbeat.
-func (s *Server) setClusterLive(live int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if live == s.clusterLive || s.cfg == nil {
-		return
-	}
-	s.clusterLive = live
-	s.applyLocked(s.cfg)
-}
-
-// clusterBandwidth is this instance's share of a bandwidth rate (bytes/s, 0
-// off): the rate ÷ live instances in cluster mode. The caller holds s.mu.
-func (s *Server) clusterBandwidth(rate int64) int64 {
-	if rate == 0 || s.cluster == nil || s.clusterLive <= 1 {
-		return rate
-	}
-	return max(1, rate/int64(s.clusterLive))
 }
 
 // newAppRates makes an app's rate limit state: shared through Redis in
@@ -90,6 +68,15 @@ func redisKeyName(key string) string {
 func forgetRates(r rateStore) {
 	if st, ok := r.(*cluster.Store); ok {
 		st.Close()
+	}
+}
+
+// forgetBandwidth stops sharing an app's bandwidth limit through the
+// cluster (the app is gone or gets a new limiter).
+func forgetBandwidth(a *app) {
+	if a.bwShare != nil {
+		a.bwShare.Close()
+		a.bwShare = nil
 	}
 }
 

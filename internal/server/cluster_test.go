@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leveeproxy/levee/internal/bandwidth"
 	"github.com/leveeproxy/levee/internal/clock"
 	"github.com/leveeproxy/levee/internal/redistest"
 )
@@ -132,8 +133,10 @@ func TestReloadRefusesClusterChanges(t *testing.T) {
 	}
 }
 
-// TestClusterDividesBandwidth: Redis holds no bandwidth state, so each of n
-// live instances paces limits.bandwidth to rate ÷ n, learnt from heartbeats.
+// TestClusterDividesBandwidth: each live instance paces limits.bandwidth to
+// its share by demand, learnt from heartbeats: with no demand anywhere an
+// even split, and the whole rate once the other has left (without ever
+// rebuilding the limiter).
 func TestClusterDividesBandwidth(t *testing.T) {
 	r := redistest.Start(t)
 	be := newBodyBackend(t)
@@ -149,8 +152,14 @@ apps:
 	rate := func(p *proxy) int64 {
 		p.srv.mu.Lock()
 		defer p.srv.mu.Unlock()
-		return p.srv.apps["a"].bwRate
+		return p.srv.apps["a"].bw.Rate()
 	}
+	lim := func(p *proxy) *bandwidth.Limiter {
+		p.srv.mu.Lock()
+		defer p.srv.mu.Unlock()
+		return p.srv.apps["a"].bw
+	}
+	first := lim(ps[0])
 	deadline := time.Now().Add(10 * time.Second)
 	for rate(ps[0]) != 500_000 || rate(ps[1]) != 500_000 {
 		if time.Now().After(deadline) {
@@ -164,5 +173,8 @@ apps:
 			t.Fatalf("bandwidth rate %d after the other left; want 1000000", rate(ps[0]))
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	if lim(ps[0]) != first {
+		t.Fatal("the bandwidth limiter was rebuilt when the live instances changed")
 	}
 }

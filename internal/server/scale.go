@@ -39,6 +39,10 @@ type scaleState struct {
 	unexpected bool
 	strict     float64
 	overload   float64
+	// fraction is the least strict may become without a restart:
+	// instance.strict_fraction when an unexpected instance serves (strict),
+	// else 1. Bandwidth limiters size their chunks for it.
+	fraction float64
 
 	// Owned by the overload loop (watchOverload).
 	sampler overload.Sampler
@@ -55,6 +59,10 @@ func (sc *scaleState) init(sampler overload.Sampler) {
 // setConfig takes cfg's strict fraction; the caller holds Server.mu.
 func (sc *scaleState) setConfig(cfg *config.Config) {
 	sc.strict = 1
+	sc.fraction = 1
+	if cfg.Instance.Unexpected == config.UnexpectedStrict {
+		sc.fraction = float64(cfg.Instance.StrictFraction) / 100
+	}
 	if sc.unexpected {
 		sc.strict = float64(cfg.Instance.StrictFraction) / 100
 	}
@@ -109,13 +117,15 @@ func loadFactor(p *atomic.Uint64) float64 {
 	return math.Float64frombits(p.Load())
 }
 
-// bandwidthOptions are an app's bandwidth limiter options at rate. A rate
-// scaled down below what the configured max_delay allows for a default
-// chunk gets smaller chunks, so a strict instance still paces instead of
-// failing.
-func bandwidthOptions(name string, rate int64, maxDelay time.Duration, clk clock.Clock) bandwidth.Options {
+// bandwidthOptions are an app's bandwidth limiter options at rate. The
+// limiter's rate may later be set as low as least (the strict fraction, a
+// cluster share) without rebuilding it, so its chunks are sized for least:
+// a rate below what the configured max_delay allows for a default chunk
+// gets smaller chunks, so the limiter still paces instead of failing.
+func bandwidthOptions(name string, rate, least int64, maxDelay time.Duration, clk clock.Clock) bandwidth.Options {
 	o := bandwidth.Options{Name: name, Rate: rate, MaxDelay: maxDelay, Clock: clk}.WithDefaults()
-	if most := rate * int64(o.MaxDelay) / int64(time.Second); int64(o.Chunk) > most {
+	least = max(min(least, rate), 1)
+	if most := least * int64(o.MaxDelay) / int64(time.Second); int64(o.Chunk) > most {
 		o.Chunk = int(max(most, 1))
 	}
 	return o

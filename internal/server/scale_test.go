@@ -148,10 +148,10 @@ func TestStrictScalesEveryLimit(t *testing.T) {
 		t.Errorf("strict app burst admitted %d, want 10%% of 20", admitted)
 	}
 	s.mu.Lock()
-	bw := s.apps["a"].bwRate
+	bw, bwLim := s.apps["a"].bwRate, s.apps["a"].bw
 	s.mu.Unlock()
-	if bw != 100_000 {
-		t.Errorf("strict bandwidth = %d B/s, want 10%% of 1MB/s", bw)
+	if bw != 100_000 || bwLim.Rate() != 100_000 {
+		t.Errorf("strict bandwidth = %d B/s (limiter %d), want 10%% of 1MB/s", bw, bwLim.Rate())
 	}
 	if st := s.guardStats("a"); st.InflightLimit != 2 || st.Rate != 10 {
 		t.Errorf("strict backend_limits: inflight %d rate %v/s, want 10%% of 20 and of 100/s", st.InflightLimit, st.Rate)
@@ -172,9 +172,10 @@ func TestStrictScalesEveryLimit(t *testing.T) {
 	}
 	s.mu.Lock()
 	bw = s.apps["a"].bwRate
+	sameLim := s.apps["a"].bw == bwLim
 	s.mu.Unlock()
-	if bw != 1_000_000 {
-		t.Errorf("active bandwidth = %d B/s, want 1MB/s", bw)
+	if bw != 1_000_000 || bwLim.Rate() != 1_000_000 || !sameLim {
+		t.Errorf("active bandwidth = %d B/s (limiter %d, kept %v), want 1MB/s set in place", bw, bwLim.Rate(), sameLim)
 	}
 	if st := s.guardStats("a"); st.InflightLimit != 20 || st.Rate != 100 {
 		t.Errorf("active backend_limits: inflight %d rate %v/s, want 20 and 100/s", st.InflightLimit, st.Rate)

@@ -83,9 +83,6 @@ type Server struct {
 	// cluster shares rate limits through Redis; nil unless cluster mode is
 	// on. It is fixed for the server's life (cluster changes need a restart).
 	cluster *cluster.Cluster
-	// clusterLive is the live instances last learned (guarded by mu); each
-	// paces limits.bandwidth to its share.
-	clusterLive int
 
 	// bg is the context of the server's own background work (health
 	// checks); stopBg ends it at shutdown.
@@ -135,6 +132,9 @@ type app struct {
 	bw     *bandwidth.Limiter
 	bwCfg  config.Bandwidth
 	bwRate int64 // bwCfg.Rate scaled
+	// bwShare sets bw's rate to this instance's share of bwRate in cluster
+	// mode (nil otherwise): by demand, without rebuilding bw.
+	bwShare *cluster.Bandwidth
 	// top counts the heaviest clients (nil when limits.client.top_k is 0);
 	// kept across reloads unless top_k changes.
 	top *observe.ClientTop
@@ -274,6 +274,7 @@ func (s *Server) applyLocked(cfg *config.Config) {
 			}
 			s.metrics.Forget(name)
 			forgetRates(a.rates)
+			forgetBandwidth(a)
 			if a.checker != nil {
 				a.checker.Stop()
 			}
@@ -407,19 +408,43 @@ func (s *Server) applyConcurrency(a *app, c config.Concurrency, lim admit.Limits
 	a.adaptive = newAdaptiveLimit(c, lim, a.limiter, f)
 }
 
-// applyBandwidth makes, keeps or drops an app's bandwidth limiter.
+// applyBandwidth makes, keeps or drops an app's bandwidth limiter. A new
+// one is made only when limits.bandwidth changes; a new scale (the strict
+// fraction) changes its rate in place, so neither it nor the cluster's
+// demand sharing ever hands out a fresh burst.
 func (s *Server) applyBandwidth(a *app, cfg config.Bandwidth) *bandwidth.Limiter {
 	if cfg.Rate == 0 {
+		forgetBandwidth(a)
 		a.bw = nil
 		return nil
 	}
-	rate := s.clusterBandwidth(s.scale.bandwidthRate(int64(cfg.Rate)))
-	if a.bw == nil || a.bwCfg != cfg || a.bwRate != rate {
-		l, err := bandwidth.New(bandwidthOptions(a.name, rate, cfg.MaxDelay.D(), s.clk))
-		if err != nil { // validated config: a broken invariant
-			panic(fmt.Sprintf("server: bandwidth: %v", err))
+	rate := s.scale.bandwidthRate(int64(cfg.Rate))
+	if a.bw != nil && a.bwCfg == cfg {
+		if a.bwRate != rate {
+			a.bwRate = rate
+			if a.bwShare != nil {
+				a.bwShare.SetLimit(rate)
+			} else {
+				a.bw.SetRate(rate)
+			}
 		}
-		a.bw, a.bwCfg, a.bwRate = l, cfg, rate
+		return a.bw
+	}
+	forgetBandwidth(a)
+	// The least rate it may be set to: the strict fraction of the limit,
+	// and in cluster mode a share at its floor (cluster.FloorPercent of the
+	// limit ÷ live instances), taken as a hundredth: up to 5 instances.
+	least := int64(float64(cfg.Rate) * min(s.scale.fraction, 1))
+	if s.cluster != nil {
+		least /= 100
+	}
+	l, err := bandwidth.New(bandwidthOptions(a.name, rate, least, cfg.MaxDelay.D(), s.clk))
+	if err != nil { // validated config: a broken invariant
+		panic(fmt.Sprintf("server: bandwidth: %v", err))
+	}
+	a.bw, a.bwCfg, a.bwRate = l, cfg, rate
+	if s.cluster != nil {
+		a.bwShare = s.cluster.Bandwidth(a.name, l, rate)
 	}
 	return a.bw
 }
