@@ -34,8 +34,10 @@ import (
 // would share the bytes among all of them.
 
 // FloorPercent is the part of a bandwidth limit reserved, evenly, for
-// instances that want less (an idle one gets limit × 5% ÷ live).
-const FloorPercent = 5
+// instances that want less (an idle one gets limit × 2% ÷ live): small, so
+// idle instances leave the others within 2% of the limit, yet enough to
+// pass a chunk until the next heartbeat gives a busy instance its share.
+const FloorPercent = 2
 
 // Bandwidth shares one app's bandwidth limit among the live instances.
 // Create it with Cluster.Bandwidth; the Cluster's heartbeat updates it.

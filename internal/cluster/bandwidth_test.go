@@ -132,8 +132,8 @@ func TestBandwidthFollowsDemand(t *testing.T) {
 			// Measured after the shares settle (a few heartbeats).
 			late := runBW(t, nodes, clk, 2*time.Second)
 			total := sum(late)
-			if total > 2*bwLimit*102/100+chunks || total < 2*bwLimit*95/100 {
-				t.Errorf("settled: passed %d bytes in 2 s, want the limit (2000000, -5%% +2%%): %v", total, late)
+			if total > 2*bwLimit*102/100+chunks || total < 2*bwLimit*98/100 {
+				t.Errorf("settled: passed %d bytes in 2 s, want the limit (2000000, ±2%%): %v", total, late)
 			}
 			if busy := late[0]; busy < 2*bwLimit*70/100 {
 				t.Errorf("settled: the busy instance passed %d of %d bytes in 2 s, want ≥ 70%% of the limit", busy, total)
@@ -165,8 +165,8 @@ func TestBandwidthDemandShare(t *testing.T) {
 	}{
 		{map[string]int64{"a": 0, "b": 0}, 2, map[string]int64{"a": 500, "b": 500}},
 		{map[string]int64{"a": 300, "b": 100}, 2, map[string]int64{"a": 750, "b": 250}},
-		{map[string]int64{"a": 300, "b": 100, "c": 0}, 3, map[string]int64{"a": 737, "b": 245, "c": 16}},
-		{map[string]int64{"a": 1000, "b": 0}, 2, map[string]int64{"a": 975, "b": 25}},
+		{map[string]int64{"a": 300, "b": 100, "c": 0}, 3, map[string]int64{"a": 745, "b": 248, "c": 6}},
+		{map[string]int64{"a": 1000, "b": 0}, 2, map[string]int64{"a": 990, "b": 10}},
 		{map[string]int64{"a": 1000}, 1, map[string]int64{"a": 1000}},
 		// Two live instances not yet published keep a third each.
 		{map[string]int64{"a": 1000}, 3, map[string]int64{"a": 333}},

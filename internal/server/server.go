@@ -433,10 +433,10 @@ func (s *Server) applyBandwidth(a *app, cfg config.Bandwidth) *bandwidth.Limiter
 	forgetBandwidth(a)
 	// The least rate it may be set to: the strict fraction of the limit,
 	// and in cluster mode a share at its floor (cluster.FloorPercent of the
-	// limit ÷ live instances), taken as a hundredth: up to 5 instances.
+	// limit ÷ live instances), taken as a thousandth: up to 20 instances.
 	least := int64(float64(cfg.Rate) * min(s.scale.fraction, 1))
 	if s.cluster != nil {
-		least /= 100
+		least /= 1000
 	}
 	l, err := bandwidth.New(bandwidthOptions(a.name, rate, least, cfg.MaxDelay.D(), s.clk))
 	if err != nil { // validated config: a broken invariant
