@@ -97,23 +97,9 @@ apps:
       client: {key: header:X-Api-Key}
     backend_limits: {inflight: 2}
 `, be.addr()))
-	send := func(key string, out chan *http.Response) {
-		go func() {
-			req, _ := http.NewRequest(http.MethodGet, p.URL+"/", nil)
-			req.Host = "a.test"
-			req.Header.Set("X-Api-Key", key)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				out <- &http.Response{StatusCode: 0, Header: http.Header{}}
-				return
-			}
-			resp.Body.Close()
-			out <- resp
-		}()
-	}
 	held := make(chan *http.Response, 2)
-	send("abuser", held)
-	send("abuser", held)
+	p.asyncGetAs("abuser", held)
+	p.asyncGetAs("abuser", held)
 	waitFor(t, "the abuser to hold both pool slots", func() bool { return be.inflight.Load() == 2 })
 	if got := p.metric("levee_pool_inflight", map[string]string{"app": "a"}); got != 2 {
 		t.Fatalf("levee_pool_inflight = %v, want 2", got)
@@ -122,13 +108,13 @@ apps:
 		t.Fatalf("levee_pool_inflight_limit = %v, want 2", got)
 	}
 	extra := make(chan *http.Response, 1)
-	send("abuser", extra)
+	p.asyncGetAs("abuser", extra)
 	if r := <-extra; r.StatusCode != http.StatusServiceUnavailable || r.Header.Get("Levee-Reject") != "backend-client-share" ||
 		r.Header.Get("Retry-After") == "" {
 		t.Fatalf("abuser beyond its share: %d %q; want 503 backend-client-share with Retry-After", r.StatusCode, r.Header.Get("Levee-Reject"))
 	}
 	polite := make(chan *http.Response, 1)
-	send("polite", polite)
+	p.asyncGetAs("polite", polite)
 	waitFor(t, "the polite client to wait for a pool slot", func() bool {
 		return p.metric("levee_pool_queue_length", map[string]string{"app": "a"}) == 1
 	})

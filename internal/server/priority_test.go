@@ -55,31 +55,17 @@ apps:
       client: {key: header:X-Api-Key}
       fair_share: true
 `, be.addr()))
-	send := func(key string, out chan *http.Response) {
-		go func() {
-			req, _ := http.NewRequest(http.MethodGet, p.URL+"/", nil)
-			req.Host = "a.test"
-			req.Header.Set("X-Api-Key", key)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				out <- &http.Response{StatusCode: 0, Header: http.Header{}}
-				return
-			}
-			resp.Body.Close()
-			out <- resp
-		}()
-	}
 	held := make(chan *http.Response, 2)
-	send("abuser", held)
-	send("abuser", held)
+	p.asyncGetAs("abuser", held)
+	p.asyncGetAs("abuser", held)
 	waitFor(t, "the abuser to hold both slots", func() bool { return be.inflight.Load() == 2 })
 	extra := make(chan *http.Response, 1)
-	send("abuser", extra)
+	p.asyncGetAs("abuser", extra)
 	if r := <-extra; r.StatusCode != http.StatusServiceUnavailable || r.Header.Get("Levee-Reject") != "client-share" {
 		t.Fatalf("abuser beyond its share: %d %q; want 503 client-share", r.StatusCode, r.Header.Get("Levee-Reject"))
 	}
 	polite := make(chan *http.Response, 1)
-	send("polite", polite)
+	p.asyncGetAs("polite", polite)
 	waitFor(t, "the polite client to queue", func() bool { return p.app("a").limiter.Queued() == 1 })
 	be.open()
 	if r := <-polite; r.StatusCode != 200 {

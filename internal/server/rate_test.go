@@ -33,6 +33,24 @@ func (p *proxy) getAs(apiKey string) *http.Response {
 	return resp
 }
 
+// asyncGetAs sends GET / for a.test as client apiKey (X-Api-Key) in the
+// background; the response, or a status-0 one on a transport error, goes
+// to out.
+func (p *proxy) asyncGetAs(apiKey string, out chan<- *http.Response) {
+	go func() {
+		req, _ := http.NewRequest(http.MethodGet, p.URL+"/", nil)
+		req.Host = "a.test"
+		req.Header.Set("X-Api-Key", apiKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			out <- &http.Response{StatusCode: 0, Header: http.Header{}}
+			return
+		}
+		resp.Body.Close()
+		out <- resp
+	}()
+}
+
 func TestAppRateAtTheBoundary(t *testing.T) {
 	p, clk, be := rateProxy(t, "{rate: 10/s, burst: 5}")
 	for i := range 5 {
