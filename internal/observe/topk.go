@@ -62,13 +62,20 @@ func (t *TopK) Add(key string, w uint64, now time.Time) {
 	if t == nil || w == 0 {
 		return
 	}
+	t.mu.Lock()
+	t.addLocked(key, w, now)
+	t.mu.Unlock()
+}
+
+// addLocked counts w for key (cut to MaxKeyLen) at now and returns the key
+// as counted. The caller holds t.mu.
+func (t *TopK) addLocked(key string, w uint64, now time.Time) string {
 	if len(key) > MaxKeyLen {
 		key = key[:MaxKeyLen]
 	}
-	t.mu.Lock()
 	t.rotate(now)
 	t.cur.add(key, w)
-	t.mu.Unlock()
+	return key
 }
 
 // AddHeavy counts weight w for key at now, like Add, and reports whether
@@ -81,13 +88,9 @@ func (t *TopK) AddHeavy(key string, w uint64, now time.Time) bool {
 	if t == nil {
 		return false
 	}
-	if len(key) > MaxKeyLen {
-		key = key[:MaxKeyLen]
-	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.rotate(now)
-	t.cur.add(key, w)
+	key = t.addLocked(key, w, now)
 	own := t.cur.lower(key) + t.prev.lower(key)
 	keys := uint64(max(len(t.cur.slots), len(t.prev.slots)))
 	return own*keys > t.cur.total+t.prev.total

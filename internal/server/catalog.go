@@ -37,7 +37,7 @@ func (s *Server) newLazyCatalog(st catalog.Store, cfg config.Catalog) *catalog.L
 		MaxUnknown:  cfg.Cache.MaxUnknown,
 		UnknownTTL:  cfg.Cache.UnknownTTL.D(),
 		Concurrency: cfg.Loader.Concurrency,
-		Rate:        loadRate(cfg.Loader.Rate),
+		Rate:        gcraLimit(cfg.Loader.Rate, 0),
 		MaxWaiters:  cfg.Loader.MaxWaiters,
 		Timeout:     cfg.Loader.Timeout.D(),
 		Watch:       cfg.Watch.D(),
@@ -45,15 +45,6 @@ func (s *Server) newLazyCatalog(st catalog.Store, cfg config.Catalog) *catalog.L
 		Logger:      s.log,
 		Metrics:     catalog.NewMetrics(s.metrics.Registry),
 	})
-}
-
-// loadRate is catalog.loader.rate as a GCRA limit: a tenth of a second's
-// loads at once (zero when off).
-func loadRate(r config.Rate) ratelimit.Limit {
-	if r == (config.Rate{}) {
-		return ratelimit.Limit{}
-	}
-	return ratelimit.Limit{Interval: r.Interval(), Burst: config.EffectiveBurst(r, 0)}
 }
 
 // routeStored finds a request's route in the SQLite catalog, after the
@@ -153,13 +144,8 @@ func (p *parkedApps) park(a *app, now time.Time, limit int) {
 	}
 	settle := parkMin
 	if c := a.stored; c != nil {
-		for _, r := range []struct {
-			rate  config.Rate
-			burst int
-		}{{c.Limits.Rate, c.Limits.Burst}, {c.Limits.Client.Rate, c.Limits.Client.Burst}} {
-			if r.rate != (config.Rate{}) {
-				settle = max(settle, time.Duration(config.EffectiveBurst(r.rate, r.burst))*r.rate.Interval())
-			}
+		for _, lim := range []ratelimit.Limit{gcraLimit(c.Limits.Rate, c.Limits.Burst), gcraLimit(c.Limits.Client.Rate, c.Limits.Client.Burst)} {
+			settle = max(settle, time.Duration(lim.Burst)*lim.Interval) // a full bucket from empty; 0 when off
 		}
 	}
 	p.apps[a.name] = parkedApp{a: a, until: now.Add(settle)}

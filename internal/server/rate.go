@@ -25,11 +25,20 @@ type rateRule struct {
 	reason string
 }
 
+// gcraLimit is a configured rate and burst (0: derived) as a GCRA limit;
+// the zero Limit when the rate is off.
+func gcraLimit(r config.Rate, burst int) ratelimit.Limit {
+	if r == (config.Rate{}) {
+		return ratelimit.Limit{}
+	}
+	return ratelimit.Limit{Interval: r.Interval(), Burst: config.EffectiveBurst(r, burst)}
+}
+
 func newRateRule(name, reason string, r config.Rate, burst int) *rateRule {
 	if r == (config.Rate{}) {
 		return nil
 	}
-	lim := ratelimit.Limit{Interval: r.Interval(), Burst: config.EffectiveBurst(r, burst)}
+	lim := gcraLimit(r, burst)
 	policy, err := ratelimit.NewPolicy(name, lim, 0)
 	if err != nil { // validated config: a broken invariant
 		panic("server: a validated rate limit is invalid: " + err.Error())

@@ -378,7 +378,7 @@ func (s *Server) applyBackendLimits(a *app, cfg config.BackendLimits, wait admit
 	}
 	var rate ratelimit.Limit
 	if cfg.Rate != (config.Rate{}) {
-		rate = scaleRate(ratelimit.Limit{Interval: cfg.Rate.Interval(), Burst: config.EffectiveBurst(cfg.Rate, cfg.Burst)}, strict)
+		rate = scaleRate(gcraLimit(cfg.Rate, cfg.Burst), strict)
 	}
 	inflight := cfg.Inflight
 	if inflight > 0 {
