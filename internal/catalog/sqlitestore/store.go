@@ -284,22 +284,6 @@ func (s *Store) Version(ctx context.Context) (int64, error) {
 	return v.Int64, nil
 }
 
-func scanStrings(rows *sql.Rows) ([]string, error) {
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			return nil, fmt.Errorf("sqlitestore: %w", err)
-		}
-		out = append(out, s)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlitestore: %w", err)
-	}
-	return out, nil
-}
-
 func marks(n int) string { return strings.TrimSuffix(strings.Repeat("?,", n), ",") }
 
 func anys(ss []string) []any {
