@@ -1,6 +1,7 @@
 package health
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -37,21 +38,11 @@ type Check struct {
 
 // WithDefaults returns c with every zero field set to its default.
 func (c Check) WithDefaults() Check {
-	if c.Path == "" {
-		c.Path = DefaultPath
-	}
-	if c.Interval == 0 {
-		c.Interval = DefaultInterval
-	}
-	if c.Timeout == 0 {
-		c.Timeout = DefaultTimeout
-	}
-	if c.Healthy == 0 {
-		c.Healthy = DefaultHealthy
-	}
-	if c.Unhealthy == 0 {
-		c.Unhealthy = DefaultUnhealthy
-	}
+	c.Path = cmp.Or(c.Path, DefaultPath)
+	c.Interval = cmp.Or(c.Interval, DefaultInterval)
+	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
+	c.Healthy = cmp.Or(c.Healthy, DefaultHealthy)
+	c.Unhealthy = cmp.Or(c.Unhealthy, DefaultUnhealthy)
 	return c
 }
 

@@ -1,6 +1,7 @@
 package health
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -39,18 +40,10 @@ type Ejection struct {
 
 // WithDefaults returns e with every zero field set to its default.
 func (e Ejection) WithDefaults() Ejection {
-	if e.ConsecutiveFailures == 0 {
-		e.ConsecutiveFailures = DefaultConsecutiveFailures
-	}
-	if e.BaseTime == 0 {
-		e.BaseTime = DefaultBaseEjection
-	}
-	if e.MaxTime == 0 {
-		e.MaxTime = DefaultMaxEjection
-	}
-	if e.MaxEjectedPercent == 0 {
-		e.MaxEjectedPercent = DefaultMaxEjectedPercent
-	}
+	e.ConsecutiveFailures = cmp.Or(e.ConsecutiveFailures, DefaultConsecutiveFailures)
+	e.BaseTime = cmp.Or(e.BaseTime, DefaultBaseEjection)
+	e.MaxTime = cmp.Or(e.MaxTime, DefaultMaxEjection)
+	e.MaxEjectedPercent = cmp.Or(e.MaxEjectedPercent, DefaultMaxEjectedPercent)
 	return e
 }
 

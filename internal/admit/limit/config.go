@@ -1,6 +1,7 @@
 package limit
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"time"
@@ -63,33 +64,17 @@ func (e *ConfigError) Error() string { return "limit: " + e.Field + ": " + e.Msg
 // WithDefaults returns c with its zero fields set to their defaults. It never changes a
 // non-zero field, even an invalid one: Validate reports those.
 func (c Config) WithDefaults() Config {
-	if c.Min == 0 {
-		c.Min = DefaultMin
-	}
-	if c.Max == 0 {
-		c.Max = DefaultMax
-	}
+	c.Min = cmp.Or(c.Min, DefaultMin)
+	c.Max = cmp.Or(c.Max, DefaultMax)
 	if c.Initial == 0 {
 		c.Initial = min(c.Max, 2*c.Min)
 	}
-	if c.Window == 0 {
-		c.Window = DefaultWindow
-	}
-	if c.MinSamples == 0 {
-		c.MinSamples = DefaultMinSamples
-	}
-	if c.Smoothing == 0 {
-		c.Smoothing = DefaultSmoothing
-	}
-	if c.Tolerance == 0 {
-		c.Tolerance = DefaultTolerance
-	}
-	if c.ProbeEvery == 0 {
-		c.ProbeEvery = DefaultProbeEvery
-	}
-	if c.ProbeDepth == 0 {
-		c.ProbeDepth = DefaultProbeDepth
-	}
+	c.Window = cmp.Or(c.Window, DefaultWindow)
+	c.MinSamples = cmp.Or(c.MinSamples, DefaultMinSamples)
+	c.Smoothing = cmp.Or(c.Smoothing, DefaultSmoothing)
+	c.Tolerance = cmp.Or(c.Tolerance, DefaultTolerance)
+	c.ProbeEvery = cmp.Or(c.ProbeEvery, DefaultProbeEvery)
+	c.ProbeDepth = cmp.Or(c.ProbeDepth, DefaultProbeDepth)
 	return c
 }
 
