@@ -53,7 +53,7 @@ func newRateRule(name, reason string, r config.Rate, burst int) *rateRule {
 func (rt *route) limitRate(client string, now time.Time) (refusal, bool) {
 	store := rt.app.rates
 	f := loadFactor(rt.rateFactor)
-	var appLim, clientLim ratelimit.Limit
+	var appLim ratelimit.Limit
 	if rt.appRate != nil {
 		appLim = scaleRate(rt.appRate.lim, f)
 		if d := store.AllowAt(appKey, appLim, now, 0); d.Remaining < 1 {
@@ -61,8 +61,7 @@ func (rt *route) limitRate(client string, now time.Time) (refusal, bool) {
 		}
 	}
 	if rt.clientRate != nil {
-		clientLim = scaleRate(rt.clientRate.lim, f)
-		if d := store.AllowAt(client, clientLim, now, 1); !d.Allowed {
+		if d := store.AllowAt(client, scaleRate(rt.clientRate.lim, f), now, 1); !d.Allowed {
 			return rt.refuseRate(rt.clientRate, d)
 		}
 	}
