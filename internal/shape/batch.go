@@ -112,6 +112,11 @@ func (b *BatchReader) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	for {
+		if b.hasHeld && len(p) == 1 {
+			// No room beside the held byte: read the next one apart, so the
+			// held one can go out (else this loop would spin forever).
+			return b.readOne(p)
+		}
 		off := 0
 		if b.hasHeld {
 			p[0], b.hasHeld, off = b.held, false, 1
@@ -140,6 +145,43 @@ func (b *BatchReader) Read(p []byte) (int, error) {
 				return total - 1, nil
 			}
 			// Only the held byte: read on rather than return 0, nil.
+		}
+	}
+}
+
+// readOne is Read into a one-byte p while a byte is held: p gets the held
+// byte once the next one has been read (and becomes the held one).
+func (b *BatchReader) readOne(p []byte) (int, error) {
+	for {
+		var one [1]byte
+		n, err := b.r.Read(one[:])
+		if n > 0 {
+			p[0], b.held = b.held, one[0]
+			if _, v := b.s.scan(one[:]); v != nil {
+				b.err, b.hasHeld = v, false
+				return 1, v
+			}
+			if err == io.EOF {
+				if v := b.s.finish(); v != nil {
+					b.err, b.hasHeld = v, false // withhold the last byte
+					return 1, v
+				}
+				b.eof = true
+				return 1, nil
+			}
+			return 1, err
+		}
+		switch {
+		case err == io.EOF:
+			if v := b.s.finish(); v != nil {
+				b.err = v
+				return 0, v // withhold the last byte
+			}
+			b.eof = true
+			p[0], b.hasHeld = b.held, false
+			return 1, io.EOF
+		case err != nil:
+			return 0, err
 		}
 	}
 }

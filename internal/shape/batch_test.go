@@ -34,11 +34,18 @@ func (r result) reason() Reason {
 
 // readAll reads r to its end or first error, like io.ReadAll, but keeps the
 // error.
-func readAll(b *BatchReader) result {
+func readAll(b *BatchReader) result { return readSized(b, func() int { return 512 }) }
+
+// readSized is readAll into buffers of size() bytes each read, as a writer
+// with a nearly full buffer asks (bufio.Writer.ReadFrom: one byte at times).
+func readSized(b *BatchReader, size func() int) result {
 	var out bytes.Buffer
 	buf := make([]byte, 512)
-	for {
-		n, err := b.Read(buf)
+	for reads := 0; ; reads++ {
+		if reads > 1<<16 { // no body here is that long: Read makes no progress
+			return result{out: out.String(), count: b.Count(), err: errors.New("Read made no progress")}
+		}
+		n, err := b.Read(buf[:size()])
 		out.Write(buf[:n])
 		if err == io.EOF {
 			return result{out: out.String(), count: b.Count()}
@@ -300,6 +307,18 @@ func TestBatchReaderChunking(t *testing.T) {
 					}
 				}
 				check("one byte at a time", iotest.OneByteReader(strings.NewReader(body)))
+				// Read into one-byte buffers: the held byte must still go out
+				// (this once spun forever, a CPU-bound hang per request).
+				got := readSized(NewBatchReader(strings.NewReader(body), field, max), func() int { return 1 })
+				if !got.same(whole) {
+					t.Errorf("body %q field %q max %d read into 1-byte buffers: got %+v, whole gave %+v", body, field, max, got, whole)
+				}
+				sizes := rand.New(rand.NewPCG(2, uint64(len(body))))
+				got = readSized(NewBatchReader(iotest.OneByteReader(strings.NewReader(body)), field, max),
+					func() int { return 1 + sizes.IntN(3) })
+				if !got.same(whole) {
+					t.Errorf("body %q field %q max %d read into 1-3 byte buffers: got %+v, whole gave %+v", body, field, max, got, whole)
+				}
 				rng := rand.New(rand.NewPCG(1, uint64(len(body))))
 				for range 20 {
 					check("random chunks", &chunkReader{data: []byte(body), rng: rng, max: 7})
