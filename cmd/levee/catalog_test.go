@@ -84,7 +84,7 @@ func TestServeRoutesACatalogApp(t *testing.T) {
 	if code, _, errOut := runLevee(t, "catalog", "import", "--db", db, apps); code != 0 {
 		t.Fatalf("import: %s", errOut)
 	}
-	s := startServe(t, "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\ncatalog: {sqlite: "+db+", watch: 20ms}\n")
+	s := startServe(t, listenLine()+"\nadmin: 127.0.0.1:0\ncatalog: {sqlite: "+db+", watch: 20ms}\n")
 	if code, body, err := s.get("s.test", "/"); err != nil || code != 200 || body != "stored" {
 		t.Fatalf("stored app: %d %q %v", code, body, err)
 	}

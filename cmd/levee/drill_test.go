@@ -70,8 +70,8 @@ func (c drillCard) check(drill, name string) (pass, found bool) {
 // The drills load levee for seconds; the fasthttp re-run adds nothing the
 // nethttp run and internal/drill's tests do not cover.
 func skipDrillOnEngineRerun(t *testing.T) {
-	if os.Getenv(engineEnv) != "" {
-		t.Skip("drill tests run once, on the default engine")
+	if testH2C() {
+		t.Skip("drill tests run once, over HTTP/1.1")
 	}
 }
 

@@ -63,16 +63,16 @@ func buildAndRun(m *testing.M) int {
 		os.Setenv("GORACE", "atexit_sleep_ms=0")
 	}
 	code := m.Run()
-	if os.Getenv(engineEnv) != "" {
+	if testH2C() {
 		return code
 	}
-	// Again with the proxy listener on fasthttp (serve, reload and drain tests).
-	fmt.Fprintf(os.Stderr, "=== engine fasthttp: %s=fasthttp %s\n", engineEnv, os.Args[0])
+	// Again over h2c on the proxy listener (serve, reload and drain tests).
+	fmt.Fprintf(os.Stderr, "=== protocol h2c: %s=h2c %s\n", protoEnv, os.Args[0])
 	cmd := exec.Command(os.Args[0], append(os.Args[1:len(os.Args):len(os.Args)], "-test.bench=^$")...)
-	cmd.Env = append(os.Environ(), engineEnv+"=fasthttp", binEnv+"="+leveeBin)
+	cmd.Env = append(os.Environ(), protoEnv+"=h2c", binEnv+"="+leveeBin)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	if err := cmd.Run(); err != nil {
-		fmt.Fprintf(os.Stderr, "--- FAIL: engine fasthttp: %v\n", err)
+		fmt.Fprintf(os.Stderr, "--- FAIL: protocol h2c: %v\n", err)
 		code = max(code, 1)
 	}
 	return code
@@ -304,12 +304,33 @@ func startServe(t *testing.T, cfg string) *serveProc {
 	m := p.waitOutput(p.stderr, servingLine)
 	tr := &http.Transport{MaxIdleConnsPerHost: 16}
 	t.Cleanup(tr.CloseIdleConnections)
+	var rt http.RoundTripper = tr
+	if testH2C() {
+		h2 := &http.Transport{Protocols: new(http.Protocols)}
+		h2.Protocols.SetUnencryptedHTTP2(true)
+		t.Cleanup(h2.CloseIdleConnections)
+		rt = proxyOverH2C{proxy: m[1], h2c: h2, h1: tr}
+	}
 	return &serveProc{
 		proc: p, config: path,
 		proxy:  "http://" + m[1],
 		admin:  "http://" + m[2],
-		client: &http.Client{Transport: tr, Timeout: waitTimeout},
+		client: &http.Client{Transport: rt, Timeout: waitTimeout},
 	}
+}
+
+// proxyOverH2C sends requests for the proxy's address over h2c and the
+// rest (the admin listener, which speaks HTTP/1.1 only) over HTTP/1.1.
+type proxyOverH2C struct {
+	proxy   string // host:port
+	h2c, h1 http.RoundTripper
+}
+
+func (p proxyOverH2C) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Host == p.proxy {
+		return p.h2c.RoundTrip(r)
+	}
+	return p.h1.RoundTrip(r)
 }
 
 // writeConfig replaces the file at path atomically, so a reload never reads half a file.
@@ -375,18 +396,20 @@ apps:
 %s`, listenLine(), backend, extra)
 }
 
-// engineEnv names the engine of the proxy listener in appConfig; TestMain
-// runs the tests once more with fasthttp. binEnv hands the child run the
-// binary already built.
+// protoEnv, set to h2c, runs the tests with the proxy listener serving h2c
+// and the test client speaking it; TestMain runs the tests once more so.
+// binEnv hands the child run the binary already built.
 const (
-	engineEnv = "LEVEE_TEST_ENGINE"
-	binEnv    = "LEVEE_TEST_BIN"
+	protoEnv = "LEVEE_TEST_PROTO"
+	binEnv   = "LEVEE_TEST_BIN"
 )
 
-// listenLine is appConfig's listen key, on the engine under test.
+func testH2C() bool { return os.Getenv(protoEnv) == "h2c" }
+
+// listenLine is appConfig's listen key, for the protocol under test.
 func listenLine() string {
-	if e := os.Getenv(engineEnv); e != "" {
-		return "listen: [{addr: 127.0.0.1:0, engine: " + e + "}]"
+	if testH2C() {
+		return "listen: [{addr: 127.0.0.1:0, h2c: true}]"
 	}
 	return "listen: 127.0.0.1:0"
 }

@@ -38,17 +38,12 @@ type Listener struct {
 	TLS *TLS `yaml:"tls"`
 	// H2C serves HTTP/2 without TLS (prior knowledge) beside HTTP/1.1.
 	H2C bool `yaml:"h2c"`
-	// Engine is the HTTP implementation serving the listener: EngineNetHTTP
-	// (the default; HTTP/1.1, HTTP/2 over TLS, h2c) or EngineFastHTTP
-	// (HTTP/1.1 only, cheaper per request; not with tls or h2c).
-	Engine string `yaml:"engine"`
+	// Engine was the HTTP implementation of the whole listener. It is
+	// decoded only so that a config naming it is refused with the reason
+	// (see Validate) rather than "unknown key": levee now picks the engine
+	// per connection, by protocol.
+	Engine string `yaml:"engine,omitempty"`
 }
-
-// The listener engines.
-const (
-	EngineNetHTTP  = "nethttp"
-	EngineFastHTTP = "fasthttp"
-)
 
 // TLS names a certificate and key in PEM files.
 type TLS struct {
@@ -389,7 +384,7 @@ const (
 // Default returns a Config with every default filled in and no apps.
 func Default() Config {
 	return Config{
-		Listen: Listeners{{Addr: DefaultListen, Engine: EngineNetHTTP}},
+		Listen: Listeners{{Addr: DefaultListen}},
 		Admin:  DefaultAdmin,
 		Server: Server{
 			ReadHeaderTimeout: Duration(DefaultReadHeaderTimeout),
@@ -450,11 +445,10 @@ type Listeners []Listener
 func (l *Listeners) decodeYAML(n *yaml.Node, path string, errs *Errors) {
 	switch n.Kind {
 	case yaml.ScalarNode:
-		*l = Listeners{{Addr: n.Value, Engine: EngineNetHTTP}}
+		*l = Listeners{{Addr: n.Value}}
 	case yaml.SequenceNode:
 		out := make(Listeners, len(n.Content))
 		for i, e := range n.Content {
-			out[i].Engine = EngineNetHTTP
 			p := fmt.Sprintf("%s[%d]", path, i)
 			switch e = resolve(e); {
 			case isNull(e):

@@ -73,7 +73,7 @@ func wantErr(t *testing.T, es Errors, path, frag string) {
 func TestParseExampleGetsDefaults(t *testing.T) {
 	cfg := mustParse(t, exampleConfig)
 
-	if want := (Listeners{{Addr: "127.0.0.1:8080", Engine: EngineNetHTTP}}); !reflect.DeepEqual(cfg.Listen, want) {
+	if want := (Listeners{{Addr: "127.0.0.1:8080"}}); !reflect.DeepEqual(cfg.Listen, want) {
 		t.Errorf("Listen = %+v, want %+v", cfg.Listen, want)
 	}
 	if cfg.Admin != "127.0.0.1:9901" {
@@ -196,15 +196,15 @@ func TestParseListen(t *testing.T) {
 		src  string
 		want Listeners
 	}{
-		{"scalar", "listen: 127.0.0.1:80", Listeners{{Addr: "127.0.0.1:80", Engine: EngineNetHTTP}}},
+		{"scalar", "listen: 127.0.0.1:80", Listeners{{Addr: "127.0.0.1:80"}}},
 		{"list of strings", "listen: [127.0.0.1:80, \"[::1]:81\", \":82\"]",
-			Listeners{{Addr: "127.0.0.1:80", Engine: EngineNetHTTP}, {Addr: "[::1]:81", Engine: EngineNetHTTP}, {Addr: ":82", Engine: EngineNetHTTP}}},
+			Listeners{{Addr: "127.0.0.1:80"}, {Addr: "[::1]:81"}, {Addr: ":82"}}},
 		{"list of mappings", "listen:\n  - addr: 127.0.0.1:80\n  - {addr: 127.0.0.1:81, h2c: true}\n",
-			Listeners{{Addr: "127.0.0.1:80", Engine: EngineNetHTTP}, {Addr: "127.0.0.1:81", H2C: true, Engine: EngineNetHTTP}}},
+			Listeners{{Addr: "127.0.0.1:80"}, {Addr: "127.0.0.1:81", H2C: true}}},
 		{"mixed", "listen: [127.0.0.1:80, {addr: 'localhost:81', h2c: true}]",
-			Listeners{{Addr: "127.0.0.1:80", Engine: EngineNetHTTP}, {Addr: "localhost:81", H2C: true, Engine: EngineNetHTTP}}},
-		{"tls null", "listen: [{addr: 127.0.0.1:80, tls: ~}]", Listeners{{Addr: "127.0.0.1:80", Engine: EngineNetHTTP}}},
-		{"null keeps default", "listen:", Listeners{{Addr: DefaultListen, Engine: EngineNetHTTP}}},
+			Listeners{{Addr: "127.0.0.1:80"}, {Addr: "localhost:81", H2C: true}}},
+		{"tls null", "listen: [{addr: 127.0.0.1:80, tls: ~}]", Listeners{{Addr: "127.0.0.1:80"}}},
+		{"null keeps default", "listen:", Listeners{{Addr: DefaultListen}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -221,8 +221,8 @@ func TestParseListenTLS(t *testing.T) {
 	src := "listen:\n  - addr: 127.0.0.1:8443\n    tls: {cert: " + cert + ", key: " + key + "}\n  - {addr: 127.0.0.1:8080, h2c: true}\n"
 	cfg := mustParse(t, src)
 	want := Listeners{
-		{Addr: "127.0.0.1:8443", TLS: &TLS{Cert: cert, Key: key}, Engine: EngineNetHTTP},
-		{Addr: "127.0.0.1:8080", H2C: true, Engine: EngineNetHTTP},
+		{Addr: "127.0.0.1:8443", TLS: &TLS{Cert: cert, Key: key}},
+		{Addr: "127.0.0.1:8080", H2C: true},
 	}
 	if !reflect.DeepEqual(cfg.Listen, want) {
 		t.Errorf("Listen = %+v, want %+v", cfg.Listen, want)
@@ -517,7 +517,7 @@ admin: 127.0.0.1:9901
 	}
 	// An alias as a list item of the listen shorthand.
 	cfg = mustParse(t, "apps: {a: {hosts: [a.example.com], backends: [&addr \"127.0.0.1:8080\"]}}\nlisten: [*addr]\n")
-	if want := (Listeners{{Addr: "127.0.0.1:8080", Engine: EngineNetHTTP}}); !reflect.DeepEqual(cfg.Listen, want) {
+	if want := (Listeners{{Addr: "127.0.0.1:8080"}}); !reflect.DeepEqual(cfg.Listen, want) {
 		t.Errorf("Listen = %+v, want %+v", cfg.Listen, want)
 	}
 }
@@ -531,21 +531,16 @@ func TestH2CWithTLSIsAnError(t *testing.T) {
 	}
 }
 
-func TestListenEngine(t *testing.T) {
-	cfg := mustParse(t, "listen: [{addr: 127.0.0.1:80, engine: fasthttp}, 127.0.0.1:81]")
-	if cfg.Listen[0].Engine != EngineFastHTTP || cfg.Listen[1].Engine != EngineNetHTTP {
-		t.Fatalf("engines %q %q, want fasthttp nethttp", cfg.Listen[0].Engine, cfg.Listen[1].Engine)
-	}
-	cert, key := writeCert(t)
-	for _, tc := range []struct{ yaml, want string }{
-		{"listen: [{addr: 127.0.0.1:80, engine: netty}]", "want nethttp or fasthttp"},
-		{"listen: [{addr: 127.0.0.1:80, engine: fasthttp, h2c: true}]", "HTTP/1.1 only"},
-		{"listen: [{addr: 127.0.0.1:443, engine: fasthttp, tls: {cert: " + cert + ", key: " + key + "}}]", "HTTP/1.1 only"},
-	} {
-		es := parseErrs(t, tc.yaml)
-		wantErr(t, es, "listen[0].engine", tc.want)
+// listen[].engine is gone (the engine is chosen per connection): a config
+// that still names it, whatever the value, is refused with the reason,
+// never served with a silent change of engine.
+func TestListenEngineIsRefused(t *testing.T) {
+	for _, v := range []string{"fasthttp", "nethttp", "netty"} {
+		y := "listen: [{addr: 127.0.0.1:80, engine: " + v + "}, 127.0.0.1:81]"
+		es := parseErrs(t, y)
+		wantErr(t, es, "listen[0].engine", "picks the engine per connection")
 		if len(es) != 1 {
-			t.Errorf("%s: got %d errors, want 1:\n%v", tc.yaml, len(es), es)
+			t.Errorf("%s: got %d errors, want 1:\n%v", y, len(es), es)
 		}
 	}
 }

@@ -37,14 +37,10 @@ func (c *Config) Validate() error {
 				errs.add(p+".h2c", "h2c is for listeners without tls (a TLS listener negotiates HTTP/2 by ALPN)")
 			}
 		}
-		switch l.Engine {
-		case EngineNetHTTP:
-		case EngineFastHTTP:
-			if l.TLS != nil || l.H2C {
-				errs.add(p+".engine", "fasthttp serves HTTP/1.1 only: use engine: nethttp for a listener with tls or h2c")
-			}
-		default:
-			errs.add(p+".engine", "want nethttp or fasthttp, got %q", l.Engine)
+		if l.Engine != "" {
+			errs.add(p+".engine", "no longer a setting: levee picks the engine per connection, HTTP/1.x on "+
+				"fasthttp and HTTP/2 on net/http (by ALPN with tls, by the connection preface with h2c); "+
+				"delete the key (docs/config.md, listen)")
 		}
 	}
 	checkListenAddr(&errs, "admin", c.Admin)

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
-
-	"github.com/leveeproxy/levee/internal/config"
 )
 
 // BenchmarkRejectQueueFull measures the cost of refusing a request at a full
@@ -48,23 +46,28 @@ func BenchmarkNotFound(b *testing.B) {
 
 // BenchmarkProxyLoopback measures a whole proxied request over loopback,
 // client → levee → backend (ns/op, allocs/op of client and levee together),
-// on each engine, and reports the throughput of the same loop sent directly
-// to the backend as direct_ratio = proxied req/s ÷ direct req/s, measured
-// in the same run.
+// over each protocol (HTTP/1.1 on fasthttp, h2c on net/http), and reports
+// the throughput of the same loop sent directly to the backend as
+// direct_ratio = proxied req/s ÷ direct req/s, measured in the same run.
 func BenchmarkProxyLoopback(b *testing.B) {
-	for _, engine := range []string{config.EngineNetHTTP, config.EngineFastHTTP} {
-		b.Run(engine, func(b *testing.B) { benchProxyLoopback(b, engine) })
+	for _, proto := range []string{"http1", "h2c"} {
+		b.Run(proto, func(b *testing.B) { benchProxyLoopback(b, proto == "h2c") })
 	}
 }
 
-func benchProxyLoopback(b *testing.B, engine string) {
+func benchProxyLoopback(b *testing.B, h2c bool) {
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		io.WriteString(w, strings.Repeat("x", 100))
 	}))
 	defer backend.Close()
-	pr := startProxy(b, fmt.Sprintf("listen: [{addr: 127.0.0.1:0, engine: %s}]\napps:\n  a:\n    hosts: [a.test]\n    backends: [%s]\n",
-		engine, strings.TrimPrefix(backend.URL, "http://")))
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	pr := startProxy(b, fmt.Sprintf("listen: [{addr: 127.0.0.1:0, h2c: %t}]\napps:\n  a:\n    hosts: [a.test]\n    backends: [%s]\n",
+		h2c, strings.TrimPrefix(backend.URL, "http://")))
+	tr := &http.Transport{MaxIdleConnsPerHost: 64}
+	if h2c {
+		tr.Protocols = new(http.Protocols)
+		tr.Protocols.SetUnencryptedHTTP2(true)
+	}
+	client := &http.Client{Transport: tr}
 	run := func(url string, n int) time.Duration {
 		start := time.Now()
 		for range n {
@@ -83,6 +86,7 @@ func benchProxyLoopback(b *testing.B, engine string) {
 	b.ResetTimer()
 	proxied := run(pr.URL+"/", b.N)
 	b.StopTimer()
+	tr.Protocols = nil // the backend speaks HTTP/1.1
 	direct := run(backend.URL+"/", b.N)
 	b.ReportMetric(float64(direct)/float64(proxied), "direct_ratio")
 }

@@ -40,7 +40,7 @@ apps:
     hosts: [a.test]
     backends: [%s]
     limits: {bandwidth: {rate: 4MB/s, max_delay: 30s}}
-`, r.Addr(), testEngine(), strings.TrimPrefix(be.URL, "http://"))
+`, r.Addr(), testProto(), strings.TrimPrefix(be.URL, "http://"))
 	ps := []*proxy{startProxy(t, cfg), startProxy(t, cfg)}
 	time.Sleep(300 * time.Millisecond) // a few heartbeats: both live
 

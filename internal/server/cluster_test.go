@@ -32,7 +32,7 @@ apps:
     hosts: [a.test]
     backends: [%s]
     limits: %s
-`, r.Addr(), "e2e-"+testEngine(), be.addr(), limits), clk)
+`, r.Addr(), "e2e-"+testProto(), be.addr(), limits), clk)
 	}
 	return ps, clk
 }
@@ -147,7 +147,7 @@ apps:
     hosts: [a.test]
     backends: [%s]
     limits: {bandwidth: {rate: 1MB/s}}
-`, r.Addr(), testEngine(), be.addr())
+`, r.Addr(), testProto(), be.addr())
 	ps := []*proxy{startProxy(t, cfg), startProxy(t, cfg)}
 	rate := func(p *proxy) int64 {
 		p.srv.mu.Lock()

@@ -116,9 +116,6 @@ func TestUnroutedRequestsAreCounted(t *testing.T) {
 // A certificate that disappeared after validation makes Listen fail and
 // bind nothing, instead of serving a listener whose every handshake fails.
 func TestListenFailsWhenTheCertificateIsGone(t *testing.T) {
-	if testEngine() == "fasthttp" {
-		t.Skip("TLS listeners are served by the nethttp engine only")
-	}
 	cert, key, _ := selfSigned(t)
 	cfg := mustParse(t, fmt.Sprintf(`
 listen: [{addr: 127.0.0.1:0, tls: {cert: %s, key: %s}}]

@@ -92,51 +92,65 @@ func mustParse(t testing.TB, yamlCfg string) *config.Config {
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, yamlCfg)
 	}
-	if e := testEngine(); e != "" && !strings.Contains(yamlCfg, "engine:") {
+	if testH2C() && !strings.Contains(yamlCfg, "h2c:") {
 		for i, l := range cfg.Listen {
-			if l.TLS == nil && !l.H2C {
-				cfg.Listen[i].Engine = e
+			if l.TLS == nil {
+				cfg.Listen[i].H2C = true
 			}
 		}
 	}
 	return cfg
 }
 
-// engineEnv chooses the engine of the test proxies' plain listeners (those
-// without tls or h2c) unless a config names one; TestMain runs the package
-// once more with fasthttp.
-const engineEnv = "LEVEE_TEST_ENGINE"
+// protoEnv, set to h2c, runs the package's tests over HTTP/2: every plain
+// listener of a test proxy serves h2c beside HTTP/1.1, and the default
+// client (p.get, http.Get) speaks h2c only. Tests that write raw HTTP/1.1
+// bytes still reach the HTTP/1.1 engine of the same listener. TestMain runs
+// the package once more so.
+const protoEnv = "LEVEE_TEST_PROTO"
 
-func testEngine() string { return os.Getenv(engineEnv) }
+func testH2C() bool { return os.Getenv(protoEnv) == "h2c" }
 
-// skipOnFastHTTP skips a test of what only the net/http engine serves.
-func skipOnFastHTTP(t *testing.T, what string) {
+// testProto names the protocol of the run, for labels that must differ
+// between runs (cluster key prefixes).
+func testProto() string {
+	if testH2C() {
+		return "h2c"
+	}
+	return "http1"
+}
+
+// skipOnH2C skips a test of HTTP/1.1 behaviour in the h2c run, saying why.
+func skipOnH2C(t *testing.T, why string) {
 	t.Helper()
-	if testEngine() == config.EngineFastHTTP {
-		t.Skipf("%s: served by the net/http engine only; covered by the nethttp run", what)
+	if testH2C() {
+		t.Skipf("HTTP/1.1 only (%s); covered by the http1 run", why)
 	}
 }
 
-// TestMain runs the tests on the default engine (net/http), then runs this
-// same test binary again with every plain listener on fasthttp, so that
-// `go test ./...` covers both engines.
+// TestMain runs the tests over HTTP/1.1 (served by fasthttp), then runs
+// this same test binary again over h2c (served by net/http's HTTP/2), so
+// that `go test ./...` covers both engines.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if testEngine() != "" {
-		os.Exit(code)
+	if testH2C() {
+		tr := http.DefaultTransport.(*http.Transport)
+		tr.Protocols = new(http.Protocols)
+		tr.Protocols.SetUnencryptedHTTP2(true)
+		os.Exit(m.Run())
 	}
-	fmt.Fprintf(os.Stderr, "=== engine fasthttp: %s=%s %s\n", engineEnv, config.EngineFastHTTP, os.Args[0])
-	// Benchmarks name their engines and ran already: only tests run again,
+	code := m.Run()
+	fmt.Fprintf(os.Stderr, "=== protocol h2c: %s=h2c %s\n", protoEnv, os.Args[0])
+	// Benchmarks name their protocols and ran already: only tests run again,
 	// and without the profiles, which the child would overwrite.
 	args := slices.DeleteFunc(slices.Clone(os.Args[1:]), func(a string) bool {
 		return slices.ContainsFunc([]string{"cpuprofile", "memprofile", "blockprofile", "mutexprofile", "trace"},
 			func(f string) bool { return strings.HasPrefix(a, "-test."+f+"=") })
 	})
 	cmd := exec.Command(os.Args[0], append(args, "-test.bench=^$")...)
-	cmd.Env = append(os.Environ(), engineEnv+"="+config.EngineFastHTTP)
+	cmd.Env = append(os.Environ(), protoEnv+"=h2c")
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	if err := cmd.Run(); err != nil {
-		fmt.Fprintf(os.Stderr, "--- FAIL: engine fasthttp: %v\n", err)
+		fmt.Fprintf(os.Stderr, "--- FAIL: protocol h2c: %v\n", err)
 		code = max(code, 1)
 	}
 	os.Exit(code)

@@ -271,12 +271,17 @@ apps:
 	req.Host = "a.test"
 	req.Header.Set("X-Big", strings.Repeat("y", 8<<10))
 	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
+	switch {
+	case err != nil && testH2C() && strings.Contains(err.Error(), "COMPRESSION_ERROR"):
+		// Go's HTTP/2 server bounds each HPACK string by max_header_bytes and
+		// ends the connection on a longer one, before any request exists.
+	case err != nil:
 		t.Fatal(err)
-	}
-	resp.Body.Close() // the server closes the connection after a 431
-	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
-		t.Fatalf("8 KiB header: %d; want 431", resp.StatusCode)
+	default:
+		resp.Body.Close() // the server closes the connection after a 431
+		if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+			t.Fatalf("8 KiB header: %d; want 431", resp.StatusCode)
+		}
 	}
 	if be.arrived.Load() != 0 {
 		t.Fatal("an oversized request reached the backend")

@@ -1,10 +1,278 @@
 package server
 
 import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
 	"net"
+	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/leveeproxy/levee/internal/config"
 )
+
+// listener is one client-facing socket. Each connection it accepts is
+// served by the engine for its protocol: HTTP/1.x by fasthttp (h1), HTTP/2
+// by net/http (h2). A TLS listener tells them apart by ALPN after the
+// handshake; a plain listener with h2c by the connection preface; a plain
+// listener without h2c hands every connection to fasthttp as it is.
+type listener struct {
+	cfg config.Listener
+	ln  *limitedListener // the socket, bounded at server.max_conns
+	h1  *fasthttp.Server
+	h2  *http.Server // nil when the listener has neither tls nor h2c
+	// h1q and h2q are what the engines accept from when a connection must
+	// be looked at first (nil for a plain HTTP/1.1 listener: h1 accepts from
+	// ln directly, with nothing in between).
+	h1q, h2q *connQueue
+	tls      *tls.Config
+	// hello bounds the handshake and the preface, per connection.
+	hello time.Duration
+	// sorting counts the connections being looked at, so Serve can wait for
+	// them; each ends within hello.
+	sorting sync.WaitGroup
+}
+
+// h2Preface is what an HTTP/2 client sends first (RFC 9113 §3.4).
+const h2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+// newListener makes the servers of one bound socket.
+func (s *Server) newListener(cfg *config.Config, lc config.Listener, ln net.Listener) (*listener, error) {
+	l := &listener{cfg: lc, h1: s.fastServer(cfg), hello: cfg.Server.ReadHeaderTimeout.D()}
+	if lc.TLS != nil {
+		// Validation proved the files load, but they may have changed since.
+		cert, err := tls.LoadX509KeyPair(lc.TLS.Cert, lc.TLS.Key)
+		if err != nil {
+			return nil, fmt.Errorf("server: listen %s: tls: %w", lc.Addr, err)
+		}
+		l.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
+			NextProtos: []string{"h2", "http/1.1"}}
+	}
+	l.ln = limitListener(ln, cfg.Server.MaxConns, func() { s.metrics.ConnRejected(lc.Addr) })
+	if lc.TLS != nil || lc.H2C {
+		l.h2 = s.h2Server(cfg, lc.H2C)
+		l.h1q, l.h2q = newConnQueue(ln.Addr()), newConnQueue(ln.Addr())
+	}
+	return l, nil
+}
+
+// h2Server is the net/http server of a listener's HTTP/2 connections. It
+// serves no HTTP/1: those connections never reach it.
+func (s *Server) h2Server(cfg *config.Config, h2c bool) *http.Server {
+	sc := cfg.Server
+	srv := &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: sc.ReadHeaderTimeout.D(),
+		ReadTimeout:       sc.ReadTimeout.D(),
+		WriteTimeout:      sc.WriteTimeout.D(),
+		IdleTimeout:       sc.IdleTimeout.D(),
+		MaxHeaderBytes:    int(sc.MaxHeaderBytes),
+		ErrorLog:          s.errlog.StdLogger("http2"),
+		Protocols:         new(http.Protocols),
+	}
+	// With no TLSConfig, Serve sets up HTTP/2 for the *tls.Conns it is
+	// handed that negotiated h2 (the handshake is the listener's).
+	srv.Protocols.SetHTTP2(true)
+	srv.Protocols.SetUnencryptedHTTP2(h2c)
+	return srv
+}
+
+// serve runs the listener's engines until they are shut down; it returns
+// the first engine error other than a normal close.
+func (l *listener) serve() error {
+	if l.h2 == nil {
+		return serveErr(l.h1.Serve(l.ln))
+	}
+	errc := make(chan error, 3)
+	go func() { errc <- serveErr(l.h1.Serve(l.h1q)) }()
+	go func() { errc <- serveErr(l.h2.Serve(l.h2q)) }()
+	go func() { errc <- l.sortConns() }()
+	var first error
+	for range 3 {
+		if err := <-errc; !errors.Is(err, http.ErrServerClosed) && first == nil {
+			first = err
+			l.close() // one part failed: stop the others
+		}
+	}
+	l.sorting.Wait()
+	return first
+}
+
+// serveErr is http.ErrServerClosed for an engine's Serve that ended because
+// it was shut down: fasthttp returns nil, and either engine the accept
+// error of a socket closed before (or as) the shutdown began.
+func serveErr(err error) error {
+	if err == nil || errors.Is(err, net.ErrClosed) {
+		return http.ErrServerClosed
+	}
+	return err
+}
+
+// sortConns accepts connections and hands each, in a goroutine of its own
+// bounded by l.hello, to the engine of its protocol.
+func (l *listener) sortConns() error {
+	for {
+		c, err := l.ln.Accept()
+		if err != nil {
+			l.h1q.Close()
+			l.h2q.Close()
+			if errors.Is(err, net.ErrClosed) {
+				return http.ErrServerClosed
+			}
+			return err
+		}
+		l.sorting.Go(func() { l.sort(c) })
+	}
+}
+
+// sort looks at one new connection: the TLS handshake's ALPN, or a plain
+// connection's first bytes. A client that does not finish within l.hello
+// is closed.
+func (l *listener) sort(c net.Conn) {
+	if l.hello > 0 {
+		c.SetDeadline(time.Now().Add(l.hello))
+	}
+	var h2 bool
+	if l.tls != nil {
+		tc := tls.Server(c, l.tls)
+		if err := tc.Handshake(); err != nil {
+			c.Close()
+			return
+		}
+		h2 = tc.ConnectionState().NegotiatedProtocol == "h2"
+		c = tc
+	} else {
+		pc, isH2, err := peekPreface(c)
+		if err != nil {
+			c.Close()
+			return
+		}
+		c, h2 = pc, isH2
+	}
+	c.SetDeadline(time.Time{}) // the engines set their own
+	if h2 {
+		l.h2q.push(c)
+	} else {
+		l.h1q.push(c)
+	}
+}
+
+// peekPreface reads from c until its first bytes either are the HTTP/2
+// preface or cannot be; the returned conn replays what was read.
+func peekPreface(c net.Conn) (net.Conn, bool, error) {
+	var buf [len(h2Preface)]byte
+	n := 0
+	for n < len(buf) {
+		m, err := c.Read(buf[n:])
+		n += m
+		if !strings.HasPrefix(h2Preface, string(buf[:n])) {
+			break // HTTP/1.x: the first byte that differs settles it
+		}
+		if err != nil {
+			return nil, false, err
+		}
+	}
+	return &replayConn{Conn: c, head: append([]byte(nil), buf[:n]...)}, string(buf[:n]) == h2Preface, nil
+}
+
+// replayConn gives back the bytes peekPreface read before the rest of the
+// connection.
+type replayConn struct {
+	net.Conn
+	head []byte
+}
+
+func (c *replayConn) Read(p []byte) (int, error) {
+	if len(c.head) > 0 {
+		n := copy(p, c.head)
+		c.head = c.head[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
+}
+
+// close stops accepting: the socket and both engine queues.
+func (l *listener) close() {
+	l.ln.Close()
+	if l.h1q != nil {
+		l.h1q.Close()
+		l.h2q.Close()
+	}
+}
+
+// shutdown stops accepting and waits, until ctx ends, for the requests in
+// flight on both engines.
+func (l *listener) shutdown(ctx context.Context) error {
+	if l.h1q != nil {
+		l.close() // the socket is the sorter's; each engine closes its queue again
+	}
+	var wg sync.WaitGroup
+	var e1, e2 error
+	wg.Go(func() {
+		// fasthttp closes what it serves first, and gives up at an error
+		// there, so a socket it serves must still be open.
+		e1 = l.h1.ShutdownWithContext(ctx)
+		l.ln.Close() // in case Serve had not started: it returns at once
+	})
+	if l.h2 != nil {
+		wg.Go(func() { e2 = l.h2.Shutdown(ctx) })
+	}
+	wg.Wait()
+	return errors.Join(e1, e2)
+}
+
+// closeAll closes every connection still open, on either engine.
+func (l *listener) closeAll() {
+	if l.h2 != nil {
+		l.h2.Close()
+	}
+	l.ln.closeAll() // fasthttp leaves them running
+}
+
+// connQueue is a net.Listener fed by a listener's sorting: an engine
+// accepts from it the connections of its protocol.
+type connQueue struct {
+	addr  net.Addr
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+}
+
+func newConnQueue(addr net.Addr) *connQueue {
+	return &connQueue{addr: addr, conns: make(chan net.Conn), done: make(chan struct{})}
+}
+
+// push hands c to the engine, or closes it if the queue is closed.
+func (q *connQueue) push(c net.Conn) {
+	select {
+	case q.conns <- c:
+	case <-q.done:
+		c.Close()
+	}
+}
+
+func (q *connQueue) Accept() (net.Conn, error) {
+	select {
+	case c := <-q.conns:
+		return c, nil
+	case <-q.done:
+		return nil, net.ErrClosed
+	}
+}
+
+// Close is idempotent: the listener and its engine both close it.
+func (q *connQueue) Close() error {
+	q.once.Do(func() { close(q.done) })
+	return nil
+}
+
+func (q *connQueue) Addr() net.Addr { return q.addr }
 
 // limitListener closes connections accepted beyond max open ones, at once and
 // counted, rather than leaving them in the kernel's backlog where clients

@@ -770,7 +770,6 @@ func selfSigned(t *testing.T) (certFile, keyFile string, roots *x509.CertPool) {
 }
 
 func TestHTTP2(t *testing.T) {
-	skipOnFastHTTP(t, "HTTP/2 over TLS and h2c")
 	seen := make(chan seenRequest, 1)
 	backend := newBackend(t, func(w http.ResponseWriter, r *http.Request) {
 		seen <- record(r)
@@ -841,7 +840,6 @@ func TestHTTP2(t *testing.T) {
 // --- 7. The concurrency limit across HTTP/2 streams -----------------------
 
 func TestConcurrencyLimitAcrossH2Streams(t *testing.T) {
-	skipOnFastHTTP(t, "h2c streams")
 	const streams, limit = 12, 2
 	var arrived atomic.Int32
 	arrivals := make(chan struct{}, streams)

@@ -5,7 +5,6 @@ package server
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -611,15 +610,6 @@ func parseLevel(s string) slog.Level {
 	return l
 }
 
-// listener is one client-facing socket and the server on it: an
-// http.Server, or a fasthttp.Server for engine: fasthttp (fsrv set).
-type listener struct {
-	cfg  config.Listener
-	ln   *limitedListener
-	srv  *http.Server
-	fsrv *fasthttp.Server
-}
-
 // Listen binds every configured listener. It returns an error, and binds
 // nothing, if any address cannot be bound.
 func (s *Server) Listen() error {
@@ -627,23 +617,20 @@ func (s *Server) Listen() error {
 	var bound []*listener
 	for _, lc := range cfg.Listen {
 		ln, err := net.Listen("tcp", lc.Addr)
+		var l *listener
+		if err == nil {
+			if l, err = s.newListener(cfg, lc, ln); err != nil {
+				ln.Close()
+			}
+		} else {
+			err = fmt.Errorf("server: listen %s: %w", lc.Addr, err)
+		}
 		if err != nil {
 			for _, b := range bound {
-				b.ln.Close()
-			}
-			return fmt.Errorf("server: listen %s: %w", lc.Addr, err)
-		}
-		l := &listener{cfg: lc}
-		if lc.Engine == config.EngineFastHTTP {
-			l.fsrv = s.fastServer(cfg)
-		} else if l.srv, err = s.httpServer(cfg, lc); err != nil {
-			ln.Close()
-			for _, b := range bound {
-				b.ln.Close()
+				b.close()
 			}
 			return err
 		}
-		l.ln = limitListener(ln, cfg.Server.MaxConns, func() { s.metrics.ConnRejected(lc.Addr) })
 		bound = append(bound, l)
 	}
 	s.listeners = bound
@@ -659,34 +646,6 @@ func (s *Server) Addrs() []net.Addr {
 	return out
 }
 
-func (s *Server) httpServer(cfg *config.Config, lc config.Listener) (*http.Server, error) {
-	sc := cfg.Server
-	srv := &http.Server{
-		Handler:           s,
-		ReadHeaderTimeout: sc.ReadHeaderTimeout.D(),
-		ReadTimeout:       sc.ReadTimeout.D(),
-		WriteTimeout:      sc.WriteTimeout.D(),
-		IdleTimeout:       sc.IdleTimeout.D(),
-		MaxHeaderBytes:    int(sc.MaxHeaderBytes),
-		ErrorLog:          s.errlog.StdLogger("http"),
-		Protocols:         new(http.Protocols),
-	}
-	srv.Protocols.SetHTTP1(true)
-	if lc.TLS != nil {
-		srv.Protocols.SetHTTP2(true)
-		// Validation proved the files load, but they may have changed since.
-		cert, err := tls.LoadX509KeyPair(lc.TLS.Cert, lc.TLS.Key)
-		if err != nil {
-			return nil, fmt.Errorf("server: listen %s: tls: %w", lc.Addr, err)
-		}
-		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	}
-	if lc.H2C {
-		srv.Protocols.SetUnencryptedHTTP2(true)
-	}
-	return srv, nil
-}
-
 // Serve serves on the bound listeners until ctx is done, then drains:
 // in-flight requests get up to server.drain_timeout to finish. It returns
 // the first listener error, or the drain's error, or nil.
@@ -694,19 +653,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	errc := make(chan error, len(s.listeners))
 	for _, l := range s.listeners {
 		s.serving.Go(func() {
-			var err error
-			switch {
-			case l.fsrv != nil:
-				// nil once shut down; or the listener was closed before Serve began
-				if err = l.fsrv.Serve(l.ln); err == nil || errors.Is(err, net.ErrClosed) {
-					err = http.ErrServerClosed
-				}
-			case l.cfg.TLS != nil:
-				err = l.srv.ServeTLS(l.ln, "", "")
-			default:
-				err = l.srv.Serve(l.ln)
-			}
-			if !errors.Is(err, http.ErrServerClosed) {
+			if err := l.serve(); !errors.Is(err, http.ErrServerClosed) {
 				errc <- fmt.Errorf("server: %s: %w", l.cfg.Addr, err)
 			}
 		})
@@ -762,14 +709,7 @@ func (s *Server) shutdown(ctx context.Context) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(s.listeners))
 	for i, l := range s.listeners {
-		wg.Go(func() {
-			if l.fsrv != nil {
-				errs[i] = l.fsrv.ShutdownWithContext(ctx)
-				l.ln.Close() // in case Serve had not started: it returns at once
-			} else {
-				errs[i] = l.srv.Shutdown(ctx)
-			}
-		})
+		wg.Go(func() { errs[i] = l.shutdown(ctx) })
 	}
 	wg.Wait()
 	s.mu.Lock()
@@ -784,11 +724,7 @@ func (s *Server) shutdown(ctx context.Context) error {
 	if err != nil {
 		s.log.Warn("drain deadline passed; closing remaining connections", "after", s.clk.Now().Sub(start).Round(time.Millisecond))
 		for _, l := range s.listeners {
-			if l.fsrv != nil {
-				l.ln.closeAll() // fasthttp leaves them running
-			} else {
-				l.srv.Close()
-			}
+			l.closeAll()
 		}
 		return fmt.Errorf("server: drain: %w", err)
 	}
