@@ -260,3 +260,46 @@ func TestDuplicateInstanceRejectsABadConfig(t *testing.T) {
 		t.Fatalf("%s %q; want an error naming levee check", r.Verdict, r.Reason)
 	}
 }
+
+// The backend's slots are held for the service time whether or not the
+// client still waits, and requests beyond them wait; closing it ends the wait.
+func TestPoolBackendHoldsSlotsForClientsThatLeft(t *testing.T) {
+	b, err := StartPool(1, time.Hour, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := NewHTTPDoer("http://"+b.Addr, 4)
+	defer d.Close()
+	poll := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.After(waitTimeout)
+		for !cond() {
+			select {
+			case <-deadline:
+				t.Fatalf("timed out waiting until %s", what)
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+	ctx, leave := context.WithCancel(context.Background())
+	first := make(chan Response, 1)
+	go func() { first <- d.Do(ctx, &Request{Path: "/"}) }()
+	poll("the first request holds the slot", func() bool { return len(b.pool.slots) == 1 })
+	leave()
+	if r := <-first; r.Err == nil {
+		t.Fatalf("the first client left, yet got %+v", r)
+	}
+	second := make(chan Response, 1)
+	go func() { second <- d.Do(context.Background(), &Request{Path: "/"}) }()
+	poll("the second request waits", func() bool { return b.pool.waiting.Load() == 1 })
+	if len(b.pool.slots) != 1 || b.PeakWaiting() != 1 {
+		t.Fatalf("slots taken %d, peak waiting %d; want the slot still held for the client that left, 1 waiting", len(b.pool.slots), b.PeakWaiting())
+	}
+	CloseBackends([]*Backend{b})
+	if r := <-second; r.Err == nil && r.Status != http.StatusServiceUnavailable {
+		t.Fatalf("closing the backend: the waiting request got %+v; want a 503 or an error", r)
+	}
+	if b.Count() != 0 || b.pool.waiting.Load() != 0 {
+		t.Fatalf("served %d, waiting %d after close; want 0, 0", b.Count(), b.pool.waiting.Load())
+	}
+}
