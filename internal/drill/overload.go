@@ -54,9 +54,10 @@ func runOverload(ctx context.Context, o Options, r *Report) error {
 	}
 	mk := get(o.OverloadHost, o.Path, o.Clients)
 	half := max(o.Duration/2, 100*time.Millisecond)
-	base := stream(ctx, o, "unloaded", constant(o.OverBase*capacity, half, o.MaxRequests), 0, mk)
+	base := stream(ctx, o, "unloaded "+o.OverloadHost, constant(o.OverBase*capacity, half, o.MaxRequests), 0, mk)
 	b.Reset()
-	under := stream(ctx, o, "overload", constant(o.OverOffered*capacity, o.Duration, o.MaxRequests), o.RefuseWithin, mk)
+	under := stream(ctx, o, fmt.Sprintf("%gx capacity %s", o.OverOffered, o.OverloadHost),
+		constant(o.OverOffered*capacity, o.Duration, o.MaxRequests), o.RefuseWithin, mk)
 	served, peak := b.Count(), b.PeakWaiting()
 	r.add(base, under)
 	r.Checks = gradeOverload(base, under, capacity, o)
