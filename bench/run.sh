@@ -9,6 +9,8 @@
 #   OFFERED  [10x]  tenant-limit's offered load    PIN [auto]   "0" disables taskset pinning
 #   BACKEND_PORT [9161]  the app backend (bench/backend)
 #   DRILL_PORT   [9171]  the distribution drill's 4 backends, DRILL_PORT .. DRILL_PORT+3
+#   OVERLOAD_PORT [9181] the overload drill's backend: SLOTS [32] x SERVICE_TIME [20ms] = 1,600/s,
+#                        offered OVERLOAD_OFFERED [3x] its capacity
 #   CARDS_DIR    [unset] keep each edge's report card (card-EDGE.json, .md) in this directory
 # Missing nginx, haproxy, caddy or curl are installed with apt-get; a proxy that cannot be
 # installed or started is skipped, and the table says so.
@@ -17,16 +19,21 @@
 #   tenant.local   the tenant with an advertised limit of LIMIT/s, GETs and JSON batches
 #   other.local, hot.local, *.cold.local   unlimited neighbours (tenant-limit, cold-catalog)
 #   dist.local     the 4 drill backends, least-loaded balancing (distribution)
+#   over.local     the overload drill's backend of SLOTS slots, behind the edge's concurrency limit
 # Best built-in protection per edge (what its docs offer without modules or scripts):
-#   levee    limits {rate: LIMIT/s, batch: {json_field: uris, max: 1000}}, p2c balancing
+#   levee    limits {rate: LIMIT/s, batch: {json_field: uris, max: 1000}}, p2c balancing;
+#            over.local limits {concurrency: SLOTS, queue: {max_wait: 10ms, max_len: 2 x SLOTS}}
 #   nginx    limit_req (zone by $host, burst LIMIT/10, nodelay, 429 + Retry-After),
-#            client_max_body_size 64k, upstream least_conn
+#            client_max_body_size 64k, upstream least_conn; over.local limit_conn SLOTS (503)
 #   haproxy  stick-table http_req_rate(1s) by Host, deny 429 + Retry-After over LIMIT,
-#            deny 413 over 64 KB Content-Length, balance leastconn
-#   caddy    no built-in rate limit; request_body max_size 64KB, lb_policy least_conn
+#            deny 413 over 64 KB Content-Length, balance leastconn; over.local server maxconn
+#            SLOTS + timeout queue 10ms (503)
+#   caddy    no built-in rate limit; request_body max_size 64KB, lb_policy least_conn;
+#            over.local unhealthy_request_count SLOTS (a full upstream is unavailable: 503; max_fails 1
+#            is the documented default, but caddy 2.6 leaves it 0 and then never selects the upstream)
 # duplicate-instance is levee only (it starts a second levee on the same config).
 # Pinning (taskset, >= 2 CPUs): proxies on CPU 0; backends and the drill on CPU 1.
-# Runtime at defaults: 4 edges x 5 drills x ~5 s + starts and builds: ~2 min.
+# Runtime at defaults: 4 edges x 6 drills x ~5 s + starts and builds: ~3 min.
 set -euo pipefail
 
 BENCH_NAME=run.sh
@@ -39,6 +46,10 @@ LIMIT=${LIMIT:-200}
 OFFERED=${OFFERED:-10x}
 BACKEND_PORT=${BACKEND_PORT:-9161}
 DRILL_PORT=${DRILL_PORT:-9171}
+OVERLOAD_PORT=${OVERLOAD_PORT:-9181}
+SLOTS=${SLOTS:-32}
+SERVICE_TIME=${SERVICE_TIME:-20ms}
+OVERLOAD_OFFERED=${OVERLOAD_OFFERED:-3x}
 LEVEE_PORT=18480
 LEVEE_ADMIN_PORT=18490
 NGINX_PORT=18481
@@ -47,6 +58,9 @@ CADDY_PORT=18483
 DPORTS=()
 for ((i=0; i<4; i++)); do DPORTS+=($((DRILL_PORT + i))); done
 BURST=$(( LIMIT / 10 > 0 ? LIMIT / 10 : 1 ))
+[[ $SLOTS =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: SLOTS must be a positive integer (got $SLOTS)" >&2; exit 2; }
+QUEUE_LEN=$(( 2 * SLOTS ))
+OVER="127.0.0.1:$OVERLOAD_PORT"
 
 bench_init levee-run
 bench_need_tools nginx haproxy curl
@@ -67,7 +81,7 @@ fi
 # apt's caddy package starts a system service on :80; this script never uses it.
 
 bench_pinning "proxies on CPU $PROXY_CPU, backends + drill on CPU $LOAD_CPU"
-check_ports backends "$BACKEND_PORT" "${DPORTS[@]}" "$LEVEE_PORT" "$LEVEE_ADMIN_PORT" "$NGINX_PORT" "$HAPROXY_PORT" "$CADDY_PORT"
+check_ports backends "$BACKEND_PORT" "${DPORTS[@]}" "$OVERLOAD_PORT" "$LEVEE_PORT" "$LEVEE_ADMIN_PORT" "$NGINX_PORT" "$HAPROXY_PORT" "$CADDY_PORT"
 
 build_bench backend
 build_levee || die "levee does not build: nothing to compare"
@@ -99,6 +113,10 @@ apps:
   dist:
     hosts: [dist.local]
     backends: [$dist_csv]
+  overload:
+    hosts: [over.local]
+    backends: [$OVER]
+    limits: {concurrency: $SLOTS, queue: {max_wait: 10ms, max_len: $QUEUE_LEN}}
 EOF
 GOMAXPROCS=1 "${ON_PROXY_CPU[@]}" "$tmp/levee" serve --config "$tmp/levee.yaml" >"$tmp/levee.log" 2>&1 &
 PIDS+=("$!")
@@ -115,7 +133,9 @@ proxy_nginx='proxy_http_version 1.1; proxy_set_header Connection ""; proxy_set_h
   nginx_conf_head warn 8192
   cat <<EOF
   limit_req_zone \$host zone=tenant:1m rate=${LIMIT}r/s;
+  limit_conn_zone \$server_name zone=over:1m;
   upstream app { server $B; keepalive 64; }
+  upstream over { server $OVER; keepalive 64; }
   upstream dist { least_conn; $(printf 'server 127.0.0.1:%s; ' "${DPORTS[@]}") keepalive 64; }
   server {
     listen 127.0.0.1:$NGINX_PORT;
@@ -137,6 +157,14 @@ proxy_nginx='proxy_http_version 1.1; proxy_set_header Connection ""; proxy_set_h
     listen 127.0.0.1:$NGINX_PORT;
     server_name dist.local;
     location / { proxy_pass http://dist; $proxy_nginx }
+  }
+  server {
+    listen 127.0.0.1:$NGINX_PORT;
+    server_name over.local;
+    limit_conn over $SLOTS;
+    limit_conn_status 503;
+    limit_conn_log_level info;
+    location / { proxy_pass http://over; proxy_next_upstream off; $proxy_nginx }
   }
 }
 EOF
@@ -160,12 +188,16 @@ frontend fe
   http-request deny deny_status 429 hdr Retry-After 1 if tenant { sc_http_req_rate(0) gt $LIMIT }
   http-request deny deny_status 413 if tenant { req.hdr_val(content-length) gt 65536 }
   use_backend be_dist if { hdr(host) -i dist.local }
+  use_backend be_over if { hdr(host) -i over.local }
   default_backend be_app
 backend be_app
   server b1 $B
 backend be_dist
   balance leastconn
 $(for i in "${!DPORTS[@]}"; do echo "  server d$((i+1)) 127.0.0.1:${DPORTS[i]}"; done)
+backend be_over
+  timeout queue 10ms
+  server o1 $OVER maxconn $SLOTS
 EOF
 } >"$tmp/haproxy.cfg"
 if haproxy_check; then
@@ -200,6 +232,13 @@ http://dist.local:$CADDY_PORT {
     lb_policy least_conn
   }
 }
+http://over.local:$CADDY_PORT {
+  bind 127.0.0.1
+  reverse_proxy $OVER {
+    unhealthy_request_count $SLOTS
+    max_fails 1
+  }
+}
 EOF
   XDG_DATA_HOME="$tmp/caddy" XDG_CONFIG_HOME="$tmp/caddy" HOME="$tmp/caddy" GOMAXPROCS=1 \
     "${ON_PROXY_CPU[@]}" "$CADDY_BIN" run --config "$tmp/Caddyfile" --adapter caddyfile >"$tmp/caddy.log" 2>&1 &
@@ -209,7 +248,7 @@ fi
 
 # ---------------------------------------------------------------- the drills
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
-limit_secs=$(( $(to_secs "$DURATION") * 8 + 120 ))
+limit_secs=$(( $(to_secs "$DURATION") * 10 + 150 ))
 for t in levee nginx haproxy caddy; do
   [[ -n ${URL[$t]:-} ]] || continue
   extra=()
@@ -219,7 +258,8 @@ for t in levee nginx haproxy caddy; do
   "${ON_LOAD_CPU[@]}" timeout -k 5 "$limit_secs" "$DRILL" drill all --target "${URL[$t]}" --duration "$DURATION" \
     --host tenant.local --limit "$LIMIT/s" --offered "$OFFERED" --other-host other.local \
     --hot-host hot.local --cold-domain cold.local --dist-host dist.local --backend-port "$DRILL_PORT" \
-    --route-wait 10s --json --report "$tmp/card-$t.md" "${extra[@]}" >"$tmp/card-$t.json" 2>"$tmp/drill-$t.log" || rc=$?
+    --overload-host over.local --overload-port "$OVERLOAD_PORT" --slots "$SLOTS" --service-time "$SERVICE_TIME" \
+    --overload-offered "$OVERLOAD_OFFERED" --route-wait 10s --json --report "$tmp/card-$t.md" "${extra[@]}" >"$tmp/card-$t.json" 2>"$tmp/drill-$t.log" || rc=$?
   if ((rc > 1)); then
     log "drill against $t failed to run (exit $rc):"; tail -5 "$tmp/drill-$t.log" >&2 || true
     NOTE[$t]="drill did not run (exit $rc)"
@@ -247,16 +287,16 @@ if ((WRITE)); then
     {
       echo "## Drills: levee beside nginx, haproxy and caddy (bench/run.sh)"
       echo
-      echo "- command: \`DURATION=$DURATION LIMIT=$LIMIT OFFERED=$OFFERED bash bench/run.sh --write\`"
+      echo "- command: \`DURATION=$DURATION LIMIT=$LIMIT OFFERED=$OFFERED SLOTS=$SLOTS SERVICE_TIME=$SERVICE_TIME OVERLOAD_OFFERED=$OVERLOAD_OFFERED bash bench/run.sh --write\`"
       echo "- date: $DATE"
       echo "- machine: $(nproc) CPUs, ${CPU_MODEL:-unknown CPU}, $(uname -sr); pinning: $PIN_DESC; load average $LOAD_BEFORE before the drills, $LOAD_AFTER after (anything above ~2 on 2 CPUs means other work shared the cores, and latency ratios and timeouts are noisy)"
-      echo "- load: \`levee drill all\` (docs/drills.md), the same flags for every edge: tenant.local limited to $LIMIT/s and offered $OFFERED, $DURATION per load phase"
-      echo "- protections: levee \`rate: $LIMIT/s\`, \`batch: {json_field: uris, max: 1000}\`, p2c; nginx \`limit_req\` ($LIMIT r/s by Host, burst $BURST nodelay, 429 + Retry-After), \`client_max_body_size 64k\`, \`least_conn\`; haproxy \`http_req_rate(1s)\` by Host over $LIMIT → 429 + Retry-After, Content-Length over 64 KB → 413, \`leastconn\`; caddy \`request_body max_size 64KB\`, \`lb_policy least_conn\` (no built-in rate limit)"
+      echo "- load: \`levee drill all\` (docs/drills.md), the same flags for every edge: tenant.local limited to $LIMIT/s and offered $OFFERED, over.local a backend of $SLOTS slots x $SERVICE_TIME offered $OVERLOAD_OFFERED its capacity, $DURATION per load phase"
+      echo "- protections: levee \`rate: $LIMIT/s\`, \`batch: {json_field: uris, max: 1000}\`, p2c; nginx \`limit_req\` ($LIMIT r/s by Host, burst $BURST nodelay, 429 + Retry-After), \`client_max_body_size 64k\`, \`least_conn\`; haproxy \`http_req_rate(1s)\` by Host over $LIMIT → 429 + Retry-After, Content-Length over 64 KB → 413, \`leastconn\`; caddy \`request_body max_size 64KB\`, \`lb_policy least_conn\` (no built-in rate limit); for overload: levee \`concurrency: $SLOTS, queue: {max_wait: 10ms, max_len: $QUEUE_LEN}\`, nginx \`limit_conn $SLOTS\` (503), haproxy \`maxconn $SLOTS\` + \`timeout queue 10ms\`, caddy \`unhealthy_request_count $SLOTS\`"
       echo "- versions: levee $LEVEE_REV ($GO_VER), nginx $NGINX_VER, haproxy $HAPROXY_VER${CADDY_VER:+, caddy $CADDY_VER}"
       echo
       cat "$tmp/table.md"
       echo
-      echo "Ratios: admitted ÷ limit should be near 1 (above: the limit leaks; below: the edge over-refuses); the other tenant's success and batches refused near 1; p99 during ÷ before near 1 (the attack does not reach neighbours); fast max ÷ mean near 1 (even spread); slow ÷ fast mean well below 1 (a slow backend loses traffic). A size limit refuses the 740 KB batches too, but it also refuses any large body and lets a batch of small items through; levee counts the items. duplicate-instance is levee only: a second levee on the same config must refuse (the default) or serve with strict limits. Each edge's full report card (checks, streams, status codes) is kept with \`CARDS_DIR=DIR\`."
+      echo "Ratios: admitted ÷ limit should be near 1 (above: the limit leaks; below: the edge over-refuses); the other tenant's success and batches refused near 1; p99 during ÷ before near 1 (the attack does not reach neighbours); fast max ÷ mean near 1 (even spread); slow ÷ fast mean well below 1 (a slow backend loses traffic); overload goodput ÷ capacity near 1 (the backend stays busy with answers someone waits for), served p99 ÷ unloaded near 1 (the excess is not queued) and excess refused at once near 1 (refused, not left to time out). A size limit refuses the 740 KB batches too, but it also refuses any large body and lets a batch of small items through; levee counts the items. duplicate-instance is levee only: a second levee on the same config must refuse (the default) or serve with strict limits. Each edge's full report card (checks, streams, status codes) is kept with \`CARDS_DIR=DIR\`."
     } >"$tmp/section-body.md"
     write_doc_section "$tmp/section-body.md"
   fi

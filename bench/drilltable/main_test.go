@@ -12,7 +12,9 @@ func TestTable(t *testing.T) {
 	if err := os.WriteFile(card, []byte(`{"drills": [
 	  {"drill": "tenant-limit", "verdict": "fail", "ratios": {"admitted/limit": 9.704, "other tenant success": 1},
 	   "checks": [{"name": "admitted rate", "pass": false}, {"name": "other tenant's success", "pass": true}]},
-	  {"drill": "duplicate-instance", "verdict": "skipped", "reason": "needs --config | x", "checks": []}
+	  {"drill": "duplicate-instance", "verdict": "skipped", "reason": "needs --config | x", "checks": []},
+	  {"drill": "overload", "verdict": "fail", "ratios": {"goodput/capacity": 0.93, "served p99 overload/unloaded": 12.4, "excess refused at once": 0.861},
+	   "checks": [{"name": "goodput", "pass": true}, {"name": "served latency", "pass": false}, {"name": "refused at once", "pass": false}]}
 	]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -24,7 +26,8 @@ func TestTable(t *testing.T) {
 	if len(lines) != 4 {
 		t.Fatalf("%d lines; want header, rule and 2 rows:\n%s", len(lines), got)
 	}
-	want := "| caddy | 9.70 | 1.00 | – | – | – | – | – | – | tenant-limit: FAIL (admitted rate); duplicate-instance: SKIPPED (needs --config / x) |"
+	want := "| caddy | 9.70 | 1.00 | – | – | – | – | – | – | 0.93 | 12.40 | 0.86 | tenant-limit: FAIL (admitted rate); " +
+		"duplicate-instance: SKIPPED (needs --config / x); overload: FAIL (served latency; refused at once) |"
 	if lines[2] != want {
 		t.Errorf("row\n%s\nwant\n%s", lines[2], want)
 	}

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -24,6 +25,7 @@ errors. Drills (see docs/drills.md):
   distribution        --dist-host H [--backends 4 --slow 1 --backend-port P]
   cold-catalog        --hot-host H (or --host H) --cold-domain D [--cold-hosts 500]
   duplicate-instance  --config FILE --host H --limit 750/s (levee only)
+  overload            --overload-host H [--slots 32 --service-time 20ms --overload-offered 3x --overload-port P]
   all                 every drill whose flags are given
 
 Flags:
@@ -45,6 +47,25 @@ func (r rateFlag) Set(s string) error {
 		return err
 	}
 	*r.v = v
+	return nil
+}
+
+// multFlag is a multiple such as "3x" (or "3", "0.25x").
+type multFlag struct{ v *float64 }
+
+func (m multFlag) String() string {
+	if m.v == nil || *m.v == 0 {
+		return ""
+	}
+	return strconv.FormatFloat(*m.v, 'g', -1, 64) + "x"
+}
+
+func (m multFlag) Set(s string) error {
+	v, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(s), "x"), 64)
+	if err != nil || !(v > 0) || math.IsInf(v, 0) {
+		return fmt.Errorf("%q: want a positive multiple such as 3x", s)
+	}
+	*m.v = v
 	return nil
 }
 
@@ -125,7 +146,7 @@ func drillCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&o.Path, "path", "/", "request path")
 	fs.Var(rateFlag{&o.BatchRate}, "batch-rate", "batch-storm: huge batches per second (default 5/s)")
 	fs.Var(rateFlag{&o.NormalRate}, "normal-rate", "normal (and hot-host) traffic (default 100/s, at most half of --limit)")
-	fs.DurationVar(&o.RefuseWithin, "refuse-within", time.Second, "batch-storm: a batch must be refused within this")
+	fs.DurationVar(&o.RefuseWithin, "refuse-within", time.Second, "batch-storm, overload: a refusal must come within this")
 	fs.Float64Var(&o.P99Factor, "p99-factor", 3, "p99 under attack may be this multiple of the baseline's...")
 	fs.DurationVar(&o.P99Slack, "p99-slack", 100*time.Millisecond, "...or the baseline plus this, whichever is larger")
 	fs.StringVar(&o.DistHost, "dist-host", "", "distribution: the Host the edge routes to the drill's backends")
@@ -142,6 +163,13 @@ func drillCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.IntVar(&o.ColdHosts, "cold-hosts", 500, "cold-catalog: distinct cold hostnames")
 	fs.Var(rateFlag{&o.ColdRate}, "cold-rate", "cold-catalog: arrival rate of the cold wave (default 1000/s)")
 	fs.DurationVar(&o.ColdBound, "cold-bound", time.Second, "cold-catalog: a cold request is served or shed within this")
+	fs.StringVar(&o.OverloadHost, "overload-host", "", "overload: the Host the edge routes to the drill's fixed-capacity backend")
+	fs.IntVar(&o.OverloadPort, "overload-port", 0, "overload: the backend's port (0: any free port)")
+	fs.IntVar(&o.Slots, "slots", 32, "overload: requests the backend serves at once")
+	fs.DurationVar(&o.ServiceTime, "service-time", 20*time.Millisecond, "overload: how long each request holds its slot (capacity = slots / service time)")
+	fs.Var(multFlag{&o.OverOffered}, "overload-offered", "overload: offered load as a multiple of the backend's capacity (default 3x)")
+	fs.Var(multFlag{&o.OverBase}, "overload-base", "overload: the unloaded baseline's rate as a multiple of capacity (default 0.25x)")
+	fs.Float64Var(&o.MinGoodput, "min-goodput", 0.8, "overload: 2xx per second during the overload, as a fraction of capacity, at least")
 	fs.StringVar(&o.Config, "config", "", "duplicate-instance: the running levee's config file")
 	fs.StringVar(&o.Levee, "levee", "", "duplicate-instance: the levee binary (default: this one)")
 	asJSON := fs.Bool("json", false, "print the report card as JSON")
@@ -230,7 +258,8 @@ func validDrillOptions(o drill.Options) error {
 		name string
 		v    time.Duration
 	}{{"--duration", o.Duration}, {"--timeout", o.Timeout}, {"--refuse-within", o.RefuseWithin},
-		{"--slow-delay", o.SlowDelay}, {"--route-wait", o.RouteWait}, {"--cold-bound", o.ColdBound}, {"--p99-slack", o.P99Slack}} {
+		{"--slow-delay", o.SlowDelay}, {"--route-wait", o.RouteWait}, {"--cold-bound", o.ColdBound}, {"--p99-slack", o.P99Slack},
+		{"--service-time", o.ServiceTime}} {
 		if d.v <= 0 || d.v > time.Hour {
 			bad = append(bad, d.name+" must be in (0, 1h]")
 		}
@@ -240,13 +269,30 @@ func validDrillOptions(o drill.Options) error {
 		v, lim int64
 	}{{"--max-inflight", int64(o.MaxInFlight), 100_000}, {"--max-requests", o.MaxRequests, 100_000_000},
 		{"--clients", int64(o.Clients), 10_000_000}, {"--items", int64(o.Items), 10_000_000},
-		{"--backends", int64(o.Backends), 64}, {"--cold-hosts", int64(o.ColdHosts), 1_000_000}} {
+		{"--backends", int64(o.Backends), 64}, {"--cold-hosts", int64(o.ColdHosts), 1_000_000},
+		{"--slots", int64(o.Slots), 100_000}} {
 		if n.v < 1 || n.v > n.lim {
 			bad = append(bad, fmt.Sprintf("%s must be 1..%d", n.name, n.lim))
 		}
 	}
 	if o.Slow < 0 || o.BackendPort < 0 || o.BackendPort > 65535-o.Backends {
 		bad = append(bad, "--slow and --backend-port must be valid")
+	}
+	if o.OverloadPort < 0 || o.OverloadPort > 65535 {
+		bad = append(bad, "--overload-port must be 0..65535")
+	}
+	// OverOffered and OverBase are 0 only when not given (Defaults sets them)
+	if o.OverOffered != 0 && (o.OverOffered < 1 || o.OverOffered > 100) {
+		bad = append(bad, "--overload-offered must be 1x..100x")
+	}
+	if o.OverBase != 0 && o.OverBase >= 1 {
+		bad = append(bad, "--overload-base must be below 1x (the baseline is unloaded)")
+	}
+	if o.MinGoodput <= 0 || o.MinGoodput > 1 {
+		bad = append(bad, "--min-goodput must be in (0, 1]")
+	}
+	if d := o.Defaults(); d.ServiceTime > 0 && float64(d.Slots)/d.ServiceTime.Seconds()*d.OverOffered > 1_000_000 {
+		bad = append(bad, "--overload-offered x --slots / --service-time must be at most 1,000,000/s")
 	}
 	if o.Tolerance <= 0 || o.Tolerance >= 1 || o.P99Factor < 1 || o.MaxSpread < 1 || o.SlowShare <= 0 {
 		bad = append(bad, "--tolerance must be in (0, 1), --p99-factor and --max-spread >= 1, --slow-share > 0")

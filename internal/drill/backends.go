@@ -16,14 +16,17 @@ import (
 const backendHeader = "Drill-Backend"
 
 // Backend is a drill's own backend on loopback: it counts the requests it
-// gets and can be made slow, so a drill knows the truth behind the edge.
+// gets and can be made slow, or given a fixed capacity (StartPool), so a
+// drill knows the truth behind the edge. Safe for concurrent use.
 type Backend struct {
 	Name  string
 	Addr  string
 	Delay atomic.Int64 // added to every answer, in nanoseconds
 	count atomic.Int64
+	pool  *pool // nil: no capacity limit
 	srv   *http.Server
-	done  chan struct{}
+	done  chan struct{} // closed when Serve has returned
+	quit  chan struct{} // closed by CloseBackends: requests waiting on the pool give up
 }
 
 // StartBackends starts n backends on loopback: on port first+i when first is
@@ -32,39 +35,126 @@ type Backend struct {
 func StartBackends(n, first int) ([]*Backend, error) {
 	var out []*Backend
 	for i := range n {
-		addr := "127.0.0.1:0"
+		port := 0
 		if first > 0 {
-			addr = fmt.Sprintf("127.0.0.1:%d", first+i)
+			port = first + i
 		}
-		ln, err := net.Listen("tcp", addr)
+		b, err := startBackend(fmt.Sprintf("b%d", i+1), port, nil)
 		if err != nil {
 			CloseBackends(out)
 			return nil, fmt.Errorf("drill: backend %d: %w", i+1, err)
 		}
-		b := &Backend{Name: fmt.Sprintf("b%d", i+1), Addr: ln.Addr().String(), done: make(chan struct{})}
-		b.srv = &http.Server{Handler: b, ReadHeaderTimeout: 10 * time.Second}
-		go func() { defer close(b.done); _ = b.srv.Serve(ln) }()
 		out = append(out, b)
 	}
 	return out, nil
 }
 
-// CloseBackends stops the backends and waits for their servers to return.
+// StartPool starts one backend of fixed capacity on loopback (port 0: any
+// free port), like bench/backend -capacity: at most slots requests are
+// served at once, each holding its slot for service, so it answers at most
+// slots/service requests per second. A request beyond the slots waits for
+// one, without limit and in arrival order, and is served when its turn comes
+// even if its client has gone away: a thread pool does not notice, which is
+// what makes an edge that forwards everything collapse in front of it.
+func StartPool(slots int, service time.Duration, port int) (*Backend, error) {
+	if slots < 1 || service <= 0 {
+		return nil, fmt.Errorf("drill: a backend pool needs slots >= 1 and a service time > 0 (got %d, %v)", slots, service)
+	}
+	b, err := startBackend("pool", port, &pool{slots: make(chan struct{}, slots), service: service})
+	if err != nil {
+		return nil, fmt.Errorf("drill: backend: %w", err)
+	}
+	return b, nil
+}
+
+func startBackend(name string, port int, p *pool) (*Backend, error) {
+	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		return nil, err
+	}
+	b := &Backend{Name: name, Addr: ln.Addr().String(), pool: p, done: make(chan struct{}), quit: make(chan struct{})}
+	b.srv = &http.Server{Handler: b, ReadHeaderTimeout: 10 * time.Second}
+	go func() { defer close(b.done); _ = b.srv.Serve(ln) }()
+	return b, nil
+}
+
+// closeWait bounds how long CloseBackends waits for requests to finish
+// before it cuts their connections.
+const closeWait = 5 * time.Second
+
+// CloseBackends stops the backends and waits for their servers and their
+// requests to return: requests still waiting for a pool's slot give up.
 func CloseBackends(bs []*Backend) {
 	for _, b := range bs {
+		close(b.quit)
+		ctx, cancel := context.WithTimeout(context.Background(), closeWait)
+		_ = b.srv.Shutdown(ctx)
+		cancel()
 		_ = b.srv.Close()
 		<-b.done
 	}
 }
 
-// Count is the requests this backend has answered since the last Reset.
+// Count is the requests this backend has answered since the last Reset
+// (with a pool: served, whether or not the client still waited).
 func (b *Backend) Count() int64 { return b.count.Load() }
 
-// Reset zeroes the count (after the drill's readiness probes).
-func (b *Backend) Reset() { b.count.Store(0) }
+// Reset zeroes the count (after the drill's readiness probes), and a
+// pool's peak of waiting requests.
+func (b *Backend) Reset() {
+	b.count.Store(0)
+	if b.pool != nil {
+		b.pool.peak.Store(b.pool.waiting.Load())
+	}
+}
+
+// PeakWaiting is the most requests that waited at once for a pool's slot
+// since the last Reset; 0 without a pool.
+func (b *Backend) PeakWaiting() int64 {
+	if b.pool == nil {
+		return 0
+	}
+	return b.pool.peak.Load()
+}
+
+// pool is a backend's fixed set of slots.
+type pool struct {
+	slots         chan struct{} // a buffered channel as a semaphore: blocked senders are woken in arrival order
+	service       time.Duration
+	waiting, peak atomic.Int64
+}
+
+// hold takes a slot, however long that takes, and keeps it for the service
+// time, ignoring the client (see StartPool). It reports false only if quit
+// closed first.
+func (p *pool) hold(quit <-chan struct{}) bool {
+	w := p.waiting.Add(1)
+	for m := p.peak.Load(); w > m && !p.peak.CompareAndSwap(m, w); m = p.peak.Load() {
+	}
+	select {
+	case p.slots <- struct{}{}:
+		p.waiting.Add(-1)
+	case <-quit:
+		p.waiting.Add(-1)
+		return false
+	}
+	defer func() { <-p.slots }()
+	t := time.NewTimer(p.service)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-quit:
+		return false
+	}
+}
 
 func (b *Backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 64<<20))
+	if b.pool != nil && !b.pool.hold(b.quit) {
+		w.WriteHeader(http.StatusServiceUnavailable) // the drill is over
+		return
+	}
 	if d := time.Duration(b.Delay.Load()); d > 0 {
 		t := time.NewTimer(d)
 		select {

@@ -38,7 +38,7 @@ type Options struct {
 	Path         string        // where batches and normal traffic go
 	BatchRate    float64       // huge batches per second
 	NormalRate   float64       // normal requests per second (also the hot host's rate in cold-catalog)
-	RefuseWithin time.Duration // a refusal slower than this does not count as quick
+	RefuseWithin time.Duration // a refusal slower than this does not count as quick (batch-storm, overload)
 
 	// latency under attack vs. the baseline: allowed p99 = max(P99Factor × baseline, baseline + P99Slack)
 	P99Factor float64
@@ -65,6 +65,15 @@ type Options struct {
 	ColdRate   float64       // arrival rate of the cold burst
 	ColdBound  time.Duration // a cold request must be answered (served or shed) within this
 	ColdShare  float64       // fraction of cold requests that must meet ColdBound
+
+	// overload: capacity = Slots / ServiceTime requests per second
+	OverloadHost string        // the Host the edge routes to the drill's fixed-capacity backend
+	OverloadPort int           // that backend's port (0: any free port)
+	Slots        int           // requests the backend serves at once
+	ServiceTime  time.Duration // how long each holds its slot
+	OverOffered  float64       // the overload, as a multiple of capacity
+	OverBase     float64       // the unloaded baseline's rate, as a fraction of capacity
+	MinGoodput   float64       // 2xx per second during the overload, as a fraction of capacity, at least
 
 	// duplicate-instance (levee only)
 	Config string // the running levee's config file
@@ -141,6 +150,11 @@ func (o Options) Defaults() Options {
 	def(&o.ColdRate, 1000)
 	defD(&o.ColdBound, time.Second)
 	def(&o.ColdShare, 0.99)
+	defI(&o.Slots, 32)
+	defD(&o.ServiceTime, 20*time.Millisecond)
+	def(&o.OverOffered, 3)
+	def(&o.OverBase, 0.25)
+	def(&o.MinGoodput, 0.8)
 	defD(&o.StartWait, 10*time.Second)
 	if o.Clock == nil {
 		o.Clock = clock.Real{}
@@ -164,8 +178,9 @@ type Drill struct {
 	run     func(ctx context.Context, o Options, r *Report) error
 }
 
-// All is every drill, in the order `levee drill all` runs them.
-var All = []*Drill{tenantLimit, batchStorm, distribution, coldCatalog, duplicateInstance}
+// All is every drill, in the order `levee drill all` runs them: overload
+// last, as it saturates the edge on purpose.
+var All = []*Drill{tenantLimit, batchStorm, distribution, coldCatalog, duplicateInstance, overload}
 
 // Lookup finds a drill by name.
 func Lookup(name string) (*Drill, bool) {

@@ -9,6 +9,7 @@ package drill
 import (
 	"context"
 	"io"
+	"log"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -258,5 +259,106 @@ func TestDuplicateInstanceRejectsABadConfig(t *testing.T) {
 	r := duplicateInstance.Run(context.Background(), o)
 	if r.Verdict != Errored || !strings.Contains(r.Reason, "levee check") {
 		t.Fatalf("%s %q; want an error naming levee check", r.Verdict, r.Reason)
+	}
+}
+
+// overloadBrief is a short overload drill: 8 slots x 80 ms = 100/s, offered
+// 300/s for 1 s. Bounds are loose for the passing edge (a stalled machine
+// must not fail it); the failing edges fail on counts.
+func overloadBrief(o Options) Options {
+	o = brief(o)
+	o.OverloadHost, o.Slots, o.ServiceTime, o.OverOffered = "over.test", 8, 80*time.Millisecond, 3
+	o.Duration = time.Second
+	o.MaxInFlight = 512 // a stall of 1.7 s before the passing edge overflows
+	o.MinGoodput = 0.4  // a shedding edge keeps ~0.95; concurrency 1 of 8 slots gets <= 0.125
+	o.RouteWait = waitTimeout
+	return o
+}
+
+func TestOverloadDrill(t *testing.T) {
+	lv := startLevee(t, "apps:\n  overload: {hosts: [over.test], backends: [127.0.0.1:1]}\n")
+	o := overloadBrief(Options{Target: lv.url})
+	var printed strings.Builder
+	o.Log = &printed
+	o.OnBackends = func(snippet string, _ []*Backend) error { lv.reload(snippet); return nil }
+	r := overload.Run(context.Background(), o)
+	requireVerdict(t, r, Pass)
+	if !strings.Contains(printed.String(), "concurrency: 8, queue: {max_wait: 10ms, max_len: 16}") {
+		t.Fatalf("the snippet does not fit the backend's 8 slots:\n%s", printed.String())
+	}
+
+	// sheds too much: one request at a time to a backend with 8 slots
+	o.OnBackends = func(_ string, bs []*Backend) error {
+		lv.reload("apps:\n  overload: {hosts: [over.test], backends: [" + bs[0].Addr + "], limits: {concurrency: 1}}\n")
+		return nil
+	}
+	r = overload.Run(context.Background(), o)
+	requireVerdict(t, r, Fail)
+	if checkNamed(t, r, "goodput (2xx/s ÷ capacity)").Pass {
+		t.Fatal("an edge that lets 1 request of 8 through passed the goodput check")
+	}
+
+	// queues without bound: every request goes on to wait at the backend,
+	// until the client gives up
+	var to atomic.Pointer[url.URL]
+	rp := &httputil.ReverseProxy{
+		Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(to.Load()) },
+		Transport: &http.Transport{MaxIdleConnsPerHost: 512},
+		ErrorLog:  log.New(io.Discard, "", 0),
+	}
+	queueing := httptest.NewServer(rp)
+	t.Cleanup(queueing.Close)
+	o.Target = queueing.URL
+	o.OnBackends = func(_ string, bs []*Backend) error { to.Store(&url.URL{Scheme: "http", Host: bs[0].Addr}); return nil }
+	// A client that waits 500 ms: the backend's queue passes that after
+	// 250 ms at 200/s more than it serves, however fast the machine.
+	o.Timeout = 500 * time.Millisecond
+	r = overload.Run(context.Background(), o)
+	requireVerdict(t, r, Fail)
+	if checkNamed(t, r, "excess refused at once, not timed out").Pass || r.Streams[1].Timeouts == 0 {
+		t.Fatalf("an edge that queues until the client times out passed the shedding check: %+v", r.Streams[1])
+	}
+}
+
+// The backend's slots are held for the service time whether or not the
+// client still waits, and requests beyond them wait; closing it ends the wait.
+func TestPoolBackendHoldsSlotsForClientsThatLeft(t *testing.T) {
+	b, err := StartPool(1, time.Hour, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := NewHTTPDoer("http://"+b.Addr, 4)
+	defer d.Close()
+	poll := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.After(waitTimeout)
+		for !cond() {
+			select {
+			case <-deadline:
+				t.Fatalf("timed out waiting until %s", what)
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+	ctx, leave := context.WithCancel(context.Background())
+	first := make(chan Response, 1)
+	go func() { first <- d.Do(ctx, &Request{Path: "/"}) }()
+	poll("the first request holds the slot", func() bool { return len(b.pool.slots) == 1 })
+	leave()
+	if r := <-first; r.Err == nil {
+		t.Fatalf("the first client left, yet got %+v", r)
+	}
+	second := make(chan Response, 1)
+	go func() { second <- d.Do(context.Background(), &Request{Path: "/"}) }()
+	poll("the second request waits", func() bool { return b.pool.waiting.Load() == 1 })
+	if len(b.pool.slots) != 1 || b.PeakWaiting() != 1 {
+		t.Fatalf("slots taken %d, peak waiting %d; want the slot still held for the client that left, 1 waiting", len(b.pool.slots), b.PeakWaiting())
+	}
+	CloseBackends([]*Backend{b})
+	if r := <-second; r.Err == nil && r.Status != http.StatusServiceUnavailable {
+		t.Fatalf("closing the backend: the waiting request got %+v; want a 503 or an error", r)
+	}
+	if b.Count() != 0 || b.pool.waiting.Load() != 0 {
+		t.Fatalf("served %d, waiting %d after close; want 0, 0", b.Count(), b.pool.waiting.Load())
 	}
 }

@@ -129,6 +129,7 @@ func Run(ctx context.Context, clk clock.Clock, p Plan, d Doer, live *Live) *Resu
 		})
 	}
 	wg.Wait()
+	res.Elapsed = clk.Now().Sub(start)
 	// A stalled dispatcher sends its backlog late: the edge then saw the
 	// stream over a longer span than scheduled, and rates use that span.
 	if n := p.Schedule.Total(); n > 0 && !first.IsZero() {
@@ -222,6 +223,9 @@ type Result struct {
 	Window time.Duration
 	// Planned is the schedule's span: Scheduled / Planned is the offered rate.
 	Planned time.Duration
+	// Elapsed runs from the start until every request had finished
+	// (answered, timed out or failed).
+	Elapsed time.Duration
 	mu      sync.Mutex
 	// Scheduled: requests in the schedule; Sent: handed to the doer;
 	// Overflow: due while MaxInFlight were outstanding, never sent.
@@ -234,10 +238,12 @@ type Result struct {
 	Backends                     map[string]int64 // Drill-Backend values
 	All, OKLat, RejLat           Histogram        // latency from the intended send time
 	// Bound, when set, counts the responses within it by status in InBound,
-	// and the resets within it in ResetsInBound.
+	// the resets within it in ResetsInBound, and every error that was not a
+	// timeout within it in ErrorsInBound.
 	Bound         time.Duration
 	InBound       map[int]int64
 	ResetsInBound int64
+	ErrorsInBound int64
 	// RefusedInBound: 4xx, or 503 with Retry-After, within Bound.
 	RefusedInBound int64
 	// Refusals are 429 and 503 responses with Retry-After: a clear "not now".
@@ -266,6 +272,9 @@ func (r *Result) record(resp Response, lat time.Duration, now time.Time) {
 		return
 	case resp.Err != nil:
 		r.Errors++
+		if r.Bound > 0 && lat <= r.Bound {
+			r.ErrorsInBound++
+		}
 		if isReset(resp.Err) {
 			r.Resets++
 			if r.Bound > 0 && lat <= r.Bound {
@@ -358,6 +367,17 @@ func (r *Result) OKRate() float64 {
 	if span := r.lastOK.Sub(r.firstOK); span > w {
 		w = span
 	}
+	if w <= 0 {
+		return 0
+	}
+	return float64(r.OK) / w.Seconds()
+}
+
+// Goodput is 2xx per second from the start until every request had finished:
+// time the edge spent on answers its clients no longer waited for counts
+// against it, where OKRate would stop at the last 2xx.
+func (r *Result) Goodput() float64 {
+	w := max(r.Window, r.Elapsed)
 	if w <= 0 {
 		return 0
 	}

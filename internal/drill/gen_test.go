@@ -138,6 +138,9 @@ func TestRunOpenLoopBoundedInFlight(t *testing.T) {
 	if res.Window != 100*time.Millisecond { // dispatched on time: the scheduled span
 		t.Fatalf("window %v; want 100ms", res.Window)
 	}
+	if res.Elapsed != 100*time.Millisecond || res.Goodput() != 20 { // the last answer came at 100 ms
+		t.Fatalf("elapsed %v, goodput %v; want 100ms, 2 answered in it", res.Elapsed, res.Goodput())
+	}
 	if live.Done.Load() != 10 || live.OK.Load() != 2 || live.Failed.Load() != 8 {
 		t.Fatalf("live done %d ok %d failed %d", live.Done.Load(), live.OK.Load(), live.Failed.Load())
 	}

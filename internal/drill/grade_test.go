@@ -153,3 +153,65 @@ func TestCardVerdictAndRendering(t *testing.T) {
 		t.Fatalf("table:\n%s", tbl.String())
 	}
 }
+
+// overResult is an overload phase over a 1 s window that took elapsed to
+// finish: ok 2xx at okLat, quick 503s within its 1 s bound, slow 503s
+// after it, and the given timeouts and overflow.
+func overResult(ok, quick, slow, timeouts, overflow int64, elapsed, okLat time.Duration) *Result {
+	r := newResult("overload", time.Second)
+	r.Bound, r.Elapsed = time.Second, elapsed
+	r.Sent = ok + quick + slow + timeouts
+	r.Scheduled = r.Sent + overflow
+	r.OK, r.Non2xx, r.Timeouts, r.Overflow = ok, quick+slow, timeouts, overflow
+	r.ByStatus[200], r.ByStatus[503] = ok, quick+slow
+	r.InBound[503] = quick
+	for range ok {
+		r.OKLat.Record(okLat)
+	}
+	for range quick {
+		r.RejLat.Record(time.Millisecond)
+	}
+	for range slow {
+		r.RejLat.Record(1500 * time.Millisecond)
+	}
+	return r
+}
+
+func TestGradeOverload(t *testing.T) {
+	o := Options{}.Defaults() // 32 slots x 20 ms = 1600/s; >= 0.8 of it; p99 within max(3x, +100ms)
+	base := overResult(400, 0, 0, 0, 0, time.Second, 21*time.Millisecond)
+	for _, c := range []struct {
+		name  string
+		under *Result
+		want  string // P/F: goodput, served latency, refused at once
+	}{
+		{"sheds at once", overResult(1500, 3300, 0, 0, 0, time.Second, 35*time.Millisecond), "PPP"},
+		{"exactly 0.8 of capacity", overResult(1280, 3520, 0, 0, 0, time.Second, 35*time.Millisecond), "PPP"},
+		// the generator's 512 in flight cap the queue: everything served, late
+		{"queues (the generator caps it)", overResult(1550, 0, 0, 0, 3250, time.Second, 320*time.Millisecond), "PFF"},
+		// past the clients' timeout: the backend serves requests nobody waits for
+		{"collapses", overResult(1200, 0, 0, 3600, 0, 3*time.Second, 1900*time.Millisecond), "FFF"},
+		{"sheds too much", overResult(600, 4200, 0, 0, 0, time.Second, 25*time.Millisecond), "FPP"},
+		{"refuses slowly", overResult(1500, 2000, 1300, 0, 0, time.Second, 35*time.Millisecond), "PPF"},
+		{"1% timed out", overResult(1500, 3267, 0, 33, 0, time.Second, 35*time.Millisecond), "PPP"},
+		{"over 1% timed out", overResult(1500, 3266, 0, 34, 0, time.Second, 35*time.Millisecond), "PPF"},
+		{"nothing to shed", overResult(1600, 0, 0, 0, 0, time.Second, 35*time.Millisecond), "PPP"},
+	} {
+		if got := verdicts(gradeOverload(base, c.under, o.capacity(), o)); got != c.want {
+			t.Errorf("%s: %s; want %s\n%+v", c.name, got, c.want, gradeOverload(base, c.under, o.capacity(), o))
+		}
+	}
+	// a connection refused or cut at once is shed too; one after the bound is not
+	cut := overResult(1500, 0, 0, 0, 0, time.Second, 35*time.Millisecond)
+	cut.Sent, cut.Errors, cut.ErrorsInBound = 4800, 3300, 3300
+	if got := verdicts(gradeOverload(base, cut, o.capacity(), o)); got != "PPP" {
+		t.Errorf("cut at once: %s; want PPP", got)
+	}
+	cut.ErrorsInBound = 3000
+	if got := verdicts(gradeOverload(base, cut, o.capacity(), o)); got != "PPF" {
+		t.Errorf("cut late: %s; want PPF", got)
+	}
+	if got := quickShare(overResult(1500, 3000, 0, 1000, 0, time.Second, time.Millisecond)); got != 0.75 {
+		t.Errorf("quickShare = %v; want 3000 of 4000", got)
+	}
+}
