@@ -24,16 +24,16 @@ type Limits struct {
 	Interval time.Duration
 }
 
-// retryAfterBusy is the hint given when a concurrency slot could not be had:
+// RetryAfterBusy is the hint given when a concurrency slot could not be had:
 // slots free in milliseconds, but a client told "0" would retry in a tight loop.
-const retryAfterBusy = time.Second
+const RetryAfterBusy = time.Second
 
 // Rejections are shared values, so refusing a request allocates nothing.
 var (
-	errQueueFull    = &Rejection{Reason: QueueFull, RetryAfter: retryAfterBusy}
-	errQueueTimeout = &Rejection{Reason: QueueTimeout, RetryAfter: retryAfterBusy}
-	errShed         = &Rejection{Reason: Shed, RetryAfter: retryAfterBusy}
-	errClientShare  = &Rejection{Reason: ClientShare, RetryAfter: retryAfterBusy}
+	errQueueFull    = &Rejection{Reason: QueueFull, RetryAfter: RetryAfterBusy}
+	errQueueTimeout = &Rejection{Reason: QueueTimeout, RetryAfter: RetryAfterBusy}
+	errShed         = &Rejection{Reason: Shed, RetryAfter: RetryAfterBusy}
+	errClientShare  = &Rejection{Reason: ClientShare, RetryAfter: RetryAfterBusy}
 )
 
 // Limiter bounds the requests in flight and the requests waiting for a slot,

@@ -15,6 +15,7 @@ import (
 	"github.com/leveeproxy/levee/internal/balance"
 	"github.com/leveeproxy/levee/internal/bandwidth"
 	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/shape"
 )
 
@@ -54,6 +55,22 @@ func NewFastClient(addr string, u config.Upstream) *fasthttp.HostClient {
 // Releaser gives back an admission slot; *admit.Limiter is one.
 type Releaser interface{ Release() }
 
+// StatusReleaser is a Releaser that learns the status sent (an adaptive
+// concurrency limit samples failures).
+type StatusReleaser interface {
+	Releaser
+	ReleaseStatus(code int)
+}
+
+// Release gives slot back, telling it the status sent (0: none) if it asks.
+func Release(slot Releaser, code int) {
+	if sr, ok := slot.(StatusReleaser); ok {
+		sr.ReleaseStatus(code)
+		return
+	}
+	slot.Release()
+}
+
 // errBodyTooLarge is a request body cut off at limits.body while streaming.
 var errBodyTooLarge = errors.New("forward: request body too large")
 
@@ -70,9 +87,8 @@ func (p *Pool) ServeFast(ctx *fasthttp.RequestCtx, bodyLimit int64, sh *shape.Ch
 	i := bal.Pick(key, start)
 	if i == balance.NoBackend {
 		p.onReject(reasonNoBackend)
-		fastText(ctx, fasthttp.StatusServiceUnavailable, HeaderReject, reasonNoBackend, "levee: rejected: no healthy backend")
-		ctx.Response.Header.Set("Retry-After", "1")
-		slot.Release()
+		reply.NoBackendReply.Fast(ctx, 0)
+		Release(slot, fasthttp.StatusServiceUnavailable)
 		return
 	}
 	be := p.backends[i]
@@ -158,35 +174,23 @@ func (p *Pool) fastError(ctx *fasthttp.RequestCtx, be *backend, err error, body 
 	switch {
 	case errors.Is(err, bandwidth.ErrTooSlow) || body != nil && errors.Is(body.err, bandwidth.ErrTooSlow):
 		p.onReject(reasonBandwidth)
-		fastText(ctx, fasthttp.StatusServiceUnavailable, HeaderReject, reasonBandwidth, "levee: rejected: bandwidth: the transfer was held too long")
-		ctx.Response.Header.Set("Retry-After", "1")
-		ctx.SetConnectionClose()
+		reply.BandwidthReply.Fast(ctx, 0)
 	case errors.As(err, &v):
 		p.onReject(string(v.Reason))
-		fastText(ctx, v.Status, HeaderReject, string(v.Reason), "levee: rejected: "+v.Msg)
-		ctx.SetConnectionClose()
+		reply.ViolationFast(ctx, v, true) // the rest of the body is unread
 	case body != nil && errors.Is(body.err, errBodyTooLarge):
-		p.onReject("body")
-		fastText(ctx, fasthttp.StatusRequestEntityTooLarge, HeaderReject, "body", "levee: request body too large")
-		ctx.SetConnectionClose()
+		p.onReject(reply.Body)
+		reply.BodyCutReply.Fast(ctx, 0)
 	case body != nil && body.err != nil:
 		// The client's body broke off or was badly framed (invalid chunking).
-		fastText(ctx, fasthttp.StatusBadRequest, HeaderError, "bad-request-body", "levee: bad request body")
-		ctx.SetConnectionClose()
+		reply.BadRequestBodyReply.Fast(ctx, 0)
 	case errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, fasthttp.ErrNoFreeConns) || isTimeout(err):
 		p.errlog.Error("backend timeout", "app", p.app, "backend", be.addr, "err", err)
-		fastText(ctx, fasthttp.StatusGatewayTimeout, HeaderError, "backend-timeout", "levee: backend timed out")
+		reply.BackendTimeoutReply.Fast(ctx, 0)
 	default:
 		p.errlog.Error("backend unreachable", "app", p.app, "backend", be.addr, "err", err)
-		fastText(ctx, fasthttp.StatusBadGateway, HeaderError, "backend-unreachable", "levee: backend unreachable")
+		reply.BackendUnreachableReply.Fast(ctx, 0)
 	}
-}
-
-func fastText(ctx *fasthttp.RequestCtx, code int, header, value, msg string) {
-	ctx.Response.Reset()
-	ctx.Error(msg+"\n", code) // resets the headers first
-	ctx.Response.Header.Set(header, value)
-	ctx.Response.Header.Set("X-Content-Type-Options", "nosniff")
 }
 
 // limitedBody passes a request body on, failing once more than left bytes
@@ -573,10 +577,10 @@ func (pk *pick) finish(ctx *fasthttp.RequestCtx) {
 // Release reports the outcome and gives back the slot; call it once.
 func (pk *pick) Release() {
 	pk.p.done(pk.bal, pk.i, outcomeOf(pk.code), pk.start)
-	slot := pk.slot
+	slot, code := pk.slot, pk.code
 	*pk = pick{}
 	picks.Put(pk)
-	slot.Release()
+	Release(slot, code)
 }
 
 // fastRetry decides, after a try of ctx's request that returned resp or

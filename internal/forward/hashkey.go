@@ -51,19 +51,27 @@ func (k KeySource) HTTP(r *http.Request) string {
 // Fast returns the key of a fasthttp request as an ordinary string (it
 // copies: callers such as the limiter keep it beyond the request).
 func (k KeySource) Fast(ctx *fasthttp.RequestCtx) string {
+	if k.kind == "ip" {
+		return ctx.RemoteIP().String()
+	}
+	return string(k.FastView(ctx))
+}
+
+// FastView is the header or cookie key of a fasthttp request as a view into
+// it (nil for ip, or when absent). Header names are matched in any case,
+// as net/http's canonical map does: fasthttp passes names through as sent.
+func (k KeySource) FastView(ctx *fasthttp.RequestCtx) []byte {
 	switch k.kind {
 	case "header":
 		for name, v := range ctx.Request.Header.All() {
 			if equalFold(name, k.name) {
-				return string(v)
+				return v
 			}
 		}
 	case "cookie":
-		return string(ctx.Request.Header.Cookie(k.name))
-	case "ip":
-		return ctx.RemoteIP().String()
+		return ctx.Request.Header.Cookie(k.name)
 	}
-	return ""
+	return nil
 }
 
 // PeerIP is the address of a net/http request's peer, without its port.

@@ -17,6 +17,7 @@ import (
 	"github.com/leveeproxy/levee/internal/clock"
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/observe"
+	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/shape"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
@@ -25,9 +26,9 @@ import (
 // Headers that explain a response levee made itself rather than the backend.
 const (
 	// HeaderReject names the limit that refused a request (see admit.Reason).
-	HeaderReject = "Levee-Reject"
+	HeaderReject = reply.Reject
 	// HeaderError names why levee could not get a response from a backend.
-	HeaderError = "Levee-Error"
+	HeaderError = reply.Error
 )
 
 // Options build a Pool.
@@ -175,10 +176,7 @@ func (p *Pool) Serve(w http.ResponseWriter, r *http.Request, sh *shape.Checker) 
 	i := bal.Pick(key, start)
 	if i == balance.NoBackend {
 		p.onReject(reasonNoBackend)
-		h := w.Header()
-		h.Set("Retry-After", "1")
-		h.Set(HeaderReject, reasonNoBackend)
-		http.Error(w, "levee: rejected: no healthy backend", http.StatusServiceUnavailable)
+		reply.NoBackendReply.HTTP(w, 0)
 		return
 	}
 	if p.retry.enabled(len(p.backends)) {
@@ -203,7 +201,7 @@ func (p *Pool) done(bal balance.Balancer, i int, o balance.Outcome, start time.T
 }
 
 // reasonNoBackend: every backend of the app is unhealthy or ejected.
-const reasonNoBackend = "no-backend"
+const reasonNoBackend = reply.NoBackend
 
 // Set returns the pool's backend state, to carry into the next pool on reload.
 func (p *Pool) Set() *balance.Set { return p.bal.Set() }
@@ -258,42 +256,32 @@ func (p *Pool) errorHandler(be *backend) func(http.ResponseWriter, *http.Request
 		var v *shape.Violation
 		switch {
 		case errors.As(err, &tooBig):
-			p.onReject("body")
-			w.Header().Set(HeaderReject, "body")
-			http.Error(w, "levee: request body too large", http.StatusRequestEntityTooLarge)
+			p.onReject(reply.Body)
+			reply.BodyCutReply.HTTP(w, 0)
 		case errors.Is(err, bandwidth.ErrTooSlow):
 			p.onReject(reasonBandwidth)
-			w.Header().Set(HeaderReject, reasonBandwidth)
-			w.Header().Set("Retry-After", "1")
-			w.Header().Set("Connection", "close")
-			http.Error(w, "levee: rejected: bandwidth: the transfer was held too long", http.StatusServiceUnavailable)
+			reply.BandwidthReply.HTTP(w, 0)
 		case errors.As(err, &v):
 			p.onReject(string(v.Reason))
-			w.Header().Set(HeaderReject, string(v.Reason))
-			w.Header().Set("Connection", "close") // the rest of the body is unread
-			http.Error(w, "levee: rejected: "+v.Msg, v.Status)
+			reply.ViolationHTTP(w, v, true) // the rest of the body is unread
 		case r.Context().Err() != nil:
 			// The client went away; there is no one to answer and nothing to log.
 		case p.retryError(r, err):
 			// Tried again on another backend: this try answers nothing.
 		case errors.As(err, new(*BadBodyError)):
-			w.Header().Set(HeaderError, "bad-request-body")
-			w.Header().Set("Connection", "close")
-			http.Error(w, "levee: bad request body", http.StatusBadRequest)
+			reply.BadRequestBodyReply.HTTP(w, 0)
 		case isTimeout(err):
 			p.errlog.Error("backend timeout", "app", p.app, "backend", be.addr, "err", err)
-			w.Header().Set(HeaderError, "backend-timeout")
-			http.Error(w, "levee: backend timed out", http.StatusGatewayTimeout)
+			reply.BackendTimeoutReply.HTTP(w, 0)
 		default:
 			p.errlog.Error("backend unreachable", "app", p.app, "backend", be.addr, "err", err)
-			w.Header().Set(HeaderError, "backend-unreachable")
-			http.Error(w, "levee: backend unreachable", http.StatusBadGateway)
+			reply.BackendUnreachableReply.HTTP(w, 0)
 		}
 	}
 }
 
 // reasonBandwidth: a transfer cut after waiting limits.bandwidth.max_delay.
-const reasonBandwidth = "bandwidth"
+const reasonBandwidth = reply.Bandwidth
 
 // pacedWriter paces a response through the app's bandwidth limit; Unwrap
 // keeps Flush and Hijack reachable for http.ResponseController.

@@ -77,9 +77,16 @@ type Guard struct {
 	reserve int
 	perSec  float64 // Rate in requests per second; 0 when off
 	offered *observe.TopK
-	// Refusals by reason are shared and read-only.
-	refuseShare admit.Rejection
+	// Refusals by reason are shared and read-only, so refusing allocates
+	// nothing: the pool's share, its rate (whose hint is a whole second when
+	// a token is due within one, as it is at any rate of 1/s or more), and
+	// admit's refusals of an inflight slot with the prefix.
+	refuseShare, refuseRate admit.Rejection
+	refuseSlot              [len(slotReasons)]admit.Rejection
 }
+
+// slotReasons are admit's refusals of a slot, as refuseSlot holds them prefixed.
+var slotReasons = [...]admit.Reason{admit.QueueFull, admit.QueueTimeout, admit.Shed, admit.ClientShare}
 
 // New returns a Guard, or nil when both limits are off.
 func New(o Options) *Guard {
@@ -90,7 +97,11 @@ func New(o Options) *Guard {
 		o.Clock = clock.Real{}
 	}
 	g := &Guard{clk: o.Clock, offered: observe.NewTopK(trackedClients, shareWindow),
-		refuseShare: admit.Rejection{Reason: ReasonShare, RetryAfter: shareWindow}}
+		refuseShare: admit.Rejection{Reason: ReasonShare, RetryAfter: shareWindow},
+		refuseRate:  admit.Rejection{Reason: ReasonRate, RetryAfter: time.Second}}
+	for i, r := range slotReasons {
+		g.refuseSlot[i] = admit.Rejection{Reason: Prefix + r, RetryAfter: admit.RetryAfterBusy}
+	}
 	if o.Inflight > 0 {
 		w := o.Wait
 		w.Concurrency, w.MaxLen = o.Inflight, o.Inflight
@@ -135,7 +146,7 @@ func (g *Guard) Enter(ctx context.Context, client string, now time.Time) (Slot, 
 		waited, err := g.slots.AcquireWait(ctx, s.ticket)
 		if err != nil {
 			if rej, ok := err.(*admit.Rejection); ok {
-				return s, &admit.Rejection{Reason: Prefix + rej.Reason, RetryAfter: rej.RetryAfter}
+				return s, g.slotRefusal(rej)
 			}
 			return s, err
 		}
@@ -162,9 +173,22 @@ func (g *Guard) spend(heavy bool, now time.Time) error {
 		return nil
 	}
 	if d := g.bucket.Take(now, 1, 0); !d.Allowed {
-		return &admit.Rejection{Reason: ReasonRate, RetryAfter: max(d.RetryAfter, time.Millisecond)}
+		if d.RetryAfter <= time.Second {
+			return &g.refuseRate
+		}
+		return &admit.Rejection{Reason: ReasonRate, RetryAfter: d.RetryAfter}
 	}
 	return nil
+}
+
+// slotRefusal is admit's refusal rej of an inflight slot, prefixed.
+func (g *Guard) slotRefusal(rej *admit.Rejection) *admit.Rejection {
+	for i, r := range slotReasons {
+		if r == rej.Reason && rej.RetryAfter == admit.RetryAfterBusy {
+			return &g.refuseSlot[i]
+		}
+	}
+	return &admit.Rejection{Reason: Prefix + rej.Reason, RetryAfter: rej.RetryAfter}
 }
 
 // Stats is the guard's state now: requests holding and waiting for an

@@ -71,11 +71,15 @@ type adaptiveSlot struct {
 	clk      clock.Clock
 	start    time.Time
 	inflight int
-	failed   func() bool // nil: failures are not sampled
 }
 
-func (s *adaptiveSlot) Release() {
+// Release ends the request without a known status: not sampled as failed.
+func (s *adaptiveSlot) Release() { s.ReleaseStatus(0) }
+
+// ReleaseStatus ends the request that was answered code: a 5xx (levee's
+// 502/504 included) is sampled as a failure.
+func (s *adaptiveSlot) ReleaseStatus(code int) {
 	s.l.ReleaseFor(s.t)
 	now := s.clk.Now()
-	s.a.observe(now, now.Sub(s.start), s.inflight, s.failed != nil && s.failed())
+	s.a.observe(now, now.Sub(s.start), s.inflight, code >= 500)
 }

@@ -2,16 +2,19 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"math"
 	"net"
-	"time"
+	"net/netip"
+	"sync"
 	"unsafe"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/forward"
+	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/shape"
 )
 
@@ -62,107 +65,101 @@ func fastParseError(ctx *fasthttp.RequestCtx, err error) {
 	ctx.SetConnectionClose()
 }
 
-// serveFast is the request path on the fasthttp engine: route, shape,
-// admit, forward, observe, as ServeHTTP.
+// serveFast is the request path on fasthttp (HTTP/1.x connections): the
+// adapter of serve.
 func (s *Server) serveFast(ctx *fasthttp.RequestCtx) {
-	h := &ctx.Request.Header
-	if smuggling(h) {
+	if smuggling(&ctx.Request.Header) {
 		fastParseError(ctx, errSmuggling)
 		return
 	}
-	snap := s.current.Load()
-	rt, ok := snap.catalog.Lookup(b2s(h.Host()), b2s(ctx.Path()))
-	if !ok && s.lazy != nil {
-		var ref refusal
-		if rt, ref, ok = s.routeStored(ctx, b2s(h.Host()), b2s(ctx.Path())); ref.code != 0 {
-			rejectFast(ctx, ref)
-			s.unrouted.Observe(ref.code, 0)
-			return
+	e := fastExchanges.Get().(*fastExchange)
+	e.c, e.left = ctx, false
+	serve(s, e)
+	e.c = nil
+	fastExchanges.Put(e)
+}
+
+// fastExchange is a fasthttp request as serve sees it.
+type fastExchange struct {
+	c    *fasthttp.RequestCtx
+	left bool // gone: no one to answer
+	// ip holds the peer's address written out, for topKey's view.
+	ip [net.IPv6len * 4]byte
+}
+
+var fastExchanges = sync.Pool{New: func() any { return new(fastExchange) }}
+
+func (e *fastExchange) host() string   { return b2s(e.c.Request.Header.Host()) }
+func (e *fastExchange) path() string   { return b2s(e.c.Path()) }
+func (e *fastExchange) target() string { return b2s(e.c.Request.Header.RequestURI()) }
+func (e *fastExchange) method() string { return string(e.c.Request.Header.Method()) }
+func (e *fastExchange) remote() string { return e.c.RemoteAddr().String() }
+
+func (e *fastExchange) headers() (int, int) { return fastHeaderSize(&e.c.Request.Header) }
+
+func (e *fastExchange) contentLength() int64 {
+	if n := e.c.Request.Header.ContentLength(); n >= 0 {
+		return int64(n)
+	}
+	return -1 // chunked (or identity to the close): limits.body is enforced while streaming
+}
+
+func (e *fastExchange) clientKey(k forward.KeySource) string { return k.Fast(e.c) }
+
+func (e *fastExchange) topKey(k forward.KeySource) string {
+	if k.IsHeader() {
+		if v := k.FastView(e.c); len(v) > 0 {
+			return b2s(v) // a view: the sketch copies a key only when it keeps it
 		}
 	}
+	ip, ok := netip.AddrFromSlice(e.c.RemoteIP())
 	if !ok {
-		ctx.Error("levee: no app for this host and path\n", fasthttp.StatusNotFound)
-		ctx.Response.Header.Set(forward.HeaderError, "no-route")
-		s.unrouted.Observe(fasthttp.StatusNotFound, 0)
-		return
+		return ""
 	}
-	start := s.clk.Now()
-	var code int
-	sh := rt.shapes.forPath(b2s(ctx.Path()))
-	count, size := fastHeaderSize(h)
-	if v := rt.checkShape(sh, b2s(h.RequestURI()), count, size); v != nil {
-		rejectViolationFast(ctx, v)
-		code = v.Status
-	} else {
-		code = s.forwardFast(ctx, rt, sh, start)
-	}
-	end := s.clk.Now()
-	took := end.Sub(start)
-	rt.app.metrics.Observe(code, took.Seconds())
-	if rt.top != nil {
-		var buf [net.IPv6len * 4]byte
-		rt.top.Observe(topFast(rt.clientKey, ctx, &buf), rejectedFast(ctx), end)
-	}
-	if snap.access {
-		s.log.Info("access", "app", rt.app.name, "method", string(h.Method()), "host", string(h.Host()),
-			"path", string(ctx.Path()), "status", code, "duration", took, "remote", ctx.RemoteAddr().String())
+	return b2s(ip.Unmap().AppendTo(e.ip[:0]))
+}
+
+// ctx is the RequestCtx, whose Done closes when the server shuts down.
+// fasthttp does not report a client that goes away while queued: such a
+// request waits out its place in the queue (at most queue.max_wait).
+func (e *fastExchange) ctx() context.Context { return e.c }
+
+func (e *fastExchange) refuse(ref refusal) {
+	reply.For(ref.reason).Fast(e.c, ref.retryAfter)
+	if ref.rate != nil {
+		h := &e.c.Response.Header
+		h.Set("RateLimit-Policy", ref.rate.policy.Header())
+		var buf [64]byte
+		h.SetBytesV("RateLimit", ref.rate.policy.AppendRateLimit(buf[:0], ref.decision))
 	}
 }
 
-// forwardFast admits and forwards a routed request; it returns the status
-// to record.
-func (s *Server) forwardFast(ctx *fasthttp.RequestCtx, rt *route, sh *pathShape, start time.Time) int {
-	n := int64(ctx.Request.Header.ContentLength())
-	if n < 0 {
-		n = -1 // chunked: limits.body is enforced while streaming
-	}
-	// ctx is a context.Context whose Done closes when the server shuts down.
-	// fasthttp does not report a client that goes away while queued: such a
-	// request waits out its place in the queue (at most queue.max_wait).
-	var client string
-	if rt.needsClient() {
-		client = rt.clientKey.Fast(ctx)
-	}
-	// fasthttp's response may be gone by the time the slot is released (a
-	// streamed body's end), so an adaptive limit samples latency only.
-	slot, ref, ok := s.enter(ctx, rt, b2s(ctx.Path()), client, n, sh.body, start, nil)
-	if !ok {
-		if ref.code == 0 { // the server is shutting down: close, answer nothing
-			ctx.HijackSetNoResponse(true)
-			ctx.Hijack(func(net.Conn) {})
-			return StatusClientClosed
-		}
-		rejectFast(ctx, ref)
-		return ref.code
-	}
-	rt.pool.ServeFast(ctx, sh.body, sh.check, slot) // releases the slot
-	if ctx.Hijacked() {
+func (e *fastExchange) refuseShape(v *shape.Violation) { reply.ViolationFast(e.c, v, false) }
+
+// gone closes the connection without an answer: the server is shutting
+// down (or the client left).
+func (e *fastExchange) gone() {
+	e.left = true
+	e.c.HijackSetNoResponse(true)
+	e.c.Hijack(func(net.Conn) {})
+}
+
+func (e *fastExchange) forward(rt *route, sh *pathShape, slot forward.Releaser) {
+	rt.pool.ServeFast(e.c, sh.body, sh.check, slot) // releases the slot
+}
+
+func (e *fastExchange) status() int {
+	switch {
+	case e.left:
+		return StatusClientClosed
+	case e.c.Hijacked():
 		return fasthttp.StatusSwitchingProtocols
 	}
-	return ctx.Response.StatusCode()
+	return e.c.Response.StatusCode()
 }
 
-// rejectFast is reject for the fasthttp engine; it allocates nothing for
-// the known reasons.
-func rejectFast(ctx *fasthttp.RequestCtx, ref refusal) {
-	r, ok := rejections[ref.reason]
-	if !ok {
-		r = newRejectReply(ref.reason)
-	}
-	rh := &ctx.Response.Header
-	if ref.retryAfter > 0 {
-		if ref.retryAfter == time.Second {
-			rh.Set("Retry-After", oneSecond[0])
-		} else {
-			rh.Set("Retry-After", retryAfterSeconds(ref.retryAfter))
-		}
-	}
-	rh.Set(forward.HeaderReject, r.header[0])
-	setRateHeaders(rh.Set, ref)
-	rh.Set("Content-Type", textPlain[0])
-	rh.Set("X-Content-Type-Options", nosniff[0])
-	ctx.SetStatusCode(ref.code)
-	ctx.SetBody(r.body)
+func (e *fastExchange) rejected() bool {
+	return len(e.c.Response.Header.Peek(reply.Reject)) > 0
 }
 
 var errSmuggling = errors.New("server: request with both Content-Length and Transfer-Encoding")
@@ -194,18 +191,4 @@ func fastHeaderSize(h *fasthttp.RequestHeader) (count, size int) {
 		size += len(k) + len(v)
 	}
 	return count, size
-}
-
-// rejectViolationFast is rejectViolation for the fasthttp engine.
-func rejectViolationFast(ctx *fasthttp.RequestCtx, v *shape.Violation) {
-	ctx.SetStatusCode(v.Status)
-	rh := &ctx.Response.Header
-	rh.Set(forward.HeaderReject, string(v.Reason))
-	rh.Set("Content-Type", textPlain[0])
-	rh.Set("X-Content-Type-Options", nosniff[0])
-	ctx.SetBodyString("levee: rejected: " + v.Msg + "\n")
-	if v.Status == fasthttp.StatusRequestHeaderFieldsTooLarge || v.Status == fasthttp.StatusRequestURITooLong {
-		return
-	}
-	ctx.SetConnectionClose() // the body is left unread
 }

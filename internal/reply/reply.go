@@ -1,0 +1,226 @@
+// Package reply holds levee's own answers: one table of every reason a
+// request is refused or fails at levee (a limit of admit, shape, ratelimit,
+// protect, catalog or bandwidth; or no route, no backend, a backend error),
+// each with its status, header and body, built once. Both engines write
+// from it, so a reason is answered alike on HTTP/1.1 and HTTP/2, and a
+// refusal allocates nothing on HTTP/1.1 (net/http's header maps need a
+// []string, which the table also holds prebuilt).
+package reply
+
+import (
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/leveeproxy/levee/internal/shape"
+)
+
+// Headers that explain a response levee made itself rather than the backend.
+const (
+	// Reject names the limit that refused a request.
+	Reject = "Levee-Reject"
+	// Error names why levee could not get a response from a backend.
+	Error = "Levee-Error"
+)
+
+// Reply is the answer for one reason. Replies are shared: read-only.
+type Reply struct {
+	Status int
+	// Header is Reject for a limit's refusal, Error for the rest.
+	Header string
+	Reason string
+	Body   string // "levee: rejected: REASON\n" or a sentence
+	// Close: the connection cannot be kept (part of the request body was
+	// read and the rest is unknown).
+	Close bool
+	// RetryAfter is the hint a reason always carries (0: none, or the
+	// caller's); the caller's non-zero hint wins.
+	RetryAfter time.Duration
+
+	reason, body []byte   // for fasthttp
+	reasonV      []string // for net/http's header map
+}
+
+// Reasons levee gives beside those of the limit packages.
+const (
+	NoRoute            = "no-route"
+	NoBackend          = "no-backend"
+	Bandwidth          = "bandwidth"
+	Body               = "body"
+	BadRequestBody     = "bad-request-body"
+	BackendTimeout     = "backend-timeout"
+	BackendUnreachable = "backend-unreachable"
+)
+
+var table = map[string]*Reply{}
+
+// Register adds reason to the table; call it from init only (the table is
+// read without a lock afterwards). It returns the reply, so a package can
+// keep a pointer and skip the lookup.
+func Register(r Reply) *Reply {
+	if r.Body == "" {
+		r.Body = "levee: rejected: " + r.Reason + "\n"
+	}
+	if r.Header == "" {
+		r.Header = Reject
+	}
+	r.reason, r.body, r.reasonV = []byte(r.Reason), []byte(r.Body), []string{r.Reason}
+	p := &r
+	table[r.Reason] = p
+	return p
+}
+
+// For returns the reply for reason. A reason nobody registered (a broken
+// invariant) gets a 503 built on the spot, so it still answers.
+func For(reason string) *Reply {
+	if r, ok := table[reason]; ok {
+		return r
+	}
+	r := Reply{Status: http.StatusServiceUnavailable, Header: Reject, Reason: reason, Body: "levee: rejected: " + reason + "\n"}
+	r.reason, r.body, r.reasonV = []byte(r.Reason), []byte(r.Body), []string{r.Reason}
+	return &r
+}
+
+// Known reports whether reason is in the table (for tests).
+func Known(reason string) bool { _, ok := table[reason]; return ok }
+
+// Reasons lists the table's reasons (for tests).
+func Reasons() []string {
+	out := make([]string, 0, len(table))
+	for k := range table {
+		out = append(out, k)
+	}
+	return out
+}
+
+// The replies of this package's own reasons.
+var (
+	NoRouteReply = Register(Reply{Status: http.StatusNotFound, Header: Error, Reason: NoRoute,
+		Body: "levee: no app for this host and path\n"})
+	NoBackendReply = Register(Reply{Status: http.StatusServiceUnavailable, Reason: NoBackend,
+		Body: "levee: rejected: no healthy backend\n", RetryAfter: time.Second})
+	BandwidthReply = Register(Reply{Status: http.StatusServiceUnavailable, Reason: Bandwidth,
+		Body: "levee: rejected: bandwidth: the transfer was held too long\n", RetryAfter: time.Second, Close: true})
+	BodyReply = Register(Reply{Status: http.StatusRequestEntityTooLarge, Reason: Body,
+		Body: "levee: rejected: request body too large\n"})
+	// BodyCutReply is BodyReply for a body cut off while it streamed.
+	BodyCutReply = &Reply{Status: http.StatusRequestEntityTooLarge, Header: Reject, Reason: Body,
+		Body: "levee: rejected: request body too large\n", Close: true,
+		reason: []byte(Body), body: []byte("levee: rejected: request body too large\n"), reasonV: []string{Body}}
+	BadRequestBodyReply = Register(Reply{Status: http.StatusBadRequest, Header: Error, Reason: BadRequestBody,
+		Body: "levee: bad request body\n", Close: true})
+	BackendTimeoutReply = Register(Reply{Status: http.StatusGatewayTimeout, Header: Error, Reason: BackendTimeout,
+		Body: "levee: backend timed out\n"})
+	BackendUnreachableReply = Register(Reply{Status: http.StatusBadGateway, Header: Error, Reason: BackendUnreachable,
+		Body: "levee: backend unreachable\n"})
+)
+
+// Shared header values: net/http only reads them; nothing may append to them.
+var (
+	textPlain = []string{"text/plain; charset=utf-8"}
+	nosniff   = []string{"nosniff"}
+	closeV    = []string{"close"}
+	// retryAfterV are the Retry-After values of 1..60 s, prebuilt.
+	retryAfterV = func() (v [61][]string) {
+		for i := range v {
+			v[i] = []string{strconv.Itoa(i)}
+		}
+		return v
+	}()
+)
+
+// seconds renders d as whole seconds, rounded up, at least 1.
+func seconds(d time.Duration) int64 {
+	return max(int64((d+time.Second-1)/time.Second), 1)
+}
+
+func (r *Reply) retryAfter(d time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return r.RetryAfter
+}
+
+// Fast writes r on a fasthttp response, replacing whatever it held, with
+// retryAfter (0: the reply's own, if any) as Retry-After. It allocates
+// nothing.
+func (r *Reply) Fast(ctx *fasthttp.RequestCtx, retryAfter time.Duration) {
+	resp := &ctx.Response
+	resp.Reset()
+	resp.SetStatusCode(r.Status)
+	h := &resp.Header
+	h.SetContentTypeBytes(textPlainB)
+	h.SetBytesV(r.Header, r.reason)
+	h.SetBytesV("X-Content-Type-Options", nosniffB)
+	if d := r.retryAfter(retryAfter); d > 0 {
+		var buf [20]byte
+		h.SetBytesV("Retry-After", strconv.AppendInt(buf[:0], seconds(d), 10))
+	}
+	if r.Close {
+		h.SetConnectionClose()
+	}
+	resp.SetBodyRaw(r.body)
+}
+
+var (
+	textPlainB = []byte(textPlain[0])
+	nosniffB   = []byte(nosniff[0])
+)
+
+// HTTP writes r on a net/http response, as Fast does, beside any header
+// the caller set.
+func (r *Reply) HTTP(w http.ResponseWriter, retryAfter time.Duration) {
+	h := w.Header()
+	h["Content-Type"] = textPlain
+	h[r.Header] = r.reasonV
+	h["X-Content-Type-Options"] = nosniff
+	if d := r.retryAfter(retryAfter); d > 0 {
+		if s := seconds(d); s < int64(len(retryAfterV)) {
+			h["Retry-After"] = retryAfterV[s]
+		} else {
+			h["Retry-After"] = []string{strconv.FormatInt(s, 10)}
+		}
+	}
+	if r.Close {
+		h["Connection"] = closeV
+	}
+	w.WriteHeader(r.Status)
+	_, _ = w.Write(r.body)
+}
+
+// ViolationFast answers a shape violation on fasthttp: its status, its
+// reason and its message (which names the limit) as the body. It
+// allocates nothing. closeConn: part of the body was read.
+func ViolationFast(ctx *fasthttp.RequestCtx, v *shape.Violation, closeConn bool) {
+	resp := &ctx.Response
+	resp.Reset()
+	resp.SetStatusCode(v.Status)
+	h := &resp.Header
+	h.SetContentTypeBytes(textPlainB)
+	h.Set(Reject, string(v.Reason))
+	h.SetBytesV("X-Content-Type-Options", nosniffB)
+	if closeConn {
+		h.SetConnectionClose()
+	}
+	resp.AppendBodyString("levee: rejected: ")
+	resp.AppendBodyString(v.Msg)
+	resp.AppendBodyString("\n")
+}
+
+// ViolationHTTP is ViolationFast for net/http.
+func ViolationHTTP(w http.ResponseWriter, v *shape.Violation, closeConn bool) {
+	h := w.Header()
+	h["Content-Type"] = textPlain
+	h.Set(Reject, string(v.Reason))
+	h["X-Content-Type-Options"] = nosniff
+	if closeConn {
+		h["Connection"] = closeV
+	}
+	w.WriteHeader(v.Status)
+	for _, s := range [...]string{"levee: rejected: ", v.Msg, "\n"} {
+		_, _ = io.WriteString(w, s)
+	}
+}

@@ -1,0 +1,289 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/leveeproxy/levee/internal/admit"
+	"github.com/leveeproxy/levee/internal/forward"
+	"github.com/leveeproxy/levee/internal/protect"
+	"github.com/leveeproxy/levee/internal/ratelimit"
+	"github.com/leveeproxy/levee/internal/reply"
+	"github.com/leveeproxy/levee/internal/shape"
+)
+
+// StatusClientClosed is recorded (never sent) when the client went away
+// before levee could answer, as nginx does.
+const StatusClientClosed = 499
+
+// reasonBody: the limit behind a 413 for limits.body.
+const reasonBody = reply.Body
+
+// exchange is one request as its engine holds it: what the request path
+// reads of it, and how the engine answers and forwards it. Each engine's
+// adapter implements it on a pointer type, so serve is compiled once per
+// engine and calls the adapter directly: nothing is boxed or allocated.
+type exchange interface {
+	host() string
+	path() string
+	// target is the request-target as sent (url_length, query values).
+	target() string
+	// headers counts the header fields, Host included, and their bytes.
+	headers() (count, size int)
+	// contentLength is the declared body length; -1 when unknown (chunked).
+	contentLength() int64
+	// clientKey is the client key as a string that may be kept.
+	clientKey(k forward.KeySource) string
+	// topKey is who the request is for the top clients: the client key if
+	// it is a header the request has, else the peer's address. A view, valid
+	// until the request is observed.
+	topKey(k forward.KeySource) string
+	// ctx ends when the client has gone or the server shuts down.
+	ctx() context.Context
+	// refuse answers a refusal; refuseShape a shape violation found before
+	// the body was read (the engine drains or closes for the unread body).
+	refuse(ref refusal)
+	refuseShape(v *shape.Violation)
+	// gone records that there is no one to answer.
+	gone()
+	// forward sends the admitted request to a backend and passes on the
+	// answer; it releases slot exactly once, with the status sent, perhaps
+	// after it returns (a streamed body's end).
+	forward(rt *route, sh *pathShape, slot forward.Releaser)
+	// status is the code to record once the request is done: what was sent,
+	// 101 for an upgrade, 499 when the client left first.
+	status() int
+	// rejected reports whether the answer carries Levee-Reject.
+	rejected() bool
+	// method and remote are for the access log only.
+	method() string
+	remote() string
+}
+
+// serve is the request path, for both engines: route, shape, rate, admit,
+// protect, then balance and forward (the engine's), and observe.
+func serve[E exchange](s *Server, e E) {
+	snap := s.current.Load()
+	host, path := e.host(), e.path()
+	rt, ok := snap.catalog.Lookup(host, path)
+	if !ok && s.lazy != nil {
+		var ref refusal
+		rt, ref, ok = s.routeStored(e.ctx(), host, path)
+		switch {
+		case ref.code != 0:
+			e.refuse(ref)
+			s.unrouted.Observe(ref.code, 0)
+			return
+		case !ok && e.ctx().Err() != nil:
+			e.gone()
+			s.unrouted.Observe(StatusClientClosed, 0)
+			return
+		}
+	}
+	if !ok {
+		// Never an open proxy: a host no app claims gets a short 404.
+		e.refuse(noRoute)
+		s.unrouted.Observe(http.StatusNotFound, 0)
+		return
+	}
+	start := s.clk.Now()
+	// Deferred: net/http's ReverseProxy aborts a response with a panic.
+	defer account(s, snap, rt, e, start)
+	sh := rt.shapes.forPath(path)
+	count, size := e.headers()
+	if v := rt.checkShape(sh, e.target(), count, size); v != nil {
+		e.refuseShape(v)
+		return
+	}
+	var client string
+	if rt.needsClient() {
+		client = e.clientKey(rt.clientKey)
+	}
+	slot, ref, ok := s.enter(e.ctx(), rt, path, client, e.contentLength(), sh.body, start)
+	if !ok {
+		if ref.code == 0 {
+			e.gone()
+		} else {
+			e.refuse(ref)
+		}
+		return
+	}
+	e.forward(rt, sh, slot)
+}
+
+// noRoute is the refusal of a request no app claims.
+var noRoute = refusal{code: http.StatusNotFound, reason: reply.NoRoute}
+
+// account counts a routed request once it is done: metrics, the top
+// clients, the access log.
+func account[E exchange](s *Server, snap *snapshot, rt *route, e E, start time.Time) {
+	end := s.clk.Now()
+	code, took := e.status(), end.Sub(start)
+	rt.app.metrics.Observe(code, took.Seconds())
+	if rt.top != nil {
+		rt.top.Observe(e.topKey(rt.clientKey), e.rejected(), end)
+	}
+	if snap.access {
+		s.log.Info("access", "app", rt.app.name, "method", e.method(), "host", e.host(),
+			"path", e.path(), "status", code, "duration", took, "remote", e.remote())
+	}
+}
+
+// refusal is a request refused before any backend work. A zero code means
+// the client went away (or the server is shutting down) while it was
+// queued: there is no one to answer.
+type refusal struct {
+	code       int
+	reason     string
+	retryAfter time.Duration
+	rate       *rateRule          // set for a rate refusal: its RateLimit fields
+	decision   ratelimit.Decision // with rate
+}
+
+// The replies of the limits the server applies, in the one table with
+// forward's and shape's (package reply); each refusal is answered from it.
+func init() {
+	for _, r := range []admit.Reason{admit.QueueFull, admit.QueueTimeout, admit.Shed, admit.ClientShare} {
+		reply.Register(reply.Reply{Status: http.StatusServiceUnavailable, Reason: string(r)})
+		reply.Register(reply.Reply{Status: http.StatusServiceUnavailable, Reason: protect.Prefix + string(r)})
+	}
+	for _, r := range []admit.Reason{protect.ReasonRate, protect.ReasonShare} {
+		reply.Register(reply.Reply{Status: http.StatusServiceUnavailable, Reason: string(r)})
+	}
+	for _, r := range []string{reasonRate, reasonClientRate} {
+		reply.Register(reply.Reply{Status: http.StatusTooManyRequests, Reason: r})
+	}
+	for _, r := range []string{reasonCatalogBusy, reasonCatalogUnavailable} {
+		reply.Register(reply.Reply{Status: http.StatusServiceUnavailable, Reason: r})
+	}
+}
+
+// admit is the step between rate and protect: limits.body on the declared
+// length (-1: unknown, then the engine enforces it while streaming), then
+// the app's concurrency limit, waiting in its queue at most until ctx ends
+// (the wait of a request that queued is observed). ok means the caller
+// holds a slot and must Release it; otherwise the refusal is counted and
+// says what to answer. It allocates nothing.
+func (rt *route) admit(ctx context.Context, contentLength, bodyLimit int64, t admit.Ticket) (refusal, bool) {
+	if contentLength > bodyLimit {
+		rt.app.metrics.Rejected(reasonBody)
+		return refusal{code: http.StatusRequestEntityTooLarge, reason: reasonBody}, false
+	}
+	waited, err := rt.app.limiter.AcquireWait(ctx, t)
+	if err != nil {
+		if rej, ok := asRejection(err); ok {
+			rt.app.metrics.Rejected(string(rej.Reason))
+			return refusal{code: http.StatusServiceUnavailable, reason: string(rej.Reason), retryAfter: rej.RetryAfter}, false
+		}
+		return refusal{}, false
+	}
+	if waited > 0 {
+		rt.app.metrics.QueueWait(waited)
+	}
+	return refusal{}, true
+}
+
+// enter is the path between shape and forward: the rate limits, admission
+// with the request's ticket, then backend_limits. ok means the caller holds
+// a slot and must release it once the response is done; otherwise the
+// refusal says what to answer (code 0: no one to answer). now is when the
+// request arrived.
+func (s *Server) enter(ctx context.Context, rt *route, path, client string, contentLength, bodyLimit int64,
+	now time.Time) (forward.Releaser, refusal, bool) {
+	if rt.appRate != nil || rt.clientRate != nil {
+		if ref, ok := rt.limitRate(client, now); !ok {
+			return nil, ref, false
+		}
+	}
+	t := rt.ticket(path, client)
+	if ref, ok := rt.admit(ctx, contentLength, bodyLimit, t); !ok {
+		return nil, ref, false
+	}
+	var slot forward.Releaser
+	switch {
+	case rt.adaptive != nil:
+		slot = &adaptiveSlot{a: rt.adaptive, l: rt.app.limiter, t: t, clk: s.clk,
+			start: s.clk.Now(), inflight: rt.app.limiter.InFlight()}
+	case t.Client != "":
+		slot = &ticketSlot{l: rt.app.limiter, t: t}
+	default:
+		slot = rt.app.limiter // no allocation on the common path
+	}
+	if rt.guard == nil {
+		return slot, refusal{}, true
+	}
+	held, err := rt.guard.Enter(ctx, client, now)
+	if err != nil {
+		slot.Release()
+		return nil, rt.refuseGuard(err), false
+	}
+	return &pooledSlot{app: slot, pool: held}, refusal{}, true
+}
+
+// pooledSlot holds both the app's concurrency slot and the pool's.
+type pooledSlot struct {
+	app  forward.Releaser
+	pool protect.Slot
+}
+
+func (p *pooledSlot) Release() { p.ReleaseStatus(0) }
+
+// ReleaseStatus passes the status on to the app's slot (an adaptive limit
+// samples it).
+func (p *pooledSlot) ReleaseStatus(code int) {
+	p.pool.Release()
+	forward.Release(p.app, code)
+}
+
+// refuseGuard turns a backend_limits refusal into the answer, counted; a
+// client that went away while waiting gets none.
+func (rt *route) refuseGuard(err error) refusal {
+	rej, ok := asRejection(err)
+	if !ok {
+		return refusal{}
+	}
+	rt.app.metrics.Rejected(string(rej.Reason))
+	return refusal{code: http.StatusServiceUnavailable, reason: string(rej.Reason), retryAfter: rej.RetryAfter}
+}
+
+// needsClient reports whether any step of the route reads the client key.
+func (rt *route) needsClient() bool {
+	return rt.clientRate != nil || rt.fairShare || rt.classes.needsClient() || rt.guard != nil
+}
+
+// ticket is what the request asks the limiter for: its priority class and,
+// with fair sharing, who it is.
+func (rt *route) ticket(path, client string) admit.Ticket {
+	t := admit.Ticket{Class: rt.classes.class(path, client)}
+	if rt.fairShare {
+		t.Client = client
+	}
+	return t
+}
+
+// checkShape applies the request-shape limits known before the body:
+// target length, query values, header count and bytes. A violation is
+// counted; the caller answers it.
+func (rt *route) checkShape(sh *pathShape, target string, headerCount, headerBytes int) *shape.Violation {
+	v := sh.check.CheckTarget(target)
+	if v == nil {
+		v = sh.check.CheckHeaders(headerCount, headerBytes)
+	}
+	if v != nil {
+		rt.app.metrics.Rejected(string(v.Reason))
+	}
+	return v
+}
+
+// asRejection finds the *admit.Rejection in err. Acquire returns it
+// unwrapped, and the type assertion then spares errors.As's allocation.
+func asRejection(err error) (*admit.Rejection, bool) {
+	if rej, ok := err.(*admit.Rejection); ok {
+		return rej, true
+	}
+	var rej *admit.Rejection
+	ok := errors.As(err, &rej)
+	return rej, ok
+}
