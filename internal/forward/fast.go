@@ -22,16 +22,15 @@ import (
 // like the net/http Transport: at most MaxConnsPerBackend connections, a
 // request beyond that waiting up to response_header_timeout for one.
 //
-// fasthttp's ReadTimeout bounds reading the whole response, so
-// response_header_timeout here also bounds a streamed response body (a
-// difference from the net/http engine, where it covers the headers only).
-// fasthttp has no cap on idle connections: MaxIdlePerBackend does not apply;
-// idle ones close after IdleTimeout.
+// response_header_timeout bounds the wait for the response header, from the
+// end of the request (HostClient.ReadTimeout), then each read of the body:
+// a body read that gets no byte for that long fails, however long the whole
+// body takes (see backendConn). fasthttp has no cap on idle connections:
+// MaxIdlePerBackend does not apply; idle ones close after IdleTimeout.
 func NewFastClient(addr string, u config.Upstream) *fasthttp.HostClient {
-	d := &net.Dialer{Timeout: u.DialTimeout.D(), KeepAlive: 30 * time.Second}
 	return &fasthttp.HostClient{
 		Addr:                          addr,
-		Dial:                          func(a string) (net.Conn, error) { return d.Dial("tcp", a) },
+		Dial:                          newFastDialer(u).Dial,
 		MaxConns:                      u.MaxConnsPerBackend,
 		MaxConnWaitTimeout:            u.ResponseHeaderTimeout.D(),
 		MaxIdleConnDuration:           u.IdleTimeout.D(),
@@ -139,6 +138,9 @@ func (p *Pool) serveFast(ctx *fasthttp.RequestCtx, be *backend, bodyLimit int64,
 			n = -1 // chunked to the client, whatever the backend's framing
 		}
 		pk.code = resp.StatusCode()
+		if c := connOf(resp); c != nil {
+			c.streamBody()
+		}
 		fb := &fastBody{resp: resp, slot: pk, r: resp.BodyStream()}
 		if p.bw != nil {
 			// Paced as it is read from the backend; a cut ends the stream
