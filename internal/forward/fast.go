@@ -25,16 +25,20 @@ import (
 // response_header_timeout bounds the wait for the response header, from the
 // end of the request (HostClient.ReadTimeout), then each read of the body:
 // a body read that gets no byte for that long fails, however long the whole
-// body takes (see backendConn). fasthttp has no cap on idle connections:
-// MaxIdlePerBackend does not apply; idle ones close after IdleTimeout.
+// body takes (see backendConn). At most MaxIdlePerBackend connections go
+// back to the idle pool (see idleConns); idle ones close after IdleTimeout.
 func NewFastClient(addr string, u config.Upstream) *fasthttp.HostClient {
 	return &fasthttp.HostClient{
-		Addr:                          addr,
-		Dial:                          newFastDialer(u).Dial,
-		MaxConns:                      u.MaxConnsPerBackend,
-		MaxConnWaitTimeout:            u.ResponseHeaderTimeout.D(),
-		MaxIdleConnDuration:           u.IdleTimeout.D(),
-		ReadTimeout:                   u.ResponseHeaderTimeout.D(),
+		Addr:                addr,
+		Dial:                newFastDialer(u).Dial,
+		MaxConns:            u.MaxConnsPerBackend,
+		MaxConnWaitTimeout:  u.ResponseHeaderTimeout.D(),
+		MaxIdleConnDuration: u.IdleTimeout.D(),
+		ReadTimeout:         u.ResponseHeaderTimeout.D(),
+		// FIFO (the default): idle connections are reused in turn, so those
+		// a HEAD, 204 or 304 gave back past the cap (releaseBody) are counted,
+		// or closed, at their next release.
+		ConnPoolStrategy:              fasthttp.FIFO,
 		DisablePathNormalizing:        true,
 		DisableHeaderNamesNormalizing: true,
 		NoDefaultUserAgentHeader:      true,
@@ -87,6 +91,11 @@ func (p *Pool) serveFast(ctx *fasthttp.RequestCtx, be *backend, bodyLimit int64,
 	if upgrading {
 		p.tunnel(ctx, be, out, pk)
 		return
+	}
+	if p.upstream.MaxIdlePerBackend == 0 {
+		// No idle pool: the backend closes after answering, so that not
+		// even a response without a body leaves its connection idle.
+		out.Header.SetConnectionClose()
 	}
 	var body *limitedBody
 	if bs := ctx.RequestBodyStream(); bs != nil {
@@ -150,7 +159,7 @@ func (p *Pool) serveFast(ctx *fasthttp.RequestCtx, be *backend, bodyLimit int64,
 		ctx.Response.SetBodyStream(fb, n)
 		return
 	}
-	resp.CloseBodyStream()
+	releaseBody(resp, nil)
 	fasthttp.ReleaseResponse(resp)
 	pk.finish(ctx)
 }
@@ -244,11 +253,7 @@ func (b *fastBody) Close() error { return b.CloseWithError(nil) }
 // is closed rather than reused.
 func (b *fastBody) CloseWithError(err error) error {
 	b.once.Do(func() {
-		if rc, ok := b.resp.BodyStream().(fasthttp.ReadCloserWithError); ok {
-			rc.CloseWithError(err)
-		} else {
-			b.resp.CloseBodyStream()
-		}
+		releaseBody(b.resp, err)
 		fasthttp.ReleaseResponse(b.resp)
 		b.slot.Release()
 	})
@@ -600,7 +605,7 @@ func (p *Pool) fastRetry(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, err 
 		return false
 	}
 	if err == nil {
-		resp.CloseBodyStream()
+		releaseBody(resp, nil)
 		resp.Reset()
 	}
 	p.done(pk.bal, pk.i, balance.Failed, pk.start)

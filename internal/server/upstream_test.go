@@ -1,15 +1,18 @@
 package server
 
 // End-to-end tests of levee's upstream connections (docs/architecture.md,
-// "Upstream connections"): how long a backend may take. They run on both
-// engines.
+// "Upstream connections"): how long a backend may take, and how many idle
+// connections stay open to it. They run on both engines.
 
 import (
 	"bufio"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -127,4 +130,100 @@ func TestStalledStreamEndsAfterResponseHeaderTimeout(t *testing.T) {
 		t.Fatal("the stalled stream ended cleanly, as if complete; want it broken off")
 	}
 	recv(t, closed, "levee closing the stalled backend connection")
+}
+
+// connBackend is a backend that counts its open connections (a
+// hijacked one counts as closed).
+type connBackend struct {
+	addr  string
+	open  atomic.Int64
+	dials atomic.Int64
+}
+
+func newConnBackend(t *testing.T, h http.HandlerFunc) *connBackend {
+	t.Helper()
+	b := &connBackend{}
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		switch s {
+		case http.StateNew:
+			b.dials.Add(1)
+			b.open.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			b.open.Add(-1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	b.addr = srv.Listener.Addr().String()
+	return b
+}
+
+// After a burst of concurrent requests to one backend, levee keeps
+// upstream.max_idle_per_backend connections open to it (none for 0), and
+// reuses them.
+func TestIdleConnectionsPerBackendCapped(t *testing.T) {
+	const burst = 12
+	for _, maxIdle := range []int64{0, 3} {
+		t.Run(fmt.Sprintf("max_idle_%d", maxIdle), func(t *testing.T) {
+			release := newGate()
+			defer release.open()
+			var arrived atomic.Int64
+			be := newConnBackend(t, func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/burst" {
+					arrived.Add(1)
+					release.wait(r)
+				}
+				io.WriteString(w, "ok "+r.URL.Path)
+			})
+			p := startProxy(t, photosApp(be.addr, "", fmt.Sprintf("upstream: {max_idle_per_backend: %d}\n", maxIdle)))
+			done := make(chan error, burst)
+			for range burst {
+				go func() {
+					req, _ := http.NewRequest(http.MethodGet, p.URL+"/burst", nil)
+					req.Host = "photos.test"
+					resp, err := http.DefaultClient.Do(req)
+					if err == nil {
+						var b []byte
+						b, err = io.ReadAll(resp.Body)
+						resp.Body.Close()
+						if err == nil && (resp.StatusCode != http.StatusOK || string(b) != "ok /burst") {
+							err = fmt.Errorf("%d %q", resp.StatusCode, b)
+						}
+					}
+					done <- err
+				}()
+			}
+			waitFor(t, "the whole burst at the backend", func() bool { return arrived.Load() == burst })
+			if n := be.open.Load(); n != burst {
+				t.Fatalf("%d connections open during the burst, want %d", n, burst)
+			}
+			release.open()
+			for range burst {
+				if err := recv(t, done, "a burst response"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			waitFor(t, fmt.Sprintf("at most %d idle connections", maxIdle), func() bool { return be.open.Load() <= maxIdle })
+
+			// The kept connections serve what comes next; none is dialled
+			// while one is idle.
+			dials := be.dials.Load()
+			for i := range 5 {
+				if body := readAll(t, p.get("photos.test", "/next")); body != "ok /next" {
+					t.Fatalf("request %d after the burst: %q", i, body)
+				}
+			}
+			if maxIdle > 0 {
+				if n := be.dials.Load() - dials; n != 0 {
+					t.Errorf("%d dials after the burst with %d idle connections kept, want 0", n, maxIdle)
+				}
+				if n := be.open.Load(); n != maxIdle {
+					t.Errorf("%d connections open after the burst settled, want %d", n, maxIdle)
+				}
+			} else {
+				waitFor(t, "no idle connection", func() bool { return be.open.Load() == 0 })
+			}
+		})
+	}
 }
