@@ -227,3 +227,71 @@ func TestIdleConnectionsPerBackendCapped(t *testing.T) {
 		})
 	}
 }
+
+// upgradeRequest is a WebSocket-style handshake for photos.test.
+const upgradeRequest = "GET /chat HTTP/1.1\r\n" +
+	"Host: photos.test\r\n" +
+	"Connection: Upgrade\r\n" +
+	"Upgrade: websocket\r\n" +
+	"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n" +
+	"Sec-WebSocket-Version: 13\r\n" +
+	"\r\n"
+
+// upgrade sends raw (a handshake and any first bytes) to levee and reads the
+// 101 and the backend's greeting.
+func upgrade(t *testing.T, p *proxy, raw string) (*bufio.Reader, net.Conn) {
+	t.Helper()
+	br, conn := rawExchange(t, strings.TrimPrefix(p.URL, "http://"), raw)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("status %d, want 101", resp.StatusCode)
+	}
+	if line, err := br.ReadString('\n'); err != nil || line != "hello from backend\n" {
+		t.Fatalf("greeting %q (%v)", line, err)
+	}
+	return br, conn
+}
+
+// An upgraded connection carries large messages both ways at once: 256 KiB
+// sent while its echo comes back, more than either side's buffers hold.
+func TestUpgradeLargeMessages(t *testing.T) {
+	var upgrades atomic.Int32
+	p := startProxy(t, photosApp(echoBackend(t, &upgrades), "", ""))
+	br, conn := upgrade(t, p, upgradeRequest)
+	for i := range 3 {
+		msg := strings.Repeat(string(rune('a'+i)), 256<<10) + "\n"
+		sent := make(chan error, 1)
+		go func() { _, err := io.WriteString(conn, msg); sent <- err }()
+		if line, err := br.ReadString('\n'); err != nil || line != "echo: "+msg {
+			t.Fatalf("reply %d: %d bytes (%v), want %d", i, len(line), err, len("echo: "+msg))
+		}
+		if err := recv(t, sent, "the large message sent"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A client may send its first bytes in the same packet as the upgrade
+// request, before the 101 (RFC 9110 §7.8 lets it): levee passes them on
+// once the tunnel is up. fasthttp only: httputil.ReverseProxy drops client
+// bytes buffered at the hijack (golang/go#80875).
+func TestUpgradeClientSpeaksFirst(t *testing.T) {
+	if testEngine() != config.EngineFastHTTP {
+		t.Skip("net/http engine: ReverseProxy drops the client's bytes buffered before the 101 (golang/go#80875)")
+	}
+	var upgrades atomic.Int32
+	p := startProxy(t, photosApp(echoBackend(t, &upgrades), "", ""))
+	br, conn := upgrade(t, p, upgradeRequest+"early\n")
+	if line, err := br.ReadString('\n'); err != nil || line != "echo: early\n" {
+		t.Fatalf("reply %q (%v), want the early bytes echoed", line, err)
+	}
+	if _, err := io.WriteString(conn, "later\n"); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := br.ReadString('\n'); err != nil || line != "echo: later\n" {
+		t.Fatalf("reply %q (%v)", line, err)
+	}
+}
