@@ -23,20 +23,23 @@ import (
 // like the net/http Transport: at most MaxConnsPerBackend connections, a
 // request beyond that waiting up to response_header_timeout for one.
 //
-// fasthttp's ReadTimeout bounds reading the whole response, so
-// response_header_timeout here also bounds a streamed response body (a
-// difference from the net/http engine, where it covers the headers only).
-// fasthttp has no cap on idle connections: MaxIdlePerBackend does not apply;
-// idle ones close after IdleTimeout.
+// response_header_timeout bounds the wait for the response header, from the
+// end of the request (HostClient.ReadTimeout), then each read of the body:
+// a body read that gets no byte for that long fails, however long the whole
+// body takes (see backendConn). At most MaxIdlePerBackend connections go
+// back to the idle pool (see idleConns); idle ones close after IdleTimeout.
 func NewFastClient(addr string, u config.Upstream) *fasthttp.HostClient {
-	d := &net.Dialer{Timeout: u.DialTimeout.D(), KeepAlive: 30 * time.Second}
 	return &fasthttp.HostClient{
-		Addr:                          addr,
-		Dial:                          func(a string) (net.Conn, error) { return d.Dial("tcp", a) },
-		MaxConns:                      u.MaxConnsPerBackend,
-		MaxConnWaitTimeout:            u.ResponseHeaderTimeout.D(),
-		MaxIdleConnDuration:           u.IdleTimeout.D(),
-		ReadTimeout:                   u.ResponseHeaderTimeout.D(),
+		Addr:                addr,
+		Dial:                newFastDialer(u).Dial,
+		MaxConns:            u.MaxConnsPerBackend,
+		MaxConnWaitTimeout:  u.ResponseHeaderTimeout.D(),
+		MaxIdleConnDuration: u.IdleTimeout.D(),
+		ReadTimeout:         u.ResponseHeaderTimeout.D(),
+		// FIFO (the default): idle connections are reused in turn, so those
+		// a HEAD, 204 or 304 gave back past the cap (releaseBody) are counted,
+		// or closed, at their next release.
+		ConnPoolStrategy:              fasthttp.FIFO,
 		DisablePathNormalizing:        true,
 		DisableHeaderNamesNormalizing: true,
 		NoDefaultUserAgentHeader:      true,
@@ -105,6 +108,11 @@ func (p *Pool) serveFast(ctx *fasthttp.RequestCtx, be *backend, bodyLimit int64,
 		p.tunnel(ctx, be, out, pk)
 		return
 	}
+	if p.upstream.MaxIdlePerBackend == 0 {
+		// No idle pool: the backend closes after answering, so that not
+		// even a response without a body leaves its connection idle.
+		out.Header.SetConnectionClose()
+	}
 	var body *limitedBody
 	if bs := ctx.RequestBodyStream(); bs != nil {
 		if p.bw != nil {
@@ -155,6 +163,9 @@ func (p *Pool) serveFast(ctx *fasthttp.RequestCtx, be *backend, bodyLimit int64,
 			n = -1 // chunked to the client, whatever the backend's framing
 		}
 		pk.code = resp.StatusCode()
+		if c := connOf(resp); c != nil {
+			c.streamBody()
+		}
 		fb := &fastBody{resp: resp, slot: pk, r: resp.BodyStream()}
 		if p.bw != nil {
 			// Paced as it is read from the backend; a cut ends the stream
@@ -164,7 +175,7 @@ func (p *Pool) serveFast(ctx *fasthttp.RequestCtx, be *backend, bodyLimit int64,
 		ctx.Response.SetBodyStream(fb, n)
 		return
 	}
-	resp.CloseBodyStream()
+	releaseBody(resp, nil)
 	fasthttp.ReleaseResponse(resp)
 	pk.finish(ctx)
 }
@@ -246,11 +257,7 @@ func (b *fastBody) Close() error { return b.CloseWithError(nil) }
 // is closed rather than reused.
 func (b *fastBody) CloseWithError(err error) error {
 	b.once.Do(func() {
-		if rc, ok := b.resp.BodyStream().(fasthttp.ReadCloserWithError); ok {
-			rc.CloseWithError(err)
-		} else {
-			b.resp.CloseBodyStream()
-		}
+		releaseBody(b.resp, err)
 		fasthttp.ReleaseResponse(b.resp)
 		b.slot.Release()
 	})
@@ -602,7 +609,7 @@ func (p *Pool) fastRetry(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, err 
 		return false
 	}
 	if err == nil {
-		resp.CloseBodyStream()
+		releaseBody(resp, nil)
 		resp.Reset()
 	}
 	p.done(pk.bal, pk.i, balance.Failed, pk.start)

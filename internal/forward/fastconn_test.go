@@ -1,0 +1,145 @@
+package forward
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/leveeproxy/levee/internal/config"
+)
+
+// fastDo sends method path through hc and returns the streamed response.
+func fastDo(hc *fasthttp.HostClient, method, path string) (*fasthttp.Response, error) {
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	req.Header.SetMethod(method)
+	req.SetRequestURI("http://" + hc.Addr + path)
+	resp := fasthttp.AcquireResponse()
+	if err := hc.Do(req, resp); err != nil {
+		fasthttp.ReleaseResponse(resp)
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	return resp, nil
+}
+
+func fastGet(t *testing.T, hc *fasthttp.HostClient, method, path string) *fasthttp.Response {
+	t.Helper()
+	resp, err := fastDo(hc, method, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// drain reads resp's body to its end, then releases it as ServeFast does.
+func drain(t *testing.T, resp *fasthttp.Response) {
+	t.Helper()
+	if bs := resp.BodyStream(); bs != nil {
+		if _, err := io.Copy(io.Discard, bs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	releaseBody(resp, nil)
+	fasthttp.ReleaseResponse(resp)
+}
+
+// The idle count that caps the pool follows fasthttp's own pool through
+// every way a connection leaves it: reused, closed for an unread body,
+// closed by CloseIdleConnections. A count that drifted up would close every
+// connection after its response; one that drifted down would lift the cap.
+func TestFastIdleCountFollowsThePool(t *testing.T) {
+	const maxIdle, burst = 3, 8
+	var arrived sync.WaitGroup
+	arrived.Add(burst)
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/burst" {
+			arrived.Done()
+			<-release
+		}
+		io.WriteString(w, strings.Repeat("x", 10<<10))
+	}))
+	defer srv.Close()
+	u := config.Default().Upstream
+	u.MaxIdlePerBackend = maxIdle
+	hc := NewFastClient(strings.TrimPrefix(srv.URL, "http://"), u)
+
+	type result struct {
+		resp *fasthttp.Response
+		err  error
+	}
+	results := make(chan result, burst)
+	for range burst {
+		go func() {
+			resp, err := fastDo(hc, fasthttp.MethodGet, "/burst")
+			results <- result{resp, err}
+		}()
+	}
+	allArrived := make(chan struct{})
+	go func() { arrived.Wait(); close(allArrived) }()
+	select {
+	case <-allArrived:
+	case r := <-results: // a request failed before reaching the backend
+		close(release)
+		t.Fatalf("answered before the burst was released: %v", r.err)
+	}
+	close(release)
+	var idle *idleConns
+	for range burst {
+		r := <-results
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		idle = connOf(r.resp).idle
+		drain(t, r.resp)
+	}
+	check := func(when string, want int64) {
+		t.Helper()
+		if n, pooled := idle.n.Load(), hc.IdleConnsCount(); n != want || int64(pooled) != want {
+			t.Fatalf("%s: counted %d idle, fasthttp pools %d; want %d", when, n, pooled, want)
+		}
+	}
+	check("after the burst", maxIdle)
+
+	for range 2 * maxIdle {
+		drain(t, fastGet(t, hc, fasthttp.MethodGet, "/"))
+	}
+	check("after reusing them", maxIdle)
+	if conns := hc.ConnsCount(); conns != maxIdle {
+		t.Fatalf("%d connections after reusing the idle ones, want %d: some were dialled", conns, maxIdle)
+	}
+
+	resp := fastGet(t, hc, fasthttp.MethodGet, "/") // its body left unread: fasthttp closes it
+	releaseBody(resp, nil)
+	fasthttp.ReleaseResponse(resp)
+	check("after an unread body", maxIdle-1)
+
+	hc.CloseIdleConnections()
+	check("after CloseIdleConnections", 0)
+}
+
+// A response without a body stream gives its connection back inside Do:
+// releaseBody does not count it (see idleConns).
+func TestFastBodylessResponseNotCounted(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "body")
+	}))
+	defer srv.Close()
+	hc := NewFastClient(strings.TrimPrefix(srv.URL, "http://"), config.Default().Upstream)
+	resp := fastGet(t, hc, fasthttp.MethodHead, "/")
+	idle := connOf(resp).idle
+	drain(t, resp)
+	if n, pooled := idle.n.Load(), hc.IdleConnsCount(); n != 0 || pooled != 1 {
+		t.Fatalf("after a HEAD: counted %d idle, fasthttp pools %d; want 0 and 1", n, pooled)
+	}
+	drain(t, fastGet(t, hc, fasthttp.MethodGet, "/")) // reuses it, and counts it
+	if n, pooled := idle.n.Load(), hc.IdleConnsCount(); n != 1 || pooled != 1 {
+		t.Fatalf("after a GET on it: counted %d idle, fasthttp pools %d; want 1 and 1", n, pooled)
+	}
+}
