@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leveeproxy/levee/internal/config"
 )
 
 // sseBackend sends an event stream of n events, gap apart, flushing each.
@@ -113,8 +112,9 @@ func TestStalledStreamEndsAfterResponseHeaderTimeout(t *testing.T) {
 		ended <- err
 	}()
 
-	if testEngine() != config.EngineFastHTTP {
-		// net/http: nothing ends the stream while the backend holds it open.
+	if testH2C() {
+		// net/http's Transport (h2c run): nothing ends the stream while the
+		// backend holds it open.
 		select {
 		case err := <-ended:
 			t.Fatalf("net/http: the stream ended (%v) while the backend stalled; update docs/config.md", err)
@@ -276,12 +276,9 @@ func TestUpgradeLargeMessages(t *testing.T) {
 
 // A client may send its first bytes in the same packet as the upgrade
 // request, before the 101 (RFC 9110 §7.8 lets it): levee passes them on
-// once the tunnel is up. fasthttp only: httputil.ReverseProxy drops client
-// bytes buffered at the hijack (golang/go#80875).
+// once the tunnel is up. Upgrades are HTTP/1.1, so fasthttp's: (net/http's
+// ReverseProxy would drop client bytes buffered at the hijack, golang/go#80875).
 func TestUpgradeClientSpeaksFirst(t *testing.T) {
-	if testEngine() != config.EngineFastHTTP {
-		t.Skip("net/http engine: ReverseProxy drops the client's bytes buffered before the 101 (golang/go#80875)")
-	}
 	var upgrades atomic.Int32
 	p := startProxy(t, photosApp(echoBackend(t, &upgrades), "", ""))
 	br, conn := upgrade(t, p, upgradeRequest+"early\n")
