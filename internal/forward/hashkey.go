@@ -52,9 +52,29 @@ func (k KeySource) HTTP(r *http.Request) string {
 // copies: callers such as the limiter keep it beyond the request).
 func (k KeySource) Fast(ctx *fasthttp.RequestCtx) string {
 	if k.kind == "ip" {
+		if ip := connPeerIP(ctx.Conn()); ip != "" {
+			return ip
+		}
 		return ctx.RemoteIP().String()
 	}
 	return string(k.FastView(ctx))
+}
+
+// connPeerIP is the peer address a connection formatted once when it was
+// accepted (levee's listener conns offer PeerIP; TLS and peeked conns wrap
+// them), or "" when none does.
+func connPeerIP(c net.Conn) string {
+	for c != nil {
+		if p, ok := c.(interface{ PeerIP() string }); ok {
+			return p.PeerIP()
+		}
+		u, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			return ""
+		}
+		c = u.NetConn()
+	}
+	return ""
 }
 
 // FastView is the header or cookie key of a fasthttp request as a view into

@@ -78,11 +78,12 @@ type Guard struct {
 	perSec  float64 // Rate in requests per second; 0 when off
 	offered *observe.TopK
 	// Refusals by reason are shared and read-only, so refusing allocates
-	// nothing: the pool's share, its rate (whose hint is a whole second when
-	// a token is due within one, as it is at any rate of 1/s or more), and
-	// admit's refusals of an inflight slot with the prefix.
-	refuseShare, refuseRate admit.Rejection
-	refuseSlot              [len(slotReasons)]admit.Rejection
+	// nothing: the pool's share; its rate, by the whole seconds until a
+	// token is due (Retry-After's unit; up to a minute); and admit's
+	// refusals of an inflight slot with the prefix.
+	refuseShare admit.Rejection
+	refuseRate  [61]admit.Rejection
+	refuseSlot  [len(slotReasons)]admit.Rejection
 }
 
 // slotReasons are admit's refusals of a slot, as refuseSlot holds them prefixed.
@@ -97,8 +98,10 @@ func New(o Options) *Guard {
 		o.Clock = clock.Real{}
 	}
 	g := &Guard{clk: o.Clock, offered: observe.NewTopK(trackedClients, shareWindow),
-		refuseShare: admit.Rejection{Reason: ReasonShare, RetryAfter: shareWindow},
-		refuseRate:  admit.Rejection{Reason: ReasonRate, RetryAfter: time.Second}}
+		refuseShare: admit.Rejection{Reason: ReasonShare, RetryAfter: shareWindow}}
+	for i := range g.refuseRate {
+		g.refuseRate[i] = admit.Rejection{Reason: ReasonRate, RetryAfter: time.Duration(max(i, 1)) * time.Second}
+	}
 	for i, r := range slotReasons {
 		g.refuseSlot[i] = admit.Rejection{Reason: Prefix + r, RetryAfter: admit.RetryAfterBusy}
 	}
@@ -173,8 +176,8 @@ func (g *Guard) spend(heavy bool, now time.Time) error {
 		return nil
 	}
 	if d := g.bucket.Take(now, 1, 0); !d.Allowed {
-		if d.RetryAfter <= time.Second {
-			return &g.refuseRate
+		if secs := (d.RetryAfter + time.Second - 1) / time.Second; secs < time.Duration(len(g.refuseRate)) {
+			return &g.refuseRate[secs]
 		}
 		return &admit.Rejection{Reason: ReasonRate, RetryAfter: d.RetryAfter}
 	}

@@ -188,6 +188,9 @@ type replayConn struct {
 	head []byte
 }
 
+// NetConn is the connection underneath, as *tls.Conn offers it.
+func (c *replayConn) NetConn() net.Conn { return c.Conn }
+
 func (c *replayConn) Read(p []byte) (int, error) {
 	if len(c.head) > 0 {
 		n := copy(p, c.head)
@@ -318,7 +321,7 @@ func (l *limitedListener) Accept() (net.Conn, error) {
 			l.onReject()
 			continue
 		}
-		cc := &countedConn{Conn: c, l: l}
+		cc := &countedConn{Conn: c, l: l, ip: peerString(c.RemoteAddr())}
 		l.mu.Lock()
 		l.conns[cc] = struct{}{}
 		l.mu.Unlock()
@@ -330,6 +333,19 @@ type countedConn struct {
 	net.Conn
 	once sync.Once
 	l    *limitedListener
+	ip   string // the peer's address, formatted once per connection
+}
+
+// PeerIP is the peer's address without its port: a client key of "ip"
+// reads it per request without formatting (or allocating) it again.
+func (c *countedConn) PeerIP() string { return c.ip }
+
+// peerString formats a TCP peer's address ("" for another kind).
+func peerString(a net.Addr) string {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.AddrPort().Addr().Unmap().String()
+	}
+	return ""
 }
 
 func (c *countedConn) Close() error {

@@ -1,0 +1,161 @@
+package server
+
+import (
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/leveeproxy/levee/internal/admit"
+	"github.com/leveeproxy/levee/internal/reply"
+)
+
+// refusalCase is one reason levee refuses a request for, set up on an
+// in-process server: no network, the HTTP/1.1 (fasthttp) handler alone.
+type refusalCase struct {
+	reason, limits string
+	status         int
+	hold           func(tb testing.TB, a *app) // takes what the refusal needs held
+	req            func(h *fasthttp.RequestHeader)
+}
+
+var refusalCases = []refusalCase{
+	{reason: "queue-full", limits: "limits: {concurrency: 1, queue: {max_len: 0, max_wait: 0s}}", status: 503,
+		hold: func(tb testing.TB, a *app) { mustAcquire(tb, a.limiter, admit.Ticket{}) }},
+	{reason: "client-share", limits: "limits: {concurrency: 2, fair_share: true, queue: {max_len: 4, max_wait: 1s}}", status: 503,
+		hold: func(tb testing.TB, a *app) {
+			mustAcquire(tb, a.limiter, admit.Ticket{Client: "10.0.0.1"})
+			mustAcquire(tb, a.limiter, admit.Ticket{Client: "10.0.0.2"})
+			// No slot is free, and 10.0.0.1 holds its share (2 ÷ 2 clients).
+		}},
+	{reason: "body", limits: "limits: {body: 10}", status: 413,
+		req: func(h *fasthttp.RequestHeader) { h.SetMethod("POST"); h.SetContentLength(100) }},
+	{reason: "rate", limits: "limits: {rate: 1/m, burst: 1}", status: 429},
+	{reason: "client-rate", limits: "limits: {client: {rate: 1/m, burst: 1}}", status: 429},
+	{reason: "url-length", limits: "limits: {url_length: 10}", status: 414,
+		req: func(h *fasthttp.RequestHeader) { h.SetRequestURI(longURI) }},
+	{reason: "query-values", limits: "limits: {query_values: 1}", status: 414,
+		req: func(h *fasthttp.RequestHeader) { h.SetRequestURI("/?a=1&b=2") }},
+	{reason: "header-count", limits: "limits: {header_count: 2}", status: 431,
+		req: func(h *fasthttp.RequestHeader) { h.Set("X-A", "1"); h.Set("X-B", "2") }},
+	{reason: "header-bytes", limits: "limits: {header_bytes: 64}", status: 431,
+		req: func(h *fasthttp.RequestHeader) { h.Set("X-A", longValue) }},
+	{reason: "backend-client-share", limits: "backend_limits: {inflight: 1}", status: 503,
+		hold: func(tb testing.TB, a *app) {
+			if _, err := a.guard.Enter(tb.Context(), "10.0.0.1", time.Now()); err != nil {
+				tb.Fatal(err)
+			}
+		}},
+	{reason: "backend-rate", limits: "backend_limits: {rate: 1/m, burst: 1}", status: 503},
+	{reason: "no-route", status: 404,
+		req: func(h *fasthttp.RequestHeader) { h.SetHost("nobody.test") }},
+}
+
+var longURI, longValue = "/" + strings.Repeat("x", 20), strings.Repeat("a", 100)
+
+// A refusal allocates nothing, whatever its reason: under overload most
+// requests are refusals. (The first of each case's requests may pass, to
+// spend a burst; AllocsPerRun does not count it.)
+func TestRefusalsAllocateNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under -race (sync.Pool drops items)")
+	}
+	for _, rc := range refusalCases {
+		t.Run(rc.reason, func(t *testing.T) {
+			p, ctx := refusalServer(t, rc)
+			allocs := testing.AllocsPerRun(100, func() { refusalRequest(p, ctx, rc) })
+			checkRefusal(t, ctx, rc)
+			if allocs != 0 {
+				t.Errorf("%v allocations per %s refusal, want 0", allocs, rc.reason)
+			}
+		})
+	}
+	for _, r := range []string{"queue-timeout", "shed", "backend-queue-full", "backend-queue-timeout", "backend-shed",
+		"backend-share", "catalog-busy", "catalog-unavailable", "no-backend", "bandwidth"} {
+		if !reply.Known(r) { // refused after a wait, a load or a pick: not set up here, but in the table
+			t.Errorf("reason %s has no reply in the table", r)
+		}
+	}
+}
+
+// BenchmarkRefusal is the CPU of each refusal on the HTTP/1.1 handler
+// alone, for docs/benchmarks.md beside a proxied request's.
+func BenchmarkRefusal(b *testing.B) {
+	for _, rc := range refusalCases {
+		b.Run(rc.reason, func(b *testing.B) {
+			p, ctx := refusalServer(b, rc)
+			refusalRequest(p, ctx, rc) // may pass: spends a burst
+			b.ReportAllocs()
+			for b.Loop() {
+				refusalRequest(p, ctx, rc)
+			}
+			checkRefusal(b, ctx, rc)
+		})
+	}
+}
+
+func refusalServer(tb testing.TB, rc refusalCase) (*Server, *fasthttp.RequestCtx) {
+	tb.Helper()
+	cfg := "apps:\n  a:\n    hosts: [a.test]\n    backends: [127.0.0.1:9]\n"
+	if rc.limits != "" {
+		cfg += "    " + rc.limits + "\n"
+	}
+	p := New(mustParse(tb, cfg), Options{})
+	if rc.hold != nil {
+		rc.hold(tb, p.apps["a"])
+	}
+	ctx := new(fasthttp.RequestCtx)
+	// A connection as the listener makes them: the peer's address formatted once.
+	ctx.Init2(&countedConn{Conn: fakeConn{}, ip: "10.0.0.1"}, nil, false)
+	return p, ctx
+}
+
+func refusalRequest(p *Server, ctx *fasthttp.RequestCtx, rc refusalCase) {
+	ctx.Request.Reset()
+	ctx.Response.Reset()
+	h := &ctx.Request.Header
+	h.SetHost("a.test")
+	h.SetRequestURI("/")
+	if rc.req != nil {
+		rc.req(h)
+	}
+	p.serveFast(ctx)
+}
+
+func checkRefusal(tb testing.TB, ctx *fasthttp.RequestCtx, rc refusalCase) {
+	tb.Helper()
+	rh := &ctx.Response.Header
+	header := reply.Reject
+	if rc.reason == reply.NoRoute {
+		header = reply.Error
+	}
+	if got := ctx.Response.StatusCode(); got != rc.status || string(rh.Peek(header)) != rc.reason {
+		tb.Fatalf("status %d %s %q, want %d %q", got, header, rh.Peek(header), rc.status, rc.reason)
+	}
+	if rc.status == http.StatusServiceUnavailable || rc.status == http.StatusTooManyRequests {
+		if len(rh.Peek("Retry-After")) == 0 {
+			tb.Errorf("%s: no Retry-After", rc.reason)
+		}
+	}
+	if string(rh.Peek("X-Content-Type-Options")) != "nosniff" {
+		tb.Errorf("%s: no X-Content-Type-Options: nosniff", rc.reason)
+	}
+}
+
+func mustAcquire(tb testing.TB, l *admit.Limiter, t admit.Ticket) {
+	tb.Helper()
+	if err := l.AcquireFor(tb.Context(), t); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// fakeConn is a connection from 10.0.0.1 that is never read or written.
+type fakeConn struct{ net.Conn }
+
+var fakePeer, fakeLocal = &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 1234}, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 80}
+
+func (fakeConn) RemoteAddr() net.Addr { return fakePeer }
+func (fakeConn) LocalAddr() net.Addr  { return fakeLocal }
