@@ -15,7 +15,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
 )
 
 // sseBackend sends an event stream of n events, gap apart, flushing each.
