@@ -77,20 +77,32 @@ bench_need_tools() {
 }
 
 # ---------------------------------------------------------------- CPU pinning
-# bench_pinning DESC — sets PINNED, PIN_DESC, ON_PROXY_CPU / ON_LOAD_CPU and logs "pinning: ...".
-# DESC describes the pinned layout. The prefixes are used as "${ON_PROXY_CPU[@]}" cmd & — a plain
-# simple command, so bash execs it (and taskset execs cmd) and $! is cmd's own PID, which the trap
-# kills and /proc/PID/stat measures.
+# bench_pinning DESC — sets PINNED, PIN_DESC, ON_PROXY_CPU / ON_LOAD_CPU / ON_BACKEND_CPU and logs
+# "pinning: ...". DESC describes the pinned layout. The prefixes are used as "${ON_PROXY_CPU[@]}" cmd & —
+# a plain simple command, so bash execs it (and taskset execs cmd) and $! is cmd's own PID, which the
+# trap kills and /proc/PID/stat measures.
+# PIN_MODE=alone (default): the proxy alone on CPU 0, backend + load generator on CPU 1.
+# PIN_MODE=shared: proxy and backend share CPU 0 (a small edge box, a sidecar: every µs the proxy
+# spends is taken from the backend), the load generator alone on CPU 1.
 PROXY_CPU=0
 LOAD_CPU=1
+PIN_MODE=${PIN_MODE:-alone}
 bench_pinning() {
   PINNED=0
   if [[ ${PIN:-auto} != 0 ]] && command -v taskset >/dev/null 2>&1 && (( $(nproc) >= 2 )); then
     PINNED=1
   fi
-  ON_PROXY_CPU=(); ON_LOAD_CPU=()
+  ON_PROXY_CPU=(); ON_LOAD_CPU=(); ON_BACKEND_CPU=()
+  case $PIN_MODE in alone|shared) ;; *) die "PIN_MODE must be alone or shared, got $PIN_MODE" ;; esac
   if ((PINNED)); then
-    ON_PROXY_CPU=(taskset -c "$PROXY_CPU"); ON_LOAD_CPU=(taskset -c "$LOAD_CPU"); PIN_DESC=$1
+    ON_PROXY_CPU=(taskset -c "$PROXY_CPU"); ON_LOAD_CPU=(taskset -c "$LOAD_CPU")
+    if [[ $PIN_MODE == shared ]]; then
+      ON_BACKEND_CPU=("${ON_PROXY_CPU[@]}")
+      PIN_DESC="PIN_MODE=shared: proxy + backend on CPU $PROXY_CPU, load generator on CPU $LOAD_CPU"
+    else
+      ON_BACKEND_CPU=("${ON_LOAD_CPU[@]}")
+      PIN_DESC=$1
+    fi
   else
     PIN_DESC="off (taskset missing, PIN=0 or fewer than 2 CPUs)"
   fi
@@ -171,43 +183,52 @@ build_levee() {
   return 1
 }
 
-# start_levee_pair LIMITS_YAML — build levee and run one process (GOMAXPROCS=1, proxy CPU) with app
-# "bench" (Host bench.local, the one backend, LIMITS_YAML under limits:) on two listeners:
-# LEVEE_PORT engine nethttp (target levee) and LEVEE_FAST_PORT engine fasthttp (target
-# levee-fasthttp), admin LEVEE_ADMIN_PORT. Sets URL/HOSTHDR/PID of the targets that got ready,
-# NOTE[levee] (and NOTE[levee-fasthttp] if only that listener failed) otherwise.
-start_levee_pair() {
+# start_levee LIMITS_YAML — build levee and run one process (GOMAXPROCS=1, proxy CPU) with app
+# "bench" (Host bench.local, the one backend, LIMITS_YAML under limits:, none when empty: the
+# defaults, as a new user's config has them) on one plain listener LEVEE_PORT, as a new user
+# writes it (HTTP/1.1 is served by fasthttp), admin LEVEE_ADMIN_PORT. Sets URL/HOSTHDR/PID of
+# target levee, or NOTE[levee].
+start_levee() {
   if ! build_levee; then NOTE[levee]="skipped: does not build"; return 0; fi
-  cat >"$tmp/levee.yaml" <<EOF
-listen:
-  - {addr: 127.0.0.1:$LEVEE_PORT, engine: nethttp}
-  - {addr: 127.0.0.1:$LEVEE_FAST_PORT, engine: fasthttp}
-admin: 127.0.0.1:$LEVEE_ADMIN_PORT
-apps:
-  bench:
-    hosts: [bench.local]
-    backends: [127.0.0.1:$BACKEND_PORT]
-    limits:
-$1
-EOF
+  {
+    echo "listen: 127.0.0.1:$LEVEE_PORT"
+    echo "admin: 127.0.0.1:$LEVEE_ADMIN_PORT"
+    echo "apps:"
+    echo "  bench:"
+    echo "    hosts: [bench.local]"
+    echo "    backends: [127.0.0.1:$BACKEND_PORT]"
+    if [[ -n $1 ]]; then echo "    limits:"; echo "$1"; fi
+  } >"$tmp/levee.yaml"
   GOMAXPROCS=1 "${ON_PROXY_CPU[@]}" "$tmp/levee" serve --config "$tmp/levee.yaml" >"$tmp/levee.log" 2>&1 &
   PID[levee]=$!; PIDS+=("${PID[levee]}")
   if wait_http "http://127.0.0.1:$LEVEE_ADMIN_PORT/readyz" 10 \
      && wait_http "http://127.0.0.1:$LEVEE_PORT/" 5 -H 'Host: bench.local'; then
     URL[levee]="http://127.0.0.1:$LEVEE_PORT/"; HOSTHDR[levee]="bench.local"
-    # the same process on its fasthttp listener: CPU is measured per target run
-    if wait_http "http://127.0.0.1:$LEVEE_FAST_PORT/" 5 -H 'Host: bench.local'; then
-      URL[levee-fasthttp]="http://127.0.0.1:$LEVEE_FAST_PORT/"; HOSTHDR[levee-fasthttp]="bench.local"
-      PID[levee-fasthttp]=${PID[levee]}
-    else
-      NOTE[levee-fasthttp]="skipped: not ready"
-    fi
   else
     log "LEVEE SKIPPED: not ready within 10 s (admin /readyz, then GET / with Host: bench.local); last log lines:"
     tail -15 "$tmp/levee.log" >&2 || true
     kill -TERM "${PID[levee]}" 2>/dev/null || true
     NOTE[levee]="skipped: not ready"
   fi
+}
+
+# peer_ratios TABLE_VALUES... — "levee ÷ nginx" and "levee ÷ haproxy" lines for the named columns:
+# peer_ratios "req/s" RPS "proxy CPU" CPU ... (each an associative array of per-round lists)
+peer_ratios() {
+  local peer label arr lv pv line
+  for peer in nginx haproxy; do
+    line="- levee ÷ $peer (same run):"
+    local -a args=("$@")
+    local i
+    for ((i=0; i<${#args[@]}; i+=2)); do
+      label=${args[i]}; arr=${args[i+1]}
+      local -n ref=$arr
+      lv=$(med "${ref[levee]:-}"); pv=$(med "${ref[$peer]:-}")
+      line+=" $label $(ratio "$lv" "$pv"),"
+      unset -n ref
+    done
+    echo "${line%,}"
+  done
 }
 
 # ---------------------------------------------------------------- nginx + haproxy
@@ -339,7 +360,8 @@ bench_versions() {
 # the heading matching the regex AFTER_HEADING (if given and found), else append it at the end.
 write_doc_section() {
   local body=$1 after=${2:-} doc="$ROOT/docs/benchmarks.md" section="$tmp/section.md"
-  local begin="<!-- bench/$BENCH_NAME:begin -->" end="<!-- bench/$BENCH_NAME:end -->"
+  local name=${DOC_SECTION:-$BENCH_NAME}
+  local begin="<!-- bench/$name:begin -->" end="<!-- bench/$name:end -->"
   mkdir -p "$ROOT/docs"
   # shellcheck disable=SC2016  # literal backticks (Markdown)
   [[ -f $doc ]] || printf '# Benchmarks\n\nNumbers measured with the scripts in `bench/` (see bench/README.md).\n' >"$doc"

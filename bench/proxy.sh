@@ -57,7 +57,7 @@ check_ports backend "$BACKEND_PORT" "$NGINX_PORT" "$HAPROXY_PORT" "$LEVEE_PORT" 
 # ---------------------------------------------------------------- backend
 log "building bench/backend"
 build_bench backend
-GOMAXPROCS=1 "${ON_LOAD_CPU[@]}" "$tmp/backend" -listen "127.0.0.1:$BACKEND_PORT" >"$tmp/backend.log" 2>&1 &
+GOMAXPROCS=1 "${ON_BACKEND_CPU[@]}" "$tmp/backend" -listen "127.0.0.1:$BACKEND_PORT" >"$tmp/backend.log" 2>&1 &
 BACKEND_PID=$!; PIDS+=("$BACKEND_PID")
 wait_http "http://127.0.0.1:$BACKEND_PORT/" 10 || { cat "$tmp/backend.log" >&2; die "backend not ready"; }
 
@@ -66,8 +66,7 @@ declare -A URL PID HOSTHDR NOTE
 URL[direct]="http://127.0.0.1:$BACKEND_PORT/"; PID[direct]=""; HOSTHDR[direct]=""
 
 # ---------------------------------------------------------------- levee
-start_levee_pair "      concurrency: 4096
-      queue: {max_wait: 1s, max_len: 4096}"
+start_levee ""  # default limits: a config as a new user writes it
 
 # ---------------------------------------------------------------- nginx
 NGINX_BIN=$(command -v nginx)
@@ -99,7 +98,6 @@ write_haproxy_single "" ""
 start_haproxy_target
 
 [[ -n ${URL[levee]:-} ]] && TARGETS+=(levee)
-[[ -n ${URL[levee-fasthttp]:-} ]] && TARGETS+=(levee-fasthttp)
 
 # ---------------------------------------------------------------- load
 # parse_wrk FILE -> "rps p50_ms p99_ms requests errors"
@@ -144,7 +142,7 @@ table="$tmp/table.md"
 {
   echo "| target | req/s (median) | req/s vs direct | p50 ms | p50 vs direct | p99 ms | p99 vs direct | proxy CPU µs/req | errors | req/s per round |"
   echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"
-  for t in direct levee levee-fasthttp nginx haproxy; do
+  for t in direct levee nginx haproxy; do
     if [[ -z ${RPS[$t]:-} ]]; then
       [[ $t == direct ]] && continue
       echo "| $t | ${NOTE[$t]:-skipped} | | | | | | | | |"; continue
@@ -153,15 +151,18 @@ table="$tmp/table.md"
     cpu="—"; [[ -n ${CPU[$t]:-} ]] && cpu=$(fmt "$(med "${CPU[$t]}")" 1)
     echo "| $t | $(fmt "$rps" 0) | $(ratio "$rps" "$d_rps") | $(fmt "$p50" 3) | $(ratio "$p50" "$d_p50") | $(fmt "$p99" 3) | $(ratio "$p99" "$d_p99") | $cpu | ${ERR[$t]:-0} | $(rounds "${RPS[$t]}") |"
   done
+  echo
+  peer_ratios "req/s" RPS "p99" P99 "CPU per request" CPU
 } >"$table"
 
 bench_versions
-CMD="DURATION=$DURATION ROUNDS=$ROUNDS bash bench/proxy.sh"
+CMD="PIN_MODE=$PIN_MODE DURATION=$DURATION ROUNDS=$ROUNDS bash bench/proxy.sh"
+[[ $PIN_MODE == shared ]] && DOC_SECTION=proxy.sh-shared
 ((WRITE)) && CMD+=" --write"
 
 {
   echo "Plain proxy benchmark — wrk -t1 -c$CONNS -d$DURATION, $ROUNDS interleaved rounds (median), 100-byte responses"
-  echo "machine: $(nproc) CPUs, ${CPU_MODEL:-unknown CPU}; pinning: $( ((PINNED)) && echo "proxy CPU $PROXY_CPU, backend+wrk CPU $LOAD_CPU" || echo off)"
+  echo "machine: $(nproc) CPUs, ${CPU_MODEL:-unknown CPU}; pinning: $PIN_DESC"
   echo "versions: levee $LEVEE_REV ($GO_VER), nginx $NGINX_VER, haproxy $HAPROXY_VER, wrk $WRK_VER"
   echo
   cat "$table"
@@ -173,13 +174,13 @@ if ((WRITE)); then
     log "--write: levee did not run, docs/benchmarks.md left unchanged"
   else
     {
-      echo "## Plain proxy throughput and latency (bench/proxy.sh)"
+      echo "## Plain proxy throughput and latency (bench/proxy.sh, PIN_MODE=$PIN_MODE)"
       echo
       echo "- command: \`$CMD\`"
       echo "- date: $DATE"
       echo "- machine: $(nproc) CPUs, ${CPU_MODEL:-unknown CPU}, $(uname -sr)"
       echo "- load: wrk -t1 -c$CONNS -d$DURATION --latency, $WARMUP warm-up per target, $ROUNDS interleaved rounds, medians shown; backend answers 100 bytes"
-      echo "- setup: one worker thread per proxy (levee GOMAXPROCS=1, nginx worker_processes 1, haproxy nbthread 1), keep-alive to the backend, no access logs; pinning: $( ((PINNED)) && echo "proxies on CPU $PROXY_CPU, backend (GOMAXPROCS=1) + wrk on CPU $LOAD_CPU" || echo "none")"
+      echo "- setup: one worker thread per proxy (levee GOMAXPROCS=1, nginx worker_processes 1, haproxy nbthread 1), keep-alive to the backend, no access logs; pinning: $PIN_DESC; backend GOMAXPROCS=1"
       echo "- versions: levee $LEVEE_REV ($GO_VER), nginx $NGINX_VER, haproxy $HAPROXY_VER, wrk $WRK_VER"
       echo
       cat "$table"

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"net/netip"
 	"sync"
 	"time"
 
@@ -301,15 +300,7 @@ func (p *Pool) copyRequest(ctx *fasthttp.RequestCtx, out *fasthttp.RequestHeader
 		out.Set("Connection", "Upgrade")
 		out.SetBytesV("Upgrade", upgrade)
 	}
-	var peer netip.Addr
-	if ip, ok := netip.AddrFromSlice(ctx.RemoteIP()); ok {
-		peer = ip.Unmap()
-	}
-	f := p.trust.forwarded(peer, string(in.Host()), ctx.IsTLS(), fastHeader{in})
-	out.Set("X-Forwarded-For", f.xff)
-	out.Set("X-Forwarded-Host", f.host)
-	out.Set("X-Forwarded-Proto", f.proto)
-	out.Set("Forwarded", f.fwd)
+	p.trust.setForwardedFast(ctx, out)
 	return upgrading
 }
 

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+
+	"github.com/valyala/fasthttp"
 )
 
 // Trust decides whose forwarding headers levee believes.
@@ -60,6 +62,67 @@ func (t Trust) forwarded(peer netip.Addr, host string, tls bool, in priorHeaders
 		}
 	}
 	return f
+}
+
+// setForwardedFast writes the forwarding headers of ctx's request on out
+// (fasthttp engine). From an untrusted peer, the common case, the values
+// are appended into a stack buffer and copied by fasthttp: no allocation.
+func (t Trust) setForwardedFast(ctx *fasthttp.RequestCtx, out *fasthttp.RequestHeader) {
+	var peer netip.Addr
+	if ip, ok := netip.AddrFromSlice(ctx.RemoteIP()); ok {
+		peer = ip.Unmap()
+	}
+	in := &ctx.Request.Header
+	host, tls := in.Host(), ctx.IsTLS()
+	if (peer.IsValid() && t.trusted(peer)) || needsQuote(host) {
+		f := t.forwarded(peer, string(host), tls, fastHeader{in})
+		out.Set("X-Forwarded-For", f.xff)
+		out.Set("X-Forwarded-Host", f.host)
+		out.Set("X-Forwarded-Proto", f.proto)
+		out.Set("Forwarded", f.fwd)
+		return
+	}
+	proto := "http"
+	if tls {
+		proto = "https"
+	}
+	var buf [128]byte
+	b := buf[:0]
+	if peer.IsValid() {
+		b = peer.AppendTo(b)
+	} else {
+		b = append(b, "invalid IP"...) // as netip.Addr{}.String() writes it
+	}
+	out.SetBytesV("X-Forwarded-For", b)
+	out.SetBytesV("X-Forwarded-Host", host)
+	out.Set("X-Forwarded-Proto", proto)
+	b = append(b[:0], "for="...)
+	switch {
+	case !peer.IsValid():
+		b = append(b, "unknown"...)
+	case peer.Is6():
+		b = append(b, `"[`...)
+		b = peer.AppendTo(b)
+		b = append(b, `]"`...)
+	default:
+		b = peer.AppendTo(b)
+	}
+	if len(host) > 0 {
+		b = append(append(b, ";host="...), host...)
+	}
+	b = append(append(b, ";proto="...), proto...)
+	out.SetBytesV("Forwarded", b)
+}
+
+// needsQuote reports whether a Forwarded host value must be quoted.
+func needsQuote[T string | []byte](s T) bool {
+	for i := range len(s) {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return true
+		}
+	}
+	return false
 }
 
 // stdHeader reads a net/http request's headers.
@@ -127,11 +190,11 @@ func dropH2CUpgrade(h http.Header) {
 }
 
 func quoteIfNeeded(s string) string {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
-			return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s) + `"`
-		}
+	if needsQuote(s) {
+		return `"` + quoteReplacer.Replace(s) + `"`
 	}
 	return s
 }
+
+// quoteReplacer escapes a quoted-string (RFC 9110 §5.6.4); built once.
+var quoteReplacer = strings.NewReplacer(`\`, `\\`, `"`, `\"`)

@@ -2,6 +2,7 @@ package forward
 
 import (
 	"crypto/tls"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -146,6 +147,36 @@ func TestOnlyIdempotentRequestsAreRetried(t *testing.T) {
 		h.SetMethod(tt.method)
 		if got := isIdempotent(&h); got != tt.want {
 			t.Errorf("isIdempotent(%s) = %v; want %v", tt.method, got, tt.want)
+		}
+	}
+}
+
+// The fasthttp engine's forwarding headers, appended without allocating,
+// are those Trust.forwarded computes, for every kind of peer and host.
+func TestSetForwardedFastMatchesForwarded(t *testing.T) {
+	trust := NewTrust([]netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")})
+	for _, peer := range []string{"192.0.2.7", "2001:db8::1", "10.1.2.3", ""} {
+		for _, host := range []string{"photos.test", "photos.test:8080", `we"ird host`, ""} {
+			var ctx fasthttp.RequestCtx
+			var addr net.Addr
+			if peer != "" {
+				addr = &net.TCPAddr{IP: net.ParseIP(peer), Port: 1}
+			}
+			ctx.Init(&fasthttp.Request{}, addr, nil)
+			ctx.Request.Header.SetHost(host)
+			ctx.Request.Header.Set("X-Forwarded-For", "1.1.1.1")
+			var out fasthttp.RequestHeader
+			trust.setForwardedFast(&ctx, &out)
+			var ip netip.Addr
+			if a, ok := netip.AddrFromSlice(ctx.RemoteIP()); ok {
+				ip = a.Unmap()
+			}
+			want := trust.forwarded(ip, host, false, fastHeader{&ctx.Request.Header})
+			got := forwarded{xff: string(out.Peek("X-Forwarded-For")), host: string(out.Peek("X-Forwarded-Host")),
+				proto: string(out.Peek("X-Forwarded-Proto")), fwd: string(out.Peek("Forwarded"))}
+			if got != want {
+				t.Errorf("peer %q host %q: got %+v, want %+v", peer, host, got, want)
+			}
 		}
 	}
 }
