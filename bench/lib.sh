@@ -216,7 +216,7 @@ start_levee() {
 # peer_ratios "req/s" RPS "proxy CPU" CPU ... (each an associative array of per-round lists)
 peer_ratios() {
   local peer label arr lv pv line
-  for peer in nginx haproxy; do
+  for peer in nginx haproxy ${PEER_EXTRA:-}; do
     line="- levee ÷ $peer (same run):"
     local -a args=("$@")
     local i

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/overload.sh — open-loop overload: goodput and latency of a fixed-capacity backend, direct
-# (unprotected) and behind levee (both engines), nginx and haproxy with their overload protections.
+# (unprotected) and behind levee, nginx and haproxy with their overload protections.
 #
 # Usage:  bash bench/overload.sh [--write]
 #   --write   also replace the "overload.sh" section of docs/benchmarks.md (only if levee ran)
@@ -13,13 +13,15 @@
 #   NGINX_LIMIT_REQ ["rate=6400r/s burst=64 nodelay"]  nginx limit_req on top of limit_conn 32
 #                    ("off" = limit_conn only)
 #   CAL_DURATION [3s] generator calibration run (0 = skip)   PIN [auto]  "0" disables taskset
+#   PIN_MODE [alone]  alone: proxy on CPU 0, backend + loadgen on CPU 1; shared: proxy + backend on
+#                     CPU 0, loadgen alone on CPU 1
 #   BACKEND_PORT [9121]
 #
 # What runs (all on 127.0.0.1, all started here as children, all stopped by the trap):
 #   backend  bench/backend -capacity 32 -delay 5ms, GOMAXPROCS=1: at most 32 requests at once, the
 #            rest WAIT for a slot (and are served even if their client has left), like a thread pool
 #   levee    GOMAXPROCS=1; app limits {concurrency: 32, queue: {max_wait: 10ms, max_len: 64}};
-#            listener 18282 engine nethttp (row levee), 18283 engine fasthttp (row levee-fasthttp)
+#            one plain listener 18282, as a new user writes it (HTTP/1.1 on fasthttp)
 #   nginx    worker_processes 1; limit_conn 32 per server (503) + limit_req (429), proxy_next_upstream off
 #   haproxy  nbthread 1; server maxconn 32 + timeout queue 10ms (503)
 #   loadgen  bench/loadgen: open loop, constant rate, latency from the intended send time (no
@@ -91,7 +93,7 @@ CAP_RPS=$(awk -v c="$CAPACITY" -v d="$DELAY" 'BEGIN{ n=d+0; u=d; sub(/^[0-9.]+/,
   printf "%.0f\n", c/n }')
 [[ $CAP_RPS =~ ^[1-9][0-9]*$ ]] || die "DELAY must be like 5ms, 500us or 1s (got $DELAY)"
 
-GOMAXPROCS=1 "${ON_LOAD_CPU[@]}" "$tmp/backend" -listen "127.0.0.1:$BACKEND_PORT" -capacity "$CAPACITY" -delay "$DELAY" -stats >"$tmp/backend.log" 2>&1 &
+GOMAXPROCS=1 "${ON_BACKEND_CPU[@]}" "$tmp/backend" -listen "127.0.0.1:$BACKEND_PORT" -capacity "$CAPACITY" -delay "$DELAY" -stats >"$tmp/backend.log" 2>&1 &
 BACKEND_PID=$!; PIDS+=("$BACKEND_PID")
 wait_http "http://127.0.0.1:$BACKEND_PORT/" 10 || { cat "$tmp/backend.log" >&2; die "backend not ready"; }
 log "backend: $CAPACITY concurrent x $DELAY = $CAP_RPS req/s capacity"
@@ -101,9 +103,8 @@ declare -A URL PID HOSTHDR NOTE
 URL[direct]="http://127.0.0.1:$BACKEND_PORT/"; PID[direct]=""; HOSTHDR[direct]=""
 
 # ---------------------------------------------------------------- levee
-start_levee_pair "      concurrency: $CAPACITY
+start_levee "      concurrency: $CAPACITY
       queue: {max_wait: 10ms, max_len: 64}"
-[[ -n ${NOTE[levee]:-} ]] && NOTE[levee-fasthttp]=${NOTE[levee]}
 
 # ---------------------------------------------------------------- nginx
 NGINX_BIN=$(command -v nginx)
@@ -155,7 +156,6 @@ write_haproxy_single "  timeout queue 10ms" "maxconn $CAPACITY"
 start_haproxy_target
 
 [[ -n ${URL[levee]:-} ]] && TARGETS+=(levee)
-[[ -n ${URL[levee-fasthttp]:-} ]] && TARGETS+=(levee-fasthttp)
 
 # ---------------------------------------------------------------- load
 # run_lg URL HOST RATE DURATION LABEL KVFILE
@@ -242,7 +242,7 @@ table="$tmp/table.md"
   echo "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"
   for rate in "${RUN_RATES[@]}"; do
     mult=$(awk -v r="$rate" -v c="$CAP_RPS" 'BEGIN{ x=r/c; printf (x==int(x) ? "%dx" : "%.1fx"), x }')
-    for t in direct levee levee-fasthttp nginx haproxy; do
+    for t in direct levee nginx haproxy; do
       k="$t@$rate"
       if [[ -z ${R_GOOD[$k]:-} ]]; then
         [[ $t == direct ]] && continue
@@ -255,10 +255,20 @@ table="$tmp/table.md"
       echo "| $t | $rate ($mult) ($(fmt "$(med "${R_SENT[$k]}")" 0)) | $(awk -v g="$good" -v c="$CAP_RPS" 'BEGIN{printf "%.2f", g/c}') | $(fmt "$p50" 1) | $(fmt "$p99" 1) | $(codes_md "${R_CODES[$k]}") | $(fmt "$(med "${R_TO[$k]}")" 0) ($(fmt "$(med "${R_UNSENT[$k]}")" 0)) | $(fmt "$(med "${R_ERR[$k]}")" 0) | $cpu | $(fmt "$(med "${R_C0[$k]}")" 0)% / $(fmt "$(med "${R_C1[$k]}")" 0)% | $(fmt "$(med "${R_LAG[$k]}")" 1) |"
     done
   done
+  echo
+  for rate in "${RUN_RATES[@]}"; do
+    for peer in nginx haproxy; do
+      lg=$(med "${R_GOOD[levee@$rate]:-}"); pg=$(med "${R_GOOD[$peer@$rate]:-}")
+      lp=$(med "${R_P99[levee@$rate]:-}"); pp=$(med "${R_P99[$peer@$rate]:-}")
+      lc=$(med "${R_CPU[levee@$rate]:-}"); pc=$(med "${R_CPU[$peer@$rate]:-}")
+      echo "- at $rate/s, levee ÷ $peer (same run): goodput $(ratio "$lg" "$pg"), served p99 $(ratio "$lp" "$pp"), proxy CPU $(ratio "$lc" "$pc")"
+    done
+  done
 } >"$table"
 
 bench_versions
-CMD="DURATION=$DURATION ROUNDS=$ROUNDS bash bench/overload.sh"
+CMD="PIN_MODE=$PIN_MODE DURATION=$DURATION ROUNDS=$ROUNDS bash bench/overload.sh"
+[[ $PIN_MODE == shared ]] && DOC_SECTION=overload.sh-shared
 ((WRITE)) && CMD+=" --write"
 NGINX_DESC="limit_conn 32 per server (503)"; [[ $NGINX_LIMIT_REQ != off ]] && NGINX_DESC+=" + limit_req $NGINX_LIMIT_REQ (429)"
 NGINX_DESC+=", proxy_next_upstream off"
@@ -278,14 +288,14 @@ if ((WRITE)); then
     log "--write: levee did not run, docs/benchmarks.md left unchanged"
   else
     {
-      echo "## Overload: goodput under open-loop load (bench/overload.sh)"
+      echo "## Overload: goodput under open-loop load (bench/overload.sh, PIN_MODE=$PIN_MODE)"
       echo
       echo "- command: \`$CMD\`"
       echo "- date: $DATE"
       echo "- machine: $(nproc) CPUs, ${CPU_MODEL:-unknown CPU}, $(uname -sr); before the runs ${IDLE}% CPU idle, load average $LOADAVG$BUSY_NOTE"
       echo "- backend: \`bench/backend -capacity $CAPACITY -delay $DELAY\` (GOMAXPROCS=1): at most $CAPACITY requests at once, $DELAY each, = **$CAP_RPS req/s nominal capacity** (Go timer overshoot, ~0.4 ms per 5 ms sleep here, puts the real ceiling near 5,900 req/s); requests beyond capacity wait for a slot and are served even after their client gave up"
       echo "- load: \`bench/loadgen\`, open loop at a constant rate, latency from each request's intended send time (no coordinated omission), at most $CONNS keep-alive connections, timeout $TIMEOUT per request from its intended send time; $DURATION per run, baseline (0.5x) $BASE_DURATION; $ROUNDS round(s), medians shown"
-      echo "- protections: levee \`limits: {concurrency: $CAPACITY, queue: {max_wait: 10ms, max_len: 64}}\` (GOMAXPROCS=1, one process, row per listener engine); nginx $NGINX_DESC (worker_processes 1); haproxy server \`maxconn $CAPACITY\` + \`timeout queue 10ms\` (nbthread 1); direct = loadgen straight to the backend"
+      echo "- protections: levee \`limits: {concurrency: $CAPACITY, queue: {max_wait: 10ms, max_len: 64}}\` (GOMAXPROCS=1, one plain listener: HTTP/1.1 on fasthttp); nginx $NGINX_DESC (worker_processes 1); haproxy server \`maxconn $CAPACITY\` + \`timeout queue 10ms\` (nbthread 1); direct = loadgen straight to the backend"
       echo "- pinning: $PIN_DESC"
       echo "- generator calibration (loadgen at $MAX_RATE/s for $CAL_DURATION against nginx \`return 200\` on CPU $PROXY_CPU): $CAL_NOTE"
       echo "- versions: levee $LEVEE_REV ($GO_VER), nginx $NGINX_VER, haproxy $HAPROXY_VER"

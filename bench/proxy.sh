@@ -7,24 +7,29 @@
 #   DURATION [10s]  wrk run length per round     WARMUP [2s]  one warm-up run per target
 #   ROUNDS   [3]    timed rounds per target      CONNS  [64]  wrk connections (one wrk thread)
 #   BACKEND_PORT [9101]                           PIN [auto]  "0" disables taskset pinning
+#   PIN_MODE [alone]  alone: the proxy alone on CPU 0, backend + wrk on CPU 1; shared: the proxy
+#                     and the backend share CPU 0 (an edge box, a sidecar), wrk alone on CPU 1
 #
 # What runs (all on 127.0.0.1, all started here as foreground children, all stopped by the trap):
 #   backend  bench/backend, GOMAXPROCS=1                          127.0.0.1:$BACKEND_PORT
 #   nginx    worker_processes 1, upstream keepalive 64, HTTP/1.1  127.0.0.1:18080
 #   haproxy  nbthread 1, http-reuse always, http-keep-alive       127.0.0.1:18081
-#   levee    GOMAXPROCS=1 (skipped, with a message, if it does not build or get ready)
+#   levee    GOMAXPROCS=1, a config as a new user writes it: one plain listener (HTTP/1.1 on
+#            fasthttp), default limits (skipped, with a message, if it does not build or get ready)
 #                                                                 127.0.0.1:18082, admin :18092
+#   fasthttp-bare  bench/bareproxy, GOMAXPROCS=1: fasthttp's own proxy idiom, none of levee's
+#            steps: the floor of levee's path; levee ÷ it is levee's own share  127.0.0.1:18084
 # Fairness: every proxy gets ONE worker thread, keep-alive to the backend, no access log, and
 # client-side keep-alive without a per-connection request cap (nginx keepalive_requests raised).
-# CPU pinning (when taskset exists and nproc >= 2): every proxy on CPU 0; backend AND wrk share
-# CPU 1. The "direct" row is therefore wrk -> backend both on CPU 1, with CPU 0 idle. A proxy row
+# CPU pinning (when taskset exists and nproc >= 2), PIN_MODE=alone: every proxy on CPU 0; backend
+# AND wrk share CPU 1. The "direct" row is therefore wrk -> backend both on CPU 1, with CPU 0 idle. A proxy row
 # adds a hop running on its own core, so "req/s vs direct" < 1 means the single proxy thread (or
 # the extra hop's latency at c=64) is the bottleneck.
 # Rounds are interleaved (round 1: all targets, round 2: all targets, ...) so drift on the
 # machine hits every target alike; the table shows per-target medians over ROUNDS.
 # "proxy CPU" = (utime+stime of the proxy process tree over the timed run) / requests served,
 # from /proc/PID/stat (10 ms tick resolution; fine at ~10^5 requests per round).
-# Runtime at defaults: 4 x 2 s warm-up + 3 x 4 x 10 s = ~2.5 min, plus builds (< 5 min total).
+# Runtime at defaults: 5 x 2 s warm-up + 3 x 5 x 10 s = ~3 min, plus builds (< 5 min total).
 set -euo pipefail
 
 BENCH_NAME=proxy.sh
@@ -40,7 +45,7 @@ BACKEND_PORT=${BACKEND_PORT:-9101}
 NGINX_PORT=18080
 HAPROXY_PORT=18081
 LEVEE_PORT=18082
-LEVEE_FAST_PORT=18083
+BARE_PORT=18084
 LEVEE_ADMIN_PORT=18092
 
 bench_init levee-bench
@@ -52,7 +57,7 @@ bench_pinning "proxies on CPU $PROXY_CPU, backend + wrk on CPU $LOAD_CPU"
 rounds() { awk -v l="$1" 'BEGIN{ n=split(l,a," "); for(i=1;i<=n;i++) printf "%s%.0f", (i>1?" / ":""), a[i]; print "" }'; }
 
 # ---------------------------------------------------------------- ports
-check_ports backend "$BACKEND_PORT" "$NGINX_PORT" "$HAPROXY_PORT" "$LEVEE_PORT" "$LEVEE_ADMIN_PORT"
+check_ports backend "$BACKEND_PORT" "$NGINX_PORT" "$HAPROXY_PORT" "$LEVEE_PORT" "$BARE_PORT" "$LEVEE_ADMIN_PORT"
 
 # ---------------------------------------------------------------- backend
 log "building bench/backend"
@@ -67,6 +72,17 @@ URL[direct]="http://127.0.0.1:$BACKEND_PORT/"; PID[direct]=""; HOSTHDR[direct]="
 
 # ---------------------------------------------------------------- levee
 start_levee ""  # default limits: a config as a new user writes it
+
+# ---------------------------------------------------------------- bare fasthttp
+# The floor of levee's HTTP/1.1 path: fasthttp's own proxy idiom with none of levee's steps.
+build_bench bareproxy
+GOMAXPROCS=1 "${ON_PROXY_CPU[@]}" "$tmp/bareproxy" -listen "127.0.0.1:$BARE_PORT" -backend "127.0.0.1:$BACKEND_PORT" >"$tmp/bare.log" 2>&1 &
+PID[fasthttp-bare]=$!; PIDS+=("${PID[fasthttp-bare]}")
+if wait_http "http://127.0.0.1:$BARE_PORT/" 10; then
+  URL[fasthttp-bare]="http://127.0.0.1:$BARE_PORT/"; HOSTHDR[fasthttp-bare]=""
+else
+  NOTE[fasthttp-bare]="skipped: not ready"
+fi
 
 # ---------------------------------------------------------------- nginx
 NGINX_BIN=$(command -v nginx)
@@ -98,6 +114,7 @@ write_haproxy_single "" ""
 start_haproxy_target
 
 [[ -n ${URL[levee]:-} ]] && TARGETS+=(levee)
+[[ -n ${URL[fasthttp-bare]:-} ]] && TARGETS+=(fasthttp-bare)
 
 # ---------------------------------------------------------------- load
 # parse_wrk FILE -> "rps p50_ms p99_ms requests errors"
@@ -142,7 +159,7 @@ table="$tmp/table.md"
 {
   echo "| target | req/s (median) | req/s vs direct | p50 ms | p50 vs direct | p99 ms | p99 vs direct | proxy CPU µs/req | errors | req/s per round |"
   echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"
-  for t in direct levee nginx haproxy; do
+  for t in direct levee fasthttp-bare nginx haproxy; do
     if [[ -z ${RPS[$t]:-} ]]; then
       [[ $t == direct ]] && continue
       echo "| $t | ${NOTE[$t]:-skipped} | | | | | | | | |"; continue
@@ -152,7 +169,7 @@ table="$tmp/table.md"
     echo "| $t | $(fmt "$rps" 0) | $(ratio "$rps" "$d_rps") | $(fmt "$p50" 3) | $(ratio "$p50" "$d_p50") | $(fmt "$p99" 3) | $(ratio "$p99" "$d_p99") | $cpu | ${ERR[$t]:-0} | $(rounds "${RPS[$t]}") |"
   done
   echo
-  peer_ratios "req/s" RPS "p99" P99 "CPU per request" CPU
+  PEER_EXTRA=fasthttp-bare peer_ratios "req/s" RPS "p99" P99 "CPU per request" CPU
 } >"$table"
 
 bench_versions

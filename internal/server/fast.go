@@ -31,7 +31,12 @@ func (s *Server) fastServer(cfg *config.Config) *fasthttp.Server {
 		// the header timeout here, and the body gets read_timeout once the
 		// headers are in.
 		ReadTimeout: sc.ReadHeaderTimeout.D(),
-		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+		HeaderReceived: func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+			if h.ContentLength() == 0 {
+				// No body to read: the header's deadline stands, and a
+				// deadline update (a timer change) per request is saved.
+				return fasthttp.RequestConfig{}
+			}
 			return fasthttp.RequestConfig{ReadTimeout: readTimeout}
 		},
 		WriteTimeout: sc.WriteTimeout.D(),
