@@ -169,13 +169,19 @@ func TestOverloadEndsWhenDelayFallsBelowTarget(t *testing.T) {
 	wantReject(t, old.result(), QueueTimeout)
 	wantReject(t, mid.result(), QueueTimeout)
 	h.clk.Advance(ms / 2)
-	fresh := h.waitFor(Ticket{}) // the oldest, young1, is 1.5ms old: below target, overload over
-	if h.l.Overloaded() {
-		t.Fatal("still overloaded with the oldest waiter below the target")
+	fresh := h.waitFor(Ticket{}) // the oldest, young1, is 1.5ms old: below target, but for less than an interval
+	if !h.l.Overloaded() {
+		t.Fatal("overload ended as soon as the drop left a young queue: it must last until the delay stays below the target for an interval")
 	}
-	h.served(young1, "young1 (FIFO again)", young2, fresh)
-	h.served(young2, "young2", fresh)
-	h.served(fresh, "fresh")
+	h.served(fresh, "fresh (LIFO: newest first)", young1, young2)
+	h.served(young2, "young2", young1)
+	if !h.l.Overloaded() {
+		t.Fatal("overload ended with a waiter left, below the target for less than an interval")
+	}
+	h.served(young1, "young1")
+	if h.l.Overloaded() {
+		t.Fatal("still overloaded after the queue emptied")
+	}
 	h.l.Release()
 	h.l.Release()
 	h.check(0, 0)

@@ -42,6 +42,9 @@ type sched struct {
 	// target in the current stretch; zero when it was last seen younger or
 	// the queue was empty.
 	aboveSince time.Time
+	// belowSince, while overloaded, is when the oldest waiter was first seen
+	// younger than the target in the current stretch (zero otherwise).
+	belowSince time.Time
 
 	// Mirrors for lock-free reads by metrics.
 	inflightGauge   atomic.Int64
@@ -245,7 +248,7 @@ func (s *sched) unlink(w *waiter) {
 		w.cl.waiting--
 	}
 	if s.queued == 0 {
-		s.aboveSince = time.Time{}
+		s.aboveSince, s.belowSince = time.Time{}, time.Time{}
 		s.setOverloaded(false)
 	}
 }
@@ -283,8 +286,8 @@ func (s *sched) setOverloaded(v bool) {
 // the age of the oldest waiter: the sojourn of the request served under
 // FIFO, and still the standing delay under LIFO, where the request served
 // is the freshest. Overload starts when the delay stayed at or above the
-// target for a whole interval and ends when it falls below the target or
-// the queue empties. While overloaded, waiters older than the short wait
+// target for a whole interval and ends when it stayed below the target for
+// a whole interval, or the queue empties. While overloaded, waiters older than the short wait
 // are dropped.
 func (s *sched) update(now time.Time) {
 	if s.queued == 0 {
@@ -292,9 +295,22 @@ func (s *sched) update(now time.Time) {
 	}
 	if now.Sub(s.oldest()) < s.target() {
 		s.aboveSince = time.Time{}
-		s.setOverloaded(false)
+		// Overload ends once the delay has stayed below the target for a
+		// whole interval, as it began: dropping the stale waiters leaves a
+		// young queue at once, and ending there would flip back to FIFO,
+		// where every served request waits again, once per interval.
+		if s.overloaded {
+			if s.belowSince.IsZero() {
+				s.belowSince = now
+			}
+			if now.Sub(s.belowSince) >= s.interval() {
+				s.belowSince = time.Time{}
+				s.setOverloaded(false)
+			}
+		}
 		return
 	}
+	s.belowSince = time.Time{}
 	if s.aboveSince.IsZero() {
 		s.aboveSince = now
 	}
