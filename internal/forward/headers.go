@@ -65,8 +65,10 @@ func (t Trust) forwarded(peer netip.Addr, host string, tls bool, in priorHeaders
 }
 
 // setForwardedFast writes the forwarding headers of ctx's request on out
-// (fasthttp engine). From an untrusted peer, the common case, the values
-// are appended into a stack buffer and copied by fasthttp: no allocation.
+// (fasthttp engine), which copyRequest left without any (so they are
+// added, not searched for). From an untrusted peer, the common case, the
+// values are appended into a stack buffer and copied by fasthttp: no
+// allocation.
 func (t Trust) setForwardedFast(ctx *fasthttp.RequestCtx, out *fasthttp.RequestHeader) {
 	var peer netip.Addr
 	if ip, ok := netip.AddrFromSlice(ctx.RemoteIP()); ok {
@@ -93,9 +95,9 @@ func (t Trust) setForwardedFast(ctx *fasthttp.RequestCtx, out *fasthttp.RequestH
 	} else {
 		b = append(b, "invalid IP"...) // as netip.Addr{}.String() writes it
 	}
-	out.SetBytesV("X-Forwarded-For", b)
-	out.SetBytesV("X-Forwarded-Host", host)
-	out.Set("X-Forwarded-Proto", proto)
+	out.AddBytesV("X-Forwarded-For", b)
+	out.AddBytesV("X-Forwarded-Host", host)
+	out.Add("X-Forwarded-Proto", proto)
 	b = append(b[:0], "for="...)
 	switch {
 	case !peer.IsValid():
@@ -111,7 +113,7 @@ func (t Trust) setForwardedFast(ctx *fasthttp.RequestCtx, out *fasthttp.RequestH
 		b = append(append(b, ";host="...), host...)
 	}
 	b = append(append(b, ";proto="...), proto...)
-	out.SetBytesV("Forwarded", b)
+	out.AddBytesV("Forwarded", b)
 }
 
 // needsQuote reports whether a Forwarded host value must be quoted.
