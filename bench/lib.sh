@@ -346,8 +346,9 @@ run_wrk() {
 # bench_versions — CPU_MODEL, NGINX_VER, HAPROXY_VER, WRK_VER (if wrk is there), GO_VER, DATE
 bench_versions() {
   CPU_MODEL=$(awk -F': ' '/^model name/{print $2; exit}' /proc/cpuinfo 2>/dev/null || true)
-  NGINX_VER=$("$NGINX_BIN" -v 2>&1 | sed 's/.*version: //')
-  HAPROXY_VER=$("$HAPROXY_BIN" -v 2>/dev/null | awk 'NR==1{print $3}')
+  NGINX_VER=""; HAPROXY_VER=""
+  [[ -n ${NGINX_BIN:-} ]] && NGINX_VER=$("$NGINX_BIN" -v 2>&1 | sed 's/.*version: //')
+  [[ -n ${HAPROXY_BIN:-} ]] && HAPROXY_VER=$("$HAPROXY_BIN" -v 2>/dev/null | awk 'NR==1{print $3}')
   WRK_VER=""
   if command -v wrk >/dev/null 2>&1; then WRK_VER=$(wrk -v 2>&1 | awk 'NR==1{print $2}' || true); fi
   GO_VER=$(go env GOVERSION)
