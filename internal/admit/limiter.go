@@ -98,13 +98,13 @@ func (l *Limiter) AcquireFor(ctx context.Context, t Ticket) error {
 
 // AcquireWait is AcquireFor that also returns how long a request that got
 // its slot waited in the queue for it: 0 when a slot was free at once
-// (the clock is then not read), or on error.
+// (the clock is then not read), or on error. It calls ctx.Done only when
+// the request queues.
 func (l *Limiter) AcquireWait(ctx context.Context, t Ticket) (time.Duration, error) {
-	done := ctx.Done()
-	select {
-	case <-done:
-		return 0, ctx.Err()
-	default:
+	// Err, not Done: a context may start work on Done (the fasthttp
+	// engine's watches the client's connection), which only a wait needs.
+	if err := ctx.Err(); err != nil {
+		return 0, err
 	}
 	l.mu.Lock()
 	c := l.s.client(t.Client)

@@ -227,6 +227,42 @@ func TestCancelledContextIsRefused(t *testing.T) {
 	h.check(0, 0)
 }
 
+// doneCounter is a context that counts the calls of Done, as a context
+// that starts work on Done (the fasthttp engine's) would see them.
+type doneCounter struct {
+	context.Context
+	dones atomic.Int64
+}
+
+func (c *doneCounter) Done() <-chan struct{} {
+	c.dones.Add(1)
+	return c.Context.Done()
+}
+
+func TestDoneIsCalledOnlyByAWait(t *testing.T) {
+	h := newHarness(t, Limits{Concurrency: 1, MaxLen: 1, MaxWait: time.Second})
+	ctx := &doneCounter{Context: context.Background()}
+	if err := h.l.AcquireFor(ctx, Ticket{Client: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	h.wait() // fills the queue
+	wantReject(t, h.l.AcquireFor(ctx, Ticket{}), QueueFull)
+	if n := ctx.dones.Load(); n != 0 {
+		t.Fatalf("Done called %d times by a free slot and a refusal; want 0", n)
+	}
+	h.l.ReleaseFor(Ticket{Client: "c"}) // to the waiter, which keeps it
+	queued := make(chan error, 1)
+	go func() { queued <- h.l.AcquireFor(ctx, Ticket{}) }()
+	<-h.clk.TimerCreated() // ctx's Acquire is queued
+	h.l.Release()
+	if err := <-queued; err != nil {
+		t.Fatal(err)
+	}
+	if n := ctx.dones.Load(); n == 0 {
+		t.Fatal("a queued Acquire did not call Done")
+	}
+}
+
 // clockDeadline is a context whose deadline is on the fake clock and has
 // passed there, though the context itself has not noticed yet — the window
 // between a deadline and its context timer firing.

@@ -78,8 +78,9 @@ func (s *Server) serveFast(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	e := fastExchanges.Get().(*fastExchange)
-	e.c, e.left = ctx, false
+	e.c, e.left, e.pc.c = ctx, false, ctx
 	serve(s, e)
+	e.pc.finish()
 	e.c = nil
 	fastExchanges.Put(e)
 }
@@ -88,6 +89,7 @@ func (s *Server) serveFast(ctx *fasthttp.RequestCtx) {
 type fastExchange struct {
 	c    *fasthttp.RequestCtx
 	left bool // gone: no one to answer
+	pc   peerCtx
 	// ip holds the peer's address written out, for topKey's view.
 	ip [net.IPv6len * 4]byte
 }
@@ -124,10 +126,9 @@ func (e *fastExchange) topKey(k forward.KeySource) string {
 	return b2s(ip.Unmap().AppendTo(e.ip[:0]))
 }
 
-// ctx is the RequestCtx, whose Done closes when the server shuts down.
-// fasthttp does not report a client that goes away while queued: such a
-// request waits out its place in the queue (at most queue.max_wait).
-func (e *fastExchange) ctx() context.Context { return e.c }
+// ctx ends when the server shuts down or, once a step waits on it, when
+// the client closes its connection (see peerCtx).
+func (e *fastExchange) ctx() context.Context { return &e.pc }
 
 func (e *fastExchange) refuse(ref refusal) {
 	reply.For(ref.reason).Fast(e.c, ref.retryAfter)
@@ -141,8 +142,9 @@ func (e *fastExchange) refuse(ref refusal) {
 
 func (e *fastExchange) refuseShape(v *shape.Violation) { reply.ViolationFast(e.c, v, false) }
 
-// gone closes the connection without an answer: the server is shutting
-// down (or the client left).
+// gone closes the connection without an answer: the client left (or the
+// server is shutting down). fasthttp then writes nothing and closes the
+// connection, which the client may have closed already.
 func (e *fastExchange) gone() {
 	e.left = true
 	e.c.HijackSetNoResponse(true)
@@ -150,6 +152,8 @@ func (e *fastExchange) gone() {
 }
 
 func (e *fastExchange) forward(rt *route, sh *pathShape, slot forward.Releaser) {
+	// Admitted: nothing waits on ctx any more, so the client is not watched.
+	e.pc.pause()
 	rt.pool.ServeFast(e.c, sh.body, sh.check, slot) // releases the slot
 }
 

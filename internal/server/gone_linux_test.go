@@ -1,0 +1,85 @@
+package server
+
+import (
+	"crypto/tls"
+	"io"
+	"net"
+	"syscall"
+	"testing"
+)
+
+// peeked is how many bytes wait in the socket of raw (up to 64), read
+// without taking them.
+func peeked(t *testing.T, raw syscall.RawConn) int {
+	var n int
+	if err := raw.Control(func(fd uintptr) {
+		var b [64]byte
+		n, _, _ = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return max(n, 0) // -1 with EAGAIN
+}
+
+// TestPeerGone: the probe tells a client that is there, with or without
+// bytes waiting, from one that closed (with or without bytes waiting
+// before its FIN) or reset, and takes no byte.
+func TestPeerGone(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		data string // written by the client first
+		act  func(c *net.TCPConn)
+		gone bool
+	}{
+		{"idle", "", func(*net.TCPConn) {}, false},
+		{"bytes waiting", "POST body", func(*net.TCPConn) {}, false},
+		{"closed", "", func(c *net.TCPConn) { c.Close() }, true},
+		{"half-closed", "", func(c *net.TCPConn) { c.CloseWrite() }, true},
+		{"bytes then closed", "GET /next HTTP/1.1\r\n", func(c *net.TCPConn) { c.Close() }, true},
+		{"reset", "", func(c *net.TCPConn) { c.SetLinger(0); c.Close() }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client, server := tcpPair(t)
+			raw := rawConn(&countedConn{Conn: server})
+			if raw == nil {
+				t.Fatal("no socket found under a countedConn")
+			}
+			if peerGone(raw) {
+				t.Fatal("an open connection was taken for gone")
+			}
+			io.WriteString(client, tc.data)
+			waitFor(t, "the bytes to arrive", func() bool { return peeked(t, raw) == len(tc.data) })
+			tc.act(client)
+			if tc.gone {
+				waitFor(t, "the probe to see the client gone", func() bool { return peerGone(raw) })
+			} else if peerGone(raw) {
+				t.Fatal("a client still there was taken for gone")
+			}
+			if got := peeked(t, raw); got != len(tc.data) && tc.name != "reset" {
+				t.Fatalf("%d bytes left in the socket; want the %d sent (the probe takes none)", got, len(tc.data))
+			}
+		})
+	}
+}
+
+// TestRawConnFindsTheSocket: through every wrapper a fasthttp connection
+// comes in (h2c's replay, TLS), and none under a conn without a socket.
+func TestRawConnFindsTheSocket(t *testing.T) {
+	_, server := tcpPair(t)
+	counted := &countedConn{Conn: server}
+	for name, c := range map[string]net.Conn{
+		"counted": counted,
+		"replay":  &replayConn{Conn: counted},
+		"tls":     tls.Server(counted, &tls.Config{}),
+	} {
+		if rawConn(c) == nil {
+			t.Errorf("%s: no socket found", name)
+		}
+	}
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	if rawConn(&countedConn{Conn: a}) != nil {
+		t.Error("a pipe has no socket to probe")
+	}
+}
