@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -107,5 +108,27 @@ func TestHelp(t *testing.T) {
 	code, stdout, _ := runLevee(t, "help")
 	if code != 0 || !strings.Contains(stdout, "levee serve --config FILE") {
 		t.Errorf("levee help = %d %q, want 0 and the usage", code, stdout)
+	}
+}
+
+// TestCheckRefusesHostileFiles: a config file, cert or key that is not a
+// regular file is refused, naming the field, and reading it cannot block.
+func TestCheckRefusesHostileFiles(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tlsConfig := writeTemp(t, "listen: [{addr: 127.0.0.1:0, tls: {cert: /dev/zero, key: /dev/zero}}]\n"+
+		"admin: 127.0.0.1:0\napps:\n  a: {hosts: [a.test], backends: ['127.0.0.1:9001']}\n")
+	for _, tc := range []struct{ name, config, want string }{
+		{"config is a FIFO", fifo, "not a regular file (a FIFO)"},
+		{"cert is /dev/zero", tlsConfig, "listen[0].tls.cert: read /dev/zero: not a regular file (a device)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr := runLevee(t, "check", "--config", tc.config) // runLevee has a deadline
+			if code != 1 || !strings.Contains(stderr, tc.want) {
+				t.Fatalf("check exit = %d, stderr:\n%s\nwant 1 and %q", code, stderr, tc.want)
+			}
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -131,6 +132,24 @@ func TestReloadAPI(t *testing.T) {
 	if code, _, err := s.adminDo(http.MethodGet, "/reload"); err != nil || code != http.StatusMethodNotAllowed {
 		s.fatalf("GET /reload = %d %v, want 405", code, err)
 	}
+}
+
+// TestReloadRefusesAFIFOConfig: a config path that became a FIFO is refused
+// at once (reading it does not block the reload) and the old config serves on.
+func TestReloadRefusesAFIFOConfig(t *testing.T) {
+	x := namedBackend(t, "X")
+	s := startServe(t, appConfig(x, ""))
+	if err := os.Remove(s.config); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(s.config, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, body, err := s.adminDo(http.MethodPost, "/reload")
+	if err != nil || code != http.StatusBadRequest || !strings.Contains(body, "not a regular file (a FIFO)") {
+		s.fatalf("POST /reload of a FIFO config = %d %q %v, want 400 naming the FIFO", code, body, err)
+	}
+	s.assertBackend("X")
 }
 
 // TestReloadRefusesRestartOnlyChanges: a new listen address cannot be applied

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"reflect"
 	"sort"
 	"strings"
@@ -43,9 +42,10 @@ func (es *Errors) add(path, format string, args ...any) {
 	*es = append(*es, FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
 }
 
-// Load reads, decodes and validates the config file at path.
+// Load reads, decodes and validates the config file at path, which must be
+// a regular file of at most MaxConfigBytes.
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadFileBounded(path, MaxConfigBytes)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}

@@ -270,7 +270,7 @@ func TestValidationRules(t *testing.T) {
 		{"admin reuses listen", "listen: 127.0.0.1:80\nadmin: 127.0.0.1:80", "admin", "already used by listen[0].addr"},
 		{"admin not host:port", "admin: 9901", "admin", `"9901" is not host:port`},
 		{"tls without key", "listen: [{addr: 127.0.0.1:443, tls: {cert: c.pem}}]", "listen[0].tls", "both cert and key are required"},
-		{"tls missing files", "listen: [{addr: 127.0.0.1:443, tls: {cert: /nonexistent/c.pem, key: /nonexistent/k.pem}}]", "listen[0].tls", "cannot load certificate"},
+		{"tls missing files", "listen: [{addr: 127.0.0.1:443, tls: {cert: /nonexistent/c.pem, key: /nonexistent/k.pem}}]", "listen[0].tls.cert", "no such file"},
 		// server
 		{"read_header_timeout", "server: {read_header_timeout: 0s}", "server.read_header_timeout", "must be > 0 (got 0s)"},
 		{"read_timeout", "server: {read_timeout: -1s}", "server.read_timeout", "must be > 0"},

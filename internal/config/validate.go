@@ -1,7 +1,6 @@
 package config
 
 import (
-	"crypto/tls"
 	"fmt"
 	"github.com/leveeproxy/levee/internal/bandwidth"
 	"maps"
@@ -91,8 +90,8 @@ func checkTLS(errs *Errors, path string, t *TLS) {
 		errs.add(path, "both cert and key are required")
 		return
 	}
-	if _, err := tls.LoadX509KeyPair(t.Cert, t.Key); err != nil {
-		errs.add(path, "cannot load certificate: %v", err)
+	if _, err := LoadCertificate(path, t); err != nil {
+		*errs = append(*errs, err.(FieldError))
 	}
 }
 

@@ -47,9 +47,9 @@ func (s *Server) newListener(cfg *config.Config, lc config.Listener, ln net.List
 	l := &listener{cfg: lc, h1: s.fastServer(cfg), hello: cfg.Server.ReadHeaderTimeout.D()}
 	if lc.TLS != nil {
 		// Validation proved the files load, but they may have changed since.
-		cert, err := tls.LoadX509KeyPair(lc.TLS.Cert, lc.TLS.Key)
+		cert, err := config.LoadCertificate("tls", lc.TLS)
 		if err != nil {
-			return nil, fmt.Errorf("server: listen %s: tls: %w", lc.Addr, err)
+			return nil, fmt.Errorf("server: listen %s: %w", lc.Addr, err)
 		}
 		l.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
 			NextProtos: []string{"h2", "http/1.1"}}
