@@ -369,11 +369,64 @@ func validName(s string) bool {
 	return true
 }
 
-// checkHost accepts "example.com" and "*.example.com" (no ports, no other wildcards).
+// checkHost accepts a DNS name ("example.com"), a wildcard over one
+// ("*.example.com"), an IPv4 literal ("192.0.2.1") or a bracketed IPv6 one
+// ("[2001:db8::1]", as a Host header carries it); no port, no other
+// wildcards. Names follow RFC 1035's limits (labels of 1..63 bytes, at most
+// 253 in all) and may hold only letters, digits, '-' and '_': a control byte
+// or space could never match a request and may split a log line or header.
 func checkHost(h string) error {
-	name := strings.TrimPrefix(h, "*.")
-	if name == "" || strings.ContainsAny(name, "*:/ ") || strings.HasPrefix(name, ".") || strings.HasSuffix(name, ".") {
-		return fmt.Errorf("%q is not a host name (want example.com or *.example.com, no port)", h)
+	bad := func(why string, args ...any) error {
+		return fmt.Errorf("%q is not a host name (want example.com, *.example.com or an IP, no port): %s",
+			h, fmt.Sprintf(why, args...))
+	}
+	name, wildcard := strings.CutPrefix(h, "*.")
+	if inner, ok := strings.CutPrefix(name, "["); ok && !wildcard {
+		ip, err := netip.ParseAddr(strings.TrimSuffix(inner, "]"))
+		if err != nil || !strings.HasSuffix(inner, "]") || !ip.Is6() || ip.Zone() != "" {
+			return bad("not an IPv6 literal")
+		}
+		return nil
+	}
+	if name == "" {
+		return bad("empty")
+	}
+	if len(name) > 253 {
+		return bad("longer than 253 bytes")
+	}
+	for i := range len(name) {
+		switch c := name[i]; {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_', c == '.':
+		case c == '*':
+			return bad("a wildcard is only a leading *.")
+		case c == ':':
+			return bad("a port, or an IPv6 address without [ ]")
+		case c <= ' ' || c == 0x7f:
+			return bad("control byte or space 0x%02x", c)
+		default:
+			return bad("byte %q", c)
+		}
+	}
+	labels := strings.Split(name, ".")
+	for _, l := range labels {
+		switch {
+		case l == "":
+			return bad("empty label")
+		case len(l) > 63:
+			return bad("label longer than 63 bytes")
+		case l[0] == '-' || l[len(l)-1] == '-':
+			return bad("label %q starts or ends with '-'", l)
+		}
+	}
+	// A name whose last label is all digits can only be an IPv4 address
+	// (no top-level domain is numeric): 256.0.0.1 or 1.2.3 is a mistake.
+	if strings.Trim(labels[len(labels)-1], "0123456789") == "" {
+		if ip, err := netip.ParseAddr(name); err != nil || !ip.Is4() {
+			return bad("not a valid IPv4 address")
+		}
+		if wildcard {
+			return bad("a wildcard is for names, not addresses")
+		}
 	}
 	return nil
 }
