@@ -264,7 +264,8 @@ func (b *fastBody) CloseWithError(err error) error {
 }
 
 // copyRequest writes on out the request line and end-to-end headers of
-// ctx's request, and levee's forwarding headers. It reports whether the
+// ctx's request, and levee's forwarding headers; identity headers levee does
+// not set (X-Real-IP and the like) pass only from a trusted peer. It reports whether the
 // request asks for a protocol upgrade that levee passes on (never h2c).
 func (p *Pool) copyRequest(ctx *fasthttp.RequestCtx, out *fasthttp.RequestHeader) (upgrading bool) {
 	in := &ctx.Request.Header
@@ -291,6 +292,7 @@ func (p *Pool) copyRequest(ctx *fasthttp.RequestCtx, out *fasthttp.RequestHeader
 			}
 		case isHopByHop(k) || conn.has(k) || isForwarding(k) ||
 			equalFold(k, "Content-Length") || equalFold(k, "Expect"):
+		case isIdentity(k) && !p.trust.trustsFast(ctx): // peer looked up only when such a header is sent
 		case equalFold(k, "Http2-Settings") && h2c:
 		default:
 			out.AddBytesKV(k, v)
@@ -426,8 +428,9 @@ func trimSpace(b []byte) []byte {
 	return b
 }
 
-// equalFold reports whether b equals s in ASCII, ignoring case, without allocating.
-func equalFold(b []byte, s string) bool {
+// equalFold reports whether b equals s in ASCII, ignoring case, without
+// allocating. Both engines use it, on names as bytes or strings.
+func equalFold[T string | []byte](b T, s string) bool {
 	if len(b) != len(s) {
 		return false
 	}

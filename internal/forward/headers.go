@@ -27,6 +27,39 @@ func (t Trust) trusted(ip netip.Addr) bool {
 	return false
 }
 
+// identityHeaders are headers a backend may take for the client's identity
+// that levee does not set: X-Real-IP, and the underscore twins of the
+// forwarding headers, which CGI, WSGI and PHP read as the hyphenated ones
+// (X_Forwarded_For and X-Forwarded-For are both HTTP_X_FORWARDED_FOR). Only a
+// trusted peer's pass; from anyone else they would be forged. Matched in any
+// case.
+var identityHeaders = [...]string{"X-Real-IP", "X_Real_IP", "X_Forwarded_For", "X_Forwarded_Host", "X_Forwarded_Proto"}
+
+// isIdentity reports whether k is one of identityHeaders, without allocating.
+func isIdentity[T string | []byte](k T) bool {
+	if len(k) < len("X-Real-IP") || lower(k[0]) != 'x' { // most names end here
+		return false
+	}
+	for _, h := range identityHeaders {
+		if equalFold(k, h) {
+			return true
+		}
+	}
+	return false
+}
+
+// trustsFast reports whether ctx's peer is trusted (fasthttp engine).
+func (t Trust) trustsFast(ctx *fasthttp.RequestCtx) bool {
+	peer := fastPeer(ctx)
+	return peer.IsValid() && t.trusted(peer)
+}
+
+// fastPeer is the address of ctx's peer, invalid when it has none.
+func fastPeer(ctx *fasthttp.RequestCtx) netip.Addr {
+	ip, _ := netip.AddrFromSlice(ctx.RemoteIP())
+	return ip.Unmap()
+}
+
 // forwarded are the values levee sets on a request it forwards.
 type forwarded struct{ xff, host, proto, fwd string }
 
@@ -70,10 +103,7 @@ func (t Trust) forwarded(peer netip.Addr, host string, tls bool, in priorHeaders
 // values are appended into a stack buffer and copied by fasthttp: no
 // allocation.
 func (t Trust) setForwardedFast(ctx *fasthttp.RequestCtx, out *fasthttp.RequestHeader) {
-	var peer netip.Addr
-	if ip, ok := netip.AddrFromSlice(ctx.RemoteIP()); ok {
-		peer = ip.Unmap()
-	}
+	peer := fastPeer(ctx)
 	in := &ctx.Request.Header
 	host, tls := in.Host(), ctx.IsTLS()
 	if (peer.IsValid() && t.trusted(peer)) || needsQuote(host) {
@@ -133,9 +163,18 @@ type stdHeader http.Header
 func (h stdHeader) all(name string) string   { return strings.Join(http.Header(h).Values(name), ", ") }
 func (h stdHeader) first(name string) string { return http.Header(h).Get(name) }
 
-// setForwarded writes the forwarding headers of in on out (net/http engine).
+// setForwarded writes the forwarding headers of in on out (net/http
+// engine), and drops from out the identityHeaders of an untrusted peer.
 func (t Trust) setForwarded(in *http.Request, out http.Header) {
-	f := t.forwarded(peerIP(in.RemoteAddr), in.Host, in.TLS != nil, stdHeader(in.Header))
+	peer := peerIP(in.RemoteAddr)
+	if !peer.IsValid() || !t.trusted(peer) {
+		for k := range out {
+			if isIdentity(k) {
+				delete(out, k)
+			}
+		}
+	}
+	f := t.forwarded(peer, in.Host, in.TLS != nil, stdHeader(in.Header))
 	out["X-Forwarded-For"] = []string{f.xff}
 	out["X-Forwarded-Host"] = []string{f.host}
 	out["X-Forwarded-Proto"] = []string{f.proto}

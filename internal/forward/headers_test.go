@@ -201,3 +201,86 @@ func BenchmarkCopyRequest(b *testing.B) {
 		p.copyRequest(&ctx, &out)
 	}
 }
+
+// identityForged are client-sent identity headers levee does not set, in
+// the cases clients send them.
+var identityForged = map[string]string{
+	"X-Real-IP":         "6.6.6.6",
+	"x-real-ip":         "6.6.6.7",
+	"X_Real_IP":         "6.6.6.8",
+	"X_Forwarded_For":   "6.6.6.9",
+	"x_forwarded_host":  "evil.example",
+	"X_FORWARDED_PROTO": "https",
+}
+
+// TestIdentityHeadersNeedTrust: on both engines, X-Real-IP and the
+// underscore twins of X-Forwarded-* pass only from a trusted peer.
+func TestIdentityHeadersNeedTrust(t *testing.T) {
+	trust := NewTrust([]netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")})
+	for _, tc := range []struct {
+		peer    string
+		trusted bool
+	}{{"192.0.2.7", false}, {"10.1.2.3", true}, {"::ffff:10.1.2.3", true}} {
+		t.Run("fasthttp "+tc.peer, func(t *testing.T) {
+			p := &Pool{trust: trust}
+			var ctx fasthttp.RequestCtx
+			ctx.Init(&fasthttp.Request{}, &net.TCPAddr{IP: net.ParseIP(tc.peer), Port: 1}, nil)
+			ctx.Request.Header.DisableNormalizing()
+			for k, v := range identityForged {
+				ctx.Request.Header.Set(k, v)
+			}
+			ctx.Request.Header.Set("X-Keep", "kept")
+			var out fasthttp.RequestHeader
+			p.copyRequest(&ctx, &out)
+			for k, v := range identityForged {
+				if got := string(out.Peek(k)); (got == v) != tc.trusted {
+					t.Errorf("trusted %v: backend %s = %q", tc.trusted, k, got)
+				}
+			}
+			if string(out.Peek("X-Keep")) != "kept" {
+				t.Error("X-Keep dropped")
+			}
+		})
+		t.Run("net/http "+tc.peer, func(t *testing.T) {
+			in := httptest.NewRequest(http.MethodGet, "http://photos.test/", nil)
+			in.RemoteAddr = net.JoinHostPort(tc.peer, "1")
+			out := http.Header{"X-Keep": {"kept"}}
+			for k, v := range identityForged {
+				out[k] = []string{v} // as given: HTTP/2 names are lower case, others as sent
+			}
+			trust.setForwarded(in, out)
+			for k, v := range identityForged {
+				if got := out[k]; (len(got) == 1 && got[0] == v) != tc.trusted {
+					t.Errorf("trusted %v: backend %s = %q", tc.trusted, k, got)
+				}
+			}
+			if out.Get("X-Keep") != "kept" {
+				t.Error("X-Keep dropped")
+			}
+		})
+	}
+}
+
+// TestCopyRequestDropsIdentityWithoutAllocating: dropping forged identity
+// headers keeps the fasthttp path allocation-free.
+func TestCopyRequestDropsIdentityWithoutAllocating(t *testing.T) {
+	p := &Pool{trust: NewTrust([]netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")})}
+	var ctx fasthttp.RequestCtx
+	ctx.Init(&fasthttp.Request{}, &net.TCPAddr{IP: net.IPv4(192, 0, 2, 7), Port: 1}, nil)
+	h := &ctx.Request.Header
+	h.DisableNormalizing()
+	h.SetMethod("GET")
+	h.SetRequestURI("/")
+	h.SetHost("photos.test")
+	for k, v := range identityForged {
+		h.Set(k, v)
+	}
+	var out fasthttp.RequestHeader
+	allocs := testing.AllocsPerRun(100, func() {
+		out.Reset()
+		p.copyRequest(&ctx, &out)
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per copyRequest, want 0", allocs)
+	}
+}

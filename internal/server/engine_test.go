@@ -2,6 +2,7 @@ package server
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -47,6 +48,71 @@ func TestBadFramingIsRefused(t *testing.T) {
 
 // Forwarding and hop-by-hop headers are matched in any letter case: the
 // fasthttp engine passes header names through as sent.
+// TestIdentityHeadersNeedTrust: X-Real-IP and the underscore twins of the
+// forwarding headers, which CGI, WSGI and PHP backends read as the real ones,
+// reach the backend only from a peer in server.trusted_proxies. Sent raw over
+// HTTP/1.1 (fasthttp) and by Go's client (fasthttp, or net/http in the h2c
+// run), in several letter cases.
+func TestIdentityHeadersNeedTrust(t *testing.T) {
+	forged := [][2]string{
+		{"X-Real-IP", "6.6.6.1"}, {"x-real-ip", "6.6.6.2"}, {"X_Real_IP", "6.6.6.3"},
+		{"X_Forwarded_For", "6.6.6.4"}, {"x_forwarded_host", "evil.example"}, {"X_FORWARDED_PROTO", "https"},
+	}
+	for _, tc := range []struct {
+		name, server string
+		trusted      bool
+	}{{"untrusted", "", false}, {"trusted", "server:\n  trusted_proxies: [127.0.0.1]\n", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			seen := make(chan seenRequest, 1)
+			backend := newBackend(t, func(w http.ResponseWriter, r *http.Request) { seen <- record(r) })
+			p := startProxy(t, photosApp(backend, "", tc.server))
+			check := func(how string) {
+				t.Helper()
+				s := recv(t, seen, "backend request")
+				for _, f := range forged {
+					var got []string
+					for k, v := range s.header { // the backend canonicalises names its own way
+						if strings.EqualFold(k, f[0]) {
+							got = append(got, v...)
+						}
+					}
+					if slices.Contains(got, f[1]) != tc.trusted {
+						t.Errorf("%s, trusted %v: backend %s = %q", how, tc.trusted, f[0], got)
+					}
+				}
+				if s.header.Get("X-Keep") != "kept" {
+					t.Errorf("%s: X-Keep %q, want kept", how, s.header.Get("X-Keep"))
+				}
+			}
+
+			raw := "GET / HTTP/1.1\r\nHost: photos.test\r\nX-Keep: kept\r\n"
+			for _, f := range forged {
+				raw += f[0] + ": " + f[1] + "\r\n"
+			}
+			br, _ := rawExchange(t, strings.TrimPrefix(p.URL, "http://"), raw+"\r\n")
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			readAll(t, resp)
+			check("raw HTTP/1.1")
+
+			req, _ := http.NewRequest(http.MethodGet, p.URL+"/", nil)
+			req.Host = "photos.test"
+			req.Header["X-Keep"] = []string{"kept"}
+			for _, f := range forged {
+				req.Header[f[0]] = []string{f[1]} // as given, not canonicalised
+			}
+			resp, err = http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			readAll(t, resp)
+			check("client " + testProto())
+		})
+	}
+}
+
 func TestHeaderNamesInAnyCase(t *testing.T) {
 	seen := make(chan seenRequest, 1)
 	backend := newBackend(t, func(w http.ResponseWriter, r *http.Request) { seen <- record(r) })
