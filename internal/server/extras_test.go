@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -130,5 +131,34 @@ apps:
 	srv := New(cfg, Options{})
 	if err := srv.Listen(); err == nil || !strings.Contains(err.Error(), "tls") {
 		t.Fatalf("Listen with a missing certificate: err = %v; want a tls error", err)
+	}
+}
+
+// A certificate path that became a FIFO after validation makes Listen fail
+// at once, naming the field, instead of blocking in open or reading forever.
+func TestListenRefusesACertificateThatIsNotAFile(t *testing.T) {
+	cert, key, _ := selfSigned(t)
+	cfg := mustParse(t, fmt.Sprintf(`
+listen: [{addr: 127.0.0.1:0, tls: {cert: %s, key: %s}}]
+apps:
+  a:
+    hosts: [a.test]
+    backends: [127.0.0.1:9]
+`, cert, key))
+	if err := os.Remove(cert); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(cert, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- New(cfg, Options{}).Listen() }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "tls.cert: read "+cert+": not a regular file (a FIFO)") {
+			t.Fatalf("Listen with a FIFO certificate: err = %v; want tls.cert: not a regular file", err)
+		}
+	case <-time.After(guard):
+		t.Fatalf("Listen with a FIFO certificate blocked for %v", guard)
 	}
 }
