@@ -87,3 +87,12 @@ func yamlQuote(s string) string {
 	}
 	return b.String() + `"`
 }
+
+// A stored app (the catalog's import and load, config.ParseApp) is held to
+// the same host rules as the config file's apps.
+func TestStoredAppHostsValidated(t *testing.T) {
+	_, err := ParseApp("shop", []byte(`{"hosts": ["a..b"], "backends": ["127.0.0.1:9"]}`))
+	if err == nil || !strings.Contains(err.Error(), "apps.shop.hosts[0]") {
+		t.Fatalf("ParseApp with host a..b: %v, want an error at apps.shop.hosts[0]", err)
+	}
+}
