@@ -186,13 +186,14 @@ build_levee() {
 # start_levee LIMITS_YAML — build levee and run one process (GOMAXPROCS=1, proxy CPU) with app
 # "bench" (Host bench.local, the one backend, LIMITS_YAML under limits:, none when empty: the
 # defaults, as a new user's config has them) on one plain listener LEVEE_PORT, as a new user
-# writes it (HTTP/1.1 is served by fasthttp), admin LEVEE_ADMIN_PORT. Sets URL/HOSTHDR/PID of
+# writes it (HTTP/1.1 is served by fasthttp), admin LEVEE_ADMIN_PORT with admin.pprof on (so a
+# profile can be taken during a run, docs/benchmarks.md; idle, it costs nothing). Sets URL/HOSTHDR/PID of
 # target levee, or NOTE[levee].
 start_levee() {
   if ! build_levee; then NOTE[levee]="skipped: does not build"; return 0; fi
   {
     echo "listen: 127.0.0.1:$LEVEE_PORT"
-    echo "admin: 127.0.0.1:$LEVEE_ADMIN_PORT"
+    echo "admin: {addr: 127.0.0.1:$LEVEE_ADMIN_PORT, pprof: true}"
     echo "apps:"
     echo "  bench:"
     echo "    hosts: [bench.local]"

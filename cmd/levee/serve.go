@@ -67,14 +67,21 @@ func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ..
 	if guard.unexpected {
 		srv.SetUnexpected(true)
 	}
+	// Validation proved the token file holds a token, but it may have changed since.
+	token, err := cfg.Admin.Token()
+	if err != nil {
+		return err
+	}
 	notify := sdnotify.FromEnv()
 	if err := srv.Listen(); err != nil {
 		return err
 	}
-	adminLn, err := net.Listen("tcp", cfg.Admin)
+	adminLn, err := net.Listen("tcp", cfg.Admin.Addr)
 	if err != nil {
-		return fmt.Errorf("admin: listen %s: %w", cfg.Admin, err)
+		return fmt.Errorf("admin: listen %s: %w", cfg.Admin.Addr, err)
 	}
+	// Its own cap, so admin clients never hold the descriptors the proxy needs.
+	adminLn = admin.LimitListener(adminLn, admin.MaxConns)
 
 	var reloadMu sync.Mutex // one reload at a time, from SIGHUP or the API
 	reload := func(trigger string) error {
@@ -97,18 +104,17 @@ func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ..
 	}
 
 	var ready atomic.Bool
-	adminSrv := &http.Server{
-		Handler: admin.Handler(admin.Options{
-			Registry: srv.Metrics().Registry,
-			Ready:    ready.Load,
-			Reload:   func() error { return reload("api") },
-			App: func(name string) (any, bool) {
-				return srv.AppStats(name)
-			},
-		}),
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	adminSrv := admin.NewServer(admin.Handler(admin.Options{
+		Registry: srv.Metrics().Registry,
+		Ready:    ready.Load,
+		Reload:   func() error { return reload("api") },
+		App: func(name string) (any, bool) {
+			return srv.AppStats(name)
+		},
+		Addr:  cfg.Admin.Addr,
+		Token: token,
+		Pprof: cfg.Admin.Pprof,
+	}), slog.NewLogLogger(log.Handler(), slog.LevelWarn))
 	var tasks sync.WaitGroup
 	tasks.Go(func() {
 		if err := adminSrv.Serve(adminLn); !errors.Is(err, http.ErrServerClosed) {

@@ -21,22 +21,37 @@ type Options struct {
 	// App returns one app's state, served as JSON by
 	// GET /api/apps/{app}/backends; false for an unknown app.
 	App func(name string) (any, bool)
+	// Addr is the admin listener's address (host:port); its host is
+	// accepted in the Host header beside loopback names.
+	Addr string
+	// Token, when non-empty, is the bearer token every mutating endpoint
+	// requires. When empty, mutating endpoints take requests on a loopback
+	// address only, and none from a browser page of another origin.
+	Token string
+	// Pprof serves /debug/pprof/; off, those paths are 404.
+	Pprof bool
 }
 
-// Handler returns the admin endpoints:
+// Handler returns the admin endpoints. Every request must name a loopback
+// host or the admin address's host in Host (else 421, against DNS
+// rebinding); mutating endpoints are guarded as Options.Token says (401 or
+// 403). Read-only endpoints need no token.
 //
 //	GET  /healthz   200 while the process runs
 //	GET  /readyz    200 while serving, 503 before and while draining
 //	GET  /metrics   Prometheus metrics
-//	POST /reload    reload the config; 200 or 400 with the reason (JSON)
+//	POST /reload    reload the config; 200 or 400 with the reason (JSON); mutating
 //	GET  /api/apps/{app}/backends  the app's backends: share, in flight, latency, health, imbalance; top_clients (limits.client.top_k)
-//	GET  /debug/pprof/...  Go profiles (the admin listener is loopback by default)
+//	GET  /debug/pprof/...  Go profiles, with Options.Pprof only
 func Handler(o Options) http.Handler {
+	g := newGuard(o)
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
-	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	if o.Pprof {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
@@ -62,7 +77,7 @@ func Handler(o Options) http.Handler {
 		}
 		json.NewEncoder(w).Encode(st)
 	})
-	mux.HandleFunc("POST /reload", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("POST /reload", g.mutating(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		if err := o.Reload(); err != nil {
 			w.WriteHeader(http.StatusBadRequest)
@@ -70,6 +85,6 @@ func Handler(o Options) http.Handler {
 			return
 		}
 		json.NewEncoder(w).Encode(map[string]any{"ok": true})
-	})
-	return mux
+	}))
+	return g.checkHost(mux)
 }

@@ -34,10 +34,14 @@ func TestEndpoints(t *testing.T) {
 			}
 			return nil
 		},
+		Addr:  "127.0.0.1:9901",
+		Pprof: true,
 	})
 	do := func(method, path string) (int, string) {
 		w := httptest.NewRecorder()
-		h.ServeHTTP(w, httptest.NewRequest(method, path, nil))
+		r := httptest.NewRequest(method, path, nil)
+		r.Host = "127.0.0.1:9901"
+		h.ServeHTTP(w, r)
 		b, _ := io.ReadAll(w.Result().Body)
 		return w.Code, string(b)
 	}

@@ -18,8 +18,8 @@ import (
 type Config struct {
 	// Listen is where the proxy accepts client traffic.
 	Listen Listeners `yaml:"listen"`
-	// Admin is the address of the admin listener (/metrics, /healthz, /reload).
-	Admin    string          `yaml:"admin"`
+	// Admin is the admin listener (/metrics, /healthz, /reload); see admin.go.
+	Admin    Admin           `yaml:"admin"`
 	Server   Server          `yaml:"server"`
 	Upstream Upstream        `yaml:"upstream"`
 	Log      Log             `yaml:"log"`
@@ -385,7 +385,7 @@ const (
 func Default() Config {
 	return Config{
 		Listen: Listeners{{Addr: DefaultListen}},
-		Admin:  DefaultAdmin,
+		Admin:  Admin{Addr: DefaultAdmin},
 		Server: Server{
 			ReadHeaderTimeout: Duration(DefaultReadHeaderTimeout),
 			ReadTimeout:       Duration(DefaultReadTimeout),

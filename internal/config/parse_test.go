@@ -76,8 +76,8 @@ func TestParseExampleGetsDefaults(t *testing.T) {
 	if want := (Listeners{{Addr: "127.0.0.1:8080"}}); !reflect.DeepEqual(cfg.Listen, want) {
 		t.Errorf("Listen = %+v, want %+v", cfg.Listen, want)
 	}
-	if cfg.Admin != "127.0.0.1:9901" {
-		t.Errorf("Admin = %q", cfg.Admin)
+	if want := (Admin{Addr: "127.0.0.1:9901"}); cfg.Admin != want {
+		t.Errorf("Admin = %+v, want %+v", cfg.Admin, want)
 	}
 	wantServer := Server{
 		ReadHeaderTimeout: Duration(DefaultReadHeaderTimeout),
@@ -267,8 +267,17 @@ func TestValidationRules(t *testing.T) {
 		{"listen port range", "listen: 127.0.0.1:70000", "listen[0].addr", `port "70000" must be 0..65535`},
 		{"listen port name", "listen: 127.0.0.1:http", "listen[0].addr", `port "http" must be 0..65535`},
 		{"listen reused", "listen: [127.0.0.1:80, 127.0.0.1:80]", "listen[1].addr", "address 127.0.0.1:80 is already used by listen[0].addr"},
-		{"admin reuses listen", "listen: 127.0.0.1:80\nadmin: 127.0.0.1:80", "admin", "already used by listen[0].addr"},
-		{"admin not host:port", "admin: 9901", "admin", `"9901" is not host:port`},
+		{"admin reuses listen", "listen: 127.0.0.1:80\nadmin: 127.0.0.1:80", "admin.addr", "already used by listen[0].addr"},
+		{"admin not host:port", "admin: 9901", "admin.addr", `"9901" is not host:port`},
+		{"admin mapping not host:port", "admin: {addr: 9901}", "admin.addr", `"9901" is not host:port`},
+		{"admin unknown key", "admin: {addr: 127.0.0.1:9901, token: x}", "admin.token", "unknown key"},
+		{"admin pprof not bool", "admin: {pprof: maybe}", "admin.pprof", `"maybe" is not a valid bool`},
+		{"admin on every IPv4 address without a token", "admin: 0.0.0.0:9901", "admin.token_file", "beyond loopback"},
+		{"admin on every IPv6 address without a token", "admin: '[::]:9901'", "admin.token_file", "beyond loopback"},
+		{"admin on an empty host without a token", "admin: ':9901'", "admin.token_file", "beyond loopback"},
+		{"admin on a LAN IP without a token", "admin: {addr: 192.168.1.7:9901}", "admin.token_file", "beyond loopback"},
+		{"admin token file missing", "admin: {token_file: /nonexistent/token}", "admin.token_file", "no such file"},
+		{"admin token file a directory", "admin: {token_file: /}", "admin.token_file", "not a regular file"},
 		{"tls without key", "listen: [{addr: 127.0.0.1:443, tls: {cert: c.pem}}]", "listen[0].tls", "both cert and key are required"},
 		{"tls missing files", "listen: [{addr: 127.0.0.1:443, tls: {cert: /nonexistent/c.pem, key: /nonexistent/k.pem}}]", "listen[0].tls.cert", "no such file"},
 		// server
@@ -333,6 +342,10 @@ func TestValidationRules(t *testing.T) {
 func TestValidationAccepts(t *testing.T) {
 	for _, src := range []string{
 		"listen: [127.0.0.1:0, 127.0.0.1:0]\nadmin: 127.0.0.1:0", // port 0 may repeat
+		"admin: {addr: 127.0.0.1:0, pprof: true}",
+		"admin: {addr: 'localhost:9901'}",
+		"admin: '[::1]:9901'",
+		"admin: 127.1.2.3:9901",
 		"listen: ':8080'",
 		"listen: localhost:8080",
 		`listen: "[::1]:8080"`,
@@ -455,7 +468,8 @@ func TestTypeErrors(t *testing.T) {
 		{"int given a quoted number", `server: {max_conns: "10"}`, "server.max_conns", `"10" is not a valid int`},
 		{"int given a list", "server: {max_conns: [1]}", "server.max_conns", "want a int, got a list"},
 		{"bool given a word", "log: {access: maybe}", "log.access", `"maybe" is not a valid bool`},
-		{"string given a mapping", "admin: {a: b}", "admin", "want a string, got a mapping"},
+		{"string given a mapping", "log: {level: {a: b}}", "log.level", "want a string, got a mapping"},
+		{"admin given a list", "admin: [127.0.0.1:1]", "admin", "want a mapping, got a list"},
 		{"duration without unit", "server: {idle_timeout: 30}", "server.idle_timeout", `"30" is not a duration`},
 		{"duration given a list", "server: {idle_timeout: [30s]}", "server.idle_timeout", "want a duration like 50ms, got a list"},
 		{"size given a mapping", appWith("limits: {body: {mb: 10}}"), "apps.a.limits.body", "want a size like 10MB, got a mapping"},

@@ -42,8 +42,8 @@ func (c *Config) Validate() error {
 				"delete the key (docs/config.md, listen)")
 		}
 	}
-	checkListenAddr(&errs, "admin", c.Admin)
-	claim("admin", c.Admin)
+	c.Admin.validate(&errs)
+	claim("admin.addr", c.Admin.Addr)
 	c.Server.validate(&errs)
 	c.Upstream.validate(&errs)
 	c.Log.validate(&errs)
