@@ -52,7 +52,7 @@ BACKEND_PORT=${BACKEND_PORT:-9121}
 NGINX_PORT=18280
 HAPROXY_PORT=18281
 LEVEE_PORT=18282
-LEVEE_FAST_PORT=18283
+
 CAL_PORT=18284
 LEVEE_ADMIN_PORT=18292
 
@@ -82,7 +82,7 @@ wait_drained() {
 }
 
 # ---------------------------------------------------------------- ports
-check_ports backend "$BACKEND_PORT" "$NGINX_PORT" "$HAPROXY_PORT" "$LEVEE_PORT" "$LEVEE_FAST_PORT" "$CAL_PORT" "$LEVEE_ADMIN_PORT"
+check_ports backend "$BACKEND_PORT" "$NGINX_PORT" "$HAPROXY_PORT" "$LEVEE_PORT" "$CAL_PORT" "$LEVEE_ADMIN_PORT"
 
 # ---------------------------------------------------------------- builds
 log "building bench/backend and bench/loadgen"

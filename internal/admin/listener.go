@@ -4,9 +4,9 @@ import (
 	"log"
 	"net"
 	"net/http"
-	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/leveeproxy/levee/internal/netlimit"
 )
 
 // The admin listener's own bounds. It serves operators and scrapers, a few
@@ -44,40 +44,5 @@ func NewServer(h http.Handler, errorLog *log.Logger) *http.Server {
 // LimitListener returns ln accepting at most max open connections: one
 // accepted beyond that is closed at once, so the client sees it refused
 // instead of waiting in the kernel's backlog. Closing a returned conn frees
-// its place. It is safe for concurrent use.
-func LimitListener(ln net.Listener, max int) net.Listener {
-	return &limitListener{Listener: ln, max: int64(max)}
-}
-
-type limitListener struct {
-	net.Listener
-	max  int64
-	open atomic.Int64
-}
-
-func (l *limitListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		if l.open.Add(1) > l.max {
-			l.open.Add(-1)
-			c.Close()
-			continue
-		}
-		return &limitConn{Conn: c, l: l}, nil
-	}
-}
-
-type limitConn struct {
-	net.Conn
-	once sync.Once
-	l    *limitListener
-}
-
-func (c *limitConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(func() { c.l.open.Add(-1) })
-	return err
-}
+// its place. It is the proxy listeners' bound (netlimit), uncounted.
+func LimitListener(ln net.Listener, max int) net.Listener { return netlimit.New(ln, max, nil) }

@@ -272,16 +272,7 @@ func (p *Pool) copyRequest(ctx *fasthttp.RequestCtx, out *fasthttp.RequestHeader
 	out.DisableNormalizing()
 	out.SetMethodBytes(in.Method())
 	out.SetRequestURIBytes(in.RequestURI())
-	var conn connTokens
-	var upgrade []byte
-	for k, v := range in.All() {
-		switch {
-		case equalFold(k, "Connection"):
-			conn.add(v)
-		case equalFold(k, "Upgrade"):
-			upgrade = v
-		}
-	}
+	conn, upgrade := connectionOf(in)
 	upgrading = conn.has([]byte("upgrade")) && len(upgrade) > 0 && !hasH2C(upgrade)
 	h2c := len(upgrade) > 0 && hasH2C(upgrade)
 	for k, v := range in.All() {
@@ -304,6 +295,20 @@ func (p *Pool) copyRequest(ctx *fasthttp.RequestCtx, out *fasthttp.RequestHeader
 	}
 	p.trust.setForwardedFast(ctx, out)
 	return upgrading
+}
+
+// connectionOf reads a request's hop-by-hop vocabulary: the header names
+// its Connection headers list, and its Upgrade value (the last one).
+func connectionOf(in *fasthttp.RequestHeader) (conn connTokens, upgrade []byte) {
+	for k, v := range in.All() {
+		switch {
+		case equalFold(k, "Connection"):
+			conn.add(v)
+		case equalFold(k, "Upgrade"):
+			upgrade = v
+		}
+	}
+	return conn, upgrade
 }
 
 // copyResponse copies a backend's status and end-to-end headers to out.

@@ -85,16 +85,7 @@ func FuzzCopyRequest(f *testing.F) {
 			t.Fatalf("request-URI %q, received %q", back.RequestURI(), in.RequestURI())
 		}
 
-		var conn connTokens
-		var upgrade []byte
-		for k, v := range in.All() {
-			switch {
-			case equalFold(k, "Connection"):
-				conn.add(v)
-			case equalFold(k, "Upgrade"):
-				upgrade = v
-			}
-		}
+		conn, upgrade := connectionOf(in)
 		counts := map[string]int{}
 		for k, v := range back.All() {
 			for _, c := range k {

@@ -61,6 +61,14 @@ var table = map[string]*Reply{}
 // read without a lock afterwards). It returns the reply, so a package can
 // keep a pointer and skip the lookup.
 func Register(r Reply) *Reply {
+	p := build(r)
+	table[r.Reason] = p
+	return p
+}
+
+// build fills a reply's defaults (the body, the Reject header) and the
+// prebuilt forms the engines write.
+func build(r Reply) *Reply {
 	if r.Body == "" {
 		r.Body = "levee: rejected: " + r.Reason + "\n"
 	}
@@ -68,9 +76,7 @@ func Register(r Reply) *Reply {
 		r.Header = Reject
 	}
 	r.reason, r.body, r.reasonV = []byte(r.Reason), []byte(r.Body), []string{r.Reason}
-	p := &r
-	table[r.Reason] = p
-	return p
+	return &r
 }
 
 // For returns the reply for reason. A reason nobody registered (a broken
@@ -79,9 +85,7 @@ func For(reason string) *Reply {
 	if r, ok := table[reason]; ok {
 		return r
 	}
-	r := Reply{Status: http.StatusServiceUnavailable, Header: Reject, Reason: reason, Body: "levee: rejected: " + reason + "\n"}
-	r.reason, r.body, r.reasonV = []byte(r.Reason), []byte(r.Body), []string{r.Reason}
-	return &r
+	return build(Reply{Status: http.StatusServiceUnavailable, Reason: reason})
 }
 
 // Known reports whether reason is in the table (for tests).
@@ -106,10 +110,10 @@ var (
 		Body: "levee: rejected: bandwidth: the transfer was held too long\n", RetryAfter: time.Second, Close: true})
 	BodyReply = Register(Reply{Status: http.StatusRequestEntityTooLarge, Reason: Body,
 		Body: "levee: rejected: request body too large\n"})
-	// BodyCutReply is BodyReply for a body cut off while it streamed.
-	BodyCutReply = &Reply{Status: http.StatusRequestEntityTooLarge, Header: Reject, Reason: Body,
-		Body: "levee: rejected: request body too large\n", Close: true,
-		reason: []byte(Body), body: []byte("levee: rejected: request body too large\n"), reasonV: []string{Body}}
+	// BodyCutReply is BodyReply for a body cut off while it streamed (not
+	// in the table: the reason is BodyReply's).
+	BodyCutReply = build(Reply{Status: http.StatusRequestEntityTooLarge, Reason: Body,
+		Body: "levee: rejected: request body too large\n", Close: true})
 	BadRequestBodyReply = Register(Reply{Status: http.StatusBadRequest, Header: Error, Reason: BadRequestBody,
 		Body: "levee: bad request body\n", Close: true})
 	BackendTimeoutReply = Register(Reply{Status: http.StatusGatewayTimeout, Header: Error, Reason: BackendTimeout,

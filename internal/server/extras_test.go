@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"github.com/leveeproxy/levee/internal/config"
 	"io"
 	"net"
 	"net/http"
@@ -114,9 +115,10 @@ func TestUnroutedRequestsAreCounted(t *testing.T) {
 	}
 }
 
-// A certificate that disappeared after validation makes Listen fail and
-// bind nothing, instead of serving a listener whose every handshake fails.
-func TestListenFailsWhenTheCertificateIsGone(t *testing.T) {
+// tlsConfigCertGone is a validated config with one TLS listener whose
+// certificate file was removed since.
+func tlsConfigCertGone(t *testing.T) (*config.Config, string) {
+	t.Helper()
 	cert, key, _ := selfSigned(t)
 	cfg := mustParse(t, fmt.Sprintf(`
 listen: [{addr: 127.0.0.1:0, tls: {cert: %s, key: %s}}]
@@ -128,6 +130,13 @@ apps:
 	if err := os.Remove(cert); err != nil {
 		t.Fatal(err)
 	}
+	return cfg, cert
+}
+
+// A certificate that disappeared after validation makes Listen fail and
+// bind nothing, instead of serving a listener whose every handshake fails.
+func TestListenFailsWhenTheCertificateIsGone(t *testing.T) {
+	cfg, _ := tlsConfigCertGone(t)
 	srv := New(cfg, Options{})
 	if err := srv.Listen(); err == nil || !strings.Contains(err.Error(), "tls") {
 		t.Fatalf("Listen with a missing certificate: err = %v; want a tls error", err)
@@ -137,17 +146,7 @@ apps:
 // A certificate path that became a FIFO after validation makes Listen fail
 // at once, naming the field, instead of blocking in open or reading forever.
 func TestListenRefusesACertificateThatIsNotAFile(t *testing.T) {
-	cert, key, _ := selfSigned(t)
-	cfg := mustParse(t, fmt.Sprintf(`
-listen: [{addr: 127.0.0.1:0, tls: {cert: %s, key: %s}}]
-apps:
-  a:
-    hosts: [a.test]
-    backends: [127.0.0.1:9]
-`, cert, key))
-	if err := os.Remove(cert); err != nil {
-		t.Fatal(err)
-	}
+	cfg, cert := tlsConfigCertGone(t)
 	if err := syscall.Mkfifo(cert, 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,7 @@ func (s *Server) fastServer(cfg *config.Config) *fasthttp.Server {
 		// The read buffer holds the request line and headers: its size is the
 		// header limit (larger requests get 431 from fastParseError).
 		ReadBufferSize: int(sc.MaxHeaderBytes),
-		// Open connections are bounded at accept by limitListener; this only
+		// Open connections are bounded at accept by netlimit.Listener; this only
 		// keeps fasthttp's own default (256k) from being the tighter bound.
 		Concurrency: sc.MaxConns,
 		// Bodies stream and limits.body is levee's; fasthttp buffers none.

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/leveeproxy/levee/internal/netlimit"
 )
 
 // pollInterval is how often a waiting fasthttp request probes its client's
@@ -157,7 +159,7 @@ func rawConn(c net.Conn) syscall.RawConn {
 	}
 	for {
 		switch v := c.(type) {
-		case *countedConn:
+		case *netlimit.Conn:
 			c = v.Conn
 		case *replayConn:
 			c = v.Conn

@@ -6,6 +6,8 @@ import (
 	"net"
 	"syscall"
 	"testing"
+
+	"github.com/leveeproxy/levee/internal/netlimit"
 )
 
 // peeked is how many bytes wait in the socket of raw (up to 64), read
@@ -40,9 +42,9 @@ func TestPeerGone(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			client, server := tcpPair(t)
-			raw := rawConn(&countedConn{Conn: server})
+			raw := rawConn(netlimit.Wrap(server))
 			if raw == nil {
-				t.Fatal("no socket found under a countedConn")
+				t.Fatal("no socket found under a netlimit.Conn")
 			}
 			if peerGone(raw) {
 				t.Fatal("an open connection was taken for gone")
@@ -66,7 +68,7 @@ func TestPeerGone(t *testing.T) {
 // comes in (h2c's replay, TLS), and none under a conn without a socket.
 func TestRawConnFindsTheSocket(t *testing.T) {
 	_, server := tcpPair(t)
-	counted := &countedConn{Conn: server}
+	counted := netlimit.Wrap(server)
 	for name, c := range map[string]net.Conn{
 		"counted": counted,
 		"replay":  &replayConn{Conn: counted},
@@ -79,7 +81,7 @@ func TestRawConnFindsTheSocket(t *testing.T) {
 	a, b := net.Pipe()
 	defer a.Close()
 	defer b.Close()
-	if rawConn(&countedConn{Conn: a}) != nil {
+	if rawConn(netlimit.Wrap(a)) != nil {
 		t.Error("a pipe has no socket to probe")
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/leveeproxy/levee/internal/netlimit"
 )
 
 // These tests are of the fasthttp engine, which serves HTTP/1.1: their
@@ -305,7 +307,7 @@ func fastCtxOn(t *testing.T, host string) (*fasthttp.RequestCtx, *net.TCPConn) {
 	t.Helper()
 	client, server := tcpPair(t)
 	var ctx fasthttp.RequestCtx
-	ctx.Init2(&countedConn{Conn: server}, nil, false)
+	ctx.Init2(netlimit.Wrap(server), nil, false)
 	fastRequest(&ctx, host)
 	return &ctx, client
 }

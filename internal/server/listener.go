@@ -9,12 +9,13 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/leveeproxy/levee/internal/config"
+
+	"github.com/leveeproxy/levee/internal/netlimit"
 )
 
 // listener is one client-facing socket. Each connection it accepts is
@@ -24,7 +25,7 @@ import (
 // listener without h2c hands every connection to fasthttp as it is.
 type listener struct {
 	cfg config.Listener
-	ln  *limitedListener // the socket, bounded at server.max_conns
+	ln  *netlimit.Listener // the socket, bounded at server.max_conns
 	h1  *fasthttp.Server
 	h2  *http.Server // nil when the listener has neither tls nor h2c
 	// h1q and h2q are what the engines accept from when a connection must
@@ -54,7 +55,7 @@ func (s *Server) newListener(cfg *config.Config, lc config.Listener, ln net.List
 		l.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
 			NextProtos: []string{"h2", "http/1.1"}}
 	}
-	l.ln = limitListener(ln, cfg.Server.MaxConns, func() { s.metrics.ConnRejected(lc.Addr) })
+	l.ln = netlimit.New(ln, cfg.Server.MaxConns, func() { s.metrics.ConnRejected(lc.Addr) })
 	if lc.TLS != nil || lc.H2C {
 		l.h2 = s.h2Server(cfg, lc.H2C)
 		l.h1q, l.h2q = newConnQueue(ln.Addr()), newConnQueue(ln.Addr())
@@ -235,7 +236,7 @@ func (l *listener) closeAll() {
 	if l.h2 != nil {
 		l.h2.Close()
 	}
-	l.ln.closeAll() // fasthttp leaves them running
+	l.ln.CloseAll() // fasthttp leaves them running
 }
 
 // connQueue is a net.Listener fed by a listener's sorting: an engine
@@ -276,85 +277,3 @@ func (q *connQueue) Close() error {
 }
 
 func (q *connQueue) Addr() net.Addr { return q.addr }
-
-// limitListener closes connections accepted beyond max open ones, at once and
-// counted, rather than leaving them in the kernel's backlog where clients
-// time out slowly and retry.
-// It also keeps the open connections, so a drain that runs out of time can
-// close them (closeAll).
-func limitListener(ln net.Listener, max int, onReject func()) *limitedListener {
-	return &limitedListener{Listener: ln, max: int64(max), onReject: onReject, conns: map[*countedConn]struct{}{}}
-}
-
-type limitedListener struct {
-	net.Listener
-	open     atomic.Int64
-	max      int64
-	onReject func()
-
-	mu    sync.Mutex
-	conns map[*countedConn]struct{}
-}
-
-// closeAll closes every open connection accepted by l.
-func (l *limitedListener) closeAll() {
-	l.mu.Lock()
-	conns := make([]*countedConn, 0, len(l.conns))
-	for c := range l.conns {
-		conns = append(conns, c)
-	}
-	l.mu.Unlock()
-	for _, c := range conns {
-		c.Close()
-	}
-}
-
-func (l *limitedListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		if l.open.Add(1) > l.max {
-			l.open.Add(-1)
-			c.Close()
-			l.onReject()
-			continue
-		}
-		cc := &countedConn{Conn: c, l: l, ip: peerString(c.RemoteAddr())}
-		l.mu.Lock()
-		l.conns[cc] = struct{}{}
-		l.mu.Unlock()
-		return cc, nil
-	}
-}
-
-type countedConn struct {
-	net.Conn
-	once sync.Once
-	l    *limitedListener
-	ip   string // the peer's address, formatted once per connection
-}
-
-// PeerIP is the peer's address without its port: a client key of "ip"
-// reads it per request without formatting (or allocating) it again.
-func (c *countedConn) PeerIP() string { return c.ip }
-
-// peerString formats a TCP peer's address ("" for another kind).
-func peerString(a net.Addr) string {
-	if ta, ok := a.(*net.TCPAddr); ok {
-		return ta.AddrPort().Addr().Unmap().String()
-	}
-	return ""
-}
-
-func (c *countedConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(func() {
-		c.l.open.Add(-1)
-		c.l.mu.Lock()
-		delete(c.l.conns, c)
-		c.l.mu.Unlock()
-	})
-	return err
-}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/leveeproxy/levee/internal/admit"
 	"github.com/leveeproxy/levee/internal/reply"
+
+	"github.com/leveeproxy/levee/internal/netlimit"
 )
 
 // refusalCase is one reason levee refuses a request for, set up on an
@@ -109,7 +111,7 @@ func refusalServer(tb testing.TB, rc refusalCase) (*Server, *fasthttp.RequestCtx
 	}
 	ctx := new(fasthttp.RequestCtx)
 	// A connection as the listener makes them: the peer's address formatted once.
-	ctx.Init2(&countedConn{Conn: fakeConn{}, ip: "10.0.0.1"}, nil, false)
+	ctx.Init2(netlimit.Wrap(fakeConn{}), nil, false)
 	return p, ctx
 }
 
