@@ -824,6 +824,29 @@ func TestHTTP2(t *testing.T) {
 		})
 	}
 
+	// HTTP/1.1 over TLS is fasthttp's, not net/http's: a request framed two
+	// ways (Content-Length and Transfer-Encoding) is refused with 400 there,
+	// where net/http would read it by Transfer-Encoding and serve it.
+	t.Run("http1 over tls is served by the HTTP/1.1 engine", func(t *testing.T) {
+		conn, err := tls.Dial("tcp", addrs[0].String(), &tls.Config{RootCAs: roots, ServerName: "photos.test", NextProtos: []string{"http/1.1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if p := conn.ConnectionState().NegotiatedProtocol; p != "http/1.1" {
+			t.Fatalf("ALPN %q, want http/1.1", p)
+		}
+		io.WriteString(conn, "POST / HTTP/1.1\r\nHost: photos.test\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readAll(t, resp)
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Fatalf("status %d, want 400 from the HTTP/1.1 engine", resp.StatusCode)
+		}
+	})
+
 	t.Run("no h2c on a plain listener", func(t *testing.T) {
 		req, _ := http.NewRequest(http.MethodGet, plainURL+"/", nil)
 		req.Host = "photos.test"
