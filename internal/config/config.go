@@ -67,6 +67,17 @@ type Server struct {
 	TrustedProxies []string `yaml:"trusted_proxies"`
 	// DrainTimeout bounds how long SIGTERM waits for in-flight requests.
 	DrainTimeout Duration `yaml:"drain_timeout"`
+	// MaxConnsPerIP is the most open connections from one client address
+	// per listener; trusted_proxies are exempt (they carry many clients).
+	MaxConnsPerIP int `yaml:"max_conns_per_ip"`
+	// MinRate is the fewest bytes a second a client may send a request body
+	// or read a response at, once MinRateGrace has passed; slower clients
+	// are cut off. off leaves only read_timeout and write_timeout.
+	MinRate      ByteRate `yaml:"min_rate"`
+	MinRateGrace Duration `yaml:"min_rate_grace"`
+	// BufferMemory bounds the bytes held, across all requests, in request
+	// and response buffers (limits.request_buffer, limits.response_buffer).
+	BufferMemory ByteSize `yaml:"buffer_memory"`
 }
 
 // Upstream holds the connection settings toward backends.
@@ -198,6 +209,14 @@ type Limits struct {
 	Queue       Queue       `yaml:"queue"`
 	// Body is the largest request body accepted; larger ones get 413.
 	Body ByteSize `yaml:"body"`
+	// RequestBuffer is how much of a request body is read before the request
+	// takes a concurrency slot: a body this size or smaller reaches the
+	// backend whole, however slowly the client sends it.
+	RequestBuffer ByteSize `yaml:"request_buffer"`
+	// ResponseBuffer is the largest response (by Content-Length) read whole
+	// from the backend before it is sent on, so the slot is given back when
+	// the backend is done rather than when a slow client is.
+	ResponseBuffer ByteSize `yaml:"response_buffer"`
 	// HeaderBytes bounds the request header block (names and values; 431).
 	HeaderBytes ByteSize `yaml:"header_bytes"`
 	// HeaderCount bounds the number of request header fields (431).
@@ -338,6 +357,13 @@ const (
 	DefaultMaxHeaderBytes        = 64 << 10
 	DefaultMaxConns              = 10000
 	DefaultDrainTimeout          = 30 * time.Second
+	DefaultMaxConnsPerIP         = 1024
+	DefaultMinRate               = 1 << 10
+	DefaultMinRateGrace          = 10 * time.Second
+	DefaultBufferMemory          = 256 << 20
+	DefaultRequestBuffer         = 1 << 20
+	DefaultResponseBuffer        = 64 << 10
+	MaxRequestBuffer             = 16 << 20
 	DefaultMaxConnsPerBackend    = 256
 	DefaultMaxIdlePerBackend     = 64
 	DefaultDialTimeout           = 2 * time.Second
@@ -394,6 +420,10 @@ func Default() Config {
 			MaxHeaderBytes:    DefaultMaxHeaderBytes,
 			MaxConns:          DefaultMaxConns,
 			DrainTimeout:      Duration(DefaultDrainTimeout),
+			MaxConnsPerIP:     DefaultMaxConnsPerIP,
+			MinRate:           DefaultMinRate,
+			MinRateGrace:      Duration(DefaultMinRateGrace),
+			BufferMemory:      DefaultBufferMemory,
 		},
 		Upstream: Upstream{
 			MaxConnsPerBackend:    DefaultMaxConnsPerBackend,
@@ -424,14 +454,16 @@ func DefaultApp() *App {
 			Concurrency: Concurrency{Limit: DefaultConcurrency, Adaptive: AdaptiveOff, Min: DefaultAdaptiveMin, Max: DefaultAdaptiveMax},
 			Queue: Queue{MaxWait: Duration(DefaultQueueMaxWait), MaxLen: DefaultQueueMaxLen,
 				Target: Duration(DefaultQueueTarget), Interval: Duration(DefaultQueueInterval)},
-			Body:        DefaultBody,
-			HeaderBytes: DefaultHeaderBytes,
-			HeaderCount: DefaultHeaderCount,
-			URLLength:   DefaultURLLength,
-			QueryValues: DefaultQueryValues,
-			Client:      ClientLimit{Key: "ip", MaxKeys: DefaultClientMaxKeys, TopK: DefaultClientTopK},
-			Priority:    Priority{Default: ClassDefault},
-			Bandwidth:   Bandwidth{MaxDelay: Duration(DefaultBandwidthMaxDelay)},
+			Body:           DefaultBody,
+			RequestBuffer:  DefaultRequestBuffer,
+			ResponseBuffer: DefaultResponseBuffer,
+			HeaderBytes:    DefaultHeaderBytes,
+			HeaderCount:    DefaultHeaderCount,
+			URLLength:      DefaultURLLength,
+			QueryValues:    DefaultQueryValues,
+			Client:         ClientLimit{Key: "ip", MaxKeys: DefaultClientMaxKeys, TopK: DefaultClientTopK},
+			Priority:       Priority{Default: ClassDefault},
+			Bandwidth:      Bandwidth{MaxDelay: Duration(DefaultBandwidthMaxDelay)},
 		},
 	}
 }

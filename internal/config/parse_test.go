@@ -87,6 +87,10 @@ func TestParseExampleGetsDefaults(t *testing.T) {
 		MaxHeaderBytes:    DefaultMaxHeaderBytes,
 		MaxConns:          DefaultMaxConns,
 		DrainTimeout:      Duration(DefaultDrainTimeout),
+		MaxConnsPerIP:     DefaultMaxConnsPerIP,
+		MinRate:           DefaultMinRate,
+		MinRateGrace:      Duration(DefaultMinRateGrace),
+		BufferMemory:      DefaultBufferMemory,
 	}
 	if !reflect.DeepEqual(cfg.Server, wantServer) {
 		t.Errorf("Server = %+v, want %+v", cfg.Server, wantServer)
@@ -127,14 +131,16 @@ func TestParseExampleGetsDefaults(t *testing.T) {
 			Concurrency: Concurrency{Limit: DefaultConcurrency, Adaptive: AdaptiveOff, Min: DefaultAdaptiveMin, Max: DefaultAdaptiveMax},
 			Queue: Queue{MaxWait: Duration(DefaultQueueMaxWait), MaxLen: DefaultQueueMaxLen,
 				Target: Duration(DefaultQueueTarget), Interval: Duration(DefaultQueueInterval)},
-			Body:        DefaultBody,
-			HeaderBytes: DefaultHeaderBytes,
-			HeaderCount: DefaultHeaderCount,
-			URLLength:   DefaultURLLength,
-			QueryValues: DefaultQueryValues,
-			Client:      ClientLimit{Key: "ip", MaxKeys: DefaultClientMaxKeys, TopK: DefaultClientTopK},
-			Priority:    Priority{Default: ClassDefault},
-			Bandwidth:   Bandwidth{MaxDelay: Duration(DefaultBandwidthMaxDelay)},
+			Body:           DefaultBody,
+			RequestBuffer:  DefaultRequestBuffer,
+			ResponseBuffer: DefaultResponseBuffer,
+			HeaderBytes:    DefaultHeaderBytes,
+			HeaderCount:    DefaultHeaderCount,
+			URLLength:      DefaultURLLength,
+			QueryValues:    DefaultQueryValues,
+			Client:         ClientLimit{Key: "ip", MaxKeys: DefaultClientMaxKeys, TopK: DefaultClientTopK},
+			Priority:       Priority{Default: ClassDefault},
+			Bandwidth:      Bandwidth{MaxDelay: Duration(DefaultBandwidthMaxDelay)},
 		},
 	}
 	if got := cfg.Apps["photos"]; !reflect.DeepEqual(got, want) {

@@ -117,6 +117,14 @@ func (s *Server) validate(errs *Errors) {
 		errs.add("server.max_header_bytes", "must be 1KiB..16MiB (got %d)", s.MaxHeaderBytes)
 	}
 	within(errs, "server.max_conns", s.MaxConns, 1, 10_000_000)
+	within(errs, "server.max_conns_per_ip", s.MaxConnsPerIP, 1, 10_000_000)
+	if s.MinRate < 0 || s.MinRate > 1<<30 {
+		errs.add("server.min_rate", "must be off or 1B/s..1GiB/s (got %d)", s.MinRate)
+	}
+	positive(errs, "server.min_rate_grace", s.MinRateGrace)
+	if s.BufferMemory < 1<<20 || s.BufferMemory > 1<<40 {
+		errs.add("server.buffer_memory", "must be 1MiB..1TiB (got %d)", s.BufferMemory)
+	}
 	for i, p := range s.TrustedProxies {
 		if _, err := parsePrefix(p); err != nil {
 			errs.add(fmt.Sprintf("server.trusted_proxies[%d]", i), "%v", err)
@@ -301,6 +309,12 @@ func validateApp(errs *Errors, name string, a *App, routes map[string]string) {
 func validateShape(errs *Errors, p string, l Limits) {
 	if l.Body < 0 || l.Body > 1<<40 {
 		errs.add(p+".body", "must be 0..1TiB (got %d)", l.Body)
+	}
+	if l.RequestBuffer < 0 || l.RequestBuffer > MaxRequestBuffer {
+		errs.add(p+".request_buffer", "must be 0..16MiB (got %d)", l.RequestBuffer)
+	}
+	if l.ResponseBuffer < 0 || l.ResponseBuffer > MaxRequestBuffer {
+		errs.add(p+".response_buffer", "must be 0..16MiB (got %d)", l.ResponseBuffer)
 	}
 	if l.HeaderBytes < 1 || l.HeaderBytes > 16<<20 {
 		errs.add(p+".header_bytes", "must be 1..16MiB (got %d)", l.HeaderBytes)

@@ -14,6 +14,8 @@ import (
 	"github.com/leveeproxy/levee/internal/balance"
 	"github.com/leveeproxy/levee/internal/bandwidth"
 	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/membuf"
+	"github.com/leveeproxy/levee/internal/netlimit"
 	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/shape"
 )
@@ -76,13 +78,24 @@ func Release(slot Releaser, code int) {
 // errBodyTooLarge is a request body cut off at limits.body while streaming.
 var errBodyTooLarge = errors.New("forward: request body too large")
 
+// Body is a request body as the server hands it on: limits.body, and what
+// it read of the body before the request was admitted.
+type Body struct {
+	Limit int64  // limits.body, enforced on what still streams
+	Head  []byte // read ahead of admission; valid until ServeFast returns
+	// Whole: Head is the whole body, sent with its length. Otherwise the
+	// rest follows Head from Rest, or from the request's own stream.
+	Whole bool
+	Rest  io.Reader
+}
+
 // ServeFast forwards ctx's request (fasthttp engine) to the next backend and
-// streams back the response. It owns slot and releases it exactly once: when
-// the response body has been passed on or the upgraded connection has
-// closed, which may be after ServeFast returns. bodyLimit is limits.body,
-// enforced while a body of unknown length streams; sh counts batch items
-// (nil counts nothing).
-func (p *Pool) ServeFast(ctx *fasthttp.RequestCtx, bodyLimit int64, sh *shape.Checker, slot Releaser) {
+// passes back the response. It owns slot and releases it exactly once: when
+// the backend's answer has been read (whole, for a response of at most
+// response_buffer bytes), when a streamed response has been passed on, or
+// when the upgraded connection has closed; perhaps after ServeFast returns.
+// sh counts batch items (nil counts nothing).
+func (p *Pool) ServeFast(ctx *fasthttp.RequestCtx, body Body, sh *shape.Checker, slot Releaser) {
 	start := time.Now()
 	key := p.key.Fast(ctx)
 	bal := p.balancer(key)
@@ -96,10 +109,10 @@ func (p *Pool) ServeFast(ctx *fasthttp.RequestCtx, bodyLimit int64, sh *shape.Ch
 	be := p.backends[i]
 	be.requests.Inc()
 	pk := newPick(p, bal, i, start, slot)
-	p.serveFast(ctx, be, bodyLimit, sh, pk)
+	p.serveFast(ctx, be, body, sh, pk)
 }
 
-func (p *Pool) serveFast(ctx *fasthttp.RequestCtx, be *backend, bodyLimit int64, sh *shape.Checker, pk *pick) {
+func (p *Pool) serveFast(ctx *fasthttp.RequestCtx, be *backend, in Body, sh *shape.Checker, pk *pick) {
 	out := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(out)
 	upgrading := p.copyRequest(ctx, &out.Header)
@@ -113,26 +126,40 @@ func (p *Pool) serveFast(ctx *fasthttp.RequestCtx, be *backend, bodyLimit int64,
 		out.Header.SetConnectionClose()
 	}
 	var body *limitedBody
-	if bs := ctx.RequestBodyStream(); bs != nil {
+	bs := ctx.RequestBodyStream()
+	whole := in.Head
+	if bs == nil && !in.Whole {
+		whole = ctx.Request.Body() // read whole by fasthttp (tests)
+	}
+	switch {
+	case in.Whole || bs == nil:
+		if b := whole; len(b) > 0 {
+			// Read whole: count its batch before any backend work.
+			if br := sh.BatchReader(bytes.NewReader(b)); br != nil {
+				if _, err := io.Copy(io.Discard, br); err != nil {
+					p.fastError(ctx, be, err, nil)
+					pk.finish(ctx)
+					return
+				}
+			}
+			out.SetBodyRaw(b)
+		}
+	case bs != nil:
+		if in.Rest != nil {
+			bs = in.Rest
+		}
+		if len(in.Head) > 0 {
+			bs = io.MultiReader(bytes.NewReader(in.Head), bs)
+		}
 		if p.bw != nil {
 			bs = p.bw.Reader(ctx, bs)
 		}
-		body = &limitedBody{r: bs, left: bodyLimit}
+		body = &limitedBody{r: bs, left: in.Limit}
 		var r io.Reader = body
 		if br := sh.BatchReader(body); br != nil {
 			r = br
 		}
 		out.SetBodyStream(r, ctx.Request.Header.ContentLength())
-	} else if b := ctx.Request.Body(); len(b) > 0 {
-		// Already read whole: count its batch before any backend work.
-		if br := sh.BatchReader(bytes.NewReader(b)); br != nil {
-			if _, err := io.Copy(io.Discard, br); err != nil {
-				p.fastError(ctx, be, err, nil)
-				pk.finish(ctx)
-				return
-			}
-		}
-		out.SetBodyRaw(b)
 	}
 	var t tries
 	retrying := p.retry.enabled(len(p.backends))
@@ -157,26 +184,61 @@ func (p *Pool) serveFast(ctx *fasthttp.RequestCtx, be *backend, bodyLimit int64,
 	}
 	copyResponse(&ctx.Response, resp)
 	if bs := resp.BodyStream(); bs != nil && !ctx.IsHead() {
-		n := resp.Header.ContentLength()
-		if n < 0 {
-			n = -1 // chunked to the client, whatever the backend's framing
-		}
-		pk.code = resp.StatusCode()
-		if c := connOf(resp); c != nil {
-			c.streamBody()
-		}
-		fb := &fastBody{resp: resp, slot: pk, r: resp.BodyStream()}
-		if p.bw != nil {
-			// Paced as it is read from the backend; a cut ends the stream
-			// with an error, which closes the client's connection.
-			fb.r, fb.onCut = p.bw.Reader(ctx, fb.r), p.onReject
-		}
-		ctx.Response.SetBodyStream(fb, n)
+		p.passBody(ctx, be, resp, bs, pk)
 		return
 	}
 	releaseBody(resp, nil)
 	fasthttp.ReleaseResponse(resp)
 	pk.finish(ctx)
+}
+
+// passBody passes a backend's response body on to the client. A body of
+// known length up to response_buffer is read whole first, and the backend
+// connection and the slot are given back before the client reads a byte;
+// a longer one, or one without a length, streams through, holding both
+// until the backend's end. Either way a client that reads slower than
+// server.min_rate is cut off.
+func (p *Pool) passBody(ctx *fasthttp.RequestCtx, be *backend, resp *fasthttp.Response, bs io.Reader, pk *pick) {
+	n := resp.Header.ContentLength()
+	pk.code = resp.StatusCode()
+	now := time.Now()
+	fb := &fastBody{p: p, resp: resp, r: bs, slot: pk, conn: ctx.Conn(), start: now}
+	if wt := p.writeTimeout; wt > 0 {
+		fb.limit = now.Add(wt)
+	}
+	if n >= 0 && int64(n) <= p.respBuffer {
+		fb.head.Init(p.buffers)
+		fb.head.Reserve(n)
+		done, err := fb.head.Fill(bs, n)
+		if err != nil {
+			// The backend failed mid-body, before the client has had a byte:
+			// it gets levee's answer instead of a truncated one.
+			fb.head.Free()
+			releaseBody(resp, err)
+			fasthttp.ReleaseResponse(resp)
+			ctx.Response.Reset()
+			p.fastError(ctx, be, err, nil)
+			pk.finish(ctx)
+			return
+		}
+		if done || fb.head.Len() == n {
+			fb.backendDone(nil)
+		}
+	}
+	if n < 0 {
+		n = -1 // chunked to the client, whatever the backend's framing
+	}
+	if fb.resp != nil {
+		if c := connOf(resp); c != nil {
+			c.streamBody()
+		}
+		if p.bw != nil {
+			// Paced as it is read from the backend; a cut ends the stream
+			// with an error, which closes the client's connection.
+			fb.r, fb.onCut = p.bw.Reader(ctx, fb.r), p.onReject
+		}
+	}
+	ctx.Response.SetBodyStream(fb, n)
 }
 
 func (p *Pool) fastError(ctx *fasthttp.RequestCtx, be *backend, err error, body *limitedBody) {
@@ -188,6 +250,9 @@ func (p *Pool) fastError(ctx *fasthttp.RequestCtx, be *backend, err error, body 
 	case errors.As(err, &v):
 		p.onReject(string(v.Reason))
 		reply.ViolationFast(ctx, v, true) // the rest of the body is unread
+	case body != nil && errors.Is(body.err, netlimit.ErrTooSlow):
+		p.tooSlow(body.err)
+		reply.MinRateReply.Fast(ctx, 0)
 	case body != nil && errors.Is(body.err, errBodyTooLarge):
 		p.onReject(reply.Body)
 		reply.BodyCutReply.Fast(ctx, 0)
@@ -232,33 +297,92 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// fastBody streams a backend's response body to the client; closing it
-// (fasthttp does, after writing) releases the response and the slot.
+// fastBody passes a backend's response body to the client: first what was
+// read ahead (head), then the rest from the backend (r). The backend's
+// response and the slot are given back at the backend's end, or at Close
+// (fasthttp closes the body after writing it, or when it fails).
 type fastBody struct {
-	resp  *fasthttp.Response
+	p     *Pool
+	resp  *fasthttp.Response // nil once the backend's part is done
+	head  membuf.Buffer
+	off   int
 	r     io.Reader    // the backend's body, paced when bandwidth is limited
 	onCut func(string) // counts a bandwidth cut; nil when unpaced
-	slot  Releaser
+	slot  Releaser     // nil once released
 	once  sync.Once
+
+	// server.min_rate, on the client's writes: each read sets the write
+	// deadline of the bytes it returns.
+	conn         net.Conn
+	start, limit time.Time
+	sent         int64
+	paced        bool // a write deadline of min_rate's is set
 }
 
+// unpacedBytes go out without a deadline of min_rate's: they fit in the
+// socket's send buffer, so their write returns at once however slow the
+// client is.
+const unpacedBytes = 16 << 10
+
 func (b *fastBody) Read(p []byte) (int, error) {
-	n, err := b.r.Read(p)
-	if b.onCut != nil && errors.Is(err, bandwidth.ErrTooSlow) {
-		b.onCut(reasonBandwidth)
+	var n int
+	var err error
+	switch {
+	case b.off < b.head.Len():
+		n = copy(p, b.head.Bytes()[b.off:])
+		b.off += n
+		if b.resp == nil && b.off == b.head.Len() {
+			err = io.EOF
+		}
+	case b.resp != nil:
+		n, err = b.r.Read(p)
+		if b.onCut != nil && errors.Is(err, bandwidth.ErrTooSlow) {
+			b.onCut(reasonBandwidth)
+		}
+		if err == io.EOF {
+			b.backendDone(nil)
+		}
+	default:
+		err = io.EOF
+	}
+	b.sent += int64(n)
+	if rate := b.p.minRate; rate.Rate > 0 && b.sent > unpacedBytes && b.conn != nil && n > 0 {
+		// The write of what this read returns comes next (fasthttp's
+		// buffer flushes before its next read).
+		b.conn.SetWriteDeadline(rate.WriteDeadline(b.start, time.Now(), int64(n), b.limit))
+		b.paced = true
 	}
 	return n, err
 }
 
-func (b *fastBody) Close() error { return b.CloseWithError(nil) }
-
-// CloseWithError passes err on, so a connection whose response was cut off
-// is closed rather than reused.
-func (b *fastBody) CloseWithError(err error) error {
-	b.once.Do(func() {
+// backendDone gives back the backend's response (its connection; err,
+// if any, keeps it from reuse) and the slot: the backend has sent all it
+// will, or the client is gone.
+func (b *fastBody) backendDone(err error) {
+	if b.resp != nil {
 		releaseBody(b.resp, err)
 		fasthttp.ReleaseResponse(b.resp)
+		b.resp = nil
+	}
+	if b.slot != nil {
 		b.slot.Release()
+		b.slot = nil
+	}
+}
+
+// CloseWithError passes err on, so a connection whose response was cut off
+// is closed rather than reused; a write that missed min_rate's deadline is
+// counted and logged. fastBody has no Close: fasthttp would call it first,
+// without the error.
+func (b *fastBody) CloseWithError(err error) error {
+	b.once.Do(func() {
+		b.backendDone(err)
+		b.head.Free()
+		if err != nil && b.paced && isTimeout(err) && (b.limit.IsZero() || time.Now().Before(b.limit)) {
+			b.p.onReject(reply.MinRate)
+			b.p.errlog.Error("client too slow", "app", b.p.app, "direction", "response",
+				"sent", b.sent, "remote", b.conn.RemoteAddr().String(), "err", err)
+		}
 	})
 	return nil
 }

@@ -18,6 +18,9 @@ type Trust struct {
 // header is replaced.
 func NewTrust(prefixes []netip.Prefix) Trust { return Trust{prefixes: prefixes} }
 
+// Trusted reports whether ip is in server.trusted_proxies.
+func (t Trust) Trusted(ip netip.Addr) bool { return t.trusted(ip) }
+
 func (t Trust) trusted(ip netip.Addr) bool {
 	for _, p := range t.prefixes {
 		if p.Contains(ip) {

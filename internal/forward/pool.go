@@ -16,6 +16,8 @@ import (
 	"github.com/leveeproxy/levee/internal/bandwidth"
 	"github.com/leveeproxy/levee/internal/clock"
 	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/membuf"
+	"github.com/leveeproxy/levee/internal/netlimit"
 	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/shape"
@@ -59,6 +61,15 @@ type Options struct {
 	Outcomes OutcomeObserver
 	// Bandwidth paces request and response bytes; nil paces nothing.
 	Bandwidth *bandwidth.Limiter
+	// Buffers is the budget response buffers are charged to; ResponseBuffer
+	// the largest response (by Content-Length) read whole before it is
+	// passed on (0, or a nil Buffers: none).
+	Buffers        *membuf.Budget
+	ResponseBuffer int64
+	// MinRate and WriteTimeout (server.min_rate, server.write_timeout)
+	// bound how slowly a client may read a response.
+	MinRate      netlimit.MinRate
+	WriteTimeout time.Duration
 	// Retry says which failed requests are tried again on another backend.
 	// The zero value retries nothing.
 	Retry config.Retry
@@ -86,6 +97,11 @@ type Pool struct {
 	onReject func(reason string)
 	retry    retryPolicy
 	clk      clock.Clock
+	// Response buffering and client pacing (see Options).
+	buffers      *membuf.Budget
+	respBuffer   int64 // -1: none
+	minRate      netlimit.MinRate
+	writeTimeout time.Duration
 }
 
 type backend struct {
@@ -103,7 +119,13 @@ func NewPool(o Options) *Pool {
 	}
 	set := balance.NewSet(specs, o.Prev, time.Now())
 	p := &Pool{app: o.App, errlog: o.ErrorLog, trust: o.Trust,
-		upstream: o.Upstream, onReject: o.OnReject, outcomes: o.Outcomes, bw: o.Bandwidth}
+		upstream: o.Upstream, onReject: o.OnReject, outcomes: o.Outcomes, bw: o.Bandwidth,
+		buffers: o.Buffers, minRate: o.MinRate, writeTimeout: o.WriteTimeout}
+	if o.Buffers != nil {
+		p.respBuffer = o.ResponseBuffer
+	} else {
+		p.respBuffer = -1 // nothing is read ahead
+	}
 	switch o.Balance.Policy {
 	case config.BalanceRoundRobin, config.BalanceWeighted:
 		p.bal = balance.NewRoundRobinSet(set)
@@ -268,6 +290,9 @@ func (p *Pool) errorHandler(be *backend) func(http.ResponseWriter, *http.Request
 			// The client went away; there is no one to answer and nothing to log.
 		case p.retryError(r, err):
 			// Tried again on another backend: this try answers nothing.
+		case errors.Is(err, netlimit.ErrTooSlow):
+			p.tooSlow(err)
+			reply.MinRateReply.HTTP(w, 0)
 		case errors.As(err, new(*BadBodyError)):
 			reply.BadRequestBodyReply.HTTP(w, 0)
 		case isTimeout(err):
@@ -342,3 +367,9 @@ var buffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }
 
 func (bufferPool) Get() []byte  { return *buffers.Get().(*[]byte) }
 func (bufferPool) Put(b []byte) { buffers.Put(&b) }
+
+// tooSlow counts and logs a request body cut off at server.min_rate.
+func (p *Pool) tooSlow(err error) {
+	p.onReject(reply.MinRate)
+	p.errlog.Error("client too slow", "app", p.app, "direction", "request", "err", err)
+}

@@ -3,54 +3,121 @@
 package netlimit
 
 import (
+	"errors"
+	"io"
 	"net"
+	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
-// Listener closes connections accepted beyond max open ones, at once, rather
-// than leaving them in the kernel's backlog where clients time out slowly
-// and retry. It keeps the open connections, so a drain that runs out of time
-// can close them (CloseAll). Safe for concurrent use.
+// Listener closes connections accepted beyond max open ones, or beyond
+// perIP open ones from one client address, at once, rather than leaving them
+// in the kernel's backlog where clients time out slowly and retry. It keeps
+// the open connections, so a drain that runs out of time can close them
+// (CloseAll). Safe for concurrent use.
 type Listener struct {
 	net.Listener
-	open     atomic.Int64
-	max      int64
-	onReject func() // nil: not counted
+	open atomic.Int64
+	o    Options
 
 	mu    sync.Mutex
 	conns map[*Conn]struct{}
+	perIP map[netip.Addr]int // open connections by client address, when o.PerIP > 0
 }
+
+// Options bound a Listener.
+type Options struct {
+	Max   int // open connections
+	PerIP int // open connections from one client address; 0: no bound
+	// Exempt reports an address PerIP does not count (a trusted proxy,
+	// which carries many clients); nil exempts none.
+	Exempt func(netip.Addr) bool
+	// Refusal, if set, is written to a connection refused at accept, for
+	// reason (MaxConns or ConnsPerIP), before it is closed: a plain HTTP
+	// listener's 503.
+	Refusal func(reason string) []byte
+	// OnReject is called for each connection refused at accept; nil: none.
+	OnReject func(reason string)
+}
+
+// The reasons a Listener refuses a connection.
+const (
+	MaxConns   = "max-conns"
+	ConnsPerIP = "conns-per-ip"
+)
 
 // New returns ln bounded at max open connections; onReject (nil: nothing)
 // is called for each connection closed at accept.
 func New(ln net.Listener, max int, onReject func()) *Listener {
-	return &Listener{Listener: ln, max: int64(max), onReject: onReject, conns: map[*Conn]struct{}{}}
+	o := Options{Max: max}
+	if onReject != nil {
+		o.OnReject = func(string) { onReject() }
+	}
+	return NewWith(ln, o)
 }
 
-// Accept returns the next connection within the bound, as a *Conn.
+// NewWith returns ln bounded by o.
+func NewWith(ln net.Listener, o Options) *Listener {
+	l := &Listener{Listener: ln, o: o, conns: map[*Conn]struct{}{}}
+	if o.PerIP > 0 {
+		l.perIP = map[netip.Addr]int{}
+	}
+	return l
+}
+
+// Accept returns the next connection within the bounds, as a *Conn.
 func (l *Listener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
 			return nil, err
 		}
-		if l.open.Add(1) > l.max {
+		if l.open.Add(1) > int64(l.o.Max) {
 			l.open.Add(-1)
-			c.Close()
-			if l.onReject != nil {
-				l.onReject()
-			}
+			l.refuse(c, MaxConns)
 			continue
 		}
 		cc := Wrap(c)
 		cc.l = l
+		if l.perIP != nil {
+			if a, ok := peerAddr(c.RemoteAddr()); ok && (l.o.Exempt == nil || !l.o.Exempt(a)) {
+				cc.addr, cc.counted = a, true
+			}
+		}
 		l.mu.Lock()
+		if cc.counted && l.perIP[cc.addr] >= l.o.PerIP {
+			l.mu.Unlock()
+			l.open.Add(-1)
+			l.refuse(c, ConnsPerIP)
+			continue
+		}
+		if cc.counted {
+			l.perIP[cc.addr]++
+		}
 		l.conns[cc] = struct{}{}
 		l.mu.Unlock()
 		return cc, nil
 	}
 }
+
+// refuse writes the refusal, if any, and closes c. The write cannot block:
+// a new connection's send buffer is empty.
+func (l *Listener) refuse(c net.Conn, reason string) {
+	if l.o.Refusal != nil {
+		c.SetWriteDeadline(time.Now().Add(refusalWrite))
+		c.Write(l.o.Refusal(reason))
+	}
+	c.Close()
+	if l.o.OnReject != nil {
+		l.o.OnReject(reason)
+	}
+}
+
+// refusalWrite bounds the write of a refusal all the same.
+const refusalWrite = 10 * time.Millisecond
 
 // CloseAll closes every open connection accepted by l.
 func (l *Listener) CloseAll() {
@@ -71,6 +138,9 @@ type Conn struct {
 	once sync.Once
 	l    *Listener // nil for a Conn made by Wrap alone
 	ip   string    // the peer's address, formatted once per connection
+	// addr is the peer's address as l.perIP counts it (when counted).
+	addr    netip.Addr
+	counted bool
 }
 
 // Wrap makes c a Conn counted by no listener (Accept's, and tests').
@@ -88,10 +158,23 @@ func (c *Conn) Close() error {
 			l.open.Add(-1)
 			l.mu.Lock()
 			delete(l.conns, c)
+			if c.counted {
+				if l.perIP[c.addr]--; l.perIP[c.addr] <= 0 {
+					delete(l.perIP, c.addr)
+				}
+			}
 			l.mu.Unlock()
 		}
 	})
 	return err
+}
+
+// peerAddr is a TCP peer's address.
+func peerAddr(a net.Addr) (netip.Addr, bool) {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.AddrPort().Addr().Unmap(), true
+	}
+	return netip.Addr{}, false
 }
 
 // peerString formats a TCP peer's address ("" for another kind).
@@ -100,4 +183,89 @@ func peerString(a net.Addr) string {
 		return ta.AddrPort().Addr().Unmap().String()
 	}
 	return ""
+}
+
+// MinRate is server.min_rate: a transfer that has moved fewer than Rate
+// bytes a second since it began, once Grace has passed, is too slow.
+// A zero Rate is off.
+type MinRate struct {
+	Rate  int64 // bytes per second
+	Grace time.Duration
+}
+
+// Deadline is when a transfer that began at start must have moved n bytes
+// in all, capped at limit (the transfer's own timeout; zero: none). A
+// reader or writer sets it before each read or write of the bytes that
+// bring it to n, so a client that stalls is cut off without a timer of
+// levee's own.
+func (m MinRate) Deadline(start time.Time, n int64, limit time.Time) time.Time {
+	if m.Rate <= 0 {
+		return limit
+	}
+	secs := n / m.Rate
+	if secs > 1<<32 { // far past any timeout (and past overflow)
+		return limit
+	}
+	d := start.Add(m.Grace + time.Duration(secs)*time.Second + time.Duration(n%m.Rate)*time.Second/time.Duration(m.Rate))
+	if !limit.IsZero() && limit.Before(d) {
+		return limit
+	}
+	return d
+}
+
+// ErrTooSlow is a transfer cut off for being slower than its MinRate.
+var ErrTooSlow = errors.New("netlimit: client slower than server.min_rate")
+
+// ReadDeadliner is a connection (or an HTTP/2 stream's
+// http.ResponseController) whose reads take a deadline.
+type ReadDeadliner interface{ SetReadDeadline(time.Time) error }
+
+// PacedReader reads a client's request body, setting the read deadline
+// before each read to when the next byte is due at Rate (counted from
+// Start, after the grace); a client slower than that fails with ErrTooSlow. Limit (zero:
+// none) is the body's own timeout, server.read_timeout: a read that times
+// out at it fails as a timeout, not ErrTooSlow.
+type PacedReader struct {
+	R     io.Reader
+	Conn  ReadDeadliner
+	Rate  MinRate
+	Start time.Time
+	Limit time.Time
+	N     int64 // bytes read so far
+}
+
+func (r *PacedReader) Read(p []byte) (int, error) {
+	due := r.Rate.Deadline(r.Start, r.N+1, r.Limit)
+	r.Conn.SetReadDeadline(due)
+	n, err := r.R.Read(p)
+	r.N += int64(n)
+	if err != nil && isTimeout(err) && !due.Equal(r.Limit) {
+		err = ErrTooSlow
+	}
+	return n, err
+}
+
+// WriteDeadline is when a write of n bytes, begun at now, of a transfer
+// that began at start must be done: n bytes at Rate, but not before the
+// grace has passed, capped at limit (zero: none). A write, not the whole
+// transfer, is timed: the kernel's socket buffers take megabytes from a
+// client that reads nothing, so the bytes written so far say little of how
+// fast it reads, while a full buffer makes each write wait for the client.
+func (m MinRate) WriteDeadline(start, now time.Time, n int64, limit time.Time) time.Time {
+	if m.Rate <= 0 {
+		return limit
+	}
+	d := now.Add(time.Duration(n) * time.Second / time.Duration(m.Rate))
+	if g := start.Add(m.Grace); d.Before(g) {
+		d = g
+	}
+	if !limit.IsZero() && limit.Before(d) {
+		return limit
+	}
+	return d
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }

@@ -104,8 +104,8 @@ func NewMetrics(gauges AppGauges) *Metrics {
 			Name: "levee_backend_requests_total", Help: "Requests sent to each backend.",
 		}, []string{"app", "backend"}),
 		connsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "levee_connections_rejected_total", Help: "Client connections closed at accept because a listener was at server.max_conns.",
-		}, []string{"listener"}),
+			Name: "levee_connections_rejected_total", Help: "Client connections closed at accept, by listener and reason: max-conns (server.max_conns) or conns-per-ip (server.max_conns_per_ip).",
+		}, []string{"listener", "reason"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "levee_config_reloads_total", Help: "Config reloads by result (ok or error).",
 		}, []string{"result"}),
@@ -135,8 +135,11 @@ func (m *Metrics) App(app string) *AppMetrics {
 		queueWait: m.queueWait.WithLabelValues(app)}
 }
 
-// ConnRejected counts a connection closed at accept on listener.
-func (m *Metrics) ConnRejected(listener string) { m.connsRejected.WithLabelValues(listener).Inc() }
+// ConnRejected counts a connection closed at accept on listener, for
+// reason (max-conns or conns-per-ip).
+func (m *Metrics) ConnRejected(listener, reason string) {
+	m.connsRejected.WithLabelValues(listener, reason).Inc()
+}
 
 // Reload counts a config reload attempt.
 func (m *Metrics) Reload(ok bool) {
@@ -314,4 +317,20 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// Buffers registers the metrics of server.buffer_memory: the bytes held in
+// request and response buffers, the budget, and how often a buffer could
+// not grow (its request streamed instead).
+func (m *Metrics) Buffers(used, max func() int64, short func() uint64) {
+	m.Registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "levee_buffer_bytes",
+			Help: "Bytes held now in request and response buffers (limits.request_buffer, limits.response_buffer)."},
+			func() float64 { return float64(used()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "levee_buffer_budget_bytes",
+			Help: "server.buffer_memory: the most bytes all buffers may hold at once."},
+			func() float64 { return float64(max()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "levee_buffer_short_total",
+			Help: "Times a request or response buffer could not grow because server.buffer_memory was spent; that request streamed instead."},
+			func() float64 { return float64(short()) }))
 }

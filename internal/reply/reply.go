@@ -53,6 +53,11 @@ const (
 	BadRequestBody     = "bad-request-body"
 	BackendTimeout     = "backend-timeout"
 	BackendUnreachable = "backend-unreachable"
+	// MinRate: a client sent its request body slower than server.min_rate.
+	MinRate = "min-rate"
+	// RequestTimeout: a request's headers, or the start of its body, did not
+	// come in time (read_header_timeout, min_rate), before any routing.
+	RequestTimeout = "request-timeout"
 )
 
 var table = map[string]*Reply{}
@@ -63,6 +68,7 @@ var table = map[string]*Reply{}
 func Register(r Reply) *Reply {
 	p := build(r)
 	table[r.Reason] = p
+	raws[r.Reason] = buildRaw(p)
 	return p
 }
 
@@ -116,6 +122,10 @@ var (
 		Body: "levee: rejected: request body too large\n", Close: true})
 	BadRequestBodyReply = Register(Reply{Status: http.StatusBadRequest, Header: Error, Reason: BadRequestBody,
 		Body: "levee: bad request body\n", Close: true})
+	MinRateReply = Register(Reply{Status: http.StatusRequestTimeout, Reason: MinRate,
+		Body: "levee: rejected: min-rate: the request body came too slowly\n", Close: true})
+	RequestTimeoutReply = Register(Reply{Status: http.StatusRequestTimeout, Reason: RequestTimeout,
+		Body: "levee: rejected: request-timeout: the request did not come in time\n", Close: true})
 	BackendTimeoutReply = Register(Reply{Status: http.StatusGatewayTimeout, Header: Error, Reason: BackendTimeout,
 		Body: "levee: backend timed out\n"})
 	BackendUnreachableReply = Register(Reply{Status: http.StatusBadGateway, Header: Error, Reason: BackendUnreachable,
@@ -227,4 +237,25 @@ func ViolationHTTP(w http.ResponseWriter, v *shape.Violation, closeConn bool) {
 	for _, s := range [...]string{"levee: rejected: ", v.Msg, "\n"} {
 		_, _ = io.WriteString(w, s)
 	}
+}
+
+// Raw is reason's reply as the bytes of a whole HTTP/1.1 response that
+// closes the connection: for a connection refused at accept, before any
+// request was read. It is built once per reason; reason must be registered.
+func Raw(reason string) []byte {
+	if b, ok := raws[reason]; ok {
+		return b
+	}
+	return raws[NoRoute] // never: a broken invariant answered safely
+}
+
+var raws = map[string][]byte{}
+
+func buildRaw(r *Reply) []byte {
+	b := []byte("HTTP/1.1 " + strconv.Itoa(r.Status) + " " + http.StatusText(r.Status) + "\r\n" +
+		"Content-Type: " + textPlain[0] + "\r\n" + r.Header + ": " + r.Reason + "\r\n")
+	if r.RetryAfter > 0 {
+		b = append(b, "Retry-After: "+strconv.FormatInt(seconds(r.RetryAfter), 10)+"\r\n"...)
+	}
+	return append(b, "Connection: close\r\nContent-Length: "+strconv.Itoa(len(r.Body))+"\r\n\r\n"+r.Body...)
 }

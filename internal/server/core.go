@@ -8,6 +8,7 @@ import (
 
 	"github.com/leveeproxy/levee/internal/admit"
 	"github.com/leveeproxy/levee/internal/forward"
+	"github.com/leveeproxy/levee/internal/netlimit"
 	"github.com/leveeproxy/levee/internal/protect"
 	"github.com/leveeproxy/levee/internal/ratelimit"
 	"github.com/leveeproxy/levee/internal/reply"
@@ -42,6 +43,10 @@ type exchange interface {
 	topKey(k forward.KeySource) string
 	// ctx ends when the client has gone or the server shuts down.
 	ctx() context.Context
+	// readBody reads the request body ahead, up to the route's
+	// request_buffer, before the request takes a slot; what it read goes to
+	// the backend with the rest. ok false: refused (code 0: the client left).
+	readBody(s *Server, rt *route, sh *pathShape) (refusal, bool)
 	// refuse answers a refusal; refuseShape a shape violation found before
 	// the body was read (the engine drains or closes for the unread body).
 	refuse(ref refusal)
@@ -101,7 +106,21 @@ func serve[E exchange](s *Server, e E) {
 	if rt.needsClient() {
 		client = e.clientKey(rt.clientKey)
 	}
-	slot, ref, ok := s.enter(e.ctx(), rt, path, client, e.contentLength(), sh.body, start)
+	if ref, ok := rt.limit(client, e.contentLength(), sh.body, start); !ok {
+		e.refuse(ref)
+		return
+	}
+	// The body is read before the request takes a slot, so that a slow
+	// client holds a buffer and its connection, never the backend's slot.
+	if ref, ok := e.readBody(s, rt, sh); !ok {
+		if ref.code == 0 {
+			e.gone()
+		} else {
+			e.refuse(ref)
+		}
+		return
+	}
+	slot, ref, ok := s.enter(e.ctx(), rt, path, client, start)
 	if !ok {
 		if ref.code == 0 {
 			e.gone()
@@ -140,6 +159,43 @@ type refusal struct {
 	retryAfter time.Duration
 	rate       *rateRule          // set for a rate refusal: its RateLimit fields
 	decision   ratelimit.Decision // with rate
+	reply      *reply.Reply       // the answer, when not reply.For(reason)
+}
+
+// answer is the reply of ref.
+func (ref *refusal) answer() *reply.Reply {
+	if ref.reply != nil {
+		return ref.reply
+	}
+	return reply.For(ref.reason)
+}
+
+// aheadLimit is how much of a body to read before admission: the route's
+// request_buffer, at most one byte past limits.body (which shows a body
+// too large), at most the declared length (-1: unknown).
+func aheadLimit(rt *route, sh *pathShape, declared int64) int64 {
+	limit := min(rt.body.ahead, sh.body+1)
+	if declared >= 0 && declared < limit {
+		limit = declared
+	}
+	return limit
+}
+
+// bodyRefusal is the answer to a body read ahead of admission: got bytes
+// read, err the read's failure (nil: it stopped at the limit or the end).
+func (s *Server) bodyRefusal(rt *route, sh *pathShape, got int, err error, remote string) (refusal, bool) {
+	switch {
+	case err == nil && int64(got) > sh.body:
+		rt.app.metrics.Rejected(reasonBody)
+		return refusal{code: http.StatusRequestEntityTooLarge, reason: reasonBody, reply: reply.BodyCutReply}, false
+	case errors.Is(err, netlimit.ErrTooSlow):
+		rt.app.metrics.Rejected(reply.MinRate)
+		s.errlog.Error("client too slow", "app", rt.app.name, "direction", "request", "read", got, "remote", remote)
+		return refusal{code: http.StatusRequestTimeout, reason: reply.MinRate}, false
+	case err != nil:
+		return refusal{code: http.StatusBadRequest, reason: reply.BadRequestBody}, false
+	}
+	return refusal{}, true
 }
 
 // The replies of the limits the server applies, in the one table with
@@ -155,22 +211,35 @@ func init() {
 	for _, r := range []string{reasonRate, reasonClientRate} {
 		reply.Register(reply.Reply{Status: http.StatusTooManyRequests, Reason: r})
 	}
+	for _, r := range []string{netlimit.MaxConns, netlimit.ConnsPerIP} {
+		reply.Register(reply.Reply{Status: http.StatusServiceUnavailable, Reason: r, RetryAfter: time.Second})
+	}
 	for _, r := range []string{reasonCatalogBusy, reasonCatalogUnavailable} {
 		reply.Register(reply.Reply{Status: http.StatusServiceUnavailable, Reason: r})
 	}
 }
 
-// admit is the step between rate and protect: limits.body on the declared
-// length (-1: unknown, then the engine enforces it while streaming), then
-// the app's concurrency limit, waiting in its queue at most until ctx ends
-// (the wait of a request that queued is observed). ok means the caller
-// holds a slot and must Release it; otherwise the refusal is counted and
-// says what to answer. It allocates nothing.
-func (rt *route) admit(ctx context.Context, contentLength, bodyLimit int64, t admit.Ticket) (refusal, bool) {
+// limit is the step before the body is read: the rate limits, then
+// limits.body on the declared length (-1: unknown, then the engine enforces
+// it while reading). now is when the request arrived. It allocates nothing.
+func (rt *route) limit(client string, contentLength, bodyLimit int64, now time.Time) (refusal, bool) {
+	if rt.appRate != nil || rt.clientRate != nil {
+		if ref, ok := rt.limitRate(client, now); !ok {
+			return ref, false
+		}
+	}
 	if contentLength > bodyLimit {
 		rt.app.metrics.Rejected(reasonBody)
 		return refusal{code: http.StatusRequestEntityTooLarge, reason: reasonBody}, false
 	}
+	return refusal{}, true
+}
+
+// admit takes the app's concurrency slot, waiting in its queue at most
+// until ctx ends (the wait of a request that queued is observed). ok means
+// the caller holds a slot and must Release it; otherwise the refusal is
+// counted and says what to answer. It allocates nothing.
+func (rt *route) admit(ctx context.Context, t admit.Ticket) (refusal, bool) {
 	waited, err := rt.app.limiter.AcquireWait(ctx, t)
 	if err != nil {
 		if rej, ok := asRejection(err); ok {
@@ -185,20 +254,14 @@ func (rt *route) admit(ctx context.Context, contentLength, bodyLimit int64, t ad
 	return refusal{}, true
 }
 
-// enter is the path between shape and forward: the rate limits, admission
-// with the request's ticket, then backend_limits. ok means the caller holds
-// a slot and must release it once the response is done; otherwise the
+// enter is the path between the body's read and forward: admission with
+// the request's ticket, then backend_limits. ok means the caller holds a
+// slot and must release it once the response is done; otherwise the
 // refusal says what to answer (code 0: no one to answer). now is when the
 // request arrived.
-func (s *Server) enter(ctx context.Context, rt *route, path, client string, contentLength, bodyLimit int64,
-	now time.Time) (forward.Releaser, refusal, bool) {
-	if rt.appRate != nil || rt.clientRate != nil {
-		if ref, ok := rt.limitRate(client, now); !ok {
-			return nil, ref, false
-		}
-	}
+func (s *Server) enter(ctx context.Context, rt *route, path, client string, now time.Time) (forward.Releaser, refusal, bool) {
 	t := rt.ticket(path, client)
-	if ref, ok := rt.admit(ctx, contentLength, bodyLimit, t); !ok {
+	if ref, ok := rt.admit(ctx, t); !ok {
 		return nil, ref, false
 	}
 	var slot forward.Releaser

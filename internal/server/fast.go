@@ -8,12 +8,15 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/forward"
+	"github.com/leveeproxy/levee/internal/membuf"
+	"github.com/leveeproxy/levee/internal/netlimit"
 	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/shape"
 )
@@ -23,10 +26,10 @@ import (
 // through as sent. It calls the same core as ServeHTTP.
 func (s *Server) fastServer(cfg *config.Config) *fasthttp.Server {
 	sc := cfg.Server
-	readTimeout := sc.ReadTimeout.D()
+	readTimeout, rate := sc.ReadTimeout.D(), clientRate(sc)
 	return &fasthttp.Server{
 		Handler:      s.serveFast,
-		ErrorHandler: fastParseError,
+		ErrorHandler: s.fastParseError,
 		// fasthttp's ReadTimeout runs from the first byte of a request: it is
 		// the header timeout here, and the body gets read_timeout once the
 		// headers are in.
@@ -37,7 +40,7 @@ func (s *Server) fastServer(cfg *config.Config) *fasthttp.Server {
 				// deadline update (a timer change) per request is saved.
 				return fasthttp.RequestConfig{}
 			}
-			return fasthttp.RequestConfig{ReadTimeout: readTimeout}
+			return fasthttp.RequestConfig{ReadTimeout: prefetchTimeout(h.ContentLength(), readTimeout, rate)}
 		},
 		WriteTimeout: sc.WriteTimeout.D(),
 		IdleTimeout:  sc.IdleTimeout.D(),
@@ -59,12 +62,35 @@ func (s *Server) fastServer(cfg *config.Config) *fasthttp.Server {
 	}
 }
 
+// fastPrefetch is how much of a body of known length fasthttp reads before
+// it calls the handler (readBodyWithStreaming's 8 KiB).
+const fastPrefetch = 8 << 10
+
+// prefetchTimeout bounds fasthttp's read of the start of a body of length
+// n (-1: chunked, which it does not read ahead) by server.min_rate as well
+// as read_timeout: a client that sends its first bytes slowly is cut off
+// before levee's own reader, which keeps timing it, takes over.
+func prefetchTimeout(n int, readTimeout time.Duration, rate netlimit.MinRate) time.Duration {
+	if n <= 0 || rate.Rate <= 0 {
+		return readTimeout
+	}
+	d := rate.Grace + time.Duration(min(n, fastPrefetch))*time.Second/time.Duration(rate.Rate)
+	return min(d, readTimeout)
+}
+
 // fastParseError answers a request fasthttp could not read.
-func fastParseError(ctx *fasthttp.RequestCtx, err error) {
+func (s *Server) fastParseError(ctx *fasthttp.RequestCtx, err error) {
 	var small *fasthttp.ErrSmallBuffer
-	if errors.As(err, &small) {
+	var ne net.Error
+	switch {
+	case errors.As(err, &small):
 		ctx.Error("levee: request headers too large\n", fasthttp.StatusRequestHeaderFieldsTooLarge)
-	} else {
+	case errors.As(err, &ne) && ne.Timeout():
+		// The headers (read_header_timeout), or the start of a body (see
+		// prefetchTimeout), did not come in time.
+		s.unrouted.Rejected(reply.RequestTimeout)
+		reply.RequestTimeoutReply.Fast(ctx, 0)
+	default:
 		ctx.Error("levee: bad request\n", fasthttp.StatusBadRequest)
 	}
 	ctx.SetConnectionClose()
@@ -74,14 +100,16 @@ func fastParseError(ctx *fasthttp.RequestCtx, err error) {
 // adapter of serve.
 func (s *Server) serveFast(ctx *fasthttp.RequestCtx) {
 	if smuggling(&ctx.Request.Header) {
-		fastParseError(ctx, errSmuggling)
+		s.fastParseError(ctx, errSmuggling)
 		return
 	}
 	e := fastExchanges.Get().(*fastExchange)
 	e.c, e.left, e.pc.c = ctx, false, ctx
+	e.whole, e.paced.R = false, nil
 	serve(s, e)
 	e.pc.finish()
-	e.c = nil
+	e.body.Free()
+	e.c, e.paced = nil, netlimit.PacedReader{}
 	fastExchanges.Put(e)
 }
 
@@ -92,6 +120,11 @@ type fastExchange struct {
 	pc   peerCtx
 	// ip holds the peer's address written out, for topKey's view.
 	ip [net.IPv6len * 4]byte
+	// The request body as readBody left it: read ahead (body), whole or
+	// not; the rest, paced at min_rate, from paced.
+	body  membuf.Buffer
+	whole bool
+	paced netlimit.PacedReader
 }
 
 var fastExchanges = sync.Pool{New: func() any { return new(fastExchange) }}
@@ -131,7 +164,7 @@ func (e *fastExchange) topKey(k forward.KeySource) string {
 func (e *fastExchange) ctx() context.Context { return &e.pc }
 
 func (e *fastExchange) refuse(ref refusal) {
-	reply.For(ref.reason).Fast(e.c, ref.retryAfter)
+	ref.answer().Fast(e.c, ref.retryAfter)
 	if ref.rate != nil {
 		h := &e.c.Response.Header
 		h.Set("RateLimit-Policy", ref.rate.policy.Header())
@@ -151,10 +184,38 @@ func (e *fastExchange) gone() {
 	e.c.Hijack(func(net.Conn) {})
 }
 
+// readBody reads up to request_buffer of the body into e.body; the rest,
+// if any, streams later from e.paced, which keeps timing the client.
+func (e *fastExchange) readBody(s *Server, rt *route, sh *pathShape) (refusal, bool) {
+	declared := int64(e.c.Request.Header.ContentLength()) // -1: chunked
+	bs := e.c.RequestBodyStream()
+	if declared == 0 || bs == nil {
+		return refusal{}, true
+	}
+	now := time.Now()
+	e.paced = netlimit.PacedReader{R: bs, Conn: e.c.Conn(), Rate: rt.body.rate, Start: now,
+		Limit: now.Add(rt.body.timeout)}
+	limit := aheadLimit(rt, sh, declared)
+	if limit <= 0 {
+		return refusal{}, true
+	}
+	e.body.Init(s.buffers)
+	done, err := e.body.Fill(&e.paced, int(limit))
+	e.whole = done || declared > 0 && int64(e.body.Len()) == declared
+	return s.bodyRefusal(rt, sh, e.body.Len(), err, e.remote())
+}
+
 func (e *fastExchange) forward(rt *route, sh *pathShape, slot forward.Releaser) {
 	// Admitted: nothing waits on ctx any more, so the client is not watched.
 	e.pc.pause()
-	rt.pool.ServeFast(e.c, sh.body, sh.check, slot) // releases the slot
+	// What streams from here holds the slot: it is timed afresh, so the
+	// bytes read ahead bank no time for it.
+	e.paced.Start, e.paced.N = time.Now(), 0
+	body := forward.Body{Limit: sh.body, Head: e.body.Bytes(), Whole: e.whole}
+	if e.paced.R != nil {
+		body.Rest = &e.paced
+	}
+	rt.pool.ServeFast(e.c, body, sh.check, slot) // releases the slot
 }
 
 func (e *fastExchange) status() int {

@@ -335,7 +335,7 @@ func TestFastAdmissionWithoutWaitingWatchesNothing(t *testing.T) {
 			e.pc.c = ctx
 			now := time.Now()
 			allocs := testing.AllocsPerRun(100, func() {
-				slot, _, ok := s.enter(e.ctx(), rt, "/", "", 0, 1<<20, now)
+				slot, _, ok := s.enter(e.ctx(), rt, "/", "", now)
 				if !ok {
 					t.Fatal("refused with a free slot")
 				}

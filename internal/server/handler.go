@@ -2,10 +2,14 @@ package server
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/leveeproxy/levee/internal/forward"
+	"github.com/leveeproxy/levee/internal/membuf"
+	"github.com/leveeproxy/levee/internal/netlimit"
 	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/shape"
 )
@@ -14,21 +18,30 @@ import (
 // adapter of serve.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	e := httpExchanges.Get().(*httpExchange)
-	e.rec.ResponseWriter, e.rec.code, e.r = w, 0, r
+	e.held.Reset(w)
+	e.rec.ResponseWriter, e.rec.code, e.r = &e.held, 0, r
 	defer e.free()
 	serve(s, e)
 }
 
 // httpExchange is a net/http request as serve sees it.
 type httpExchange struct {
-	r   *http.Request
-	rec recorder
+	r    *http.Request
+	rec  recorder
+	held forward.HeldResponse // under rec: a response held until the slot is given back
+	// The request body as readBody left it (see fastExchange).
+	body  membuf.Buffer
+	paced netlimit.PacedReader
+	rest  aheadBody
 }
 
 var httpExchanges = sync.Pool{New: func() any { return new(httpExchange) }}
 
 func (e *httpExchange) free() {
-	e.r, e.rec.ResponseWriter = nil, nil
+	e.held.Free()
+	e.body.Free()
+	e.r, e.rec.ResponseWriter, e.paced, e.rest = nil, nil, netlimit.PacedReader{}, aheadBody{}
+	e.held.Reset(nil)
 	httpExchanges.Put(e)
 }
 
@@ -60,7 +73,7 @@ func (e *httpExchange) topKey(k forward.KeySource) string {
 func (e *httpExchange) ctx() context.Context { return e.r.Context() }
 
 func (e *httpExchange) refuse(ref refusal) {
-	r := reply.For(ref.reason)
+	r := ref.answer()
 	if ref.rate != nil {
 		// A rate refusal's RateLimit fields; net/http's header map takes
 		// them as fresh []string values (HTTP/2 allocates per request anyway).
@@ -75,14 +88,59 @@ func (e *httpExchange) refuseShape(v *shape.Violation) { reply.ViolationHTTP(&e.
 
 func (e *httpExchange) gone() {}
 
+// readBody reads up to request_buffer of r's body before admission; r.Body
+// becomes what was read, then (if the body was longer) the rest, still
+// timed at min_rate. A whole body goes on with its length.
+func (e *httpExchange) readBody(s *Server, rt *route, sh *pathShape) (refusal, bool) {
+	r := e.r
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return refusal{}, true
+	}
+	now := time.Now()
+	e.paced = netlimit.PacedReader{R: r.Body, Conn: http.NewResponseController(e.held.Unwrap()),
+		Rate: rt.body.rate, Start: now, Limit: now.Add(rt.body.timeout)}
+	e.rest = aheadBody{r: &e.paced, c: r.Body}
+	limit := aheadLimit(rt, sh, r.ContentLength)
+	if limit > 0 {
+		e.body.Init(s.buffers)
+		done, err := e.body.Fill(&e.paced, int(limit))
+		if err != nil && r.Context().Err() != nil {
+			return refusal{}, false // the client reset the stream: no one to answer
+		}
+		if ref, ok := s.bodyRefusal(rt, sh, e.body.Len(), err, r.RemoteAddr); !ok {
+			return ref, false
+		}
+		if done || r.ContentLength > 0 && int64(e.body.Len()) == r.ContentLength {
+			e.rest.head, e.rest.r = e.body.Bytes(), nil
+			r.ContentLength = int64(e.body.Len())
+		} else {
+			e.rest.head = e.body.Bytes()
+		}
+	}
+	r.Body = &e.rest
+	return refusal{}, true
+}
+
 func (e *httpExchange) forward(rt *route, sh *pathShape, slot forward.Releaser) {
-	// Deferred: ReverseProxy aborts with a panic mid-body.
-	defer func() { forward.Release(slot, e.rec.code) }()
+	released := false
+	defer func() { // deferred: ReverseProxy aborts with a panic mid-body
+		if !released {
+			forward.Release(slot, e.rec.code)
+		}
+	}()
 	r := e.r
 	if r.ContentLength < 0 { // unknown length: enforce the limit while streaming
 		r.Body = forward.GuardBody(http.MaxBytesReader(&e.rec, r.Body, sh.body))
 	}
+	// What streams from here holds the slot: timed afresh (see fastExchange).
+	e.paced.Start, e.paced.N = time.Now(), 0
+	e.held.Hold(rt.pool)
 	rt.pool.Serve(&e.rec, r, sh.check)
+	// The backend is done: its slot goes back before a held response is
+	// written to the client, however slowly that reads.
+	released = true
+	forward.Release(slot, e.rec.code)
+	e.held.Send()
 }
 
 func (e *httpExchange) status() int    { return e.rec.status(e.r) }
@@ -125,3 +183,29 @@ func (rec *recorder) status(r *http.Request) int {
 	}
 	return rec.code
 }
+
+// aheadBody is a request body read ahead: head, then the rest from r (nil:
+// head is all of it). Close closes the original body.
+type aheadBody struct {
+	head []byte
+	r    io.Reader
+	c    io.Closer
+}
+
+func (b *aheadBody) Read(p []byte) (int, error) {
+	if len(b.head) > 0 {
+		n := copy(p, b.head)
+		b.head = b.head[n:]
+		return n, nil
+	}
+	if b.r == nil {
+		return 0, io.EOF
+	}
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = &forward.BadBodyError{Err: err}
+	}
+	return n, err
+}
+
+func (b *aheadBody) Close() error { return b.c.Close() }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leveeproxy/levee/internal/clock"
+	"github.com/leveeproxy/levee/internal/netlimit"
 )
 
 // gatedBackend holds every request until release is closed, and records how
@@ -321,14 +322,9 @@ apps:
 	}
 	defer c.Close()
 	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: a.test\r\n\r\n")
-	c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if n, err := c.Read(make([]byte, 1)); err == nil {
-		t.Fatalf("third connection got %d bytes; want it closed", n)
-	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
-		t.Fatal("third connection was neither served nor closed")
-	}
+	expectRefusedAtAccept(t, c, netlimit.MaxConns)
 	waitFor(t, "the rejected connection to be counted", func() bool {
-		return p.metric("levee_connections_rejected_total", nil) == 1
+		return p.metric("levee_connections_rejected_total", map[string]string{"reason": netlimit.MaxConns}) == 1
 	})
 	held[0].Close()
 	// A slot frees when a connection closes.
@@ -454,4 +450,20 @@ apps:
 		t.Fatalf("levee_queue_overloaded = %v after the delay stayed above the target, want 1", got)
 	}
 	be.open()
+}
+
+// expectRefusedAtAccept reads what a connection refused at accept gets:
+// levee's 503 for reason (unless the close's reset beat it), then the close,
+// never a served request.
+func expectRefusedAtAccept(t *testing.T, c net.Conn, reason string) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got, err := io.ReadAll(c)
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatalf("refused connection was neither answered nor closed (got %q)", got)
+	}
+	if len(got) > 0 && (!strings.HasPrefix(string(got), "HTTP/1.1 503 ") ||
+		!strings.Contains(string(got), "\r\nLevee-Reject: "+reason+"\r\n") || !strings.Contains(string(got), "\r\nConnection: close\r\n")) {
+		t.Fatalf("refused connection got %q; want a 503 with Levee-Reject: %s and Connection: close", got, reason)
+	}
 }

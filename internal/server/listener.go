@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/leveeproxy/levee/internal/config"
 
 	"github.com/leveeproxy/levee/internal/netlimit"
+	"github.com/leveeproxy/levee/internal/reply"
 )
 
 // listener is one client-facing socket. Each connection it accepts is
@@ -55,7 +57,15 @@ func (s *Server) newListener(cfg *config.Config, lc config.Listener, ln net.List
 		l.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
 			NextProtos: []string{"h2", "http/1.1"}}
 	}
-	l.ln = netlimit.New(ln, cfg.Server.MaxConns, func() { s.metrics.ConnRejected(lc.Addr) })
+	o := netlimit.Options{Max: cfg.Server.MaxConns, PerIP: cfg.Server.MaxConnsPerIP,
+		// Trusted proxies carry many clients: they are exempt, as of the
+		// config in force.
+		Exempt:   func(a netip.Addr) bool { return s.current.Load().trust.Trusted(a) },
+		OnReject: func(reason string) { s.metrics.ConnRejected(lc.Addr, reason) }}
+	if lc.TLS == nil {
+		o.Refusal = reply.Raw // a plain listener can say why
+	}
+	l.ln = netlimit.NewWith(ln, o)
 	if lc.TLS != nil || lc.H2C {
 		l.h2 = s.h2Server(cfg, lc.H2C)
 		l.h1q, l.h2q = newConnQueue(ln.Addr()), newConnQueue(ln.Addr())

@@ -456,8 +456,8 @@ type streamClient struct {
 
 // streamingProxy starts levee on a plain listener (HTTP/1.1, on the engine
 // under test) and an h2c one, and returns a client for each protocol.
-func streamingProxy(t *testing.T, backend string) map[string]streamClient {
-	p := startProxy(t, photosApp(backend, "", "listen: [{addr: 127.0.0.1:0}, {addr: 127.0.0.1:0, h2c: true}]\n"))
+func streamingProxy(t *testing.T, backend, limits string) map[string]streamClient {
+	p := startProxy(t, photosApp(backend, limits, "listen: [{addr: 127.0.0.1:0}, {addr: 127.0.0.1:0, h2c: true}]\n"))
 	addrs := p.srv.Addrs()
 	return map[string]streamClient{
 		"http1": {newClient(t, &http.Transport{Protocols: http1Only()}), "http://" + addrs[0].String()},
@@ -481,7 +481,7 @@ func TestStreamingResponse(t *testing.T) {
 		}
 		io.WriteString(w, "chunk 2\n")
 	})
-	for name, client := range streamingProxy(t, backend) {
+	for name, client := range streamingProxy(t, backend, "") {
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), guard)
 			defer cancel()
@@ -532,44 +532,50 @@ func TestStreamingRequestBody(t *testing.T) {
 		}
 		fmt.Fprintf(w, "got %q then %q", part1, rest)
 	})
-	for name, client := range streamingProxy(t, backend) {
-		t.Run(name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), guard)
-			defer cancel()
-			pr, pw := io.Pipe()
-			defer pw.CloseWithError(io.ErrUnexpectedEOF) // unblock everything if we fail early
-			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, client.URL+"/upload", pr)
-			req.Host = "photos.test"
-			type result struct {
-				resp *http.Response
-				err  error
-			}
-			done := make(chan result, 1)
-			go func() {
-				resp, err := client.Do(req)
-				done <- result{resp, err}
-			}()
+	// A body longer than request_buffer streams on after its first
+	// request_buffer bytes (none at 0): part 1 is longer than 4 bytes.
+	for _, ahead := range []string{"0", "4B"} {
+		for name, client := range streamingProxy(t, backend, "{request_buffer: "+ahead+"}") {
+			t.Run(name+"/request_buffer="+ahead, func(t *testing.T) { streamRequestBody(t, client, gotPart1) })
+		}
+	}
+}
 
-			if _, err := io.WriteString(pw, "part 1\n"); err != nil {
-				t.Fatal(err)
-			}
-			// Part 2 is not written until the backend has part 1, so a
-			// levee that buffered the body would never forward it.
-			if got := recv(t, gotPart1, "part 1 at the backend"); got != "part 1\n" {
-				t.Fatalf("backend got %q first", got)
-			}
-			io.WriteString(pw, "part 2\n")
-			pw.Close()
+func streamRequestBody(t *testing.T, client streamClient, gotPart1 chan string) {
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	defer cancel()
+	pr, pw := io.Pipe()
+	defer pw.CloseWithError(io.ErrUnexpectedEOF) // unblock everything if we fail early
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, client.URL+"/upload", pr)
+	req.Host = "photos.test"
+	type result struct {
+		resp *http.Response
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := client.Do(req)
+		done <- result{resp, err}
+	}()
 
-			res := recv(t, done, "response")
-			if res.err != nil {
-				t.Fatal(res.err)
-			}
-			want := `got "part 1\n" then "part 2\n"`
-			if body := readAll(t, res.resp); res.resp.StatusCode != http.StatusOK || body != want {
-				t.Fatalf("response %d %q, want 200 %q", res.resp.StatusCode, body, want)
-			}
-		})
+	if _, err := io.WriteString(pw, "part 1\n"); err != nil {
+		t.Fatal(err)
+	}
+	// Part 2 is not written until the backend has part 1, so a
+	// levee that buffered the body would never forward it.
+	if got := recv(t, gotPart1, "part 1 at the backend"); got != "part 1\n" {
+		t.Fatalf("backend got %q first", got)
+	}
+	io.WriteString(pw, "part 2\n")
+	pw.Close()
+
+	res := recv(t, done, "response")
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	want := `got "part 1\n" then "part 2\n"`
+	if body := readAll(t, res.resp); res.resp.StatusCode != http.StatusOK || body != want {
+		t.Fatalf("response %d %q, want 200 %q", res.resp.StatusCode, body, want)
 	}
 }
 

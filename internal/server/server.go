@@ -24,6 +24,8 @@ import (
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/forward"
 	"github.com/leveeproxy/levee/internal/health"
+	"github.com/leveeproxy/levee/internal/membuf"
+	"github.com/leveeproxy/levee/internal/netlimit"
 	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/leveeproxy/levee/internal/overload"
 	"github.com/leveeproxy/levee/internal/protect"
@@ -83,6 +85,10 @@ type Server struct {
 	// on. It is fixed for the server's life (cluster changes need a restart).
 	cluster *cluster.Cluster
 
+	// buffers is server.buffer_memory: every request and response buffer
+	// is charged to it.
+	buffers *membuf.Budget
+
 	// bg is the context of the server's own background work (health
 	// checks); stopBg ends it at shutdown.
 	bg     context.Context
@@ -93,6 +99,7 @@ type Server struct {
 type snapshot struct {
 	catalog catalog.Catalog[*route]
 	access  bool // log.access: one log line per request
+	trust   forward.Trust
 }
 
 // app is the state of one app that survives reloads: its concurrency limit
@@ -164,6 +171,20 @@ type route struct {
 	pool       *forward.Pool
 	top        *observe.ClientTop // the app's heavy hitters; nil when off
 	guard      *protect.Guard     // backend_limits; nil when off
+	body       bodyRead           // how the request body is read before admission
+}
+
+// bodyRead is how a route reads a request body ahead of admission:
+// limits.request_buffer, server.min_rate, server.read_timeout.
+type bodyRead struct {
+	ahead   int64
+	rate    netlimit.MinRate
+	timeout time.Duration
+}
+
+// clientRate is server.min_rate.
+func clientRate(sc config.Server) netlimit.MinRate {
+	return netlimit.MinRate{Rate: int64(sc.MinRate), Grace: sc.MinRateGrace.D()}
 }
 
 // New returns a Server for cfg, which must have passed Validate.
@@ -180,6 +201,8 @@ func New(cfg *config.Config, o Options) *Server {
 	s.metrics = observe.NewMetrics(s)
 	s.errlog = s.metrics.ErrorLog(s.log, cfg.Log.ErrorsPerSecond)
 	s.unrouted = s.metrics.App("")
+	s.buffers = membuf.NewBudget(int64(cfg.Server.BufferMemory))
+	s.metrics.Buffers(s.buffers.Used, s.buffers.Max, s.buffers.Short)
 	s.cluster = s.newCluster(cfg.Cluster)
 	s.apply(cfg)
 	s.lazy = s.newLazyCatalog(o.Catalog, cfg.Catalog)
@@ -250,6 +273,7 @@ func (s *Server) applyLocked(cfg *config.Config) {
 		s.level.Set(parseLevel(cfg.Log.Level))
 	}
 	s.errlog.SetPerSecond(cfg.Log.ErrorsPerSecond)
+	s.buffers.SetMax(int64(cfg.Server.BufferMemory))
 	s.scale.setConfig(cfg)
 	trust := forward.NewTrust(cfg.Server.TrustedPrefixes())
 	s.trust = trust
@@ -263,7 +287,7 @@ func (s *Server) applyLocked(cfg *config.Config) {
 		retiredFast = append(retiredFast, oldFast...)
 		entries = append(entries, catalog.Entry[*route]{Hosts: ac.Hosts, Paths: ac.Paths, Value: rt})
 	}
-	s.current.Store(&snapshot{catalog: catalog.Build(entries), access: cfg.Log.Access})
+	s.current.Store(&snapshot{catalog: catalog.Build(entries), access: cfg.Log.Access, trust: trust})
 	for name, a := range s.apps {
 		if _, ok := cfg.Apps[name]; !ok && a.stored == nil {
 			delete(s.apps, name)
@@ -341,7 +365,11 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 		Balance:  ac.Balance, Prev: a.backends, Outcomes: a.outcomes(),
 		Bandwidth: s.applyBandwidth(a, ac.Limits.Bandwidth),
 		Retry:     ac.Retry, Clock: s.clk,
+		Buffers: s.buffers, ResponseBuffer: int64(ac.Limits.ResponseBuffer),
+		MinRate: clientRate(cfg.Server), WriteTimeout: cfg.Server.WriteTimeout.D(),
 	})}
+	rt.body = bodyRead{ahead: int64(ac.Limits.RequestBuffer), rate: clientRate(cfg.Server),
+		timeout: cfg.Server.ReadTimeout.D()}
 	a.backends = rt.pool.Set()
 	if a.ejector != nil {
 		a.ejector.Retain(a.backends)

@@ -199,9 +199,10 @@ func TestUpstreamStormStaysBounded(t *testing.T) {
 	// 30s: this process runs levee, 5,000 clients and the backends on 2
 	// cores under -race, and a runnable goroutine can wait seconds for a CPU,
 	// long enough for a loopback connect to time out. The test is about
-	// bounds, not speed.
+	// bounds, not speed. Its 5,000 clients share one address: max_conns_per_ip
+	// is raised with max_conns.
 	p := startProxy(t, fmt.Sprintf(`
-server: {max_conns: 20000}
+server: {max_conns: 20000, max_conns_per_ip: 20000}
 upstream: {max_conns_per_backend: %d, max_idle_per_backend: %d, dial_timeout: 30s, response_header_timeout: 2m}
 apps:
   a:

@@ -1,0 +1,134 @@
+package netlimit
+
+import (
+	"errors"
+	"net"
+	"testing"
+	"time"
+)
+
+func TestMinRateDeadlines(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	m := MinRate{Rate: 1000, Grace: 10 * time.Second}
+	limit := start.Add(time.Minute)
+	for _, tc := range []struct {
+		name string
+		got  time.Time
+		want time.Time
+	}{
+		{"the first byte: the grace", m.Deadline(start, 1, time.Time{}), start.Add(10*time.Second + time.Millisecond)},
+		{"5000 bytes: 5 s past the grace", m.Deadline(start, 5000, limit), start.Add(15 * time.Second)},
+		{"capped at the transfer's own timeout", m.Deadline(start, 1e6, limit), limit},
+		{"far past any timeout, without overflow", m.Deadline(start, 1<<62, time.Time{}), time.Time{}},
+		{"off", MinRate{}.Deadline(start, 5000, limit), limit},
+		// A write is timed alone: 2000 bytes at 1000/s, not before the grace ends.
+		{"a write within the grace", m.WriteDeadline(start, start.Add(time.Second), 2000, limit), start.Add(10 * time.Second)},
+		{"a write after the grace", m.WriteDeadline(start, start.Add(20*time.Second), 2000, limit), start.Add(22 * time.Second)},
+		{"a write capped", m.WriteDeadline(start, start.Add(59*time.Second), 2000, limit), limit},
+	} {
+		if !tc.got.Equal(tc.want) {
+			t.Errorf("%s: %v; want %v", tc.name, tc.got.Sub(start), tc.want.Sub(start))
+		}
+	}
+}
+
+// A client that stops sending is cut off with ErrTooSlow at its deadline; at
+// the transfer's own limit it is a plain timeout.
+func TestPacedReaderCutsAStalledClient(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		rate    MinRate
+		limit   time.Duration
+		tooSlow bool
+	}{
+		{"min_rate first", MinRate{Rate: 1 << 20, Grace: 50 * time.Millisecond}, time.Minute, true},
+		{"read_timeout first", MinRate{Rate: 1, Grace: time.Minute}, 50 * time.Millisecond, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client, server := tcpPair(t)
+			client.Write([]byte("abc"))
+			now := time.Now()
+			r := &PacedReader{R: server, Conn: server, Rate: tc.rate, Start: now, Limit: now.Add(tc.limit)}
+			buf := make([]byte, 10)
+			if n, err := r.Read(buf); n != 3 || err != nil {
+				t.Fatalf("first read = %d, %v; want the 3 bytes sent", n, err)
+			}
+			_, err := r.Read(buf)
+			if errors.Is(err, ErrTooSlow) != tc.tooSlow || err == nil {
+				t.Fatalf("read of a stalled client = %v; want ErrTooSlow %v", err, tc.tooSlow)
+			}
+		})
+	}
+}
+
+func tcpPair(t *testing.T) (client, server net.Conn) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err = ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close(); server.Close() })
+	return client, server
+}
+
+// Connections past PerIP from one address are refused with the refusal
+// written; an exempt address is not counted; a closed connection frees its
+// place.
+func TestListenerPerIP(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rejected []string
+	ln := NewWith(raw, Options{Max: 100, PerIP: 1,
+		Refusal:  func(reason string) []byte { return []byte("no: " + reason) },
+		OnReject: func(reason string) { rejected = append(rejected, reason) }})
+	defer ln.Close()
+	accepted := make(chan net.Conn, 10)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", raw.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	first := dial()
+	held := <-accepted
+	second := dial()
+	second.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 64)
+	n, _ := second.Read(buf)
+	if string(buf[:n]) != "no: "+ConnsPerIP {
+		t.Fatalf("second connection from one address read %q; want the refusal", buf[:n])
+	}
+	held.Close()
+	first.Close()
+	dial()
+	select {
+	case <-accepted:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a closed connection's place was not freed")
+	}
+	if len(rejected) != 1 || rejected[0] != ConnsPerIP {
+		t.Fatalf("rejections %v; want one %s", rejected, ConnsPerIP)
+	}
+}

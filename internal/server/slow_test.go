@@ -1,0 +1,353 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
+	"github.com/leveeproxy/levee/internal/netlimit"
+	"github.com/leveeproxy/levee/internal/reply"
+)
+
+// Issue 11 point 1: a slot belongs to the backend, not to the client. Each
+// test here holds the app's only slot's worth of client slowness and checks
+// that other requests are still served.
+
+// lengthBackend answers every request with the length and framing of the
+// body it got, after reading all of it; big answers GET /big with n bytes.
+type lengthBackend struct {
+	*httptest.Server
+	requests atomic.Int64
+}
+
+func newLengthBackend(t *testing.T, big int) *lengthBackend {
+	b := &lengthBackend{}
+	payload := bytes.Repeat([]byte("x"), big)
+	b.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b.requests.Add(1)
+		if r.URL.Path == "/big" {
+			w.Header().Set("Content-Length", strconv.Itoa(len(payload)))
+			w.Write(payload)
+			return
+		}
+		got, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		fmt.Fprintf(w, "len=%d cl=%d te=%v body=%.20s", len(got), r.ContentLength, r.TransferEncoding, got)
+	}))
+	t.Cleanup(b.Close)
+	return b
+}
+
+func (b *lengthBackend) addr() string { return strings.TrimPrefix(b.URL, "http://") }
+
+// oneSlot is an app with a single concurrency slot and almost no queue: a
+// request that held the slot while levee waited on its client would make
+// every other request fail with 503.
+func oneSlot(backend, limits string) string {
+	return fmt.Sprintf(`
+apps:
+  photos:
+    hosts: [photos.test]
+    backends: [%s]
+    limits: {concurrency: 1, queue: {max_wait: 20ms}%s}
+`, backend, limits)
+}
+
+// expectServed sends n GETs and fails unless every one is answered 200 by
+// the backend.
+func expectServed(t *testing.T, p *proxy, n int, what string) {
+	t.Helper()
+	for i := range n {
+		resp := p.get("photos.test", "/ping")
+		body := readAll(t, resp)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: request %d got %d %s %q; want 200 (the slot is held for a slow client)",
+				what, i, resp.StatusCode, resp.Header.Get(reply.Reject), body)
+		}
+	}
+}
+
+func dialProxy(t *testing.T, p *proxy) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(p.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestSlowBodyHoldsNoSlot(t *testing.T) {
+	be := newLengthBackend(t, 0)
+	p := startProxy(t, oneSlot(be.addr(), ""))
+	// Past fasthttp's own 8 KiB read-ahead, so that without levee's the
+	// request would be admitted and stream its body holding the slot.
+	const size = 32 << 10
+	c := dialProxy(t, p)
+	fmt.Fprintf(c, "POST /up HTTP/1.1\r\nHost: photos.test\r\nContent-Length: %d\r\n\r\n", size)
+	c.Write(bytes.Repeat([]byte("a"), 9<<10))
+	waitFor(t, "levee to read the body ahead", func() bool { return p.metric("levee_buffer_bytes", nil) > 0 })
+	expectServed(t, p, 5, "while a client sends its body slowly")
+	if n := be.requests.Load(); n != 5 {
+		t.Fatalf("backend saw %d requests; want the 5 GETs only, not the unfinished body", n)
+	}
+	c.Write(bytes.Repeat([]byte("a"), size-9<<10))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := readAll(t, resp)
+	if want := fmt.Sprintf("len=%d cl=%d te=[] body=aaaa", size, size); resp.StatusCode != 200 || !strings.HasPrefix(body, want) {
+		t.Fatalf("slow body answered %d %q; want 200 %q...", resp.StatusCode, body, want)
+	}
+	waitFor(t, "the buffer to be given back", func() bool { return p.metric("levee_buffer_bytes", nil) == 0 })
+}
+
+func TestSlowBodyHoldsNoSlotOverH2(t *testing.T) {
+	be := newLengthBackend(t, 0)
+	p := startProxy(t, oneSlot(be.addr(), "")+"listen: [{addr: 127.0.0.1:0, h2c: true}]\n")
+	client := newClient(t, &http.Transport{Protocols: h2cOnly()})
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, p.URL+"/up", pr)
+	req.Host = "photos.test"
+	done := make(chan *http.Response, 1)
+	go func() {
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- resp
+	}()
+	pw.Write([]byte("first part;"))
+	waitFor(t, "levee to read the body ahead", func() bool { return p.metric("levee_buffer_bytes", nil) > 0 })
+	expectServed(t, p, 5, "while an HTTP/2 client sends its body slowly")
+	pw.Write([]byte("last part"))
+	pw.Close()
+	resp := recv(t, done, "the slow body's answer")
+	if resp == nil {
+		return
+	}
+	// Read whole, it goes on with its length, though HTTP/2 declared none.
+	if body := readAll(t, resp); resp.StatusCode != 200 || !strings.HasPrefix(body, "len=20 cl=20 te=[] body=first part;last") {
+		t.Fatalf("slow body answered %d %q; want 200 with the whole body, cl=20", resp.StatusCode, body)
+	}
+}
+
+func TestChunkedBodyGoesOnWithItsLength(t *testing.T) {
+	be := newLengthBackend(t, 0)
+	p := startProxy(t, oneSlot(be.addr(), ""))
+	c := dialProxy(t, p)
+	fmt.Fprintf(c, "POST /up HTTP/1.1\r\nHost: photos.test\r\nTransfer-Encoding: chunked\r\n\r\n"+
+		"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := readAll(t, resp); resp.StatusCode != 200 || body != "len=11 cl=11 te=[] body=hello world" {
+		t.Fatalf("chunked body answered %d %q; want it at the backend with Content-Length: 11", resp.StatusCode, body)
+	}
+}
+
+// A body longer than request_buffer streams on after its first part, and
+// a client that sends it slower than min_rate is cut off with 408.
+func TestSlowBodyPastTheBufferIsCutAtMinRate(t *testing.T) {
+	be := newLengthBackend(t, 0)
+	p := startProxy(t, oneSlot(be.addr(), ", request_buffer: 1KiB")+
+		"server: {min_rate: 64KiB/s, min_rate_grace: 300ms}\n")
+	c := dialProxy(t, p)
+	fmt.Fprintf(c, "POST /up HTTP/1.1\r\nHost: photos.test\r\nContent-Length: 100000\r\n\r\n")
+	// The buffer's worth and more (past fasthttp's own 8 KiB read-ahead),
+	// then nothing.
+	c.Write(bytes.Repeat([]byte("a"), 9<<10))
+	start := time.Now()
+	c.SetReadDeadline(time.Now().Add(guard))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled body: %v", err)
+	}
+	readAll(t, resp)
+	if resp.StatusCode != http.StatusRequestTimeout || resp.Header.Get(reply.Reject) != reply.MinRate {
+		t.Fatalf("stalled body answered %d %s=%q; want 408 min-rate", resp.StatusCode, reply.Reject, resp.Header.Get(reply.Reject))
+	}
+	// 9 KiB at 64 KiB/s plus the grace: due by 0.5 s; the bound only catches a hang.
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("cut after %v", took)
+	}
+	if got := p.metric("levee_rejected_total", map[string]string{"reason": reply.MinRate}); got != 1 {
+		t.Fatalf("levee_rejected_total{reason=min-rate} = %v; want 1", got)
+	}
+	expectServed(t, p, 3, "after a slow body was cut")
+}
+
+// A response of known length within response_buffer is read whole and the
+// slot given back, though the client reads none of it.
+func TestSlowReaderHoldsNoSlot(t *testing.T) {
+	const size = 2 << 20 // more than the sockets' buffers hold
+	be := newLengthBackend(t, size)
+	p := startProxy(t, oneSlot(be.addr(), ", response_buffer: 4MiB"))
+	c := slowReader(t, p)
+	fmt.Fprintf(c, "GET /big HTTP/1.1\r\nHost: photos.test\r\n\r\n")
+	waitFor(t, "the backend to answer the slow reader", func() bool { return be.requests.Load() == 1 })
+	expectServed(t, p, 5, "while a client reads its response slowly")
+	c.(*net.TCPConn).SetReadBuffer(1 << 20) // now read it at loopback speed
+	c.SetReadDeadline(time.Now().Add(guard))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := io.Copy(io.Discard, resp.Body); err != nil || n != size {
+		t.Fatalf("slow reader got %d bytes, %v; want all %d", n, err, size)
+	}
+}
+
+// A response longer than response_buffer streams, holding the slot, and a
+// client reading it slower than min_rate is cut off, counted, and the slot
+// given back.
+func TestSlowReaderPastTheBufferIsCutAtMinRate(t *testing.T) {
+	const size = 8 << 20
+	be := newLengthBackend(t, size)
+	p := startProxy(t, oneSlot(be.addr(), ", response_buffer: 64KiB")+
+		"server: {min_rate: 64KiB/s, min_rate_grace: 300ms}\n")
+	c := slowReader(t, p)
+	fmt.Fprintf(c, "GET /big HTTP/1.1\r\nHost: photos.test\r\n\r\n")
+	waitFor(t, "the slow reader to be cut off", func() bool {
+		return p.metric("levee_rejected_total", map[string]string{"reason": reply.MinRate}) == 1
+	})
+	expectServed(t, p, 3, "after a slow reader was cut")
+	c.(*net.TCPConn).SetReadBuffer(1 << 20)
+	c.SetReadDeadline(time.Now().Add(guard))
+	if n, err := io.Copy(io.Discard, c); err != nil || n >= size {
+		t.Fatalf("cut reader got %d bytes, %v; want the connection closed before the end", n, err)
+	}
+}
+
+// slowReader is a connection to p that reads nothing until the test does,
+// with a small receive buffer.
+func slowReader(t *testing.T, p *proxy) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(p.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.(*net.TCPConn).SetReadBuffer(4 << 10)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestMaxConnsPerIP(t *testing.T) {
+	be := newLengthBackend(t, 0)
+	p := startProxy(t, oneSlot(be.addr(), "")+"server: {max_conns_per_ip: 2, trusted_proxies: [127.0.0.3]}\n")
+	addr := strings.TrimPrefix(p.URL, "http://")
+	dialFrom := func(ip string) net.Conn {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	served := func(c net.Conn) bool {
+		fmt.Fprintf(c, "GET /ping HTTP/1.1\r\nHost: photos.test\r\n\r\n")
+		c.SetReadDeadline(time.Now().Add(guard))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	}
+	var held []net.Conn
+	for range 2 {
+		c := dialFrom("127.0.0.2")
+		if !served(c) {
+			t.Fatal("a connection within max_conns_per_ip was not served")
+		}
+		held = append(held, c)
+	}
+	expectRefusedAtAccept(t, dialFrom("127.0.0.2"), netlimit.ConnsPerIP)
+	waitFor(t, "the refusal to be counted", func() bool {
+		return p.metric("levee_connections_rejected_total", map[string]string{"reason": netlimit.ConnsPerIP}) == 1
+	})
+	// Another address has its own count; a trusted proxy has none.
+	if !served(dialFrom("127.0.0.4")) {
+		t.Fatal("another address was refused")
+	}
+	for i := range 4 {
+		if !served(dialFrom("127.0.0.3")) {
+			t.Fatalf("trusted proxy's connection %d refused", i)
+		}
+	}
+	held[0].Close()
+	waitFor(t, "a place to free when a connection closes", func() bool {
+		c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}).Dial("tcp", addr)
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		return served(c)
+	})
+}
+
+// fasthttp reads the start of a body (8 KiB) before calling levee: a client
+// that sends it slower than min_rate is cut off there too.
+func TestSlowBodyStartIsCutAtMinRate(t *testing.T) {
+	be := newLengthBackend(t, 0)
+	p := startProxy(t, oneSlot(be.addr(), "")+"server: {min_rate: 64KiB/s, min_rate_grace: 300ms}\n")
+	c := dialProxy(t, p)
+	fmt.Fprintf(c, "POST /up HTTP/1.1\r\nHost: photos.test\r\nContent-Length: 100000\r\n\r\nabc")
+	c.SetReadDeadline(time.Now().Add(guard))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled body: %v", err)
+	}
+	readAll(t, resp)
+	if resp.StatusCode != http.StatusRequestTimeout || resp.Header.Get(reply.Reject) != reply.RequestTimeout {
+		t.Fatalf("stalled body start answered %d %s=%q; want 408 %s", resp.StatusCode, reply.Reject,
+			resp.Header.Get(reply.Reject), reply.RequestTimeout)
+	}
+	if be.requests.Load() != 0 {
+		t.Fatal("the stalled request reached the backend")
+	}
+}
+
+// Over HTTP/2 a client that gives no flow-control window reads nothing: the
+// held response still frees the slot.
+func TestSlowReaderHoldsNoSlotOverH2(t *testing.T) {
+	const size = 200 << 10
+	be := newLengthBackend(t, size)
+	p := startProxy(t, oneSlot(be.addr(), ", response_buffer: 1MiB")+"listen: [{addr: 127.0.0.1:0, h2c: true}]\n")
+	c := dialProxy(t, p)
+	c.SetDeadline(time.Now().Add(guard))
+	io.WriteString(c, http2.ClientPreface)
+	fr := http2.NewFramer(c, c)
+	// No window for any stream: the server may send headers, never DATA.
+	fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", "photos.test"}, {":path", "/big"}} {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndStream: true, EndHeaders: true})
+	waitFor(t, "the backend to answer the slow reader", func() bool { return be.requests.Load() == 1 })
+	expectServed(t, p, 5, "while an HTTP/2 client reads nothing")
+}
