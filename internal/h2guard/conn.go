@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -60,6 +61,7 @@ type Conn struct {
 	meter     Meter
 	delivered uint32 // the highest stream the server has been given
 	readErr   error
+	resets    atomic.Uint64
 
 	sent Sent // the writer adds, the meter reads
 
@@ -98,6 +100,9 @@ func (c *Conn) Read(p []byte) (int, error) {
 		if !ok {
 			continue
 		}
+		if f.Type == typeRSTStream {
+			c.resets.Add(1)
+		}
 		if r := c.meter.Frame(f); r != "" {
 			c.enforce(r)
 			c.readErr = &Error{Reason: r}
@@ -107,6 +112,10 @@ func (c *Conn) Read(p []byte) (int, error) {
 	c.delivered = c.meter.MaxStream()
 	return n, err
 }
+
+// Resets is how many RST_STREAM frames the server has read from the
+// client, or is reading. Safe for concurrent use.
+func (c *Conn) Resets() uint64 { return c.resets.Load() }
 
 // enforce closes the connection for r: a GOAWAY at the first frame
 // boundary of the server's output, then the linger, then the close.

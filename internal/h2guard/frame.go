@@ -1,6 +1,9 @@
 package h2guard
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"io"
+)
 
 // Frame types and flags (RFC 9113 §6) that the guard reads.
 const (
@@ -156,6 +159,18 @@ func parseHeader(h *[headerLen]byte) Frame {
 		Flags:  h[4],
 		Stream: binary.BigEndian.Uint32(h[5:]) & 0x7fffffff,
 	}
+}
+
+// ErrCodeInadequateSecurity is the GOAWAY code for a TLS connection that
+// does not meet HTTP/2's requirements (RFC 9113 §9.2).
+const ErrCodeInadequateSecurity = 0xc
+
+// Refuse writes a server's first frames that end an HTTP/2 connection
+// before it starts: an empty SETTINGS and a GOAWAY with code.
+func Refuse(w io.Writer, code uint32) error {
+	var b [2*headerLen + 8]byte
+	_, err := w.Write(appendGoAway(b[:0], true, 0, code))
+	return err
 }
 
 // appendGoAway appends an empty SETTINGS frame when first (a server's

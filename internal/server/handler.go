@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"net/http"
+	"runtime"
 	"sync"
 
 	"github.com/leveeproxy/levee/internal/forward"
@@ -13,22 +14,27 @@ import (
 // ServeHTTP is the request path on net/http (HTTP/2 connections): the
 // adapter of serve.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	hc, _ := r.Context().Value(h2ConnKey{}).(*h2Conn)
+	if hc != nil && r.TLS == nil { // served as unencrypted HTTP/2 under the guard
+		r.TLS = hc.tls
+	}
 	e := httpExchanges.Get().(*httpExchange)
-	e.rec.ResponseWriter, e.rec.code, e.r = w, 0, r
+	e.rec.ResponseWriter, e.rec.code, e.r, e.conn = w, 0, r, hc
 	defer e.free()
 	serve(s, e)
 }
 
 // httpExchange is a net/http request as serve sees it.
 type httpExchange struct {
-	r   *http.Request
-	rec recorder
+	r    *http.Request
+	rec  recorder
+	conn *h2Conn // nil when not from a listener
 }
 
 var httpExchanges = sync.Pool{New: func() any { return new(httpExchange) }}
 
 func (e *httpExchange) free() {
-	e.r, e.rec.ResponseWriter = nil, nil
+	e.r, e.rec.ResponseWriter, e.conn = nil, nil, nil
 	httpExchanges.Put(e)
 }
 
@@ -76,6 +82,18 @@ func (e *httpExchange) refuseShape(v *shape.Violation) { reply.ViolationHTTP(&e.
 func (e *httpExchange) gone() {}
 
 func (e *httpExchange) forward(rt *route, sh *pathShape, slot forward.Releaser) {
+	if e.conn != nil && e.conn.Resets() > 0 {
+		// The client resets streams. Its RST_STREAM for this one may be
+		// read already, waiting for the server's frame loop: let that run
+		// first, so that the reset stops this request here.
+		runtime.Gosched()
+	}
+	if e.r.Context().Err() != nil {
+		// Reset (or its connection gone) after admission: nothing reaches
+		// the backend, and status records 499 with no one to answer.
+		forward.Release(slot, StatusClientClosed)
+		return
+	}
 	// Deferred: ReverseProxy aborts with a panic mid-body.
 	defer func() { forward.Release(slot, e.rec.code) }()
 	r := e.r
