@@ -453,27 +453,46 @@ func TestH2FloodBoundary(t *testing.T) {
 	}
 }
 
-// TestH2OverTLSKeepsRequestTLS: under the guard, a TLS connection is served
-// as unencrypted HTTP/2, and Request.TLS comes from the listener.
-func TestH2OverTLSKeepsRequestTLS(t *testing.T) {
-	seen := make(chan string, 1)
-	backend := newBackend(t, func(w http.ResponseWriter, r *http.Request) {
-		seen <- r.Header.Get("X-Forwarded-Proto")
-	})
+// TestH2OverTLSNeedsAdequateSecurity: the listener applies RFC 9113 §9.2
+// (net/http cannot, under the guard): h2 over TLS 1.2 with a CBC suite is
+// refused with GOAWAY INADEQUATE_SECURITY, HTTP/1.1 with it is served.
+func TestH2OverTLSNeedsAdequateSecurity(t *testing.T) {
+	backend := newBackend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	certFile, keyFile, roots := selfSigned(t)
-	p := startProxy(t, photosApp(backend, "", "listen:\n  - {addr: 127.0.0.1:0, tls: {cert: \""+certFile+"\", key: \""+keyFile+"\"}}\n"))
-	tr := &http.Transport{ForceAttemptHTTP2: true, TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: "photos.test"}}
-	req, _ := http.NewRequest(http.MethodGet, "https://"+p.srv.Addrs()[0].String()+"/", nil)
-	req.Host = "photos.test"
-	resp, err := newClient(t, tr).Do(req)
+	p := startProxy(t, photosApp(backend, "", fmt.Sprintf("listen:\n  - {addr: 127.0.0.1:0, tls: {cert: %q, key: %q}}\n", certFile, keyFile)))
+	dial := func(proto string) *tls.Conn {
+		conn, err := tls.Dial("tcp", p.srv.Addrs()[0].String(), &tls.Config{RootCAs: roots, ServerName: "photos.test",
+			NextProtos: []string{proto}, MaxVersion: tls.VersionTLS12,
+			CipherSuites: []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		conn.SetDeadline(time.Now().Add(guard))
+		return conn
+	}
+	conn := dial("h2")
+	io.WriteString(conn, http2.ClientPreface)
+	fr := http2.NewFramer(conn, conn)
+	fr.WriteSettings()
+	var goaway *http2.GoAwayFrame
+	for goaway == nil {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("reading: %v, want a GOAWAY", err)
+		}
+		goaway, _ = f.(*http2.GoAwayFrame)
+	}
+	if goaway.ErrCode != http2.ErrCodeInadequateSecurity {
+		t.Errorf("GOAWAY %v, want INADEQUATE_SECURITY", goaway.ErrCode)
+	}
+	conn = dial("http/1.1")
+	io.WriteString(conn, "GET / HTTP/1.1\r\nHost: photos.test\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	readAll(t, resp)
-	if resp.ProtoMajor != 2 {
-		t.Fatalf("served %s, want HTTP/2", resp.Proto)
-	}
-	if got := recv(t, seen, "backend request"); got != "https" {
-		t.Errorf("X-Forwarded-Proto %q, want https", got)
+	if body := readAll(t, resp); resp.StatusCode != http.StatusOK || body != "ok" {
+		t.Errorf("HTTP/1.1 with the same suite: %d %q, want 200 ok", resp.StatusCode, body)
 	}
 }
