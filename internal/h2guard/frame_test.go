@@ -2,6 +2,7 @@ package h2guard
 
 import (
 	"bytes"
+	"slices"
 	"testing"
 
 	"golang.org/x/net/http2"
@@ -69,7 +70,7 @@ func TestScannerReadsFramesCutAnywhere(t *testing.T) {
 		t.Error("emptyData: only the padded frame without data and END_STREAM is empty")
 	}
 	for step := 1; step < 40; step++ {
-		if got := scanAll(b, step); !equalFrames(got, whole) {
+		if got := scanAll(b, step); !slices.Equal(got, whole) {
 			t.Fatalf("cut every %d bytes: %+v, want %+v", step, got, whole)
 		}
 	}
@@ -101,25 +102,13 @@ func TestToBoundary(t *testing.T) {
 	}
 }
 
-func equalFrames(a, b []Frame) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // FuzzScanner: however a stream is cut, the scanner reads the same frames.
 func FuzzScanner(f *testing.F) {
 	f.Add(frames(f), uint8(7))
 	f.Add([]byte(http2.ClientPreface+"\x00\x00\x04\x08\x00\x00\x00\x00\x00\x00\x00\x01"), uint8(1))
 	f.Fuzz(func(t *testing.T, b []byte, step uint8) {
 		whole := scanAll(b, len(b)+1)
-		if got := scanAll(b, int(step)+1); !equalFrames(got, whole) {
+		if got := scanAll(b, int(step)+1); !slices.Equal(got, whole) {
 			t.Fatalf("cut every %d: %+v, want %+v", int(step)+1, got, whole)
 		}
 	})
