@@ -22,9 +22,11 @@ const (
 	ReasonContinuation Reason = "continuation"        // CONTINUATION flood (CVE-2023-45288)
 )
 
-// Reasons lists every Reason, for metrics that want all label values.
-var Reasons = []Reason{ReasonReset, ReasonPing, ReasonSettings, ReasonEmptyData, ReasonWindowUpdate,
-	ReasonSmallWindow, ReasonPriority, ReasonUnknown, ReasonContinuation}
+// Reasons returns every Reason, for metrics that want all label values.
+func Reasons() []Reason {
+	return []Reason{ReasonReset, ReasonPing, ReasonSettings, ReasonEmptyData, ReasonWindowUpdate,
+		ReasonSmallWindow, ReasonPriority, ReasonUnknown, ReasonContinuation}
+}
 
 // Rate is a token bucket: Burst frames at once, then one more each Every.
 type Rate struct {

@@ -446,7 +446,7 @@ func TestH2FloodBoundary(t *testing.T) {
 	if c.gotGoAway.Load() {
 		t.Fatal("the legitimate client got a GOAWAY")
 	}
-	for _, r := range h2guard.Reasons {
+	for _, r := range h2guard.Reasons() {
 		if n := rig.p.metric("levee_h2_flood_closed_total", map[string]string{"reason": string(r)}); n != 0 {
 			t.Errorf("levee_h2_flood_closed_total{reason=%q} = %v, want 0", r, n)
 		}
