@@ -25,6 +25,7 @@ type Metrics struct {
 	rejected        *prometheus.CounterVec
 	backendRequests *prometheus.CounterVec
 	connsRejected   *prometheus.CounterVec
+	h2FloodClosed   *prometheus.CounterVec
 	reloads         *prometheus.CounterVec
 	logsSuppressed  prometheus.Counter
 	retries         *prometheus.CounterVec
@@ -106,6 +107,9 @@ func NewMetrics(gauges AppGauges) *Metrics {
 		connsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "levee_connections_rejected_total", Help: "Client connections closed at accept, by listener and reason: max-conns (server.max_conns) or conns-per-ip (server.max_conns_per_ip).",
 		}, []string{"listener", "reason"}),
+		h2FloodClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "levee_h2_flood_closed_total", Help: "HTTP/2 client connections closed with GOAWAY ENHANCE_YOUR_CALM for a frame flood, by the bound crossed.",
+		}, []string{"reason"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "levee_config_reloads_total", Help: "Config reloads by result (ok or error).",
 		}, []string{"result"}),
@@ -120,7 +124,7 @@ func NewMetrics(gauges AppGauges) *Metrics {
 		}),
 	}
 	m.Registry.MustRegister(m.requests, m.duration, m.queueWait, m.rejected, m.backendRequests,
-		m.connsRejected, m.reloads, m.logsSuppressed, m.retries, m.retryExhausted,
+		m.connsRejected, m.h2FloodClosed, m.reloads, m.logsSuppressed, m.retries, m.retryExhausted,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.host = newHostMetrics(m.Registry)
 	if gauges != nil {
@@ -140,6 +144,9 @@ func (m *Metrics) App(app string) *AppMetrics {
 func (m *Metrics) ConnRejected(listener, reason string) {
 	m.connsRejected.WithLabelValues(listener, reason).Inc()
 }
+
+// H2FloodClosed counts an HTTP/2 connection closed by the flood guard.
+func (m *Metrics) H2FloodClosed(reason string) { m.h2FloodClosed.WithLabelValues(reason).Inc() }
 
 // Reload counts a config reload attempt.
 func (m *Metrics) Reload(ok bool) {

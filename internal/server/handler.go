@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"runtime"
 	"sync"
 	"time"
 
@@ -17,9 +18,13 @@ import (
 // ServeHTTP is the request path on net/http (HTTP/2 connections): the
 // adapter of serve.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	hc, _ := r.Context().Value(h2ConnKey{}).(*h2Conn)
+	if hc != nil && r.TLS == nil { // served as unencrypted HTTP/2 under the guard
+		r.TLS = hc.tls
+	}
 	e := httpExchanges.Get().(*httpExchange)
 	e.held.Reset(w)
-	e.rec.ResponseWriter, e.rec.code, e.r = &e.held, 0, r
+	e.rec.ResponseWriter, e.rec.code, e.r, e.conn = &e.held, 0, r, hc
 	defer e.free()
 	serve(s, e)
 }
@@ -33,6 +38,7 @@ type httpExchange struct {
 	body  membuf.Buffer
 	paced netlimit.PacedReader
 	rest  aheadBody
+	conn  *h2Conn // nil when not from a listener
 }
 
 var httpExchanges = sync.Pool{New: func() any { return new(httpExchange) }}
@@ -40,7 +46,7 @@ var httpExchanges = sync.Pool{New: func() any { return new(httpExchange) }}
 func (e *httpExchange) free() {
 	e.held.Free()
 	e.body.Free()
-	e.r, e.rec.ResponseWriter, e.paced, e.rest = nil, nil, netlimit.PacedReader{}, aheadBody{}
+	e.r, e.rec.ResponseWriter, e.paced, e.rest, e.conn = nil, nil, netlimit.PacedReader{}, aheadBody{}, nil
 	e.held.Reset(nil)
 	httpExchanges.Put(e)
 }
@@ -122,6 +128,18 @@ func (e *httpExchange) readBody(s *Server, rt *route, sh *pathShape) (refusal, b
 }
 
 func (e *httpExchange) forward(rt *route, sh *pathShape, slot forward.Releaser) {
+	if e.conn != nil && e.conn.Resets() > 0 {
+		// The client resets streams. Its RST_STREAM for this one may be
+		// read already, waiting for the server's frame loop: let that run
+		// first, so that the reset stops this request here.
+		runtime.Gosched()
+	}
+	if e.r.Context().Err() != nil {
+		// Reset (or its connection gone) after admission: nothing reaches
+		// the backend, and status records 499 with no one to answer.
+		forward.Release(slot, StatusClientClosed)
+		return
+	}
 	released := false
 	defer func() { // deferred: ReverseProxy aborts with a panic mid-body
 		if !released {

@@ -15,7 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/leveeproxy/levee/internal/config"
-
+	"github.com/leveeproxy/levee/internal/h2guard"
 	"github.com/leveeproxy/levee/internal/netlimit"
 	"github.com/leveeproxy/levee/internal/reply"
 )
@@ -35,6 +35,8 @@ type listener struct {
 	// ln directly, with nothing in between).
 	h1q, h2q *connQueue
 	tls      *tls.Config
+	// guard bounds the floods of each HTTP/2 connection (h2guard).
+	guard *h2guard.Options
 	// hello bounds the handshake and the preface, per connection.
 	hello time.Duration
 	// sorting counts the connections being looked at, so Serve can wait for
@@ -67,15 +69,17 @@ func (s *Server) newListener(cfg *config.Config, lc config.Listener, ln net.List
 	}
 	l.ln = netlimit.NewWith(ln, o)
 	if lc.TLS != nil || lc.H2C {
-		l.h2 = s.h2Server(cfg, lc.H2C)
+		l.h2 = s.h2Server(cfg)
 		l.h1q, l.h2q = newConnQueue(ln.Addr()), newConnQueue(ln.Addr())
+		l.guard = &h2guard.Options{Limits: h2guard.Default(int(cfg.Server.MaxHeaderBytes)), Clock: s.clk,
+			OnClose: func(r h2guard.Reason) { s.metrics.H2FloodClosed(string(r)) }}
 	}
 	return l, nil
 }
 
 // h2Server is the net/http server of a listener's HTTP/2 connections. It
 // serves no HTTP/1: those connections never reach it.
-func (s *Server) h2Server(cfg *config.Config, h2c bool) *http.Server {
+func (s *Server) h2Server(cfg *config.Config) *http.Server {
 	sc := cfg.Server
 	srv := &http.Server{
 		Handler:           s,
@@ -86,12 +90,44 @@ func (s *Server) h2Server(cfg *config.Config, h2c bool) *http.Server {
 		MaxHeaderBytes:    int(sc.MaxHeaderBytes),
 		ErrorLog:          s.errlog.StdLogger("http2"),
 		Protocols:         new(http.Protocols),
+		ConnContext:       h2ConnContext,
 	}
-	// With no TLSConfig, Serve sets up HTTP/2 for the *tls.Conns it is
-	// handed that negotiated h2 (the handshake is the listener's).
-	srv.Protocols.SetHTTP2(true)
-	srv.Protocols.SetUnencryptedHTTP2(h2c)
+	// Every connection arrives under the flood guard, which net/http
+	// cannot see through to a *tls.Conn: TLS ones too are served as
+	// unencrypted HTTP/2 (ALPN and §9.2 were the listener's), and get
+	// Request.TLS from the context (ServeHTTP).
+	srv.Protocols.SetUnencryptedHTTP2(true)
 	return srv
+}
+
+// h2Conn is an HTTP/2 connection as the net/http engine gets it.
+type h2Conn struct {
+	*h2guard.Conn
+	tls *tls.ConnectionState // nil for h2c
+}
+
+// h2ConnKey is the context key of a request's *h2Conn.
+type h2ConnKey struct{}
+
+// h2ConnContext gives each request its connection: its TLS state, and
+// how many streams its client has reset.
+func h2ConnContext(ctx context.Context, c net.Conn) context.Context {
+	if hc, ok := c.(*h2Conn); ok {
+		return context.WithValue(ctx, h2ConnKey{}, hc)
+	}
+	return ctx
+}
+
+// h2Adequate reports whether a TLS connection may carry HTTP/2 (RFC 9113
+// §9.2): TLS 1.3, or 1.2 with an ephemeral key exchange and an AEAD
+// cipher. net/http checks it for a *tls.Conn; it never sees one here.
+func h2Adequate(cs *tls.ConnectionState) bool {
+	if cs.Version >= tls.VersionTLS13 {
+		return true
+	}
+	name := tls.CipherSuiteName(cs.CipherSuite)
+	return cs.Version == tls.VersionTLS12 && strings.HasPrefix(name, "TLS_ECDHE_") &&
+		(strings.Contains(name, "_GCM_") || strings.Contains(name, "_CHACHA20_"))
 }
 
 // serve runs the listener's engines until they are shut down; it returns
@@ -150,14 +186,22 @@ func (l *listener) sort(c net.Conn) {
 		c.SetDeadline(time.Now().Add(l.hello))
 	}
 	var h2 bool
+	var state *tls.ConnectionState
 	if l.tls != nil {
 		tc := tls.Server(c, l.tls)
 		if err := tc.Handshake(); err != nil {
 			c.Close()
 			return
 		}
-		h2 = tc.ConnectionState().NegotiatedProtocol == "h2"
 		c = tc
+		if cs := tc.ConnectionState(); cs.NegotiatedProtocol == "h2" {
+			if !h2Adequate(&cs) {
+				h2guard.Refuse(tc, h2guard.ErrCodeInadequateSecurity)
+				tc.Close()
+				return
+			}
+			h2, state = true, new(cs) // a copy: HTTP/1.1 allocates nothing here
+		}
 	} else {
 		pc, isH2, err := peekPreface(c)
 		if err != nil {
@@ -168,7 +212,7 @@ func (l *listener) sort(c net.Conn) {
 	}
 	c.SetDeadline(time.Time{}) // the engines set their own
 	if h2 {
-		l.h2q.push(c)
+		l.h2q.push(&h2Conn{Conn: h2guard.Wrap(c, l.guard), tls: state})
 	} else {
 		l.h1q.push(c)
 	}
