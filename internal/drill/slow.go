@@ -23,8 +23,8 @@ import (
 //
 //   - slowloris: a request header that never ends, one more header line
 //     every Interval;
-//   - slow-body: a whole header declaring a body (BodySizes), then Chunk
-//     bytes of it every Interval;
+//   - slow-body: a whole header declaring a body (BodySizes), the first
+//     BodyHead bytes of a larger one at once, then Chunk bytes every Interval;
 //   - slow-read: a GET for a large response (ReadPath), read Chunk bytes
 //     every Interval through a receive buffer of ReadBuffer bytes.
 //
@@ -56,6 +56,13 @@ type SlowAttack struct {
 	// BodySizes are slow-body's Content-Lengths, one per connection in turn;
 	// nil is 4 KiB (slowhttptest's default) and 1 MiB (past a 64 KiB request buffer).
 	BodySizes []int64
+	// BodyHead is how much of a body larger than it is sent at once with
+	// the header: an edge that reads the first bytes of a body before it
+	// admits the request (fasthttp reads 8 KiB, an edge may buffer 64 KiB)
+	// is then past them, and the rest trickles while the request holds what
+	// admitting it took. A body of at most BodyHead bytes trickles from its
+	// first byte, as slowhttptest's do. 0 is 128 KiB; negative is none.
+	BodyHead int64
 	// ReadBuffer is slow-read's receive buffer (SO_RCVBUF, set before the
 	// connection is made on Linux); 0 is 4096 bytes.
 	ReadBuffer int
@@ -152,6 +159,7 @@ const (
 	slowInterval    = time.Second
 	slowChunk       = 16
 	slowReadBuffer  = 4096
+	slowBodyHead    = 128 << 10
 	slowDialTimeout = 5 * time.Second
 	slowDialers     = 64
 	// slowFileMargin is the open files kept for everything but the attack.
@@ -176,6 +184,9 @@ func (a SlowAttack) withDefaults() SlowAttack {
 	}
 	if len(a.BodySizes) == 0 {
 		a.BodySizes = slowBodySizes()
+	}
+	if a.BodyHead == 0 {
+		a.BodyHead = slowBodyHead
 	}
 	if a.ReadBuffer <= 0 {
 		a.ReadBuffer = slowReadBuffer
@@ -424,8 +435,15 @@ func (r *SlowRun) slowBody(ctx context.Context, c net.Conn, k *slowKind, size in
 	}
 	p := watch(c, k)
 	defer p.join(c)
+	left := size
+	if head := r.a.BodyHead; head > 0 && size > head {
+		if r.write(c, k, strings.Repeat("x", int(head))) != nil {
+			return ended(ctx)
+		}
+		left -= head
+	}
 	chunk := strings.Repeat("x", r.a.Chunk)
-	for left := size; left > 0; {
+	for left > 0 {
 		if e, ok := r.tick(ctx, p); !ok {
 			return e
 		}

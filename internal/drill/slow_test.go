@@ -64,7 +64,10 @@ func TestSlowAttackHoldsEveryConnectionUntilStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { run.Stop() }) // before the edge's Close, which waits for its connections
-	waitFor(t, "the edge has all 12 connections and slow bodies arrive", func() bool { return open.Load() == 12 && bodies.Load() > 0 })
+	// each body's first 128 KiB come at once, the rest a chunk per interval
+	waitFor(t, "the edge has all 12 connections and the bodies' heads", func() bool {
+		return open.Load() == 12 && bodies.Load() > 4*slowBodyHead
+	})
 	waitFor(t, "slow readers read", func() bool { return run.Stats().SlowRead.BytesRead > 0 })
 	st := run.Stop()
 	for _, k := range st.Kinds() {
@@ -78,6 +81,9 @@ func TestSlowAttackHoldsEveryConnectionUntilStopped(t *testing.T) {
 	// the slow reader reads at most a chunk per interval: far from the whole 1 MiB
 	if got := st.SlowRead.BytesRead; got >= 1<<20 {
 		t.Errorf("slow readers read %d bytes: not slow", got)
+	}
+	if got := st.SlowBody.BytesSent; got >= 4*(slowBodyHead+64<<10) {
+		t.Errorf("slow bodies sent %d bytes: not slow after their heads", got)
 	}
 	waitFor(t, "Stop has closed every connection", func() bool { return open.Load() == 0 })
 	if again := run.Stop(); again.SlowBody.Opened != 4 {
