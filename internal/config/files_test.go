@@ -159,6 +159,18 @@ func (s *stallingOpen) open(path string) (file, error) {
 	return openNonblock(path)
 }
 
+// stalledFiles is a Files on a fake clock whose opens stall until
+// released, and a file at path holding content.
+func stalledFiles(t *testing.T, content string, timeout time.Duration) (path string, clk *clock.Fake, stall *stallingOpen, f *Files) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	clk, stall = clock.NewFake(time.Unix(0, 0)), newStallingOpen()
+	return path, clk, stall, &Files{Timeout: timeout, Clock: clk, open: stall.open}
+}
+
 // readAsync runs f.Read on a goroutine; the result comes on the channel.
 func readAsync(ctx context.Context, f *Files, path string) <-chan error {
 	done := make(chan error, 1)
@@ -170,13 +182,7 @@ func readAsync(ctx context.Context, f *Files, path string) <-chan error {
 }
 
 func TestFilesReadDeadline(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "f")
-	if err := os.WriteFile(path, []byte("hello"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	clk := clock.NewFake(time.Unix(0, 0))
-	stall := newStallingOpen()
-	f := &Files{Timeout: time.Second, Clock: clk, open: stall.open}
+	path, clk, stall, f := stalledFiles(t, "hello", time.Second)
 
 	first := readAsync(context.Background(), f, path)
 	<-stall.opened
@@ -246,13 +252,7 @@ func (r readResult) get() ([]byte, error) { return r.data, r.err }
 
 // Reads of one path at once share one read, each with its own bytes.
 func TestFilesReadsShareOneRead(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "f")
-	if err := os.WriteFile(path, []byte("shared"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	clk := clock.NewFake(time.Unix(0, 0))
-	stall := newStallingOpen()
-	f := &Files{Clock: clk, open: stall.open}
+	path, clk, stall, f := stalledFiles(t, "shared", 0) // the default timeout: far beyond the test
 	results := make(chan readResult, 2)
 	for range 2 {
 		go func() { d, err := f.Read(context.Background(), path, 1<<10); results <- readResult{d, err} }()

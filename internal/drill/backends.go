@@ -188,6 +188,21 @@ func appSnippet(name, host string, bs []*Backend) string {
 	return fmt.Sprintf("apps:\n  %s:\n    hosts: [%s]\n    backends: [%s]\n", name, host, strings.Join(addrs, ", "))
 }
 
+// pointEdge prints lead and the levee config snippet that routes host to
+// bs (o.Log), hands both to o.OnBackends, and waits up to o.RouteWait for
+// the edge to route host to them.
+func pointEdge(ctx context.Context, o Options, lead, host, snippet string, bs []*Backend) error {
+	fmt.Fprintf(o.Log, "%s, e.g. for levee:\n%s", lead, snippet)
+	if o.OnBackends != nil {
+		if err := o.OnBackends(snippet, bs); err != nil {
+			return err
+		}
+	}
+	probe := NewHTTPDoer(o.Target, 1)
+	defer probe.Close()
+	return waitRouted(ctx, probe, host, bs, o.RouteWait)
+}
+
 // waitRouted polls the edge until one of the backends has answered through
 // it, so a user can start the drill first and point the edge at it after.
 func waitRouted(ctx context.Context, d Doer, host string, bs []*Backend, within time.Duration) error {

@@ -83,18 +83,9 @@ func runSlowClients(ctx context.Context, o Options, r *Report) error {
 	}
 	bs := []*Backend{b}
 	defer CloseBackends(bs)
-	snippet := appSnippet("slow", o.SlowHost, bs)
-	fmt.Fprintf(o.Log, "slow-clients: a backend listens on %s (GET ?bytes=N answers N bytes); point the edge at it "+
-		"with the limits you serve with, e.g. for levee (default limits):\n%s", b.Addr, snippet)
-	if o.OnBackends != nil {
-		if err := o.OnBackends(snippet, bs); err != nil {
-			return err
-		}
-	}
-	probe := NewHTTPDoer(o.Target, 1)
-	err = waitRouted(ctx, probe, o.SlowHost, bs, o.RouteWait)
-	probe.Close()
-	if err != nil {
+	lead := fmt.Sprintf("slow-clients: a backend listens on %s (GET ?bytes=N answers N bytes); point the edge at it "+
+		"with the limits you serve with (levee: an app's default limits)", b.Addr)
+	if err := pointEdge(ctx, o, lead, o.SlowHost, appSnippet("slow", o.SlowHost, bs), bs); err != nil {
 		return err
 	}
 	victim := get(o.SlowHost, o.Path, o.Clients)
