@@ -11,6 +11,8 @@
 #   DRILL_PORT   [9171]  the distribution drill's 4 backends, DRILL_PORT .. DRILL_PORT+3
 #   OVERLOAD_PORT [9181] the overload drill's backend: SLOTS [32] x SERVICE_TIME [20ms] = 1,600/s,
 #                        offered OVERLOAD_OFFERED [3x] its capacity
+#   SLOW_PORT    [9191]  the slow-clients drill's backend; SLOW_CONNS [1000] attack connections of
+#                        each kind (slowloris, slow-body, slow-read), all at once
 #   CARDS_DIR    [unset] keep each edge's report card (card-EDGE.json, .md) in this directory
 # Missing nginx, haproxy, caddy or curl are installed with apt-get; a proxy that cannot be
 # installed or started is skipped, and the table says so.
@@ -20,6 +22,9 @@
 #   other.local, hot.local, *.cold.local   unlimited neighbours (tenant-limit, cold-catalog)
 #   dist.local     the 4 drill backends, least-loaded balancing (distribution)
 #   over.local     the overload drill's backend of SLOTS slots, behind the edge's concurrency limit
+#   slow.local     the slow-clients drill's backend, with each edge's defaults: no limit, and the
+#                  client timeouts the product ships (levee's app default limits; nginx, haproxy
+#                  and caddy a plain proxy block; haproxy's timeouts are bench/lib.sh's head)
 # Best built-in protection per edge (what its docs offer without modules or scripts):
 #   levee    limits {rate: LIMIT/s, batch: {json_field: uris, max: 1000}}, p2c balancing;
 #            over.local limits {concurrency: SLOTS, queue: {max_wait: 10ms, max_len: 2 x SLOTS}}
@@ -33,7 +38,7 @@
 #            is the documented default, but caddy 2.6 leaves it 0 and then never selects the upstream)
 # duplicate-instance is levee only (it starts a second levee on the same config).
 # Pinning (taskset, >= 2 CPUs): proxies on CPU 0; backends and the drill on CPU 1.
-# Runtime at defaults: 4 edges x 6 drills x ~5 s + starts and builds: ~3 min.
+# Runtime at defaults: 4 edges x 7 drills x ~5-10 s + starts and builds: ~4 min.
 set -euo pipefail
 
 BENCH_NAME=run.sh
@@ -50,6 +55,8 @@ OVERLOAD_PORT=${OVERLOAD_PORT:-9181}
 SLOTS=${SLOTS:-32}
 SERVICE_TIME=${SERVICE_TIME:-20ms}
 OVERLOAD_OFFERED=${OVERLOAD_OFFERED:-3x}
+SLOW_PORT=${SLOW_PORT:-9191}
+SLOW_CONNS=${SLOW_CONNS:-1000}
 LEVEE_PORT=18480
 LEVEE_ADMIN_PORT=18490
 NGINX_PORT=18481
@@ -59,8 +66,10 @@ DPORTS=()
 for ((i=0; i<4; i++)); do DPORTS+=($((DRILL_PORT + i))); done
 BURST=$(( LIMIT / 10 > 0 ? LIMIT / 10 : 1 ))
 [[ $SLOTS =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: SLOTS must be a positive integer (got $SLOTS)" >&2; exit 2; }
+[[ $SLOW_CONNS =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: SLOW_CONNS must be a positive integer (got $SLOW_CONNS)" >&2; exit 2; }
 QUEUE_LEN=$(( 2 * SLOTS ))
 OVER="127.0.0.1:$OVERLOAD_PORT"
+SLOW="127.0.0.1:$SLOW_PORT"
 
 bench_init levee-run
 bench_need_tools nginx haproxy curl
@@ -81,7 +90,7 @@ fi
 # apt's caddy package starts a system service on :80; this script never uses it.
 
 bench_pinning "proxies on CPU $PROXY_CPU, backends + drill on CPU $LOAD_CPU"
-check_ports backends "$BACKEND_PORT" "${DPORTS[@]}" "$OVERLOAD_PORT" "$LEVEE_PORT" "$LEVEE_ADMIN_PORT" "$NGINX_PORT" "$HAPROXY_PORT" "$CADDY_PORT"
+check_ports backends "$BACKEND_PORT" "${DPORTS[@]}" "$OVERLOAD_PORT" "$SLOW_PORT" "$LEVEE_PORT" "$LEVEE_ADMIN_PORT" "$NGINX_PORT" "$HAPROXY_PORT" "$CADDY_PORT"
 
 build_bench backend
 build_levee || die "levee does not build: nothing to compare"
@@ -117,6 +126,9 @@ apps:
     hosts: [over.local]
     backends: [$OVER]
     limits: {concurrency: $SLOTS, queue: {max_wait: 10ms, max_len: $QUEUE_LEN}}
+  slow:
+    hosts: [slow.local]
+    backends: [$SLOW]
 EOF
 GOMAXPROCS=1 "${ON_PROXY_CPU[@]}" "$tmp/levee" serve --config "$tmp/levee.yaml" >"$tmp/levee.log" 2>&1 &
 PIDS+=("$!")
@@ -130,12 +142,14 @@ fi
 mkdir -p "$tmp/nginx/logs"
 proxy_nginx='proxy_http_version 1.1; proxy_set_header Connection ""; proxy_set_header Host $host;'
 {
-  nginx_conf_head warn 8192
+  # 3 x SLOW_CONNS client connections and their upstream ones need the files
+  nginx_conf_head warn 8192 "worker_rlimit_nofile 16384;"
   cat <<EOF
   limit_req_zone \$host zone=tenant:1m rate=${LIMIT}r/s;
   limit_conn_zone \$server_name zone=over:1m;
   upstream app { server $B; keepalive 64; }
   upstream over { server $OVER; keepalive 64; }
+  upstream slow { server $SLOW; keepalive 64; }
   upstream dist { least_conn; $(printf 'server 127.0.0.1:%s; ' "${DPORTS[@]}") keepalive 64; }
   server {
     listen 127.0.0.1:$NGINX_PORT;
@@ -166,6 +180,11 @@ proxy_nginx='proxy_http_version 1.1; proxy_set_header Connection ""; proxy_set_h
     limit_conn_log_level info;
     location / { proxy_pass http://over; proxy_next_upstream off; $proxy_nginx }
   }
+  server {
+    listen 127.0.0.1:$NGINX_PORT;
+    server_name slow.local;
+    location / { proxy_pass http://slow; $proxy_nginx }
+  }
 }
 EOF
 } >"$tmp/nginx.conf"
@@ -189,6 +208,7 @@ frontend fe
   http-request deny deny_status 413 if tenant { req.hdr_val(content-length) gt 65536 }
   use_backend be_dist if { hdr(host) -i dist.local }
   use_backend be_over if { hdr(host) -i over.local }
+  use_backend be_slow if { hdr(host) -i slow.local }
   default_backend be_app
 backend be_app
   server b1 $B
@@ -198,6 +218,8 @@ $(for i in "${!DPORTS[@]}"; do echo "  server d$((i+1)) 127.0.0.1:${DPORTS[i]}";
 backend be_over
   timeout queue 10ms
   server o1 $OVER maxconn $SLOTS
+backend be_slow
+  server s1 $SLOW
 EOF
 } >"$tmp/haproxy.cfg"
 if haproxy_check; then
@@ -239,6 +261,10 @@ http://over.local:$CADDY_PORT {
     max_fails 1
   }
 }
+http://slow.local:$CADDY_PORT {
+  bind 127.0.0.1
+  reverse_proxy $SLOW
+}
 EOF
   XDG_DATA_HOME="$tmp/caddy" XDG_CONFIG_HOME="$tmp/caddy" HOME="$tmp/caddy" GOMAXPROCS=1 \
     "${ON_PROXY_CPU[@]}" "$CADDY_BIN" run --config "$tmp/Caddyfile" --adapter caddyfile >"$tmp/caddy.log" 2>&1 &
@@ -248,7 +274,7 @@ fi
 
 # ---------------------------------------------------------------- the drills
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
-limit_secs=$(( $(to_secs "$DURATION") * 10 + 150 ))
+limit_secs=$(( $(to_secs "$DURATION") * 12 + 180 ))
 for t in levee nginx haproxy caddy; do
   [[ -n ${URL[$t]:-} ]] || continue
   extra=()
@@ -259,7 +285,8 @@ for t in levee nginx haproxy caddy; do
     --host tenant.local --limit "$LIMIT/s" --offered "$OFFERED" --other-host other.local \
     --hot-host hot.local --cold-domain cold.local --dist-host dist.local --backend-port "$DRILL_PORT" \
     --overload-host over.local --overload-port "$OVERLOAD_PORT" --slots "$SLOTS" --service-time "$SERVICE_TIME" \
-    --overload-offered "$OVERLOAD_OFFERED" --route-wait 10s --json --report "$tmp/card-$t.md" "${extra[@]}" >"$tmp/card-$t.json" 2>"$tmp/drill-$t.log" || rc=$?
+    --overload-offered "$OVERLOAD_OFFERED" --slow-host slow.local --slow-port "$SLOW_PORT" --slow-conns "$SLOW_CONNS" \
+    --route-wait 10s --json --report "$tmp/card-$t.md" "${extra[@]}" >"$tmp/card-$t.json" 2>"$tmp/drill-$t.log" || rc=$?
   if ((rc > 1)); then
     log "drill against $t failed to run (exit $rc):"; tail -5 "$tmp/drill-$t.log" >&2 || true
     NOTE[$t]="drill did not run (exit $rc)"
@@ -287,16 +314,16 @@ if ((WRITE)); then
     {
       echo "## Drills: levee beside nginx, haproxy and caddy (bench/run.sh)"
       echo
-      echo "- command: \`DURATION=$DURATION LIMIT=$LIMIT OFFERED=$OFFERED SLOTS=$SLOTS SERVICE_TIME=$SERVICE_TIME OVERLOAD_OFFERED=$OVERLOAD_OFFERED bash bench/run.sh --write\`"
+      echo "- command: \`DURATION=$DURATION LIMIT=$LIMIT OFFERED=$OFFERED SLOTS=$SLOTS SERVICE_TIME=$SERVICE_TIME OVERLOAD_OFFERED=$OVERLOAD_OFFERED SLOW_CONNS=$SLOW_CONNS bash bench/run.sh --write\`"
       echo "- date: $DATE"
       echo "- machine: $(nproc) CPUs, ${CPU_MODEL:-unknown CPU}, $(uname -sr); pinning: $PIN_DESC; load average $LOAD_BEFORE before the drills, $LOAD_AFTER after (anything above ~2 on 2 CPUs means other work shared the cores, and latency ratios and timeouts are noisy)"
-      echo "- load: \`levee drill all\` (docs/drills.md), the same flags for every edge: tenant.local limited to $LIMIT/s and offered $OFFERED, over.local a backend of $SLOTS slots x $SERVICE_TIME offered $OVERLOAD_OFFERED its capacity, $DURATION per load phase"
-      echo "- protections: levee \`rate: $LIMIT/s\`, \`batch: {json_field: uris, max: 1000}\`, p2c; nginx \`limit_req\` ($LIMIT r/s by Host, burst $BURST nodelay, 429 + Retry-After), \`client_max_body_size 64k\`, \`least_conn\`; haproxy \`http_req_rate(1s)\` by Host over $LIMIT → 429 + Retry-After, Content-Length over 64 KB → 413, \`leastconn\`; caddy \`request_body max_size 64KB\`, \`lb_policy least_conn\` (no built-in rate limit); for overload: levee \`concurrency: $SLOTS, queue: {max_wait: 10ms, max_len: $QUEUE_LEN}\`, nginx \`limit_conn $SLOTS\` (503), haproxy \`maxconn $SLOTS\` + \`timeout queue 10ms\`, caddy \`unhealthy_request_count $SLOTS\`"
+      echo "- load: \`levee drill all\` (docs/drills.md), the same flags for every edge: tenant.local limited to $LIMIT/s and offered $OFFERED, over.local a backend of $SLOTS slots x $SERVICE_TIME offered $OVERLOAD_OFFERED its capacity, slow.local under $SLOW_CONNS slowloris, $SLOW_CONNS slow-body and $SLOW_CONNS slow-read connections at once beside a victim at 50/s, $DURATION per load phase"
+      echo "- protections: levee \`rate: $LIMIT/s\`, \`batch: {json_field: uris, max: 1000}\`, p2c; nginx \`limit_req\` ($LIMIT r/s by Host, burst $BURST nodelay, 429 + Retry-After), \`client_max_body_size 64k\`, \`least_conn\`; haproxy \`http_req_rate(1s)\` by Host over $LIMIT → 429 + Retry-After, Content-Length over 64 KB → 413, \`leastconn\`; caddy \`request_body max_size 64KB\`, \`lb_policy least_conn\` (no built-in rate limit); for overload: levee \`concurrency: $SLOTS, queue: {max_wait: 10ms, max_len: $QUEUE_LEN}\`, nginx \`limit_conn $SLOTS\` (503), haproxy \`maxconn $SLOTS\` + \`timeout queue 10ms\`, caddy \`unhealthy_request_count $SLOTS\`; for slow-clients every edge's defaults (levee an app's default limits; nginx, haproxy and caddy a plain proxy)"
       echo "- versions: levee $LEVEE_REV ($GO_VER), nginx $NGINX_VER, haproxy $HAPROXY_VER${CADDY_VER:+, caddy $CADDY_VER}"
       echo
       cat "$tmp/table.md"
       echo
-      echo "Ratios: admitted ÷ limit should be near 1 (above: the limit leaks; below: the edge over-refuses); the other tenant's success and batches refused near 1; p99 during ÷ before near 1 (the attack does not reach neighbours); fast max ÷ mean near 1 (even spread); slow ÷ fast mean well below 1 (a slow backend loses traffic); overload goodput ÷ capacity near 1 (the backend stays busy with answers someone waits for), served p99 ÷ unloaded near 1 (the excess is not queued) and excess refused at once near 1 (refused, not left to time out). A size limit refuses the 740 KB batches too, but it also refuses any large body and lets a batch of small items through; levee counts the items. duplicate-instance is levee only: a second levee on the same config must refuse (the default) or serve with strict limits. Each edge's full report card (checks, streams, status codes) is kept with \`CARDS_DIR=DIR\`."
+      echo "Ratios: admitted ÷ limit should be near 1 (above: the limit leaks; below: the edge over-refuses); the other tenant's success and batches refused near 1; p99 during ÷ before near 1 (the attack does not reach neighbours); fast max ÷ mean near 1 (even spread); slow ÷ fast mean well below 1 (a slow backend loses traffic); overload goodput ÷ capacity near 1 (the backend stays busy with answers someone waits for), served p99 ÷ unloaded near 1 (the excess is not queued) and excess refused at once near 1 (refused, not left to time out); slow-clients' victim success near 1 (at least 0.999 passes) and its p99 during ÷ before near 1 (slow connections do not hold what the victim needs). A size limit refuses the 740 KB batches too, but it also refuses any large body and lets a batch of small items through; levee counts the items. duplicate-instance is levee only: a second levee on the same config must refuse (the default) or serve with strict limits. Each edge's full report card (checks, streams, status codes) is kept with \`CARDS_DIR=DIR\`."
     } >"$tmp/section-body.md"
     write_doc_section "$tmp/section-body.md"
   fi

@@ -36,12 +36,14 @@ var columns = [][3]string{
 	{"distribution", "slow/fast mean", "slow ÷ fast mean"},
 	{"cold-catalog", "hot p99 during/before", "cold-catalog: hot p99 during ÷ before"},
 	{"duplicate-instance", "admitted by both/limit", "duplicate-instance: admitted ÷ limit"},
+	{"slow-clients", "victim success", "slow-clients: victim's success"},
+	{"slow-clients", "victim p99 during/before", "victim p99 during ÷ before"},
 	{"overload", "goodput/capacity", "overload: goodput ÷ capacity"},
 	{"overload", "served p99 overload/unloaded", "served p99 ÷ unloaded"},
 	{"overload", "excess refused at once", "excess refused at once"},
 }
 
-var drills = []string{"tenant-limit", "batch-storm", "distribution", "cold-catalog", "duplicate-instance", "overload"}
+var drills = []string{"tenant-limit", "batch-storm", "distribution", "cold-catalog", "duplicate-instance", "slow-clients", "overload"}
 
 func main() {
 	if len(os.Args) < 2 {

@@ -13,6 +13,8 @@ func TestTable(t *testing.T) {
 	  {"drill": "tenant-limit", "verdict": "fail", "ratios": {"admitted/limit": 9.704, "other tenant success": 1},
 	   "checks": [{"name": "admitted rate", "pass": false}, {"name": "other tenant's success", "pass": true}]},
 	  {"drill": "duplicate-instance", "verdict": "skipped", "reason": "needs --config | x", "checks": []},
+	  {"drill": "slow-clients", "verdict": "fail", "ratios": {"victim success": 0.457, "victim p99 during/before": 31.2},
+	   "checks": [{"name": "victim's success under attack", "pass": false}, {"name": "victim's latency under attack", "pass": false}]},
 	  {"drill": "overload", "verdict": "fail", "ratios": {"goodput/capacity": 0.93, "served p99 overload/unloaded": 12.4, "excess refused at once": 0.861},
 	   "checks": [{"name": "goodput", "pass": true}, {"name": "served latency", "pass": false}, {"name": "refused at once", "pass": false}]}
 	]}`), 0o600); err != nil {
@@ -26,8 +28,9 @@ func TestTable(t *testing.T) {
 	if len(lines) != 4 {
 		t.Fatalf("%d lines; want header, rule and 2 rows:\n%s", len(lines), got)
 	}
-	want := "| caddy | 9.70 | 1.00 | – | – | – | – | – | – | 0.93 | 12.40 | 0.86 | tenant-limit: FAIL (admitted rate); " +
-		"duplicate-instance: SKIPPED (needs --config / x); overload: FAIL (served latency; refused at once) |"
+	want := "| caddy | 9.70 | 1.00 | – | – | – | – | – | – | 0.46 | 31.20 | 0.93 | 12.40 | 0.86 | tenant-limit: FAIL (admitted rate); " +
+		"duplicate-instance: SKIPPED (needs --config / x); " +
+		"slow-clients: FAIL (victim's success under attack; victim's latency under attack); overload: FAIL (served latency; refused at once) |"
 	if lines[2] != want {
 		t.Errorf("row\n%s\nwant\n%s", lines[2], want)
 	}

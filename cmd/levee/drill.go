@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/drill"
 )
 
@@ -25,6 +26,7 @@ errors. Drills (see docs/drills.md):
   distribution        --dist-host H [--backends 4 --slow 1 --backend-port P]
   cold-catalog        --hot-host H (or --host H) --cold-domain D [--cold-hosts 500]
   duplicate-instance  --config FILE --host H --limit 750/s (levee only)
+  slow-clients        --slow-host H [--slow-conns 1000 --slow-kinds slowloris,slow-body,slow-read --slow-port P]
   overload            --overload-host H [--slots 32 --service-time 20ms --overload-offered 3x --overload-port P]
   all                 every drill whose flags are given
 
@@ -66,6 +68,100 @@ func (m multFlag) Set(s string) error {
 		return fmt.Errorf("%q: want a positive multiple such as 3x", s)
 	}
 	*m.v = v
+	return nil
+}
+
+// listFlag is a comma-separated list ("slowloris,slow-body").
+type listFlag struct{ v *[]string }
+
+func (l listFlag) String() string {
+	if l.v == nil {
+		return ""
+	}
+	return strings.Join(*l.v, ",")
+}
+
+func (l listFlag) Set(s string) error {
+	*l.v = nil
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			*l.v = append(*l.v, part)
+		}
+	}
+	if len(*l.v) == 0 {
+		return fmt.Errorf("%q: want a comma-separated list", s)
+	}
+	return nil
+}
+
+// sizeFlag is a byte size ("64KiB") read with config.ParseByteSize.
+type sizeFlag struct{ v *int64 }
+
+func (f sizeFlag) String() string {
+	if f.v == nil || *f.v == 0 {
+		return ""
+	}
+	return strconv.FormatInt(*f.v, 10)
+}
+
+func (f sizeFlag) Set(s string) error {
+	n, err := config.ParseByteSize(s)
+	if err == nil && n == 0 {
+		err = fmt.Errorf("%q: want a size above 0", s)
+	}
+	if err != nil {
+		return err
+	}
+	*f.v = n
+	return nil
+}
+
+// headFlag is a byte size where 0 is none (drill.Options.SlowBodyHead < 0).
+type headFlag struct{ v *int64 }
+
+func (f headFlag) String() string {
+	if f.v == nil || *f.v <= 0 {
+		return ""
+	}
+	return strconv.FormatInt(*f.v, 10)
+}
+
+func (f headFlag) Set(s string) error {
+	n, err := config.ParseByteSize(s)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		n = -1
+	}
+	*f.v = n
+	return nil
+}
+
+// sizesFlag is a comma-separated list of byte sizes ("4KiB,1MiB").
+type sizesFlag struct{ v *[]int64 }
+
+func (f sizesFlag) String() string {
+	if f.v == nil {
+		return ""
+	}
+	parts := make([]string, len(*f.v))
+	for i, n := range *f.v {
+		parts[i] = strconv.FormatInt(n, 10)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (f sizesFlag) Set(s string) error {
+	var out []int64
+	for _, part := range strings.Split(s, ",") {
+		var n int64
+		if err := (sizeFlag{&n}).Set(part); err != nil {
+			return err
+		}
+		out = append(out, n)
+	}
+	*f.v = out
 	return nil
 }
 
@@ -170,6 +266,17 @@ func drillCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.Var(multFlag{&o.OverOffered}, "overload-offered", "overload: offered load as a multiple of the backend's capacity (default 3x)")
 	fs.Var(multFlag{&o.OverBase}, "overload-base", "overload: the unloaded baseline's rate as a multiple of capacity (default 0.25x)")
 	fs.Float64Var(&o.MinGoodput, "min-goodput", 0.8, "overload: 2xx per second during the overload, as a fraction of capacity, at least")
+	fs.StringVar(&o.SlowHost, "slow-host", "", "slow-clients: the Host the edge routes to the drill's backend")
+	fs.IntVar(&o.SlowPort, "slow-port", 0, "slow-clients: the backend's port (0: any free port)")
+	fs.IntVar(&o.SlowConns, "slow-conns", 1000, "slow-clients: attack connections of each kind")
+	fs.Var(listFlag{&o.SlowKinds}, "slow-kinds", "slow-clients: the kinds of attack, at once (default slowloris,slow-body,slow-read)")
+	fs.DurationVar(&o.SlowInterval, "slow-interval", time.Second, "slow-clients: between two trickles on one attack connection")
+	fs.IntVar(&o.SlowChunk, "slow-chunk", 16, "slow-clients: bytes a slow body sends, or a slow reader reads, per trickle")
+	fs.Var(sizesFlag{&o.SlowBodySizes}, "slow-body-size", "slow-clients: slow bodies' Content-Length, one per connection in turn (default 4KiB,1MiB)")
+	fs.Var(headFlag{&o.SlowBodyHead}, "slow-body-head", "slow-clients: how much of each slow body is sent at once, before the trickle (default 128KiB; 0: none)")
+	fs.Var(sizeFlag{&o.SlowReadSize}, "slow-read-size", "slow-clients: the response a slow reader asks for (default 1MiB)")
+	fs.Var(rateFlag{&o.VictimRate}, "victim-rate", "slow-clients: the victim's request rate (default 50/s)")
+	fs.Float64Var(&o.MinSuccess, "min-success", 0.999, "slow-clients: the victim's 2xx share under attack, at least")
 	fs.StringVar(&o.Config, "config", "", "duplicate-instance: the running levee's config file")
 	fs.StringVar(&o.Levee, "levee", "", "duplicate-instance: the levee binary (default: this one)")
 	asJSON := fs.Bool("json", false, "print the report card as JSON")
@@ -259,7 +366,7 @@ func validDrillOptions(o drill.Options) error {
 		v    time.Duration
 	}{{"--duration", o.Duration}, {"--timeout", o.Timeout}, {"--refuse-within", o.RefuseWithin},
 		{"--slow-delay", o.SlowDelay}, {"--route-wait", o.RouteWait}, {"--cold-bound", o.ColdBound}, {"--p99-slack", o.P99Slack},
-		{"--service-time", o.ServiceTime}} {
+		{"--service-time", o.ServiceTime}, {"--slow-interval", o.SlowInterval}} {
 		if d.v <= 0 || d.v > time.Hour {
 			bad = append(bad, d.name+" must be in (0, 1h]")
 		}
@@ -270,7 +377,8 @@ func validDrillOptions(o drill.Options) error {
 	}{{"--max-inflight", int64(o.MaxInFlight), 100_000}, {"--max-requests", o.MaxRequests, 100_000_000},
 		{"--clients", int64(o.Clients), 10_000_000}, {"--items", int64(o.Items), 10_000_000},
 		{"--backends", int64(o.Backends), 64}, {"--cold-hosts", int64(o.ColdHosts), 1_000_000},
-		{"--slots", int64(o.Slots), 100_000}} {
+		{"--slots", int64(o.Slots), 100_000}, {"--slow-conns", int64(o.SlowConns), 100_000},
+		{"--slow-chunk", int64(o.SlowChunk), 1 << 20}} {
 		if n.v < 1 || n.v > n.lim {
 			bad = append(bad, fmt.Sprintf("%s must be 1..%d", n.name, n.lim))
 		}
@@ -290,6 +398,22 @@ func validDrillOptions(o drill.Options) error {
 	}
 	if o.MinGoodput <= 0 || o.MinGoodput > 1 {
 		bad = append(bad, "--min-goodput must be in (0, 1]")
+	}
+	if o.MinSuccess <= 0 || o.MinSuccess > 1 {
+		bad = append(bad, "--min-success must be in (0, 1]")
+	}
+	if o.SlowPort < 0 || o.SlowPort > 65535 {
+		bad = append(bad, "--slow-port must be 0..65535")
+	}
+	// 0 is unset (Defaults); the backend answers at most 64 MiB
+	if o.SlowReadSize < 0 || o.SlowReadSize > 64<<20 {
+		bad = append(bad, "--slow-read-size must be 1B..64MiB")
+	}
+	for _, n := range o.SlowBodySizes {
+		if n < 1 || n > 1<<30 {
+			bad = append(bad, "--slow-body-size must be 1B..1GiB each")
+			break
+		}
 	}
 	if d := o.Defaults(); d.ServiceTime > 0 && float64(d.Slots)/d.ServiceTime.Seconds()*d.OverOffered > 1_000_000 {
 		bad = append(bad, "--overload-offered x --slots / --service-time must be at most 1,000,000/s")

@@ -93,6 +93,12 @@ func TestDrillUsage(t *testing.T) {
 		{"drill", "overload", "--overload-host", "a", "--overload-base", "2x"},
 		{"drill", "overload", "--overload-host", "a", "--min-goodput", "1.5"},
 		{"drill", "overload", "--overload-host", "a", "--slots", "100000", "--service-time", "1ms"}, // 300M/s
+		{"drill", "slow-clients"}, // missing --slow-host
+		{"drill", "slow-clients", "--slow-host", "a", "--slow-kinds", "slowloris,fast"},
+		{"drill", "slow-clients", "--slow-host", "a", "--slow-body-size", "4KiB,0"},
+		{"drill", "slow-clients", "--slow-host", "a", "--slow-read-size", "1GiB"},
+		{"drill", "slow-clients", "--slow-host", "a", "--slow-conns", "0"},
+		{"drill", "slow-clients", "--slow-host", "a", "--min-success", "2"},
 		{"drill", "all"}, // nothing applies
 	} {
 		if code, _, stderr := runLevee(t, args...); code != exitUsage || stderr == "" {
@@ -121,9 +127,10 @@ func TestDrillAllPassesAgainstDemo(t *testing.T) {
 		"--config", demoConfig, "--dist-host", "drill.localhost", "--backend-port", strconv.Itoa(demo.DrillBackendPort),
 		"--dist-rate", "200/s")
 	// The demo has no app in front of a fixed-capacity backend, so overload
-	// (TestOverloadDrillPassesAgainstLevee) is skipped: it needs --overload-host.
+	// (TestOverloadDrillPassesAgainstLevee) is skipped: it needs --overload-host;
+	// slow-clients starts its own backend too, and needs --slow-host.
 	want := map[string]string{"tenant-limit": "pass", "batch-storm": "pass", "cold-catalog": "pass",
-		"distribution": "pass", "duplicate-instance": "pass", "overload": "skipped"}
+		"distribution": "pass", "duplicate-instance": "pass", "slow-clients": "skipped", "overload": "skipped"}
 	if got := card.verdicts(); code != 0 || card.Verdict != "pass" || len(got) != len(want) {
 		t.Fatalf("exit %d, card %s %v; want 0, pass %v\n%+v\nstderr:\n%s", code, card.Verdict, got, want, card.Drills, stderr)
 	}
@@ -186,6 +193,25 @@ func TestOverloadDrillPassesAgainstLevee(t *testing.T) {
 	}
 	if !strings.Contains(stderr, "concurrency: 8, queue: {max_wait: 10ms, max_len: 16}") {
 		t.Fatalf("stderr does not show the levee config for the backend:\n%s", stderr)
+	}
+}
+
+// The slow-clients drill runs from the command line against levee serve
+// with its own backend on the port the config names: 20 connections of each
+// kind stay far below an app's default 256 slots, so the victim is served.
+// internal/drill's TestSlowClientsDrill fails an edge whose slots they take.
+func TestSlowClientsDrillRunsAgainstLevee(t *testing.T) {
+	skipDrillOnEngineRerun(t)
+	port := freePort(t)
+	s := startServe(t, appConfig(fmt.Sprintf("127.0.0.1:%d", port), ""))
+	code, card, stderr := runDrill(t, "slow-clients", "--target", s.proxy, "--slow-host", "a.test",
+		"--slow-port", strconv.Itoa(port), "--slow-conns", "20", "--slow-interval", "50ms", "--slow-body-size", "4KiB,128KiB",
+		"--slow-read-size", "256KiB", "--victim-rate", "40/s", "--duration", "1s", "--timeout", "15s", "--p99-slack", "10s")
+	if code != 0 || card.Verdict != "pass" {
+		t.Fatalf("exit %d, card %+v; want 0, pass\nstderr:\n%s", code, card, stderr)
+	}
+	if pass, found := card.check("slow-clients", "victim's success under attack"); !found || !pass {
+		t.Fatalf("card %+v", card)
 	}
 }
 

@@ -22,16 +22,22 @@ import (
 	"github.com/leveeproxy/levee/internal/server"
 )
 
-// source loads the config, at start and on every reload.
+// source loads the config, at start and on every reload; a load returns
+// once ctx ends, whatever it was reading.
 type source struct {
-	load func() (*config.Config, error)
+	load func(ctx context.Context) (*config.Config, error)
 	// path is the config file, from which the instance lock is derived;
 	// empty for a config that is not a file (the demo), which takes no lock.
 	path string
 }
 
+// fileSource reads the config file, and every file it names, through one
+// config.Files for the process's life: each read is bounded in size and
+// time, and a file on a stalled filesystem costs one goroutine however many
+// reloads ask for it.
 func fileSource(path string) source {
-	return source{load: func() (*config.Config, error) { return config.Load(path) }, path: path}
+	files := new(config.Files)
+	return source{load: func(ctx context.Context) (*config.Config, error) { return files.Load(ctx, path) }, path: path}
 }
 
 // started is told the bound addresses once levee serves (the demo prints them).
@@ -39,8 +45,10 @@ type started func(proxy []net.Addr, admin net.Addr)
 
 // serve runs levee until ctx is done, then drains. SIGHUP and POST /reload
 // reload the config from src; a bad one is refused and the old one serves on.
+// A reload in progress when ctx ends is refused at once (its load returns),
+// so nothing it holds keeps the drain waiting.
 func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ...started) error {
-	cfg, err := src.load()
+	cfg, err := src.load(ctx)
 	if err != nil {
 		return err
 	}
@@ -83,13 +91,15 @@ func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ..
 	// Its own cap, so admin clients never hold the descriptors the proxy needs.
 	adminLn = admin.LimitListener(adminLn, admin.MaxConns)
 
+	serveCtx, stopServing := context.WithCancel(ctx)
+	defer stopServing()
 	var reloadMu sync.Mutex // one reload at a time, from SIGHUP or the API
 	reload := func(trigger string) error {
 		reloadMu.Lock()
 		defer reloadMu.Unlock()
 		_ = notify.Reloading()
 		defer func() { _ = notify.Ready(guard.status()) }() // the old or the new config serves
-		next, err := src.load()
+		next, err := src.load(serveCtx)
 		if err == nil {
 			err = srv.Reload(next)
 		} else {
@@ -125,8 +135,6 @@ func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ..
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	serveCtx, stopServing := context.WithCancel(ctx)
-	defer stopServing()
 	// Ready before the loop below starts, so its Store(false) on shutdown
 	// always comes after: a signal during startup must not leave us ready.
 	ready.Store(true)

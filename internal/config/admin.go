@@ -39,11 +39,13 @@ func (a *Admin) decodeYAML(n *yaml.Node, path string, errs *Errors) {
 // of surrounding white space; "" and nil when TokenFile is empty. An error is
 // a FieldError at admin.token_file. Validation calls it to prove the file
 // holds a token, and the command at start, since only the start binds it.
-func (a Admin) Token() (string, error) {
+func (a Admin) Token() (string, error) { return a.token(ownReader()) }
+
+func (a Admin) token(rd reader) (string, error) {
 	if a.TokenFile == "" {
 		return "", nil
 	}
-	data, err := ReadFileBounded(a.TokenFile, MaxTokenBytes)
+	data, err := rd.read(a.TokenFile, MaxTokenBytes)
 	if err != nil {
 		return "", FieldError{Path: "admin.token_file", Msg: err.Error()}
 	}
@@ -70,7 +72,7 @@ func IsLoopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-func (a *Admin) validate(errs *Errors) {
+func (a *Admin) validate(errs *Errors, rd reader) {
 	n := len(*errs)
 	checkListenAddr(errs, "admin.addr", a.Addr)
 	if a.TokenFile == "" {
@@ -81,7 +83,7 @@ func (a *Admin) validate(errs *Errors) {
 		}
 		return
 	}
-	if _, err := a.Token(); err != nil {
+	if _, err := a.token(rd); err != nil {
 		errs.add("admin.token_file", "%s", err.(FieldError).Msg)
 	}
 }

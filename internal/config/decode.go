@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -43,19 +44,27 @@ func (es *Errors) add(path, format string, args ...any) {
 }
 
 // Load reads, decodes and validates the config file at path, which must be
-// a regular file of at most MaxConfigBytes.
-func Load(path string) (*Config, error) {
-	data, err := ReadFileBounded(path, MaxConfigBytes)
+// a regular file of at most MaxConfigBytes, through a Files of its own.
+func Load(path string) (*Config, error) { return new(Files).Load(context.Background(), path) }
+
+// Load reads, decodes and validates the config file at path, which must be
+// a regular file of at most MaxConfigBytes. It and every file the config
+// names are read through f, each within f's Timeout and not past ctx.
+func (f *Files) Load(ctx context.Context, path string) (*Config, error) {
+	data, err := f.Read(ctx, path, MaxConfigBytes)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	return Parse(data)
+	return parse(data, reader{ctx: ctx, f: f})
 }
 
 // Parse decodes and validates a YAML config. On error it returns Errors
 // listing every problem found, and no Config. An empty document is the
 // default config; a key whose value is empty (null) keeps its default.
-func Parse(data []byte) (*Config, error) {
+// The files the config names are read through a Files of its own.
+func Parse(data []byte) (*Config, error) { return parse(data, ownReader()) }
+
+func parse(data []byte, rd reader) (*Config, error) {
 	cfg := Default()
 	root, err := parseDocument(data)
 	if err != nil {
@@ -69,7 +78,7 @@ func Parse(data []byte) (*Config, error) {
 	// A field that failed to decode keeps its default, but a list item or a
 	// whole section that failed may be left empty: validation problems at or
 	// under a path that already has a decode error would only repeat it.
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(rd); err != nil {
 		decodeErrs := len(errs)
 		for _, e := range err.(Errors) {
 			if !covered(errs[:decodeErrs], e.Path) {

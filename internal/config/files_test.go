@@ -1,13 +1,17 @@
 package config
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leveeproxy/levee/internal/clock"
 )
 
 // hostileFiles makes the paths a config must refuse, by name: each is not
@@ -133,5 +137,133 @@ func TestTLSFilesBounded(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// stallingOpen opens files only once released: a stalled filesystem, as
+// far as Files can tell. Each open is announced on opened.
+type stallingOpen struct {
+	opened  chan string
+	release chan struct{}
+	count   atomic.Int32
+}
+
+func newStallingOpen() *stallingOpen {
+	return &stallingOpen{opened: make(chan string, 16), release: make(chan struct{})}
+}
+
+func (s *stallingOpen) open(path string) (file, error) {
+	s.count.Add(1)
+	s.opened <- path
+	<-s.release
+	return openNonblock(path)
+}
+
+// stalledFiles is a Files on a fake clock whose opens stall until
+// released, and a file at path holding content.
+func stalledFiles(t *testing.T, content string, timeout time.Duration) (path string, clk *clock.Fake, stall *stallingOpen, f *Files) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	clk, stall = clock.NewFake(time.Unix(0, 0)), newStallingOpen()
+	return path, clk, stall, &Files{Timeout: timeout, Clock: clk, open: stall.open}
+}
+
+// readAsync runs f.Read on a goroutine; the result comes on the channel.
+func readAsync(ctx context.Context, f *Files, path string) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.Read(ctx, path, 1<<10)
+		done <- err
+	}()
+	return done
+}
+
+func TestFilesReadDeadline(t *testing.T) {
+	path, clk, stall, f := stalledFiles(t, "hello", time.Second)
+
+	first := readAsync(context.Background(), f, path)
+	<-stall.opened
+	<-clk.TimerCreated()
+	clk.Advance(time.Second - time.Nanosecond)
+	select {
+	case err := <-first:
+		t.Fatalf("Read returned %v before its deadline", err)
+	default:
+	}
+	clk.Advance(time.Nanosecond)
+	err := noHang(t, "Read past its deadline", func() error { return <-first })
+	var te *TimeoutError
+	if !errors.As(err, &te) || te.After != time.Second || !strings.Contains(err.Error(), path) ||
+		!strings.Contains(err.Error(), "not read within 1s") {
+		t.Fatalf("stalled Read = %v; want a *TimeoutError after 1s naming %s", err, path)
+	}
+
+	// The stalled read goes on; a second Read of the path waits for it
+	// instead of opening the file again, and gives up at its own deadline.
+	second := readAsync(context.Background(), f, path)
+	<-clk.TimerCreated()
+	clk.Advance(time.Second)
+	if err := noHang(t, "second Read", func() error { return <-second }); !errors.As(err, &te) {
+		t.Fatalf("second Read = %v; want a *TimeoutError", err)
+	}
+	// A context that ends first ends the wait first.
+	ctx, cancel := context.WithCancel(context.Background())
+	third := readAsync(ctx, f, path)
+	<-clk.TimerCreated()
+	cancel()
+	if err := noHang(t, "cancelled Read", func() error { return <-third }); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Read = %v; want context.Canceled", err)
+	}
+	if n := stall.count.Load(); n != 1 {
+		t.Fatalf("%d opens of a stalled file; want 1 (the later Reads wait for it)", n)
+	}
+
+	// Once the filesystem answers, the read ends and a new Read opens again.
+	close(stall.release)
+	noHang(t, "the stalled read to end", func() bool {
+		for {
+			f.mu.Lock()
+			n := len(f.reading)
+			f.mu.Unlock()
+			if n == 0 {
+				return true
+			}
+			time.Sleep(time.Millisecond)
+		}
+	})
+	data, err := noHang(t, "Read after the stall", func() readResult {
+		d, err := f.Read(context.Background(), path, 1<<10)
+		return readResult{d, err}
+	}).get()
+	if err != nil || string(data) != "hello" || stall.count.Load() != 2 {
+		t.Fatalf("Read after the stall = %q %v, %d opens; want hello, 2 opens", data, err, stall.count.Load())
+	}
+}
+
+type readResult struct {
+	data []byte
+	err  error
+}
+
+func (r readResult) get() ([]byte, error) { return r.data, r.err }
+
+// Reads of one path at once share one read, each with its own bytes.
+func TestFilesReadsShareOneRead(t *testing.T) {
+	path, clk, stall, f := stalledFiles(t, "shared", 0) // the default timeout: far beyond the test
+	results := make(chan readResult, 2)
+	for range 2 {
+		go func() { d, err := f.Read(context.Background(), path, 1<<10); results <- readResult{d, err} }()
+		<-clk.TimerCreated() // Read times its wait once it has started or joined the read
+	}
+	close(stall.release)
+	a, b := noHang(t, "read a", func() readResult { return <-results }), noHang(t, "read b", func() readResult { return <-results })
+	if a.err != nil || b.err != nil || string(a.data) != "shared" || string(b.data) != "shared" || &a.data[0] == &b.data[0] {
+		t.Fatalf("two reads: %q %v, %q %v; want both, each its own bytes", a.data, a.err, b.data, b.err)
+	}
+	if n := stall.count.Load(); n != 1 {
+		t.Fatalf("%d opens for two Reads at once; want 1", n)
 	}
 }

@@ -13,8 +13,12 @@ import (
 )
 
 // Validate checks the whole config and returns Errors listing every problem
-// with its field path, or nil. It reads TLS files to prove they load.
-func (c *Config) Validate() error {
+// with its field path, or nil. It reads the files the config names (TLS
+// certificates and keys, admin.token_file) to prove they load, each through
+// a Files of its own.
+func (c *Config) Validate() error { return c.validate(ownReader()) }
+
+func (c *Config) validate(rd reader) error {
 	var errs Errors
 	addrs := map[string]string{} // listen address → field path, to catch reuse
 	claim := func(path, addr string) {
@@ -31,7 +35,7 @@ func (c *Config) Validate() error {
 		checkListenAddr(&errs, p+".addr", l.Addr)
 		claim(p+".addr", l.Addr)
 		if l.TLS != nil {
-			checkTLS(&errs, p+".tls", l.TLS)
+			checkTLS(&errs, rd, p+".tls", l.TLS)
 			if l.H2C {
 				errs.add(p+".h2c", "h2c is for listeners without tls (a TLS listener negotiates HTTP/2 by ALPN)")
 			}
@@ -42,7 +46,7 @@ func (c *Config) Validate() error {
 				"delete the key (docs/config.md, listen)")
 		}
 	}
-	c.Admin.validate(&errs)
+	c.Admin.validate(&errs, rd)
 	claim("admin.addr", c.Admin.Addr)
 	c.Server.validate(&errs)
 	c.Upstream.validate(&errs)
@@ -85,12 +89,12 @@ func checkListenAddr(errs *Errors, path, addr string) {
 	}
 }
 
-func checkTLS(errs *Errors, path string, t *TLS) {
+func checkTLS(errs *Errors, rd reader, path string, t *TLS) {
 	if t.Cert == "" || t.Key == "" {
 		errs.add(path, "both cert and key are required")
 		return
 	}
-	if _, err := LoadCertificate(path, t); err != nil {
+	if _, err := loadCertificate(rd, path, t); err != nil {
 		*errs = append(*errs, err.(FieldError))
 	}
 }

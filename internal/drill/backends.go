@@ -1,12 +1,14 @@
 package drill
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -151,6 +153,10 @@ func (p *pool) hold(quit <-chan struct{}) bool {
 
 func (b *Backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 64<<20))
+	if q := r.URL.Query().Get("bytes"); q != "" {
+		b.large(w, q)
+		return
+	}
 	if b.pool != nil && !b.pool.hold(b.quit) {
 		w.WriteHeader(http.StatusServiceUnavailable) // the drill is over
 		return
@@ -171,12 +177,30 @@ func (b *Backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // Snippet is the levee config that points app host at the backends.
-func Snippet(host string, bs []*Backend) string {
+func Snippet(host string, bs []*Backend) string { return appSnippet("drill", host, bs) }
+
+// appSnippet is the levee config of app name: host, the backends, default limits.
+func appSnippet(name, host string, bs []*Backend) string {
 	addrs := make([]string, len(bs))
 	for i, b := range bs {
 		addrs[i] = b.Addr
 	}
-	return fmt.Sprintf("apps:\n  drill:\n    hosts: [%s]\n    backends: [%s]\n", host, strings.Join(addrs, ", "))
+	return fmt.Sprintf("apps:\n  %s:\n    hosts: [%s]\n    backends: [%s]\n", name, host, strings.Join(addrs, ", "))
+}
+
+// pointEdge prints lead and the levee config snippet that routes host to
+// bs (o.Log), hands both to o.OnBackends, and waits up to o.RouteWait for
+// the edge to route host to them.
+func pointEdge(ctx context.Context, o Options, lead, host, snippet string, bs []*Backend) error {
+	fmt.Fprintf(o.Log, "%s, e.g. for levee:\n%s", lead, snippet)
+	if o.OnBackends != nil {
+		if err := o.OnBackends(snippet, bs); err != nil {
+			return err
+		}
+	}
+	probe := NewHTTPDoer(o.Target, 1)
+	defer probe.Close()
+	return waitRouted(ctx, probe, host, bs, o.RouteWait)
 }
 
 // waitRouted polls the edge until one of the backends has answered through
@@ -200,5 +224,40 @@ func waitRouted(ctx context.Context, d Doer, host string, bs []*Backend, within 
 			t.Stop()
 			return errors.New("the edge did not route to the drill's backends in time (is the config snippet loaded?)")
 		}
+	}
+}
+
+// maxLarge bounds the body a backend sends for ?bytes=N.
+const maxLarge = 64 << 20
+
+// large answers ?bytes=N with a body of N bytes (slow-read's response).
+// Closing the backends ends a write that a slow reader holds up.
+func (b *Backend) large(w http.ResponseWriter, q string) {
+	n, err := strconv.ParseInt(q, 10, 64)
+	if err != nil || n < 0 || n > maxLarge {
+		http.Error(w, fmt.Sprintf("bytes: want 0..%d", maxLarge), http.StatusBadRequest)
+		return
+	}
+	b.count.Add(1)
+	w.Header().Set(backendHeader, b.Name)
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
+	rc := http.NewResponseController(w)
+	written := make(chan struct{})
+	defer close(written)
+	go func() {
+		select {
+		case <-b.quit:
+			_ = rc.SetWriteDeadline(time.Now())
+		case <-written:
+		}
+	}()
+	chunk := bytes.Repeat([]byte("x"), 32<<10)
+	for n > 0 {
+		k := min(n, int64(len(chunk)))
+		if _, err := w.Write(chunk[:k]); err != nil {
+			return
+		}
+		n -= k
 	}
 }

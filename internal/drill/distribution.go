@@ -23,17 +23,8 @@ var distribution = &Drill{
 			return err
 		}
 		defer CloseBackends(bs)
-		snippet := Snippet(o.DistHost, bs)
-		fmt.Fprintf(o.Log, "distribution: %d backends listening; point the edge at them, e.g. for levee:\n%s", len(bs), snippet)
-		if o.OnBackends != nil {
-			if err := o.OnBackends(snippet, bs); err != nil {
-				return err
-			}
-		}
-		probe := NewHTTPDoer(o.Target, 1)
-		err = waitRouted(ctx, probe, o.DistHost, bs, o.RouteWait)
-		probe.Close()
-		if err != nil {
+		lead := fmt.Sprintf("distribution: %d backends listening; point the edge at them", len(bs))
+		if err := pointEdge(ctx, o, lead, o.DistHost, Snippet(o.DistHost, bs), bs); err != nil {
 			return err
 		}
 		for i, b := range bs {

@@ -75,6 +75,19 @@ type Options struct {
 	OverBase     float64       // the unloaded baseline's rate, as a fraction of capacity
 	MinGoodput   float64       // 2xx per second during the overload, as a fraction of capacity, at least
 
+	// slow-clients
+	SlowHost      string        // the Host the edge routes to the drill's backend
+	SlowPort      int           // that backend's port (0: any free port)
+	SlowConns     int           // attack connections of each kind
+	SlowKinds     []string      // slowloris, slow-body, slow-read: the kinds of attack; nil: all three at once
+	SlowInterval  time.Duration // between two trickles on one attack connection
+	SlowChunk     int           // bytes written (slow-body) or read (slow-read) per trickle
+	SlowBodySizes []int64       // slow-body's Content-Lengths, one per connection in turn
+	SlowBodyHead  int64         // how much of each body is sent at once (SlowAttack.BodyHead: 0 default, < 0 none)
+	SlowReadSize  int64         // the size of the response slow-read asks for
+	VictimRate    float64       // the victim's requests per second
+	MinSuccess    float64       // the victim's 2xx share under attack, at least
+
 	// duplicate-instance (levee only)
 	Config string // the running levee's config file
 	Levee  string // the levee binary to start a second time
@@ -156,6 +169,17 @@ func (o Options) Defaults() Options {
 	def(&o.OverBase, 0.25)
 	def(&o.MinGoodput, 0.8)
 	defD(&o.StartWait, 10*time.Second)
+	defI(&o.SlowConns, 1000)
+	defD(&o.SlowInterval, slowInterval)
+	defI(&o.SlowChunk, slowChunk)
+	if len(o.SlowBodySizes) == 0 {
+		o.SlowBodySizes = slowBodySizes()
+	}
+	if o.SlowReadSize == 0 {
+		o.SlowReadSize = 1 << 20
+	}
+	def(&o.VictimRate, 50)
+	def(&o.MinSuccess, 0.999)
 	if o.Clock == nil {
 		o.Clock = clock.Real{}
 	}
@@ -180,7 +204,7 @@ type Drill struct {
 
 // All is every drill, in the order `levee drill all` runs them: overload
 // last, as it saturates the edge on purpose.
-var All = []*Drill{tenantLimit, batchStorm, distribution, coldCatalog, duplicateInstance, overload}
+var All = []*Drill{tenantLimit, batchStorm, distribution, coldCatalog, duplicateInstance, slowClients, overload}
 
 // Lookup finds a drill by name.
 func Lookup(name string) (*Drill, bool) {

@@ -38,18 +38,9 @@ func runOverload(ctx context.Context, o Options, r *Report) error {
 	bs := []*Backend{b}
 	defer CloseBackends(bs)
 	capacity := o.capacity()
-	snippet := OverloadSnippet(o.OverloadHost, b, o.Slots)
-	fmt.Fprintf(o.Log, "overload: a backend of %d slots x %v (%.0f req/s) listens on %s; point the edge at it "+
-		"with its overload protection, e.g. for levee:\n%s", o.Slots, o.ServiceTime, capacity, b.Addr, snippet)
-	if o.OnBackends != nil {
-		if err := o.OnBackends(snippet, bs); err != nil {
-			return err
-		}
-	}
-	probe := NewHTTPDoer(o.Target, 1)
-	err = waitRouted(ctx, probe, o.OverloadHost, bs, o.RouteWait)
-	probe.Close()
-	if err != nil {
+	lead := fmt.Sprintf("overload: a backend of %d slots x %v (%.0f req/s) listens on %s; point the edge at it "+
+		"with its overload protection", o.Slots, o.ServiceTime, capacity, b.Addr)
+	if err := pointEdge(ctx, o, lead, o.OverloadHost, OverloadSnippet(o.OverloadHost, b, o.Slots), bs); err != nil {
 		return err
 	}
 	mk := get(o.OverloadHost, o.Path, o.Clients)

@@ -16,9 +16,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/leveeproxy/levee/internal/clock"
+	"github.com/leveeproxy/levee/internal/config"
 )
 
 // Lock is a held instance lock. Release it once, after draining.
@@ -46,19 +48,31 @@ func (e *HeldError) Error() string {
 // TryAcquire takes the lock at path without waiting, creating the file
 // (and its directory) if needed, and writes this process's PID in it. If
 // another process holds it, it returns a *HeldError naming that process.
+// The lock must be a regular file: a FIFO or a device would be "locked" by
+// whatever else opens it, and a FIFO opened to read would block. It should
+// be on a local filesystem (flock over NFS is emulated or absent, and its
+// open has no deadline); the derived default always is.
 func TryAcquire(path string) (*Lock, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("instance: lock directory: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NONBLOCK, 0o644)
 	writable := err == nil
 	if errors.Is(err, os.ErrPermission) {
 		// Another user's lock file: flock needs no write permission, so
 		// this instance still honours it (it just cannot write its PID).
-		f, err = os.Open(path)
+		f, err = os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("instance: open lock: %w", err)
+	}
+	fi, err := f.Stat()
+	if err == nil {
+		err = config.RegularFile(path, fi)
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("instance: lock: %w", err)
 	}
 	if err := lockNB(f); err != nil {
 		pid := readPID(f)

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -159,5 +160,36 @@ func TestDefaultPath(t *testing.T) {
 	// No writable directory: the temporary directory.
 	if p5, _ := DefaultPath(cfg, filepath.Join(dir, "missing")); filepath.Dir(p5) != filepath.Clean(os.TempDir()) {
 		t.Errorf("fallback = %s, want it in %s", p5, os.TempDir())
+	}
+}
+
+// A lock path that is a FIFO, a device or a directory is refused, at once:
+// another program opening it would share the "lock", and a FIFO opened
+// without O_NONBLOCK would block.
+func TestLockRefusesNonRegularFiles(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{
+		fifo:        "not a regular file (a FIFO)",
+		"/dev/null": "not a regular file (a device)",
+		dir:         "is a directory",
+	} {
+		done := make(chan error, 1)
+		go func() {
+			l, err := TryAcquire(path)
+			l.Release()
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("TryAcquire(%s) = %v; want %q", path, err, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("TryAcquire(%s) blocked for 10s", path)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Notifier sends state changes to the socket named by $NOTIFY_SOCKET. A nil
@@ -36,7 +37,13 @@ func New(addr string) *Notifier {
 	return &Notifier{addr: &net.UnixAddr{Name: addr, Net: "unixgram"}}
 }
 
-// Send sends one message of newline-separated assignments ("READY=1").
+// sendTimeout bounds one message: a datagram to a receiver whose queue is
+// full blocks, and levee must not hang its reload or its shutdown on a
+// systemd that does not read.
+const sendTimeout = time.Second
+
+// Send sends one message of newline-separated assignments ("READY=1"),
+// giving up after sendTimeout.
 func (n *Notifier) Send(state string) error {
 	if n == nil {
 		return nil
@@ -46,6 +53,9 @@ func (n *Notifier) Send(state string) error {
 		return err
 	}
 	defer c.Close()
+	if err := c.SetWriteDeadline(time.Now().Add(sendTimeout)); err != nil {
+		return err
+	}
 	_, err = c.Write([]byte(state))
 	return err
 }

@@ -1,6 +1,7 @@
 package sdnotify
 
 import (
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -87,4 +88,26 @@ func TestMonotonicMoves(t *testing.T) {
 	if b := monotonicUsec(); b <= a {
 		t.Errorf("CLOCK_MONOTONIC did not advance: %d then %d", a, b)
 	}
+}
+
+// A systemd that does not read fills its socket's queue; a message past it
+// gives up after sendTimeout instead of blocking levee's reload or shutdown.
+func TestSendGivesUpOnAFullQueue(t *testing.T) {
+	path, _ := fakeSystemd(t) // never read
+	n := New(path)
+	for i := range 100_000 { // the queue holds max_dgram_qlen messages (10 to 512)
+		start := time.Now()
+		err := n.Send("STATUS=" + strconv.Itoa(i))
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("message %d: %v; want a deadline error once the queue is full", i, err)
+		}
+		if d := time.Since(start); d < sendTimeout || d > sendTimeout+5*time.Second {
+			t.Fatalf("message %d gave up after %v; want about %v", i, d, sendTimeout)
+		}
+		return
+	}
+	t.Fatal("100,000 messages to a socket nobody reads were all sent")
 }

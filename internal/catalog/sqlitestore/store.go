@@ -3,7 +3,9 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"slices"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leveeproxy/levee/internal/catalog"
+	"github.com/leveeproxy/levee/internal/config"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
 
@@ -37,8 +40,8 @@ type Options struct {
 // Open opens an existing catalog file read-only: levee serve never writes
 // it. The file must have been made by Create.
 func Open(path string, o Options) (*Store, error) {
-	if _, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("sqlitestore: %w", err)
+	if err := checkFiles(path, false); err != nil {
+		return nil, err
 	}
 	if o.Conns <= 0 {
 		o.Conns = 4
@@ -60,6 +63,9 @@ func Open(path string, o Options) (*Store, error) {
 // Create opens the catalog file at path for writing, making it (and its
 // schema) if needed, in WAL mode.
 func Create(path string) (*Store, error) {
+	if err := checkFiles(path, true); err != nil {
+		return nil, err
+	}
 	db, err := sql.Open("sqlite", dsn(path, "_pragma=journal_mode(WAL)", "_pragma=busy_timeout(10000)",
 		"_pragma=synchronous(NORMAL)", "_txlock=immediate"))
 	if err != nil {
@@ -78,6 +84,27 @@ func Create(path string) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// checkFiles refuses a catalog, or the -wal or -shm file SQLite keeps
+// beside it, that is there but is not a regular file: SQLite would block
+// opening a FIFO for good, and read a device as if it held a database. The
+// catalog itself must exist unless create. (A file swapped after the check
+// is the operator's own doing; the path is theirs.)
+func checkFiles(path string, create bool) error {
+	for i, p := range []string{path, path + "-wal", path + "-shm"} {
+		fi, err := os.Stat(p)
+		if errors.Is(err, fs.ErrNotExist) && (create || i > 0) {
+			continue
+		}
+		if err == nil {
+			err = config.RegularFile(p, fi)
+		}
+		if err != nil {
+			return fmt.Errorf("sqlitestore: %w", err)
+		}
+	}
+	return nil
 }
 
 func dsn(path string, params ...string) string {

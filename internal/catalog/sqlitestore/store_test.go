@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -203,4 +205,53 @@ func TestExportImportsBack(t *testing.T) {
 	if err != nil || st.Apps != 2 || st.Routes != 5 || st.Hosts != 3 || st.WildcardHosts != 1 || st.Version != 2 || st.Bytes == 0 {
 		t.Errorf("stats = %+v, %v", st, err)
 	}
+}
+
+// A catalog path, or the -wal or -shm file beside it, that is a FIFO, a
+// device or a directory is refused before SQLite opens it: a FIFO would
+// block the open for good.
+func TestOpenRefusesNonRegularFiles(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.db")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, good := newStore(t)
+	walFIFO := filepath.Join(dir, "wal.db")
+	if err := os.Link(good, walFIFO); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(walFIFO+"-wal", 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ path, want string }{
+		{fifo, "not a regular file (a FIFO)"},
+		{"/dev/zero", "not a regular file (a device)"},
+		{dir, "not a regular file (a directory)"},
+		{walFIFO, "wal.db-wal: not a regular file (a FIFO)"},
+	} {
+		done := make(chan error, 2)
+		go func() {
+			_, err := Open(c.path, Options{})
+			done <- err
+			_, err = Create(c.path)
+			done <- err
+		}()
+		for _, op := range []string{"Open", "Create"} {
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), c.want) || !errors.Is(err, config.ErrNotRegular) {
+					t.Errorf("%s(%s) = %v; want %q", op, c.path, err, c.want)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s(%s) blocked for 10s", op, c.path)
+			}
+		}
+	}
+	// Create makes a missing catalog; Open does not.
+	created, err := Create(filepath.Join(dir, "new.db"))
+	if err != nil {
+		t.Fatalf("Create of a missing file: %v", err)
+	}
+	created.Close()
 }
