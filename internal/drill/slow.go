@@ -70,6 +70,10 @@ type SlowAttack struct {
 	// request finished) with a new one after Interval, as a determined
 	// attacker does; without it the attack only loses connections.
 	Redial      bool
+	// Source is the local address the connections come from ("": any), so
+	// that a test can tell the attack's address from its victim's (an edge
+	// may bound connections per client address).
+	Source      string
 	DialTimeout time.Duration // 0 is 5s
 	Dialers     int           // dials in progress at once; 0 is 64
 	Clock       clock.Clock   // paces the trickles and times the cuts; nil is the real clock
@@ -223,6 +227,9 @@ func (a SlowAttack) Start(ctx context.Context) (*SlowRun, error) {
 			return nil, fmt.Errorf("drill: slow-body sizes must be at least 1 byte (got %d)", n)
 		}
 	}
+	if a.Source != "" && net.ParseIP(a.Source) == nil {
+		return nil, fmt.Errorf("drill: a slow attack's source must be an IP address (got %q)", a.Source)
+	}
 	addr, err := dialAddr(a.Target)
 	if err != nil {
 		return nil, err
@@ -354,6 +361,9 @@ func (r *SlowRun) dial(ctx context.Context, ki int) (net.Conn, error) {
 	}
 	defer func() { <-r.dials }()
 	d := net.Dialer{Timeout: r.a.DialTimeout}
+	if r.a.Source != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(r.a.Source)}
+	}
 	if ki == 2 {
 		d.Control = rcvbufControl(r.a.ReadBuffer)
 	}

@@ -201,6 +201,7 @@ func TestSlowAttackRefusesBadInput(t *testing.T) {
 		{Target: "https://127.0.0.1:1", SlowBody: 1},
 		{Target: "no-port", SlowBody: 1},
 		{Target: "127.0.0.1:1", SlowBody: 1, BodySizes: []int64{0}},
+		{Target: "127.0.0.1:1", SlowBody: 1, Source: "not-an-ip"},
 	} {
 		if _, err := a.Start(context.Background()); err == nil || !strings.HasPrefix(err.Error(), "drill: ") {
 			t.Errorf("%+v: %v; want a drill error", a, err)

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/leveeproxy/levee/internal/drill"
 	"github.com/leveeproxy/levee/internal/netlimit"
 	"github.com/leveeproxy/levee/internal/reply"
 )
@@ -350,4 +351,70 @@ func TestSlowReaderHoldsNoSlotOverH2(t *testing.T) {
 	fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndStream: true, EndHeaders: true})
 	waitFor(t, "the backend to answer the slow reader", func() bool { return be.requests.Load() == 1 })
 	expectServed(t, p, 5, "while an HTTP/2 client reads nothing")
+}
+
+// The target: with an app's default limits, 1,000 slowloris, 1,000
+// slow-body and 1,000 slow-read connections (each kind from an address of
+// its own, as attackers are not the victim) leave another client's requests
+// to the same app served: at least 99.9% of them.
+func TestSlowClientsLeaveOthersServed(t *testing.T) {
+	const readSize = 1 << 20 // the drill's slow-read response
+	be := newLengthBackend(t, readSize)
+	p := startProxy(t, photosApp(be.addr(), "", ""))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var runs []*drill.SlowRun
+	for i, a := range []drill.SlowAttack{{Slowloris: 1000}, {SlowBody: 1000}, {SlowRead: 1000}} {
+		a.Target, a.Host, a.Path, a.ReadPath = p.URL, "photos.test", "/up", "/big"
+		a.Source, a.Redial = fmt.Sprintf("127.0.0.%d", 3+i), true
+		run, err := a.Start(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, run)
+	}
+	defer func() {
+		for _, r := range runs {
+			r.Stop()
+		}
+	}()
+	tr := http.DefaultTransport.(*http.Transport).Clone() // h2c in the h2c run
+	tr.DialContext = (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}).DialContext
+	victim := newClient(t, tr)
+	victim.Timeout = 5 * time.Second
+	const requests = 1000
+	var failed []string
+	for i := range requests {
+		req, _ := http.NewRequest(http.MethodGet, p.URL+"/ping", nil)
+		req.Host = "photos.test"
+		resp, err := victim.Do(req)
+		switch {
+		case err != nil:
+			failed = append(failed, err.Error())
+		case resp.StatusCode != http.StatusOK:
+			failed = append(failed, fmt.Sprintf("%d %s", resp.StatusCode, resp.Header.Get(reply.Reject)))
+		}
+		if resp != nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		if i%100 == 0 {
+			time.Sleep(10 * time.Millisecond) // the attack trickles on meanwhile
+		}
+	}
+	var held []string
+	for _, r := range runs {
+		for _, k := range r.Stats().Kinds() {
+			if k.Conns > 0 {
+				held = append(held, fmt.Sprintf("%s: %d opened, %d refused, %d cut, %d open", k.Kind, k.Opened, k.Refused, k.Cut, k.Open))
+				if k.Opened < int64(k.Conns) {
+					t.Errorf("%s: %d of %d connections opened; the attack must reach levee in full", k.Kind, k.Opened, k.Conns)
+				}
+			}
+		}
+	}
+	t.Logf("attack: %s", strings.Join(held, "; "))
+	if len(failed)*1000 > requests { // more than 0.1%
+		t.Fatalf("%d of %d victim requests failed under the attack (first: %s); want at most 0.1%%", len(failed), requests, failed[0])
+	}
 }
