@@ -69,7 +69,7 @@ type SlowAttack struct {
 	// Redial replaces a connection that ended (cut by the edge, or its
 	// request finished) with a new one after Interval, as a determined
 	// attacker does; without it the attack only loses connections.
-	Redial      bool
+	Redial bool
 	// Source is the local address the connections come from ("": any), so
 	// that a test can tell the attack's address from its victim's (an edge
 	// may bound connections per client address).
