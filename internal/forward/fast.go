@@ -154,7 +154,7 @@ func (p *Pool) serveFast(ctx *fasthttp.RequestCtx, be *backend, in Body, sh *sha
 		if p.bw != nil {
 			bs = p.bw.Reader(ctx, bs)
 		}
-		body = &limitedBody{r: bs, left: in.Limit}
+		body = &limitedBody{r: bs, left: in.Limit, want: int64(ctx.Request.Header.ContentLength())}
 		var r io.Reader = body
 		if br := sh.BatchReader(body); br != nil {
 			r = br
@@ -269,10 +269,14 @@ func (p *Pool) fastError(ctx *fasthttp.RequestCtx, be *backend, err error, body 
 }
 
 // limitedBody passes a request body on, failing once more than left bytes
-// have come, and remembers why reading stopped.
+// have come, or when the client's body ends short of its declared length
+// (want; -1: chunked), and remembers why reading stopped: a client that
+// leaves mid-body is the client's failure, never the backend's.
 type limitedBody struct {
 	r       io.Reader
 	left    int64
+	want    int64
+	got     int64
 	err     error
 	touched bool // Read was called: some of the body may have gone out
 }
@@ -291,6 +295,10 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 		return int(b.left), b.err
 	}
 	b.left -= int64(n)
+	b.got += int64(n)
+	if err == io.EOF && b.want >= 0 && b.got < b.want {
+		err = io.ErrUnexpectedEOF
+	}
 	if err != nil && err != io.EOF {
 		b.err = err
 	}

@@ -94,6 +94,15 @@ type stdWriter struct {
 }
 
 func (w stdWriter) Write(p []byte) (int, error) {
-	w.e.Error(strings.TrimSpace(string(p)), "source", w.source)
+	msg := strings.TrimSpace(string(p))
+	if len(msg) > maxStdLine {
+		// An engine's line may echo what a client sent (a header it could
+		// not parse): the log keeps its start, not an attacker's 64 KiB.
+		msg = strings.ToValidUTF8(msg[:maxStdLine], "") + "..."
+	}
+	w.e.Error(msg, "source", w.source)
 	return len(p), nil
 }
+
+// maxStdLine caps a line an engine logs.
+const maxStdLine = 512

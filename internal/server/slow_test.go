@@ -18,6 +18,7 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/drill"
 	"github.com/leveeproxy/levee/internal/netlimit"
 	"github.com/leveeproxy/levee/internal/reply"
@@ -416,5 +417,25 @@ func TestSlowClientsLeaveOthersServed(t *testing.T) {
 	t.Logf("attack: %s", strings.Join(held, "; "))
 	if len(failed)*1000 > requests { // more than 0.1%
 		t.Fatalf("%d of %d victim requests failed under the attack (first: %s); want at most 0.1%%", len(failed), requests, failed[0])
+	}
+}
+
+// A client that leaves in the middle of a streamed body fails on its own
+// account: the backend is not counted as failed (nor ejected), and levee
+// does not log it as unreachable.
+func TestClientLeavingMidBodyIsNotTheBackendsFailure(t *testing.T) {
+	be := newLengthBackend(t, 0)
+	p := startProxy(t, photosApp(be.addr(), "{request_buffer: 1KiB}", ""))
+	for i := range config.DefaultConsecutiveFailures + 1 {
+		c := dialProxy(t, p)
+		fmt.Fprintf(c, "POST /up HTTP/1.1\r\nHost: photos.test\r\nContent-Length: 100000\r\n\r\n")
+		c.Write(bytes.Repeat([]byte("a"), 20<<10))
+		waitFor(t, "the body to stream to the backend", func() bool { return be.requests.Load() == int64(i+1) })
+		c.Close()
+		waitFor(t, "levee to finish with it", func() bool { return p.metric("levee_buffer_bytes", nil) == 0 })
+	}
+	expectServed(t, p, 3, "after clients left mid-body")
+	if strings.Contains(p.logs.String(), "backend unreachable") {
+		t.Fatalf("a client's departure was logged as the backend's failure:\n%s", p.logs.String())
 	}
 }
