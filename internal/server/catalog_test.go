@@ -361,3 +361,50 @@ func TestCatalogEvictionKeepsTheRateState(t *testing.T) {
 		}
 	}
 }
+
+// hungStore is a catalog store on a hung filesystem: every call blocks,
+// deaf to its context, until released.
+type hungStore struct{ release chan struct{} }
+
+func (h hungStore) ForHost(context.Context, string) ([]catalog.Record, error) {
+	<-h.release
+	return nil, nil
+}
+func (h hungStore) Apps(context.Context, []string) ([]catalog.Record, error) {
+	<-h.release
+	return nil, nil
+}
+func (h hungStore) Changes(context.Context, int64, int) ([]catalog.Change, error) {
+	<-h.release
+	return nil, nil
+}
+func (h hungStore) Version(context.Context) (int64, error) {
+	<-h.release
+	return 0, nil
+}
+
+// SIGTERM finishes by the drain deadline even when the catalog's store
+// never answers: the watch and the loads stuck in it are left behind.
+func TestShutdownEndsWithTheCatalogStoreHung(t *testing.T) {
+	st := hungStore{release: make(chan struct{})}
+	defer close(st.release)
+	p := startProxyOptions(t, "server: {drain_timeout: 500ms}\ncatalog: {sqlite: unused-in-test.db}\n", Options{Catalog: st})
+	req, _ := http.NewRequest(http.MethodGet, p.URL+"/", nil)
+	req.Host = "stored.test"
+	go func() { // a load that will never end
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	done := make(chan error, 1)
+	go func() { done <- p.Stop() }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the proxy did not stop with its catalog store hung")
+	}
+	if !strings.Contains(p.logs.String(), "gave up waiting at the drain deadline") {
+		t.Fatalf("nothing logged of what was left running:\n%s", p.logs.String())
+	}
+}

@@ -705,16 +705,35 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	close(stopBackground)
 	stopWatch()
-	background.Wait()
-	s.stopHealthChecks()
+	// Everything below ends by the drain deadline: SIGTERM always finishes,
+	// even with the catalog's store stuck on a hung filesystem (a goroutine
+	// stuck there is left to the process's exit, and logged).
 	drain, cancel := context.WithTimeout(context.Background(), s.Config().Server.DrainTimeout.D())
 	defer cancel()
+	s.waitOrLog(drain, "background work (the catalog's watch)", background.Wait)
+	s.stopHealthChecks()
 	err := s.shutdown(drain)
 	s.serving.Wait()
 	if s.lazy != nil {
-		s.lazy.Close() // releases every stored app: no request is left to use one
+		// Releases every stored app: no request is left to use one.
+		s.waitOrLog(drain, "the catalog's loads", s.lazy.Close)
 	}
 	return errors.Join(serveErr, err, s.closeCluster())
+}
+
+// waitOrLog runs wait until it returns or ctx ends; then it logs what was
+// left running and returns.
+func (s *Server) waitOrLog(ctx context.Context, what string, wait func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		wait()
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.log.Error("shutdown: gave up waiting at the drain deadline", "for", what)
+	}
 }
 
 // stopHealthChecks ends every app's health checker and waits for them.
