@@ -296,6 +296,11 @@ func TestValidationRules(t *testing.T) {
 		{"max_header_bytes high", "server: {max_header_bytes: 17MiB}", "server.max_header_bytes", "must be 1KiB..16MiB"},
 		{"max_conns low", "server: {max_conns: 0}", "server.max_conns", "must be 1..10000000 (got 0)"},
 		{"max_conns high", "server: {max_conns: 10000001}", "server.max_conns", "must be 1..10000000"},
+		{"max_conns_per_ip low", "server: {max_conns_per_ip: 0}", "server.max_conns_per_ip", "must be 1..10000000 (got 0)"},
+		{"min_rate high", "server: {min_rate: 2GiB/s}", "server.min_rate", "must be off or 1B/s..1GiB/s"},
+		{"min_rate not a rate", "server: {min_rate: 1KiB}", "server.min_rate", "is not a byte rate"},
+		{"min_rate_grace", "server: {min_rate_grace: 0s}", "server.min_rate_grace", "must be > 0"},
+		{"buffer_memory low", "server: {buffer_memory: 1000KiB}", "server.buffer_memory", "must be 1MiB..1024GiB"},
 		{"trusted_proxies", "server: {trusted_proxies: [10.0.0.0/8, nope]}", "server.trusted_proxies[1]", `"nope" is not an IP or CIDR`},
 		{"trusted_proxies bad prefix", "server: {trusted_proxies: [1.2.3.4/33]}", "server.trusted_proxies[0]", `"1.2.3.4/33" is not an IP or CIDR`},
 		// upstream
@@ -331,6 +336,8 @@ func TestValidationRules(t *testing.T) {
 		{"max_wait high", appWith("limits: {queue: {max_wait: 61s}}"), "apps.a.limits.queue.max_wait", "must be 0..1m0s (got 1m1s)"},
 		{"max_wait negative", appWith("limits: {queue: {max_wait: -1ms}}"), "apps.a.limits.queue.max_wait", "must be 0..1m0s"},
 		{"body high", appWith("limits: {body: 1100GB}"), "apps.a.limits.body", "must be 0..1TiB"},
+		{"request_buffer high", appWith("limits: {request_buffer: 17MiB}"), "apps.a.limits.request_buffer", "must be 0..16MiB"},
+		{"response_buffer high", appWith("limits: {response_buffer: 17MiB}"), "apps.a.limits.response_buffer", "must be 0..16MiB"},
 		{"top_k negative", appWith("limits: {client: {top_k: -1}}"), "apps.a.limits.client.top_k", "must be 0..1000 (got -1)"},
 		{"top_k high", appWith("limits: {client: {top_k: 1001}}"), "apps.a.limits.client.top_k", "must be 0..1000"},
 	}
@@ -357,6 +364,11 @@ func TestValidationAccepts(t *testing.T) {
 		`listen: "[::1]:8080"`,
 		"server: {max_header_bytes: 1KiB, max_conns: 1, trusted_proxies: [10.0.0.0/8, '::1', '192.168.1.7']}",
 		"server: {max_header_bytes: 16MiB, max_conns: 10000000}",
+		"server: {max_conns_per_ip: 1, min_rate: 1B/s, min_rate_grace: 1ms, buffer_memory: 1MiB}",
+		"server: {max_conns_per_ip: 10000000, min_rate: 1GiB/s, buffer_memory: 1024GiB}",
+		"server: {min_rate: off}",
+		appWith("limits: {request_buffer: 0, response_buffer: 0}"),
+		appWith("limits: {request_buffer: 16MiB, response_buffer: 16MiB}"),
 		"upstream: {max_conns_per_backend: 1, max_idle_per_backend: 0}",
 		"log: {level: debug, format: json, errors_per_second: 100000, access: true}",
 		appWith("limits: {concurrency: 1, queue: {max_len: 0, max_wait: 0s}, body: 0}"), // no queue

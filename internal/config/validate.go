@@ -127,7 +127,7 @@ func (s *Server) validate(errs *Errors) {
 	}
 	positive(errs, "server.min_rate_grace", s.MinRateGrace)
 	if s.BufferMemory < 1<<20 || s.BufferMemory > 1<<40 {
-		errs.add("server.buffer_memory", "must be 1MiB..1TiB (got %d)", s.BufferMemory)
+		errs.add("server.buffer_memory", "must be 1MiB..1024GiB (got %d)", s.BufferMemory)
 	}
 	for i, p := range s.TrustedProxies {
 		if _, err := parsePrefix(p); err != nil {
