@@ -80,6 +80,12 @@ func (s *adaptiveSlot) Release() { s.ReleaseStatus(0) }
 // 502/504 included) is sampled as a failure.
 func (s *adaptiveSlot) ReleaseStatus(code int) {
 	s.l.ReleaseFor(s.t)
+	if code == StatusClientClosed {
+		// The client left before the backend answered (an HTTP/2 reset
+		// before the request went out, say): its time says nothing of the
+		// backend's, and a flood of them would read as a fast backend.
+		return
+	}
 	now := s.clk.Now()
 	s.a.observe(now, now.Sub(s.start), s.inflight, code >= 500)
 }
