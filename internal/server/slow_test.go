@@ -439,3 +439,24 @@ func TestClientLeavingMidBodyIsNotTheBackendsFailure(t *testing.T) {
 		t.Fatalf("a client's departure was logged as the backend's failure:\n%s", p.logs.String())
 	}
 }
+
+// Past server.buffer_memory a body is not buffered further: it streams on
+// whole, and the shortage is counted.
+func TestBodyPastTheBufferBudgetStreams(t *testing.T) {
+	be := newLengthBackend(t, 0)
+	p := startProxy(t, photosApp(be.addr(), "{request_buffer: 16MiB}", "server: {buffer_memory: 1MiB}\n"))
+	const size = 3 << 20
+	req, _ := http.NewRequest(http.MethodPost, p.URL+"/up", bytes.NewReader(bytes.Repeat([]byte("b"), size)))
+	req.Host = "photos.test"
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := readAll(t, resp); resp.StatusCode != 200 || !strings.HasPrefix(body, fmt.Sprintf("len=%d ", size)) {
+		t.Fatalf("a body past the budget answered %d %q; want 200 with all %d bytes at the backend", resp.StatusCode, body, size)
+	}
+	if p.metric("levee_buffer_short_total", nil) < 1 {
+		t.Fatal("the budget's shortage was not counted")
+	}
+	waitFor(t, "the buffers to be given back", func() bool { return p.metric("levee_buffer_bytes", nil) == 0 })
+}
