@@ -206,6 +206,9 @@ func (p *Pool) passBody(ctx *fasthttp.RequestCtx, be *backend, resp *fasthttp.Re
 	if wt := p.writeTimeout; wt > 0 {
 		fb.limit = now.Add(wt)
 	}
+	if c := connOf(resp); c != nil {
+		c.streamBody() // each body read is bounded, not the whole body
+	}
 	if n >= 0 && int64(n) <= p.respBuffer {
 		fb.head.Init(p.buffers)
 		fb.head.Reserve(n)
@@ -229,9 +232,6 @@ func (p *Pool) passBody(ctx *fasthttp.RequestCtx, be *backend, resp *fasthttp.Re
 		n = -1 // chunked to the client, whatever the backend's framing
 	}
 	if fb.resp != nil {
-		if c := connOf(resp); c != nil {
-			c.streamBody()
-		}
 		if p.bw != nil {
 			// Paced as it is read from the backend; a cut ends the stream
 			// with an error, which closes the client's connection.
