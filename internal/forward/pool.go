@@ -144,12 +144,22 @@ func NewPool(o Options) *Pool {
 			// arrive (ReverseProxy's rule); others are copied through a 32 KiB buffer.
 			FlushInterval: 0,
 		}
-		if p.retry.statuses != [3]bool{} {
-			be.proxy.ModifyResponse = p.retryStatus
-		}
+		be.proxy.ModifyResponse = p.modifyResponse
 		p.backends = append(p.backends, be)
 	}
 	return p
+}
+
+// modifyResponse is ReverseProxy's ModifyResponse: a listed status may be
+// dropped for a retry; a response passed on has each body read bounded.
+func (p *Pool) modifyResponse(res *http.Response) error {
+	if p.retry.statuses != [3]bool{} {
+		if err := p.retryStatus(res); err != nil {
+			return err
+		}
+	}
+	boundBodyReads(res, p.upstream.ResponseHeaderTimeout.D())
+	return nil
 }
 
 // ServeHTTP forwards r to the next backend and streams back its response.
