@@ -54,10 +54,13 @@ var notTheTests = []string{
 	// Started once per process on first use, and kept.
 	"os/signal.signal_recv",
 	"github.com/valyala/fasthttp.updateServerDate",
-	// A HostClient's cleaner sleeps up to upstream.idle_timeout between
-	// rounds and ends at the first that finds no connection: bounded, but
-	// longer than Wait with the default idle timeout.
+	// fasthttp's cleaners look at their stop condition only between sleeps:
+	// a HostClient's sleeps up to upstream.idle_timeout and ends at the
+	// first round that finds no connection; a Server's worker pool's sleeps
+	// MaxIdleWorkerDuration (10s) and ends at the first after Stop. Bounded,
+	// but as long as Wait or longer.
 	"github.com/valyala/fasthttp.(*HostClient).connsCleaner",
+	"github.com/valyala/fasthttp.(*workerPool).Start.func",
 }
 
 // leaked returns the stacks of the goroutines not in before, except the
