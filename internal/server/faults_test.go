@@ -3,8 +3,9 @@ package server
 // Fault tests (issue 11, point 7): backends that misbehave below HTTP, as a
 // real one does when it hangs, crashes or is not what levee was told it is,
 // each a raw TCP listener scripted per connection, so the test decides
-// exactly what is on the wire. Timing is asserted only as "ended by the
-// configured deadline plus a generous margin", never as a speed.
+// exactly what is on the wire; and the shared state stalling: Redis here,
+// the SQLite catalog in faults_linux_test.go. Timing is asserted only as
+// "ended by the configured deadline plus a generous margin", never as a speed.
 
 import (
 	"bufio"
@@ -17,7 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leveeproxy/levee/internal/clock"
 	"github.com/leveeproxy/levee/internal/leaktest"
+	"github.com/leveeproxy/levee/internal/redistest"
 )
 
 // faultMargin is what a deadline may be overshot by on a loaded 2-core
@@ -370,4 +373,104 @@ func TestFaultBackendTrickles(t *testing.T) {
 		}
 		nextServed(t, p, be, false)
 	})
+}
+
+// offer sends n requests to p at one instant of the fake clock and counts
+// those admitted; each must be answered 200 or 429 within bound. It also
+// returns the slowest answer's time.
+func offer(t *testing.T, p *proxy, n int, bound time.Duration) (admitted int, slowest time.Duration) {
+	t.Helper()
+	for range n {
+		start := time.Now()
+		code := p.getAs("").StatusCode
+		took := time.Since(start)
+		slowest = max(slowest, took)
+		if took > bound {
+			t.Errorf("a request took %v; want at most %v", took, bound)
+		}
+		switch code {
+		case http.StatusOK:
+			admitted++
+		case http.StatusTooManyRequests:
+		default:
+			t.Fatalf("status %d; want 200 or 429", code)
+		}
+	}
+	return admitted, slowest
+}
+
+// untilFake polls cond, moving the fake clock a second on between polls
+// (heartbeats run on it), for at most guard.
+func untilFake(t *testing.T, clk *clock.Fake, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(guard)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		clk.Advance(time.Second)
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Redis frozen (SIGSTOP: its socket accepts, nothing answers) under two
+// servers sharing a limit: serving goes on, no request waits past
+// cluster.redis.timeout (+ a margin), and the limit holds as
+// docs/cluster.md promises: each server spends the units it holds, then its
+// fair share (rate and burst ÷ 2), never unlimited. Once Redis goes on, the
+// limit is cluster-wide again: one server may take more than its share.
+// (TestClusterLimitIsSharedAcrossServers is Redis killed: calls fail at once.)
+func TestFaultRedisStalls(t *testing.T) {
+	leaktest.Check(t)
+	const (
+		timeout = 300 * time.Millisecond
+		burst   = 20
+		lease   = 5 // 50ms of 100/s
+	)
+	r := redistest.Start(t)
+	ps, clk := clusterProxiesTimeout(t, r, 2, fmt.Sprintf("{rate: 100/s, burst: %d}", burst), timeout)
+	untilFake(t, clk, "both servers counting two live", func() bool {
+		return ps[0].srv.cluster.Live() == 2 && ps[1].srv.cluster.Live() == 2
+	})
+	for _, p := range ps {
+		if n, _ := offer(t, p, 2, guard); n != 2 {
+			t.Fatal("refused with Redis up and the bucket full")
+		}
+	}
+
+	r.Pause()
+	clk.Advance(time.Second) // a full bucket; heartbeats find Redis stalled
+	bound := timeout + faultMargin
+	stalled, slowest := offer(t, ps[0], 3*burst, bound)
+	offer(t, ps[1], 2, bound)
+	for i, p := range ps {
+		if got := p.metric("levee_cluster_degraded", nil); got != 1 {
+			t.Errorf("server %d: levee_cluster_degraded = %v with Redis stalled; want 1", i, got)
+		}
+	}
+	if stalled > lease+burst/2 || stalled == 0 {
+		t.Errorf("one server admitted %d of %d with Redis stalled; want some, and at most its held lease and its share, %d",
+			stalled, 3*burst, lease+burst/2)
+	}
+	// A second round, a probe gap later: one request probes Redis and waits
+	// out the deadline again; the share still holds.
+	clk.Advance(time.Second)
+	again, slowest2 := offer(t, ps[0], 3*burst, bound)
+	if again > burst/2 || again == 0 {
+		t.Errorf("a second later, one server admitted %d with Redis stalled; want some, and at most its share, %d", again, burst/2)
+	}
+	t.Logf("Redis stalled: admitted %d of %d (slowest answer %v), a second later %d (slowest %v)",
+		stalled, 3*burst, slowest.Round(time.Millisecond), again, slowest2.Round(time.Millisecond))
+
+	r.Resume()
+	untilFake(t, clk, "both servers back to the shared limit", func() bool {
+		return ps[0].metric("levee_cluster_degraded", nil) == 0 && ps[1].metric("levee_cluster_degraded", nil) == 0
+	})
+	clk.Advance(time.Second)
+	shared, _ := offer(t, ps[0], 3*burst, guard)
+	if shared <= burst/2 || shared > burst {
+		t.Errorf("after Redis went on, one server admitted %d of %d at one instant; want more than its share %d (the limit is shared again) and at most the burst %d",
+			shared, 3*burst, burst/2, burst)
+	}
+	t.Logf("Redis back: admitted %d of %d", shared, 3*burst)
 }
