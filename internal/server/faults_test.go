@@ -27,9 +27,10 @@ import (
 // machine under -race; it only catches a wait that the deadline did not end.
 const faultMargin = 3 * time.Second
 
-// rawBackend is a TCP backend whose every connection runs a script: the
-// n-th connection accepted (from 1) gets script(n, conn). It counts the
-// connections, and closes and joins everything when the test ends.
+// rawBackend is a TCP backend whose first connection runs a fault script
+// and whose later ones are healthy (serveOK), so the test sees what a fault
+// leaves for the next request. It counts the connections, and closes and
+// joins everything when the test ends.
 type rawBackend struct {
 	addr     string
 	accepted atomic.Int64
@@ -39,7 +40,7 @@ type rawBackend struct {
 	conns []net.Conn
 }
 
-func newRawBackend(t *testing.T, script func(n int64, c *scriptConn)) *rawBackend {
+func newRawBackend(t *testing.T, fault func(c *scriptConn)) *rawBackend {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -59,7 +60,12 @@ func newRawBackend(t *testing.T, script func(n int64, c *scriptConn)) *rawBacken
 			b.mu.Unlock()
 			wg.Go(func() {
 				defer c.Close()
-				script(n, &scriptConn{TCPConn: c.(*net.TCPConn), br: bufio.NewReader(c), b: b})
+				sc := &scriptConn{TCPConn: c.(*net.TCPConn), br: bufio.NewReader(c), b: b}
+				if n == 1 {
+					fault(sc)
+				} else {
+					sc.serveOK()
+				}
 			})
 		}
 	})
@@ -158,13 +164,7 @@ func nextServed(t *testing.T, p *proxy, be *rawBackend, fresh bool) {
 func TestFaultBackendHangsAfterAccept(t *testing.T) {
 	leaktest.Check(t)
 	const timeout = 300 * time.Millisecond
-	be := newRawBackend(t, func(n int64, c *scriptConn) {
-		if n == 1 {
-			c.stall()
-			return
-		}
-		c.serveOK()
-	})
+	be := newRawBackend(t, (*scriptConn).stall)
 	p := faultProxy(t, be, timeout)
 	start := time.Now()
 	resp := p.get("photos.test", "/")
@@ -198,11 +198,7 @@ func TestFaultBackendResetsMidResponse(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			leaktest.Check(t)
 			cut := make(chan struct{})
-			be := newRawBackend(t, func(n int64, c *scriptConn) {
-				if n > 1 {
-					c.serveOK()
-					return
-				}
+			be := newRawBackend(t, func(c *scriptConn) {
 				c.readRequest()
 				c.Write([]byte(tc.head))
 				if tc.streamed {
@@ -263,11 +259,7 @@ func TestFaultBackendAnswersGarbage(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			leaktest.Check(t)
 			reused := make(chan bool, 1)
-			be := newRawBackend(t, func(n int64, c *scriptConn) {
-				if n > 1 {
-					c.serveOK()
-					return
-				}
+			be := newRawBackend(t, func(c *scriptConn) {
 				c.readRequest()
 				c.Write([]byte(tc.answer))
 				reused <- c.hold()
@@ -316,11 +308,7 @@ func TestFaultBackendTrickles(t *testing.T) {
 	t.Run("chunked-then-stall", func(t *testing.T) {
 		leaktest.Check(t)
 		ack := make(chan struct{})
-		be := newRawBackend(t, func(k int64, c *scriptConn) {
-			if k > 1 {
-				c.serveOK()
-				return
-			}
+		be := newRawBackend(t, func(c *scriptConn) {
 			c.readRequest()
 			io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
 			if trickle(c, ack, func(i int) string { return fmt.Sprintf("1\r\n%c\r\n", 'a'+i) }) {
@@ -352,15 +340,12 @@ func TestFaultBackendTrickles(t *testing.T) {
 
 	t.Run("content-length-whole", func(t *testing.T) {
 		leaktest.Check(t)
-		be := newRawBackend(t, func(k int64, c *scriptConn) {
-			if k == 1 {
-				c.readRequest()
-				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", n)
-				if !trickle(c, nil, func(i int) string { return string(rune('a' + i)) }) {
-					return
-				}
+		be := newRawBackend(t, func(c *scriptConn) {
+			c.readRequest()
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", n)
+			if trickle(c, nil, func(i int) string { return string(rune('a' + i)) }) {
+				c.serveOK() // the connection is good for more
 			}
-			c.serveOK()
 		})
 		p := faultProxy(t, be, timeout)
 		start := time.Now()
