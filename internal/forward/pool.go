@@ -150,15 +150,14 @@ func NewPool(o Options) *Pool {
 	return p
 }
 
-// modifyResponse is ReverseProxy's ModifyResponse: a listed status may be
-// dropped for a retry; a response passed on has each body read bounded.
+// modifyResponse is ReverseProxy's ModifyResponse: each read of the body
+// is bounded (also retryStatus's, of a dropped one), and a listed status
+// may be dropped for a retry.
 func (p *Pool) modifyResponse(res *http.Response) error {
-	if p.retry.statuses != [3]bool{} {
-		if err := p.retryStatus(res); err != nil {
-			return err
-		}
-	}
 	boundBodyReads(res, p.upstream.ResponseHeaderTimeout.D())
+	if p.retry.statuses != [3]bool{} {
+		return p.retryStatus(res)
+	}
 	return nil
 }
 
