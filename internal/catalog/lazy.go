@@ -114,9 +114,14 @@ type appRef[V any] struct {
 }
 
 type loadCall[V any] struct {
-	done  chan struct{}
-	entry *hostEntry[V] // nil: unknown host
-	err   error
+	done chan struct{}
+	// ctx is the load's deadline (Timeout, from its start); it is cancelled
+	// only after done is closed, so a waiter that sees it end first knows
+	// the load is late.
+	ctx    context.Context
+	cancel context.CancelFunc
+	entry  *hostEntry[V] // nil: unknown host
+	err    error
 }
 
 // NewLazy returns a Lazy catalog; call Run to follow the store's changes
@@ -257,6 +262,7 @@ func (l *Lazy[V]) load(ctx context.Context, key string) (*hostEntry[V], error) {
 	default:
 		l.inflight++
 		c = &loadCall[V]{done: make(chan struct{})}
+		c.ctx, c.cancel = context.WithTimeout(l.bg, l.o.Timeout)
 		l.calls[key] = c
 		// Read the generations now: an invalidation during the query
 		// means what it read may be stale, and it is then not cached.
@@ -265,17 +271,28 @@ func (l *Lazy[V]) load(ctx context.Context, key string) (*hostEntry[V], error) {
 		m.miss()
 		l.loads.Go(func() { l.run(key, c, gen, ugen) })
 	}
+	// The load's deadline ends the wait even when the store does not heed
+	// it (SQLite retrying a locked WAL index does not): the query keeps its
+	// slot until it returns, and the callers get their answer in time.
 	select {
 	case <-c.done:
 		return c.entry, c.err
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	case <-c.ctx.Done():
+		select {
+		case <-c.done: // finished as its deadline passed
+			return c.entry, c.err
+		default:
+		}
+		return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, key, c.ctx.Err())
 	}
 }
 
 // run is one load, owned by the Lazy (it outlives the request that
 // started it, so the requests that joined it still get its answer).
 func (l *Lazy[V]) run(key string, c *loadCall[V], gen, ugen uint64) {
+	defer c.cancel() // after done is closed (deferred calls run last first)
 	defer func() {
 		l.mu.Lock()
 		delete(l.calls, key)
@@ -283,10 +300,8 @@ func (l *Lazy[V]) run(key string, c *loadCall[V], gen, ugen uint64) {
 		l.mu.Unlock()
 		close(c.done)
 	}()
-	ctx, cancel := context.WithTimeout(l.bg, l.o.Timeout)
-	defer cancel()
 	start := l.o.Clock.Now()
-	recs, err := l.o.Store.ForHost(ctx, key)
+	recs, err := l.o.Store.ForHost(c.ctx, key)
 	l.o.Metrics.loaded(l.o.Clock.Now().Sub(start), err)
 	if err != nil {
 		c.err = fmt.Errorf("%w: %s: %w", ErrUnavailable, key, err)

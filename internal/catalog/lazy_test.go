@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leveeproxy/levee/internal/clock"
+	"github.com/leveeproxy/levee/internal/leaktest"
 	"github.com/leveeproxy/levee/internal/ratelimit"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -26,6 +27,7 @@ type memStore struct {
 	changes []Change
 	version int64
 	gate    chan struct{}
+	deaf    atomic.Bool  // the gate ignores the load's deadline, as a stalled SQLite read does
 	queries atomic.Int64 // ForHost calls
 	running atomic.Int64 // ForHost calls in progress
 	maxRun  atomic.Int64
@@ -71,7 +73,9 @@ func (s *memStore) ForHost(ctx context.Context, host string) ([]Record, error) {
 	if started != nil {
 		started <- host
 	}
-	if gate != nil {
+	if gate != nil && s.deaf.Load() {
+		<-gate
+	} else if gate != nil {
 		select {
 		case <-gate:
 		case <-ctx.Done():
@@ -361,10 +365,55 @@ func TestLazyLoadDeadline(t *testing.T) {
 		if _, err := l.Load(context.Background(), "a.example", "/"); !errors.Is(err, ErrUnavailable) {
 			t.Fatalf("err = %v, want ErrUnavailable", err)
 		}
+		// The caller is answered at the deadline; the slot is free once
+		// the query has returned, a moment later.
+		waitFor(t, func() bool { return l.Stats().InFlight == 0 })
 	}
 	st.setGate(nil)
 	if _, err := l.Load(context.Background(), "a.example", "/"); err != nil {
 		t.Fatalf("after the store answers again: %v", err)
+	}
+}
+
+// TestLazyLoadDeadlineBindsADeafStore: a store that does not heed the
+// load's deadline (SQLite retrying a locked WAL index for about 10 s) still
+// answers its callers at the deadline; its query keeps the slot until it
+// returns, so the loader stays bounded: a cold host beyond it is refused at
+// once, and callers joining the late load are answered at once.
+func TestLazyLoadDeadlineBindsADeafStore(t *testing.T) {
+	leaktest.Check(t)
+	const timeout = 50 * time.Millisecond
+	st := newMemStore()
+	st.put("a", []string{"a.example"})
+	st.put("b", []string{"b.example"})
+	gate := make(chan struct{})
+	defer close(gate) // before the Lazy's cleanup joins the query
+	st.setGate(gate)
+	st.deaf.Store(true)
+	l, _ := newLazy(t, st, LazyOptions[*val]{Concurrency: 1, MaxWaiters: 4, Timeout: timeout})
+	ctx := context.Background()
+	start := time.Now()
+	if _, err := l.Load(ctx, "a.example", "/"); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("err = %v, want ErrUnavailable", err)
+	}
+	// The margin only catches a wait that the deadline did not end.
+	if took := time.Since(start); took > timeout+3*time.Second {
+		t.Fatalf("the load's caller waited %v, want about the %v deadline", took, timeout)
+	}
+	if _, err := l.Load(ctx, "b.example", "/"); !errors.Is(err, ErrBusy) {
+		t.Errorf("a cold host while the late query holds the only slot: err = %v, want ErrBusy", err)
+	}
+	if _, err := l.Load(ctx, "a.example", "/"); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("a caller joining the late load: err = %v, want ErrUnavailable at once", err)
+	}
+	if s := l.Stats(); s.InFlight != 1 || s.Waiters != 0 {
+		t.Errorf("in flight %d, waiters %d while the store is stuck; want 1, 0", s.InFlight, s.Waiters)
+	}
+	st.setGate(nil)
+	gate <- struct{}{} // the stuck query returns
+	waitFor(t, func() bool { return l.Stats().InFlight == 0 })
+	if v, err := l.Load(ctx, "b.example", "/"); err != nil || v.name != "b" {
+		t.Fatalf("after the store answers again: %v %v", v, err)
 	}
 }
 

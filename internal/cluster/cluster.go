@@ -21,8 +21,11 @@
 //
 // # Failure
 //
-// Every Redis call has a deadline (Options.Timeout). When one fails, the
-// cluster is degraded: each instance enforces its fair share of each limit in
+// Every Redis call has a deadline (Options.Timeout), and a decision waits
+// for one call at most: decisions on a key whose take is in flight wait for
+// that take, and find the cluster degraded when it fails. So a Redis that
+// accepts and never answers costs a request at most Timeout. When a call
+// fails, the cluster is degraded: each instance enforces its fair share of each limit in
 // process (rate ÷ live instances, burst ÷ live instances, from the heartbeats
 // the instances keep in Redis), spending first the units it already holds,
 // and logs the change once. A heartbeat probes Redis; when it answers, limits

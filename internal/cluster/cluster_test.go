@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leveeproxy/levee/internal/leaktest"
 	"github.com/leveeproxy/levee/internal/ratelimit"
 	"github.com/leveeproxy/levee/internal/redistest"
 )
@@ -337,5 +338,69 @@ func TestDecisionProbesRedis(t *testing.T) {
 	}
 	if !in.store.AllowAt("k", lim, t0.Add(gap), 1).Allowed || in.c.Degraded() {
 		t.Fatalf("the decision at the probe gap did not bring the cluster back (degraded %v)", in.c.Degraded())
+	}
+}
+
+// TestStalledRedisCostsOneDeadline: a Redis that accepts and never answers
+// (SIGSTOP) costs the decisions waiting on a key one call's deadline in
+// all: those that arrive while the first one's take is in flight wait for
+// it, not for takes of their own, and once it fails everyone decides under
+// the fair share at once. Never unlimited: the share's burst is all there is.
+func TestStalledRedisCostsOneDeadline(t *testing.T) {
+	leaktest.Check(t)
+	const timeout = 200 * time.Millisecond
+	r := redistest.Start(t)
+	in := instances(t, r, 1, Options{Timeout: timeout, Heartbeat: time.Minute})[0]
+	if !in.store.AllowAt("warm", lim, t0, 1).Allowed || in.c.Degraded() {
+		t.Fatal("no decision with Redis up")
+	}
+	r.Pause()
+	calls := in.c.RoundTrips()
+	const n = 8
+	var wg sync.WaitGroup
+	took := make(chan time.Duration, n)
+	admitted := make(chan bool, n)
+	for range n {
+		wg.Go(func() {
+			start := time.Now()
+			admitted <- in.store.AllowAt("k", lim, t0, 1).Allowed
+			took <- time.Since(start)
+		})
+	}
+	wg.Wait()
+	close(took)
+	close(admitted)
+	for d := range took {
+		// The margin only catches a wait the deadline did not end.
+		if d > timeout+3*time.Second {
+			t.Errorf("a decision took %v with Redis stalled; want about the %v deadline at most", d, timeout)
+		}
+	}
+	if got := in.c.RoundTrips() - calls; got != 1 {
+		t.Errorf("%d Redis calls for %d concurrent decisions on a stalled Redis, want 1 (the others wait for it)", got, n)
+	}
+	if !in.c.Degraded() {
+		t.Fatal("not degraded after a call passed its deadline")
+	}
+	// The fair share of one live instance is the whole limit, burst 100 at t0.
+	total := 0
+	for ok := range admitted {
+		if ok {
+			total++
+		}
+	}
+	for range 3 * lim.Burst {
+		if in.store.AllowAt("k", lim, t0, 1).Allowed {
+			total++
+		}
+	}
+	if total != lim.Burst {
+		t.Errorf("admitted %d at one instant with Redis stalled, want the burst, %d", total, lim.Burst)
+	}
+
+	r.Resume()
+	in.store.AllowAt("k", lim, t0.Add(in.c.probeGap), 1)
+	if in.c.Degraded() {
+		t.Error("still degraded after Redis resumed and a decision probed it")
 	}
 }

@@ -164,7 +164,8 @@ func (s *Store) prefetchLocked(e *entry, lim ratelimit.Limit, now time.Time) {
 	}
 }
 
-// waitTake waits for a take in flight; its deadline bounds the wait.
+// waitTake waits for a take in flight; the take's own deadline ends the
+// wait, the timer only guards against a take that outlives it.
 func (s *Store) waitTake(ch chan struct{}) {
 	t := time.NewTimer(2 * s.c.timeout)
 	defer t.Stop()
@@ -200,12 +201,15 @@ func (s *Store) take(e *entry, lim ratelimit.Limit, now time.Time, want int, ch 
 	}
 	e.fetching = nil
 	s.mu.Unlock()
-	close(ch)
+	// The state before the wake-up: a decision that waited for this take
+	// must find the cluster degraded, or it would start a take of its own
+	// and wait out a second deadline on a stalled Redis.
 	if err != nil {
 		s.c.failed(now, err)
 	} else {
 		s.c.setDegraded(false, nil)
 	}
+	close(ch)
 }
 
 // once decides n units directly in Redis without a lease (the local table

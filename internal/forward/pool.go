@@ -166,12 +166,21 @@ func NewPool(o Options) *Pool {
 			// arrive (ReverseProxy's rule); others are copied through a 32 KiB buffer.
 			FlushInterval: 0,
 		}
-		if p.retry.statuses != [3]bool{} {
-			be.proxy.ModifyResponse = p.retryStatus
-		}
+		be.proxy.ModifyResponse = p.modifyResponse
 		p.backends = append(p.backends, be)
 	}
 	return p
+}
+
+// modifyResponse is ReverseProxy's ModifyResponse: each read of the body
+// is bounded (also retryStatus's, of a dropped one), and a listed status
+// may be dropped for a retry.
+func (p *Pool) modifyResponse(res *http.Response) error {
+	boundBodyReads(res, p.upstream.ResponseHeaderTimeout.D())
+	if p.retry.statuses != [3]bool{} {
+		return p.retryStatus(res)
+	}
+	return nil
 }
 
 // ServeHTTP forwards r to the next backend and streams back its response.

@@ -30,6 +30,7 @@ type Server struct {
 	mu     sync.Mutex
 	proc   *os.Process     // nil while stopped
 	exited <-chan struct{} // closed when proc has been waited for
+	paused bool            // SIGSTOPped by Pause
 }
 
 // Start launches a redis-server for t (skipping or failing t as the package
@@ -72,10 +73,40 @@ func (s *Server) Stop() {
 	if s.proc == nil {
 		return
 	}
-	_ = s.proc.Signal(syscall.SIGKILL)
+	_ = s.proc.Signal(syscall.SIGKILL) // a paused process dies too
 	<-s.exited
-	s.proc = nil
+	s.proc, s.paused = nil, false
 	os.Remove(s.sock)
+}
+
+// Pause freezes the server with SIGSTOP, by PID: it keeps its socket and
+// its state, the kernel still accepts connections on it, and nothing
+// answers, as with a Redis stalled by a fork, swapping or a slow command.
+// Resume (also run when the test ends, before the cleanups registered
+// earlier) lets it go on.
+func (s *Server) Pause() {
+	s.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil || s.paused {
+		return
+	}
+	if err := s.proc.Signal(syscall.SIGSTOP); err != nil {
+		s.t.Fatalf("redistest: SIGSTOP redis-server: %v", err)
+	}
+	s.paused = true
+	s.t.Cleanup(s.Resume)
+}
+
+// Resume continues a paused server with SIGCONT. Idempotent.
+func (s *Server) Resume() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil || !s.paused {
+		return
+	}
+	_ = s.proc.Signal(syscall.SIGCONT)
+	s.paused = false
 }
 
 // Restart starts the server (stopping it first if it runs), with empty

@@ -17,6 +17,19 @@ func TestStartRestartStop(t *testing.T) {
 	}
 }
 
+func TestPauseResume(t *testing.T) {
+	s := Start(t)
+	s.Pause()
+	if err := ping(s.Addr()); err == nil {
+		t.Fatal("ping while paused answered")
+	}
+	s.Resume()
+	if err := ping(s.Addr()); err != nil {
+		t.Fatalf("ping after resume: %v", err)
+	}
+	s.Pause() // left paused: the cleanup resumes it before Stop
+}
+
 func TestStartCluster(t *testing.T) {
 	addrs := StartCluster(t, 3)
 	for _, a := range addrs {

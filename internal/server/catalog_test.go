@@ -22,7 +22,12 @@ import (
 // directory; it returns the writer and a read-only store on the file.
 func catalogFile(t *testing.T, jsonl string) (w, r *sqlitestore.Store) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "catalog.db")
+	return catalogFileAt(t, filepath.Join(t.TempDir(), "catalog.db"), jsonl)
+}
+
+// catalogFileAt is catalogFile at path.
+func catalogFileAt(t *testing.T, path, jsonl string) (w, r *sqlitestore.Store) {
+	t.Helper()
 	w, err := sqlitestore.Create(path)
 	if err != nil {
 		t.Fatal(err)

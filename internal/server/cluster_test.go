@@ -14,17 +14,23 @@ import (
 )
 
 // clusterProxies starts n levee servers sharing one Redis and one fake
-// clock, each with app a limited to limits.
+// clock, each with app a limited to limits. A generous Redis timeout: a
+// loaded test machine must not look like a Redis failure.
 func clusterProxies(t *testing.T, r *redistest.Server, n int, limits string) ([]*proxy, *clock.Fake) {
+	t.Helper()
+	return clusterProxiesTimeout(t, r, n, limits, 2*time.Second)
+}
+
+// clusterProxiesTimeout is clusterProxies with cluster.redis.timeout set.
+func clusterProxiesTimeout(t *testing.T, r *redistest.Server, n int, limits string, timeout time.Duration) ([]*proxy, *clock.Fake) {
 	t.Helper()
 	be := newBodyBackend(t)
 	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
 	ps := make([]*proxy, n)
 	for i := range ps {
-		// A generous timeout: a loaded test machine must not look like a Redis failure.
 		ps[i] = startProxyClock(t, fmt.Sprintf(`
 cluster:
-  redis: {addrs: [%s], timeout: 2s}
+  redis: {addrs: [%s], timeout: %v}
   lease: 50ms
   key_prefix: %s
 apps:
@@ -32,7 +38,7 @@ apps:
     hosts: [a.test]
     backends: [%s]
     limits: %s
-`, r.Addr(), "e2e-"+testProto(), be.addr(), limits), clk)
+`, r.Addr(), timeout, "e2e-"+testProto(), be.addr(), limits), clk)
 	}
 	return ps, clk
 }
