@@ -142,7 +142,13 @@ func (p *Pool) serveFast(ctx *fasthttp.RequestCtx, be *backend, in Body, sh *sha
 					return
 				}
 			}
-			out.SetBodyRaw(b)
+			if p.bw == nil {
+				out.SetBodyRaw(b)
+				break
+			}
+			// Read ahead, but paced to the backend all the same.
+			body = &limitedBody{r: p.bw.Reader(ctx, bytes.NewReader(b)), left: in.Limit, want: int64(len(b))}
+			out.SetBodyStream(body, len(b))
 		}
 	case bs != nil:
 		if in.Rest != nil {
@@ -209,13 +215,19 @@ func (p *Pool) passBody(ctx *fasthttp.RequestCtx, be *backend, resp *fasthttp.Re
 	if c := connOf(resp); c != nil {
 		c.streamBody() // each body read is bounded, not the whole body
 	}
+	if p.bw != nil {
+		// Paced as it is read from the backend (into the buffer too); a cut
+		// ends the body with an error.
+		fb.r, fb.onCut = p.bw.Reader(ctx, bs), p.onReject
+	}
 	if n >= 0 && int64(n) <= p.respBuffer {
 		fb.head.Init(p.buffers)
 		fb.head.Reserve(n)
-		done, err := fb.head.Fill(bs, n)
+		done, err := fb.head.Fill(fb.r, n)
 		if err != nil {
-			// The backend failed mid-body, before the client has had a byte:
-			// it gets levee's answer instead of a truncated one.
+			// The backend failed (or was paced too long) mid-body, before
+			// the client has had a byte: it gets levee's answer instead of
+			// a truncated one.
 			fb.head.Free()
 			releaseBody(resp, err)
 			fasthttp.ReleaseResponse(resp)
@@ -230,13 +242,6 @@ func (p *Pool) passBody(ctx *fasthttp.RequestCtx, be *backend, resp *fasthttp.Re
 	}
 	if n < 0 {
 		n = -1 // chunked to the client, whatever the backend's framing
-	}
-	if fb.resp != nil {
-		if p.bw != nil {
-			// Paced as it is read from the backend; a cut ends the stream
-			// with an error, which closes the client's connection.
-			fb.r, fb.onCut = p.bw.Reader(ctx, fb.r), p.onReject
-		}
 	}
 	ctx.Response.SetBodyStream(fb, n)
 }

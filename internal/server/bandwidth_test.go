@@ -16,27 +16,34 @@ import (
 func TestBandwidthPacesResponses(t *testing.T) {
 	const size = 400 << 10
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Length", fmt.Sprint(size))
 		w.Write([]byte(strings.Repeat("x", size)))
 	}))
 	t.Cleanup(srv.Close)
-	p := startProxy(t, fmt.Sprintf(`
+	// Streamed (longer than response_buffer), and read whole into the
+	// buffer first: paced either way.
+	for _, limits := range []string{"{bandwidth: 1MB/s}", "{bandwidth: 1MB/s, response_buffer: 1MiB}"} {
+		t.Run(limits, func(t *testing.T) {
+			p := startProxy(t, fmt.Sprintf(`
 apps:
   a:
     hosts: [a.test]
     backends: [%s]
-    limits: {bandwidth: 1MB/s}
-`, strings.TrimPrefix(srv.URL, "http://")))
-	start := time.Now()
-	resp := p.get("a.test", "/")
-	n, err := io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	took := time.Since(start)
-	if err != nil || n != size {
-		t.Fatalf("read %d bytes, err %v; want %d", n, err, size)
-	}
-	// burst: a tenth of a second's worth, at least 64 KiB → 100 KB at 1 MB/s.
-	if least := time.Duration(float64(size-100_000) / 1e6 * float64(time.Second) * 0.95); took < least {
-		t.Fatalf("%d bytes at 1MB/s took %v; pacing allows no less than %v", size, took, least)
+    limits: %s
+`, strings.TrimPrefix(srv.URL, "http://"), limits))
+			start := time.Now()
+			resp := p.get("a.test", "/")
+			n, err := io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			took := time.Since(start)
+			if err != nil || n != size {
+				t.Fatalf("read %d bytes, err %v; want %d", n, err, size)
+			}
+			// burst: a tenth of a second's worth, at least 64 KiB → 100 KB at 1 MB/s.
+			if least := time.Duration(float64(size-100_000) / 1e6 * float64(time.Second) * 0.95); took < least {
+				t.Fatalf("%d bytes at 1MB/s took %v; pacing allows no less than %v", size, took, least)
+			}
+		})
 	}
 }
 
