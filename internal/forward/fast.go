@@ -281,8 +281,12 @@ func (p *Pool) copyRequest(ctx *fasthttp.RequestCtx, out *fasthttp.RequestHeader
 			if hasToken(v, "trailers") {
 				out.Add("Te", "trailers")
 			}
+		case equalFold(k, "Host"):
+			// levee's own: the authority that routed the request, which
+			// Connection cannot strip (RFC 9112 §3.2: one Host, always).
+			out.SetHostBytes(v)
 		case isHopByHop(k) || conn.has(k) || isForwarding(k) ||
-			equalFold(k, "Content-Length") || equalFold(k, "Expect"):
+			equalFold(k, "Content-Length") || equalFold(k, "Expect") || isProxy(k):
 		case isIdentity(k) && !p.trust.trustsFast(ctx): // peer looked up only when such a header is sent
 		case equalFold(k, "Http2-Settings") && h2c:
 		default:
@@ -346,6 +350,11 @@ func isHopByHop(k []byte) bool {
 	}
 	return false
 }
+
+// isProxy matches the Proxy request header, which no standard defines and
+// CGI backends read as HTTP_PROXY, their outbound proxy (httpoxy,
+// CVE-2016-5385): never forwarded.
+func isProxy(k []byte) bool { return equalFold(k, "Proxy") }
 
 func isForwarding(k []byte) bool {
 	return equalFold(k, "X-Forwarded-For") || equalFold(k, "X-Forwarded-Host") ||

@@ -6,13 +6,21 @@ import (
 	"sync"
 
 	"github.com/leveeproxy/levee/internal/forward"
+	"github.com/leveeproxy/levee/internal/framing"
 	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/shape"
 )
 
 // ServeHTTP is the request path on net/http (HTTP/2 connections): the
-// adapter of serve.
+// adapter of serve. A request that would not reach the backend in one
+// unambiguous HTTP/1.1 form is refused first (package framing).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if ref := framing.HTTP(r); ref != nil {
+		ref.HTTP(w, 0)
+		s.unrouted.Rejected(ref.Reason)
+		s.unrouted.Observe(ref.Status, 0)
+		return
+	}
 	e := httpExchanges.Get().(*httpExchange)
 	e.rec.ResponseWriter, e.rec.code, e.r = w, 0, r
 	defer e.free()
