@@ -1,0 +1,367 @@
+package server
+
+// The backend side of the framing tests: a recording backend that keeps the
+// raw bytes of every connection levee opens to it, and a strict HTTP/1.1
+// request parser that reads them with no leniency at all (CRLF only, no
+// obs-fold, token names, no control bytes, exactly one framing), so any
+// forwarded request a stricter or a laxer parser could read differently
+// fails the test.
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// wireRequest is one request as the recording backend read it.
+type wireRequest struct {
+	method, target, proto string
+	fields                []wireField
+	framing               string // "none", "length" or "chunked"
+	body                  []byte
+	trailers              []wireField
+}
+
+type wireField struct{ name, value string }
+
+// values returns the values of the fields called name, in any case.
+func (r *wireRequest) values(name string) []string {
+	var out []string
+	for _, f := range r.fields {
+		if strings.EqualFold(f.name, name) {
+			out = append(out, f.value)
+		}
+	}
+	return out
+}
+
+func (r *wireRequest) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s %s [%s]", r.method, r.target, r.proto, r.framing)
+	for _, f := range r.fields {
+		fmt.Fprintf(&b, " %q", f.name+": "+f.value)
+	}
+	fmt.Fprintf(&b, " body %q", r.body)
+	return b.String()
+}
+
+// errIncomplete: the bytes end inside a request.
+var errIncomplete = errors.New("incomplete request")
+
+// parseWire reads one request from the start of b and returns it with the
+// number of bytes it took; errIncomplete when b ends inside it; any other
+// error for bytes that are not a valid HTTP/1.1 request as levee must send
+// one (RFC 9112 read strictly).
+func parseWire(b []byte) (wireRequest, int, error) {
+	var r wireRequest
+	p := 0
+	line, n, err := wireLine(b[p:])
+	if err != nil {
+		return r, 0, err
+	}
+	p += n
+	parts := strings.Split(string(line), " ")
+	if len(parts) != 3 {
+		return r, 0, fmt.Errorf("request line %q: not three parts", line)
+	}
+	r.method, r.target, r.proto = parts[0], parts[1], parts[2]
+	if !wireToken(r.method) {
+		return r, 0, fmt.Errorf("method %q is not a token", r.method)
+	}
+	if r.target == "" || strings.ContainsFunc(r.target, func(c rune) bool { return c <= ' ' || c == 0x7f }) {
+		return r, 0, fmt.Errorf("request-target %q", r.target)
+	}
+	if r.proto != "HTTP/1.1" {
+		return r, 0, fmt.Errorf("version %q, want HTTP/1.1", r.proto)
+	}
+	r.fields, n, err = wireFields(b[p:])
+	if err != nil {
+		return r, 0, err
+	}
+	p += n
+	te, cl := r.values("Transfer-Encoding"), r.values("Content-Length")
+	switch {
+	case len(te) > 0:
+		if len(te) != 1 || !strings.EqualFold(te[0], "chunked") || len(cl) > 0 {
+			return r, 0, fmt.Errorf("framing: Transfer-Encoding %q, Content-Length %q", te, cl)
+		}
+		r.framing = "chunked"
+		n, err = r.readChunked(b[p:])
+		if err != nil {
+			return r, 0, err
+		}
+		p += n
+	case len(cl) > 0:
+		if len(cl) != 1 || !wireDigits(cl[0]) {
+			return r, 0, fmt.Errorf("framing: Content-Length %q", cl)
+		}
+		size, err := strconv.Atoi(cl[0])
+		if err != nil {
+			return r, 0, fmt.Errorf("framing: Content-Length %q: %v", cl, err)
+		}
+		r.framing = "length"
+		if len(b)-p < size {
+			return r, 0, errIncomplete
+		}
+		r.body = append([]byte(nil), b[p:p+size]...)
+		p += size
+	default:
+		r.framing = "none"
+	}
+	return r, p, nil
+}
+
+// readChunked reads a chunked body strictly: hex sizes without extensions
+// or whitespace (levee re-chunks, so it writes none), CRLF after each
+// chunk, and a trailer section.
+func (r *wireRequest) readChunked(b []byte) (int, error) {
+	p := 0
+	for {
+		line, n, err := wireLine(b[p:])
+		if err != nil {
+			return 0, err
+		}
+		p += n
+		if len(line) == 0 || len(line) > 16 || strings.Trim(string(line), "0123456789abcdefABCDEF") != "" {
+			return 0, fmt.Errorf("chunk size %q", line)
+		}
+		size, err := strconv.ParseUint(string(line), 16, 63)
+		if err != nil {
+			return 0, fmt.Errorf("chunk size %q: %v", line, err)
+		}
+		if size == 0 {
+			r.trailers, n, err = wireFields(b[p:])
+			if err != nil {
+				return 0, err
+			}
+			return p + n, nil
+		}
+		if uint64(len(b)-p) < size+2 {
+			return 0, errIncomplete
+		}
+		r.body = append(r.body, b[p:p+int(size)]...)
+		p += int(size)
+		if b[p] != '\r' || b[p+1] != '\n' {
+			return 0, fmt.Errorf("chunk of %d not followed by CRLF: %q", size, b[p:p+2])
+		}
+		p += 2
+	}
+}
+
+// wireLine returns the line at the start of b without its CRLF, and the
+// bytes it took. A bare CR or LF is an error.
+func wireLine(b []byte) ([]byte, int, error) {
+	i := bytes.IndexByte(b, '\n')
+	if i < 0 {
+		if j := bytes.IndexByte(b, '\r'); j >= 0 && j < len(b)-1 {
+			return nil, 0, fmt.Errorf("bare CR in %q", b)
+		}
+		return nil, 0, errIncomplete
+	}
+	if i == 0 || b[i-1] != '\r' {
+		return nil, 0, fmt.Errorf("bare LF in %q", b[:i+1])
+	}
+	line := b[:i-1]
+	if bytes.IndexByte(line, '\r') >= 0 {
+		return nil, 0, fmt.Errorf("bare CR in %q", line)
+	}
+	return line, i + 1, nil
+}
+
+// wireFields reads field lines up to and including the empty line.
+func wireFields(b []byte) ([]wireField, int, error) {
+	var out []wireField
+	p := 0
+	for {
+		line, n, err := wireLine(b[p:])
+		if err != nil {
+			return nil, 0, err
+		}
+		p += n
+		if len(line) == 0 {
+			return out, p, nil
+		}
+		if line[0] == ' ' || line[0] == '\t' {
+			return nil, 0, fmt.Errorf("obs-fold: %q", line)
+		}
+		name, value, ok := strings.Cut(string(line), ":")
+		if !ok || !wireToken(name) {
+			return nil, 0, fmt.Errorf("field name in %q", line)
+		}
+		value = strings.Trim(value, " \t")
+		if strings.ContainsFunc(value, func(c rune) bool { return c < ' ' && c != '\t' || c == 0x7f }) {
+			return nil, 0, fmt.Errorf("control byte in the value of %q", line)
+		}
+		out = append(out, wireField{name, value})
+	}
+}
+
+func wireToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := range len(s) {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+func wireDigits(s string) bool {
+	return s != "" && strings.Trim(s, "0123456789") == ""
+}
+
+// wireBackend is a backend that records the raw bytes of every connection
+// and answers each complete request with a fixed 200 and
+// "Connection: close", so every request levee forwards comes on a
+// connection of its own. Bytes that do not parse (parseWire) are answered
+// with 400 and kept as the connection's violation.
+type wireBackend struct {
+	ln     net.Listener
+	marker chan struct{}
+	mu     sync.Mutex
+	conns  []*recConn
+	open   []chan struct{} // one per accepted connection, closed when served
+}
+
+// recConn is what the backend saw on one connection.
+type recConn struct {
+	raw  []byte
+	reqs []wireRequest
+	// err is a violation: bytes that are not a request levee should send.
+	err error
+	// cut is set when the connection closed inside a request.
+	cut bool
+}
+
+// recordingMarker starts the connection settle makes: no request starts
+// with a NUL.
+const recordingMarker = "\x00settle\n"
+
+const recordedResponse = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+
+func newWireBackend(t testing.TB) *wireBackend {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &wireBackend{ln: ln, marker: make(chan struct{}, 1)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			served := make(chan struct{})
+			r.mu.Lock()
+			r.open = append(r.open, served)
+			r.mu.Unlock()
+			go func() {
+				defer close(served)
+				r.serve(c)
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		r.mu.Lock()
+		open := r.open
+		r.mu.Unlock()
+		for _, ch := range open {
+			<-ch
+		}
+	})
+	return r
+}
+
+func (r *wireBackend) addr() string { return r.ln.Addr().String() }
+
+func (r *wireBackend) serve(c net.Conn) {
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(guard))
+	rc := &recConn{}
+	buf := make([]byte, 4096)
+	for {
+		n, err := c.Read(buf)
+		rc.raw = append(rc.raw, buf[:n]...)
+		if len(rc.raw) >= len(recordingMarker) && string(rc.raw[:len(recordingMarker)]) == recordingMarker {
+			r.marker <- struct{}{}
+			return
+		}
+		if req, _, perr := parseWire(rc.raw); perr == nil {
+			rc.reqs = append(rc.reqs, req)
+			c.Write([]byte(recordedResponse))
+			r.add(rc)
+			return
+		} else if !errors.Is(perr, errIncomplete) {
+			rc.err = perr
+			c.Write([]byte("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"))
+			r.add(rc)
+			return
+		}
+		if err != nil {
+			if len(rc.raw) > 0 {
+				rc.cut = true
+				r.add(rc)
+			}
+			return
+		}
+	}
+}
+
+func (r *wireBackend) add(rc *recConn) {
+	r.mu.Lock()
+	r.conns = append(r.conns, rc)
+	r.mu.Unlock()
+}
+
+// settle waits until the backend has accepted every connection levee
+// opened so far (its marker connection is accepted after them) and has
+// finished reading each, then returns what they carried and forgets them.
+func (r *wireBackend) settle(t testing.TB) []*recConn {
+	t.Helper()
+	c, err := net.Dial("tcp", r.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, recordingMarker); err != nil {
+		t.Fatal(err)
+	}
+	timer := time.NewTimer(guard)
+	defer timer.Stop()
+	select {
+	case <-r.marker:
+	case <-timer.C:
+		t.Fatalf("recording backend: marker connection not served within %v", guard)
+	}
+	r.mu.Lock()
+	open := r.open
+	r.open = nil
+	r.mu.Unlock()
+	for _, served := range open {
+		select {
+		case <-served:
+		case <-timer.C:
+			t.Fatalf("recording backend: a connection from levee still open after %v", guard)
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.conns
+	r.conns = nil
+	return out
+}
