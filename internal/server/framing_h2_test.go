@@ -300,7 +300,7 @@ var h2PreReadCases = []h2Case{
 }
 
 // framingH2Proxy is framingProxy on an h2c listener.
-func framingH2Proxy(t *testing.T) (addr string, be *wireBackend) {
+func framingH2Proxy(t testing.TB) (addr string, be *wireBackend) {
 	t.Helper()
 	be = newWireBackend(t)
 	p := startProxy(t, "listen: [{addr: 127.0.0.1:0, h2c: true}]\n"+

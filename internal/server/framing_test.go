@@ -491,7 +491,7 @@ func TestFramingHTTP1PreRead(t *testing.T) {
 
 // framingProxy is a levee whose one app, framing.test, forwards to a
 // recording backend, on a listener that serves HTTP/1.x only.
-func framingProxy(t *testing.T) (addr string, be *wireBackend) {
+func framingProxy(t testing.TB) (addr string, be *wireBackend) {
 	t.Helper()
 	be = newWireBackend(t)
 	p := startProxy(t, "listen: [{addr: 127.0.0.1:0, h2c: false}]\n"+

@@ -60,6 +60,20 @@ var errIncomplete = errors.New("incomplete request")
 // error for bytes that are not a valid HTTP/1.1 request as levee must send
 // one (RFC 9112 read strictly).
 func parseWire(b []byte) (wireRequest, int, error) {
+	r, p, err := parseWireHead(b)
+	if err != nil {
+		return r, 0, err
+	}
+	n, err := r.readBody(b[p:])
+	if err != nil {
+		return r, 0, err
+	}
+	return r, p + n, nil
+}
+
+// parseWireHead reads the request line and the header section, as
+// parseWire does, and the framing they declare; not the body.
+func parseWireHead(b []byte) (wireRequest, int, error) {
 	var r wireRequest
 	p := 0
 	line, n, err := wireLine(b[p:])
@@ -93,29 +107,31 @@ func parseWire(b []byte) (wireRequest, int, error) {
 			return r, 0, fmt.Errorf("framing: Transfer-Encoding %q, Content-Length %q", te, cl)
 		}
 		r.framing = "chunked"
-		n, err = r.readChunked(b[p:])
-		if err != nil {
-			return r, 0, err
-		}
-		p += n
 	case len(cl) > 0:
-		if len(cl) != 1 || !wireDigits(cl[0]) {
+		if len(cl) != 1 || !wireDigits(cl[0]) || len(cl[0]) > 18 {
 			return r, 0, fmt.Errorf("framing: Content-Length %q", cl)
 		}
-		size, err := strconv.Atoi(cl[0])
-		if err != nil {
-			return r, 0, fmt.Errorf("framing: Content-Length %q: %v", cl, err)
-		}
 		r.framing = "length"
-		if len(b)-p < size {
-			return r, 0, errIncomplete
-		}
-		r.body = append([]byte(nil), b[p:p+size]...)
-		p += size
 	default:
 		r.framing = "none"
 	}
 	return r, p, nil
+}
+
+// readBody reads the body r's head declares from the start of b.
+func (r *wireRequest) readBody(b []byte) (int, error) {
+	switch r.framing {
+	case "chunked":
+		return r.readChunked(b)
+	case "length":
+		size, _ := strconv.Atoi(r.values("Content-Length")[0])
+		if len(b) < size {
+			return 0, errIncomplete
+		}
+		r.body = append([]byte(nil), b[:size]...)
+		return size, nil
+	}
+	return 0, nil
 }
 
 // readChunked reads a chunked body strictly: hex sizes without extensions
@@ -239,8 +255,10 @@ type recConn struct {
 	reqs []wireRequest
 	// err is a violation: bytes that are not a request levee should send.
 	err error
-	// cut is set when the connection closed inside a request.
-	cut bool
+	// cut is set when the connection closed inside a request; reqs then
+	// holds its head, if the head was whole.
+	cut    bool
+	marker bool // settle's own connection
 }
 
 // recordingMarker starts the connection settle makes: no request starts
@@ -264,13 +282,16 @@ func newWireBackend(t testing.TB) *wireBackend {
 			if err != nil {
 				return
 			}
-			served := make(chan struct{})
+			// Kept in accept order: levee opens a connection per request,
+			// and they may finish in another order.
+			served, rc := make(chan struct{}), &recConn{}
 			r.mu.Lock()
 			r.open = append(r.open, served)
+			r.conns = append(r.conns, rc)
 			r.mu.Unlock()
 			go func() {
 				defer close(served)
-				r.serve(c)
+				r.serve(c, rc)
 			}()
 		}
 	}()
@@ -289,43 +310,48 @@ func newWireBackend(t testing.TB) *wireBackend {
 
 func (r *wireBackend) addr() string { return r.ln.Addr().String() }
 
-func (r *wireBackend) serve(c net.Conn) {
+func (r *wireBackend) serve(c net.Conn, rc *recConn) {
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(guard))
-	rc := &recConn{}
 	buf := make([]byte, 4096)
 	for {
 		n, err := c.Read(buf)
 		rc.raw = append(rc.raw, buf[:n]...)
 		if len(rc.raw) >= len(recordingMarker) && string(rc.raw[:len(recordingMarker)]) == recordingMarker {
+			rc.marker = true
 			r.marker <- struct{}{}
 			return
 		}
-		if req, _, perr := parseWire(rc.raw); perr == nil {
+		if req, used, perr := parseWire(rc.raw); perr == nil {
 			rc.reqs = append(rc.reqs, req)
 			c.Write([]byte(recordedResponse))
-			r.add(rc)
+			// Read on until levee closes: any byte it sent past the request
+			// would have been read as the next one.
+			c.(*net.TCPConn).CloseWrite()
+			rest, _ := io.ReadAll(c)
+			rc.raw = append(rc.raw, rest...)
+			if len(rc.raw) > used {
+				rc.err = fmt.Errorf("%d bytes after the request", len(rc.raw)-used)
+			}
 			return
 		} else if !errors.Is(perr, errIncomplete) {
 			rc.err = perr
 			c.Write([]byte("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"))
-			r.add(rc)
 			return
 		}
 		if err != nil {
 			if len(rc.raw) > 0 {
 				rc.cut = true
-				r.add(rc)
+				// The head must still be one levee should send.
+				if head, _, herr := parseWireHead(rc.raw); herr == nil {
+					rc.reqs = append(rc.reqs, head)
+				} else if !errors.Is(herr, errIncomplete) {
+					rc.err = herr
+				}
 			}
 			return
 		}
 	}
-}
-
-func (r *wireBackend) add(rc *recConn) {
-	r.mu.Lock()
-	r.conns = append(r.conns, rc)
-	r.mu.Unlock()
 }
 
 // settle waits until the backend has accepted every connection levee
@@ -349,8 +375,8 @@ func (r *wireBackend) settle(t testing.TB) []*recConn {
 		t.Fatalf("recording backend: marker connection not served within %v", guard)
 	}
 	r.mu.Lock()
-	open := r.open
-	r.open = nil
+	open, all := r.open, r.conns
+	r.open, r.conns = nil, nil
 	r.mu.Unlock()
 	for _, served := range open {
 		select {
@@ -359,9 +385,11 @@ func (r *wireBackend) settle(t testing.TB) []*recConn {
 			t.Fatalf("recording backend: a connection from levee still open after %v", guard)
 		}
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := r.conns
-	r.conns = nil
+	var out []*recConn
+	for _, rc := range all {
+		if !rc.marker && len(rc.raw) > 0 {
+			out = append(out, rc)
+		}
+	}
 	return out
 }
