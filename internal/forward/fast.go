@@ -273,7 +273,12 @@ func (p *Pool) copyRequest(ctx *fasthttp.RequestCtx, out *fasthttp.RequestHeader
 	out.SetMethodBytes(in.Method())
 	out.SetRequestURIBytes(in.RequestURI())
 	conn, upgrade := connectionOf(in)
-	upgrading = conn.has([]byte("upgrade")) && len(upgrade) > 0 && !hasH2C(upgrade)
+	// An upgrade with a body (a length, or chunked; fasthttp reads one
+	// without either as -2) is served as an ordinary request (RFC 9110
+	// §7.8 lets a server ignore Upgrade): the tunnel would drop the body,
+	// or pass it on as the new protocol's first bytes.
+	n := in.ContentLength()
+	upgrading = conn.has([]byte("upgrade")) && len(upgrade) > 0 && !hasH2C(upgrade) && n <= 0 && n != -1
 	h2c := len(upgrade) > 0 && hasH2C(upgrade)
 	for k, v := range in.All() {
 		switch {

@@ -455,6 +455,19 @@ var framingCases = []framingCase{
 	passed("forged forwarding fields", get("X-Forwarded-For: 6.6.6.6", "Forwarded: for=6.6.6.6", "X_Forwarded_For: 6.6.6.6", "X-Real-IP: 6.6.6.6"),
 		fwd{not: []string{"X_Forwarded_For", "X-Real-IP"}}),
 
+	// Upgrade (RFC 9110 §7.8): passed on only without a body, which the
+	// tunnel would drop or pass on as the new protocol's first bytes; with
+	// one, an ordinary request. The backend here answers 200, so no tunnel
+	// opens.
+	passed("upgrade", rq("GET /chat HTTP/1.1", []string{"Host: framing.test", "Connection: Upgrade", "Upgrade: websocket"}, ""),
+		fwd{target: "/chat", has: []string{"Connection: Upgrade", "Upgrade: websocket"}}),
+	passed("upgrade with a body", rq("GET /chat HTTP/1.1", []string{"Host: framing.test", "Connection: Upgrade", "Upgrade: websocket", "Content-Length: 5"}, "hello"),
+		fwd{target: "/chat", framing: "length", body: "hello", not: []string{"Connection", "Upgrade"}}),
+	passed("upgrade with a chunked body", rq("GET /chat HTTP/1.1", []string{"Host: framing.test", "Connection: Upgrade", "Upgrade: websocket", "Transfer-Encoding: chunked"}, chunkedHello),
+		fwd{target: "/chat", framing: "chunked", body: "hello", not: []string{"Connection", "Upgrade"}}),
+	passed("h2c upgrade (never passed on)", rq("GET / HTTP/1.1", []string{"Host: framing.test", "Connection: Upgrade, HTTP2-Settings", "Upgrade: h2c", "HTTP2-Settings: AAMAAABkAAQAAP__"}, ""),
+		fwd{not: []string{"Connection", "Upgrade", "HTTP2-Settings"}}),
+
 	// Message boundaries on a kept connection: the HTTP Garden's server bugs
 	// 45 and 48.
 	{name: "two pipelined GETs", raw: get() + get(), status: 200, then: []int{200}, fwds: []fwd{{}, {}}},
