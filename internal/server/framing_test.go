@@ -298,6 +298,10 @@ var framingCases = []framingCase{
 	bad("chunked, trailer names Host", post("0\r\nHost: evil.test\r\n\r\n", "Transfer-Encoding: chunked"), "bad-request-body"),
 	bad("chunked, trailer names Transfer-Encoding", post("0\r\nTransfer-Encoding: chunked\r\n\r\n", "Transfer-Encoding: chunked"), "bad-request-body"),
 	{name: "CL, body cut short", raw: post("hel", "Content-Length: 5"), status: 400, reason: parseBad, halfClose: true},
+	bad("Trailer announces Content-Length (fasthttp)", post(chunkedHello, "Transfer-Encoding: chunked", "Trailer: Content-Length"), parseBad),
+	bad("Trailer announces Host (fasthttp)", post(chunkedHello, "Transfer-Encoding: chunked", "Trailer: Host"), parseBad),
+	passed("Trailer announces X-Sum (dropped, hop-by-hop)", post(chunkedHello, "Transfer-Encoding: chunked", "Trailer: X-Sum"),
+		fwd{method: "POST", framing: "chunked", body: "hello", not: []string{"Trailer"}}),
 	passed("chunked GET", rq("GET / HTTP/1.1", []string{"Host: framing.test", "Transfer-Encoding: chunked"}, chunkedHello),
 		fwd{framing: "chunked", body: "hello"}),
 
