@@ -58,41 +58,31 @@ var (
 // a port). No space, no '@' (userinfo), no '/', '?' or '#', and no '%':
 // fasthttp's client decodes a percent-encoded host before it writes Host,
 // so the backend would see another name than the one that was routed.
-var hostByte = func() (t [256]bool) {
-	for _, c := range []byte("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~!$&'()*+,;=:[]") {
-		t[c] = true
+var hostByte = byteSet("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~!$&'()*+,;=:[]")
+
+// tokenByte marks tchar (RFC 9110 §5.6.2).
+var tokenByte = byteSet("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!#$%&'*+-.^_`|~")
+
+func byteSet(chars string) (t [256]bool) {
+	for i := range len(chars) {
+		t[chars[i]] = true
 	}
 	return t
-}()
+}
 
 // validHost reports whether h is a non-empty host[:port] (RFC 9110 §7.2,
 // RFC 3986 §3.2.2).
-func validHost[T string | []byte](h T) bool {
-	if len(h) == 0 {
-		return false
-	}
-	for i := range len(h) {
-		if !hostByte[h[i]] {
-			return false
-		}
-	}
-	return true
-}
+func validHost[T string | []byte](h T) bool { return onlyOf(&hostByte, h) }
 
-// tokenByte marks tchar (RFC 9110 §5.6.2).
-var tokenByte = func() (t [256]bool) {
-	for _, c := range []byte("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!#$%&'*+-.^_`|~") {
-		t[c] = true
-	}
-	return t
-}()
+func token[T string | []byte](s T) bool { return onlyOf(&tokenByte, s) }
 
-func token[T string | []byte](s T) bool {
+// onlyOf reports whether s is non-empty and all its bytes are in set.
+func onlyOf[T string | []byte](set *[256]bool, s T) bool {
 	if len(s) == 0 {
 		return false
 	}
 	for i := range len(s) {
-		if !tokenByte[s[i]] {
+		if !set[s[i]] {
 			return false
 		}
 	}
@@ -139,14 +129,4 @@ func lower(c byte) byte {
 		return c + 'a' - 'A'
 	}
 	return c
-}
-
-func trimOWS(b []byte) []byte {
-	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
-		b = b[1:]
-	}
-	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\t') {
-		b = b[:len(b)-1]
-	}
-	return b
 }

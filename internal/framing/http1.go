@@ -99,7 +99,7 @@ func fields(h *fasthttp.RequestHeader) *reply.Reply {
 		case len("expect"):
 			// RFC 9110 §10.1.1: a server MAY answer 417 to any other
 			// expectation; levee does, rather than forward one it cannot meet.
-			if v := trimOWS(line[colon+1:]); equalFold(name, "expect") && len(v) > 0 && !equalFold(v, "100-continue") {
+			if v := bytes.Trim(line[colon+1:], " \t"); equalFold(name, "expect") && len(v) > 0 && !equalFold(v, "100-continue") {
 				return ExpectationReply
 			}
 		}

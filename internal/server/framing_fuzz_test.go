@@ -72,7 +72,7 @@ func FuzzFramingHTTP1(f *testing.F) {
 	for _, c := range append(append(teFraming(), framingCases...), preReadCases...) {
 		f.Add([]byte(c.raw))
 	}
-	addr, be := framingProxy(f)
+	addr, be := framingProxy(f, false)
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		if len(raw) > 8<<10 {
 			return // fasthttp's own limits are not what this explores
@@ -140,32 +140,19 @@ func FuzzFramingHTTP2(f *testing.F) {
 	for _, c := range append(append([]h2Case{}, h2Cases...), h2PreReadCases...) {
 		f.Add(encodeFields(c.fields), []byte(strings.Join(c.data, "")), len(c.data) > 0)
 	}
-	addr, be := framingH2Proxy(f)
-	var h *h2Conn
-	f.Cleanup(func() {
-		if h != nil {
-			h.Close()
-		}
-	})
+	addr, be := framingProxy(f, true)
+	h := &h2Client{addr: addr}
+	f.Cleanup(h.Close)
 	f.Fuzz(func(t *testing.T, enc []byte, body []byte, withData bool) {
 		if len(enc) > 8<<10 || len(body) > 16<<10 {
 			return
 		}
 		fields := decodeFields(enc)
-		if h == nil || h.dead {
-			if h != nil {
-				h.Close()
-			}
-			var err error
-			if h, err = dialH2(addr); err != nil {
-				t.Fatal(err)
-			}
-		}
 		var data []string
 		if withData {
 			data = []string{string(body)}
 		}
-		a, err := h.do(fields, data)
+		a, err := h.conn(t).do(fields, data)
 		if err != nil {
 			t.Fatalf("h2: %v", err)
 		}

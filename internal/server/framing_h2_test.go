@@ -56,6 +56,33 @@ func dialH2(addr string) (*h2Conn, error) {
 
 func (h *h2Conn) Close() error { return h.c.Close() }
 
+// h2Client keeps one live h2Conn to addr, dialling again after a
+// connection error.
+type h2Client struct {
+	addr string
+	c    *h2Conn
+}
+
+func (h *h2Client) conn(t testing.TB) *h2Conn {
+	t.Helper()
+	if h.c != nil && !h.c.dead {
+		return h.c
+	}
+	h.Close()
+	c, err := dialH2(h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.c = c
+	return c
+}
+
+func (h *h2Client) Close() {
+	if h.c != nil {
+		h.c.Close()
+	}
+}
+
 // h2Answer is what became of one stream.
 type h2Answer struct {
 	status int    // 0: no response header
@@ -299,42 +326,18 @@ var h2PreReadCases = []h2Case{
 	h2reset("content-length smaller than DATA", h2req("POST", "/", "content-length: 3"), []string{"hel", "lo"}),
 }
 
-// framingH2Proxy is framingProxy on an h2c listener.
-func framingH2Proxy(t testing.TB) (addr string, be *wireBackend) {
-	t.Helper()
-	be = newWireBackend(t)
-	p := startProxy(t, "listen: [{addr: 127.0.0.1:0, h2c: true}]\n"+
-		"apps:\n  framing:\n    hosts: ["+framingHost+"]\n    backends: ["+be.addr()+"]\n")
-	return strings.TrimPrefix(p.URL, "http://"), be
-}
-
 func TestFramingHTTP2(t *testing.T) {
-	addr, be := framingH2Proxy(t)
-	var h *h2Conn
-	defer func() {
-		if h != nil {
-			h.Close()
-		}
-	}()
+	addr, be := framingProxy(t, true)
+	h := &h2Client{addr: addr}
+	defer h.Close()
 	for _, c := range h2Cases {
-		t.Run(c.name, func(t *testing.T) {
-			if h == nil || h.dead {
-				if h != nil {
-					h.Close()
-				}
-				var err error
-				if h, err = dialH2(addr); err != nil {
-					t.Fatal(err)
-				}
-			}
-			runH2(t, h, be, c)
-		})
+		t.Run(c.name, func(t *testing.T) { runH2(t, h.conn(t), be, c) })
 	}
 }
 
 func TestFramingHTTP2PreRead(t *testing.T) {
 	t.Skip("needs request pre-read (issue 11 point 1)")
-	addr, be := framingH2Proxy(t)
+	addr, be := framingProxy(t, true)
 	for _, c := range h2PreReadCases {
 		t.Run(c.name, func(t *testing.T) {
 			h, err := dialH2(addr)

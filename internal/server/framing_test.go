@@ -500,24 +500,25 @@ var preReadCases = []framingCase{
 
 func TestFramingHTTP1PreRead(t *testing.T) {
 	t.Skip("needs request pre-read (issue 11 point 1)")
-	addr, be := framingProxy(t)
+	addr, be := framingProxy(t, false)
 	for _, c := range preReadCases {
 		t.Run(c.name, func(t *testing.T) { runFraming(t, addr, be, c) })
 	}
 }
 
 // framingProxy is a levee whose one app, framing.test, forwards to a
-// recording backend, on a listener that serves HTTP/1.x only.
-func framingProxy(t testing.TB) (addr string, be *wireBackend) {
+// recording backend, on a listener that serves HTTP/1.x only, or h2c
+// beside it.
+func framingProxy(t testing.TB, h2c bool) (addr string, be *wireBackend) {
 	t.Helper()
 	be = newWireBackend(t)
-	p := startProxy(t, "listen: [{addr: 127.0.0.1:0, h2c: false}]\n"+
+	p := startProxy(t, fmt.Sprintf("listen: [{addr: 127.0.0.1:0, h2c: %v}]\n", h2c)+
 		"apps:\n  framing:\n    hosts: ["+framingHost+"]\n    backends: ["+be.addr()+"]\n")
 	return strings.TrimPrefix(p.URL, "http://"), be
 }
 
 func TestFramingHTTP1(t *testing.T) {
-	addr, be := framingProxy(t)
+	addr, be := framingProxy(t, false)
 	cases := append(teFraming(), framingCases...)
 	if len(cases) < 100 {
 		t.Fatalf("%d cases", len(cases))
