@@ -62,6 +62,41 @@ func sentRequests(raw []byte) []sentRequest {
 	}
 }
 
+// strictRequests reads raw as parseClient does, request after request,
+// up to the first it cannot read: what a strict parser in front of levee
+// would take the client to have sent. Absolute-form is turned into origin
+// form and Host, as levee does.
+func strictRequests(raw []byte) []sentRequest {
+	var out []sentRequest
+	for len(raw) > 0 {
+		r, n, err := parseClient(raw)
+		if err != nil {
+			return out
+		}
+		raw = raw[n:]
+		s := sentRequest{method: r.method, target: r.target, body: r.body, bodyKnown: true}
+		if hosts := r.values("Host"); len(hosts) == 1 {
+			s.host = hosts[0]
+		}
+		if i := strings.Index(r.target, "://"); i > 0 && r.target[0] != '/' {
+			rest := r.target[i+3:]
+			end := strings.IndexAny(rest, "/?")
+			if end < 0 {
+				end = len(rest)
+			}
+			s.host, s.target = rest[:end], rest[end:]
+			switch {
+			case s.target == "" && r.method == "OPTIONS":
+				s.target = "*"
+			case s.target == "" || s.target[0] == '?':
+				s.target = "/" + s.target
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
 // sameTarget compares request-targets as fasthttp's client writes them
 // (an empty query is dropped).
 func sameTarget(a, b string) bool {
@@ -88,14 +123,16 @@ func FuzzFramingHTTP1(f *testing.F) {
 		if _, err := io.Copy(io.Discard, conn); err != nil && !closedErr(err) {
 			t.Fatalf("reading levee's answers: %v", err)
 		}
-		checkSent(t, be.settle(t), sentRequests(raw))
+		checkSent(t, be.settle(t), sentRequests(raw), strictRequests(raw))
 	})
 }
 
 // checkSent checks what the backend got: requests that parse strictly and
 // meet forwardingRules, each one the client sent as one request, in the
-// order sent, with its body.
-func checkSent(t *testing.T, conns []*recConn, sent []sentRequest) {
+// order sent, with its body; and each read the same by a strict parser
+// (strict), so that no proxy in front of levee could have framed the
+// client's bytes otherwise.
+func checkSent(t *testing.T, conns []*recConn, sent, strict []sentRequest) {
 	t.Helper()
 	next := 0
 	for i, rc := range conns {
@@ -122,6 +159,16 @@ func checkSent(t *testing.T, conns []*recConn, sent []sentRequest) {
 			t.Fatalf("backend request %d was not sent as one request by the client:\n%s\nsent %+v", i+1, got, sent)
 		}
 		s := sent[next]
+		// (A request cut inside its body, the pre-read cases, never reached
+		// the backend whole: only the head was read the same.)
+		if !rc.cut && (next >= len(strict) || strict[next].method != s.method || !sameTarget(strict[next].target, s.target) ||
+			!strings.EqualFold(strict[next].host, s.host) || s.bodyKnown && !bytes.Equal(strict[next].body, s.body)) {
+			var st any = "unreadable"
+			if next < len(strict) {
+				st = strict[next]
+			}
+			t.Fatalf("backend request %d: levee read %+v where a strict parser reads %+v\n%s", i+1, s, st, got)
+		}
 		next++
 		// A connection cut inside the body is a body levee refused while
 		// streaming it (preReadCases): allowed until the request pre-read.

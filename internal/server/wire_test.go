@@ -59,24 +59,42 @@ var errIncomplete = errors.New("incomplete request")
 // number of bytes it took; errIncomplete when b ends inside it; any other
 // error for bytes that are not a valid HTTP/1.1 request as levee must send
 // one (RFC 9112 read strictly).
-func parseWire(b []byte) (wireRequest, int, error) {
-	r, p, err := parseWireHead(b)
+func parseWire(b []byte) (wireRequest, int, error) { return parseStrict(b, false) }
+
+// parseClient reads a request as a client may send it, just as strictly
+// but for what a client may do and levee not: HTTP/1.0, chunk extensions,
+// and what docs/http.md leaves as it is (a request line that ends in a bare
+// LF, whitespace after a chunk size). Whatever levee forwards must read the
+// same this way: it is the parser a proxy in front of levee could be.
+func parseClient(b []byte) (wireRequest, int, error) { return parseStrict(b, true) }
+
+func parseStrict(b []byte, client bool) (wireRequest, int, error) {
+	skip := 0
+	for client && len(b) >= skip+2 && b[skip] == '\r' && b[skip+1] == '\n' {
+		skip += 2 // RFC 9112 §2.2: empty lines before a request
+	}
+	r, p, err := parseWireHead(b[skip:], client)
 	if err != nil {
 		return r, 0, err
 	}
-	n, err := r.readBody(b[p:])
+	n, err := r.readBody(b[skip+p:], client)
 	if err != nil {
 		return r, 0, err
 	}
-	return r, p + n, nil
+	return r, skip + p + n, nil
 }
 
 // parseWireHead reads the request line and the header section, as
-// parseWire does, and the framing they declare; not the body.
-func parseWireHead(b []byte) (wireRequest, int, error) {
+// parseStrict does, and the framing they declare; not the body.
+func parseWireHead(b []byte, client bool) (wireRequest, int, error) {
 	var r wireRequest
 	p := 0
 	line, n, err := wireLine(b[p:])
+	if client && err != nil && !errors.Is(err, errIncomplete) {
+		if i := bytes.IndexByte(b, '\n'); i > 0 && b[i-1] != '\r' && bytes.IndexByte(b[:i], '\r') < 0 {
+			line, n, err = b[:i], i+1, nil
+		}
+	}
 	if err != nil {
 		return r, 0, err
 	}
@@ -92,7 +110,7 @@ func parseWireHead(b []byte) (wireRequest, int, error) {
 	if r.target == "" || strings.ContainsFunc(r.target, func(c rune) bool { return c <= ' ' || c == 0x7f }) {
 		return r, 0, fmt.Errorf("request-target %q", r.target)
 	}
-	if r.proto != "HTTP/1.1" {
+	if r.proto != "HTTP/1.1" && !(client && r.proto == "HTTP/1.0") {
 		return r, 0, fmt.Errorf("version %q, want HTTP/1.1", r.proto)
 	}
 	r.fields, n, err = wireFields(b[p:])
@@ -119,10 +137,10 @@ func parseWireHead(b []byte) (wireRequest, int, error) {
 }
 
 // readBody reads the body r's head declares from the start of b.
-func (r *wireRequest) readBody(b []byte) (int, error) {
+func (r *wireRequest) readBody(b []byte, client bool) (int, error) {
 	switch r.framing {
 	case "chunked":
-		return r.readChunked(b)
+		return r.readChunked(b, client)
 	case "length":
 		size, _ := strconv.Atoi(r.values("Content-Length")[0])
 		if len(b) < size {
@@ -137,7 +155,7 @@ func (r *wireRequest) readBody(b []byte) (int, error) {
 // readChunked reads a chunked body strictly: hex sizes without extensions
 // or whitespace (levee re-chunks, so it writes none), CRLF after each
 // chunk, and a trailer section.
-func (r *wireRequest) readChunked(b []byte) (int, error) {
+func (r *wireRequest) readChunked(b []byte, client bool) (int, error) {
 	p := 0
 	for {
 		line, n, err := wireLine(b[p:])
@@ -145,6 +163,22 @@ func (r *wireRequest) readChunked(b []byte) (int, error) {
 			return 0, err
 		}
 		p += n
+		if client {
+			// chunk-ext (RFC 9112 §7.1.1), read loosely: what follows ';' is
+			// not framing. Trailing whitespace as fasthttp takes it.
+			if i := bytes.IndexByte(line, ';'); i >= 0 {
+				if bytes.ContainsFunc(line[i:], func(c rune) bool { return c < ' ' && c != '\t' || c == 0x7f }) {
+					return 0, fmt.Errorf("chunk extension %q", line)
+				}
+				line = line[:i]
+			} else {
+				line = bytes.TrimRight(line, " \t")
+			}
+			line = bytes.TrimLeft(line, "0")
+			if len(line) == 0 {
+				line = []byte("0")
+			}
+		}
 		if len(line) == 0 || len(line) > 16 || strings.Trim(string(line), "0123456789abcdefABCDEF") != "" {
 			return 0, fmt.Errorf("chunk size %q", line)
 		}
@@ -343,7 +377,7 @@ func (r *wireBackend) serve(c net.Conn, rc *recConn) {
 			if len(rc.raw) > 0 {
 				rc.cut = true
 				// The head must still be one levee should send.
-				if head, _, herr := parseWireHead(rc.raw); herr == nil {
+				if head, _, herr := parseWireHead(rc.raw, false); herr == nil {
 					rc.reqs = append(rc.reqs, head)
 				} else if !errors.Is(herr, errIncomplete) {
 					rc.err = herr
