@@ -63,15 +63,23 @@ func parseWire(b []byte) (wireRequest, int, error) { return parseStrict(b, false
 
 // parseClient reads a request as a client may send it, just as strictly
 // but for what a client may do and levee not: HTTP/1.0, chunk extensions,
-// and what docs/http.md leaves as it is (a request line that ends in a bare
-// LF, whitespace after a chunk size). Whatever levee forwards must read the
+// and what docs/http.md leaves as it is (bare LFs before and at the end of
+// a request line, whitespace after a chunk size). Whatever levee forwards must read the
 // same this way: it is the parser a proxy in front of levee could be.
 func parseClient(b []byte) (wireRequest, int, error) { return parseStrict(b, true) }
 
 func parseStrict(b []byte, client bool) (wireRequest, int, error) {
 	skip := 0
-	for client && len(b) >= skip+2 && b[skip] == '\r' && b[skip+1] == '\n' {
-		skip += 2 // RFC 9112 §2.2: empty lines before a request
+	for client && skip < len(b) {
+		// RFC 9112 §2.2: empty lines before a request are skipped; fasthttp
+		// skips bare LFs there too, which levee cannot see.
+		if b[skip] == '\n' {
+			skip++
+		} else if len(b) >= skip+2 && b[skip] == '\r' && b[skip+1] == '\n' {
+			skip += 2
+		} else {
+			break
+		}
 	}
 	r, p, err := parseWireHead(b[skip:], client)
 	if err != nil {
