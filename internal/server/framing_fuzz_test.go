@@ -50,7 +50,9 @@ func sentRequests(raw []byte) []sentRequest {
 		s := sentRequest{method: string(req.Header.Method()), target: string(req.Header.RequestURI()), host: string(req.Header.Host())}
 		var berr error
 		if n := req.Header.ContentLength(); n > 0 || n == -1 { // a length, or chunked
-			berr = req.ContinueReadBody(br, 0)
+			// Bounded by the input: fasthttp allocates a declared length
+			// up front (levee's server streams instead).
+			berr = req.ContinueReadBody(br, len(raw))
 		}
 		if berr == nil {
 			s.body, s.bodyKnown = append([]byte(nil), req.Body()...), true
