@@ -407,10 +407,16 @@ func (b *fastBody) CloseWithError(err error) error {
 func (p *Pool) copyRequest(ctx *fasthttp.RequestCtx, out *fasthttp.RequestHeader) (upgrading bool) {
 	in := &ctx.Request.Header
 	out.DisableNormalizing()
+	out.SetNoDefaultContentType(true) // fasthttp would add one to a body sent without
 	out.SetMethodBytes(in.Method())
 	out.SetRequestURIBytes(in.RequestURI())
 	conn, upgrade := connectionOf(in)
-	upgrading = conn.has([]byte("upgrade")) && len(upgrade) > 0 && !hasH2C(upgrade)
+	// An upgrade with a body (a length, or chunked; fasthttp reads one
+	// without either as -2) is served as an ordinary request (RFC 9110
+	// §7.8 lets a server ignore Upgrade): the tunnel would drop the body,
+	// or pass it on as the new protocol's first bytes.
+	n := in.ContentLength()
+	upgrading = conn.has([]byte("upgrade")) && len(upgrade) > 0 && !hasH2C(upgrade) && n <= 0 && n != -1
 	h2c := len(upgrade) > 0 && hasH2C(upgrade)
 	for k, v := range in.All() {
 		switch {
@@ -418,8 +424,12 @@ func (p *Pool) copyRequest(ctx *fasthttp.RequestCtx, out *fasthttp.RequestHeader
 			if hasToken(v, "trailers") {
 				out.Add("Te", "trailers")
 			}
+		case equalFold(k, "Host"):
+			// levee's own: the authority that routed the request, which
+			// Connection cannot strip (RFC 9112 §3.2: one Host, always).
+			out.SetHostBytes(v)
 		case isHopByHop(k) || conn.has(k) || isForwarding(k) ||
-			equalFold(k, "Content-Length") || equalFold(k, "Expect"):
+			equalFold(k, "Content-Length") || equalFold(k, "Expect") || isProxy(k):
 		case isIdentity(k) && !p.trust.trustsFast(ctx): // peer looked up only when such a header is sent
 		case equalFold(k, "Http2-Settings") && h2c:
 		default:
@@ -483,6 +493,11 @@ func isHopByHop(k []byte) bool {
 	}
 	return false
 }
+
+// isProxy matches the Proxy request header, which no standard defines and
+// CGI backends read as HTTP_PROXY, their outbound proxy (httpoxy,
+// CVE-2016-5385): never forwarded.
+func isProxy(k []byte) bool { return equalFold(k, "Proxy") }
 
 func isForwarding(k []byte) bool {
 	return equalFold(k, "X-Forwarded-For") || equalFold(k, "X-Forwarded-Host") ||

@@ -158,6 +158,7 @@ func NewPool(o Options) *Pool {
 				pr.Out.Host = pr.In.Host
 				o.Trust.setForwarded(pr.In, pr.Out.Header)
 				dropH2CUpgrade(pr.Out.Header)
+				delete(pr.Out.Header, "Proxy") // httpoxy: see isProxy
 			},
 			Transport:    o.Transport,
 			BufferPool:   bufferPool{},

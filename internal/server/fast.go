@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"math"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/forward"
+	"github.com/leveeproxy/levee/internal/framing"
 	"github.com/leveeproxy/levee/internal/membuf"
 	"github.com/leveeproxy/levee/internal/netlimit"
 	"github.com/leveeproxy/levee/internal/reply"
@@ -78,29 +78,34 @@ func prefetchTimeout(n int, readTimeout time.Duration, rate netlimit.MinRate) ti
 	return min(d, readTimeout)
 }
 
-// fastParseError answers a request fasthttp could not read.
+// fastParseError answers a request fasthttp could not read, and closes:
+// where it ends is unknown.
 func (s *Server) fastParseError(ctx *fasthttp.RequestCtx, err error) {
 	var small *fasthttp.ErrSmallBuffer
 	var ne net.Error
 	switch {
 	case errors.As(err, &small):
-		ctx.Error("levee: request headers too large\n", fasthttp.StatusRequestHeaderFieldsTooLarge)
+		framing.HeadersTooLongReply.Fast(ctx, 0)
 	case errors.As(err, &ne) && ne.Timeout():
 		// The headers (read_header_timeout), or the start of a body (see
 		// prefetchTimeout), did not come in time.
 		s.unrouted.Rejected(reply.RequestTimeout)
 		reply.RequestTimeoutReply.Fast(ctx, 0)
 	default:
-		ctx.Error("levee: bad request\n", fasthttp.StatusBadRequest)
+		framing.BadRequestReply.Fast(ctx, 0)
 	}
 	ctx.SetConnectionClose()
 }
 
 // serveFast is the request path on fasthttp (HTTP/1.x connections): the
-// adapter of serve.
+// adapter of serve. A request not in one unambiguous form is refused before
+// anything reads it, and its connection closed (package framing).
 func (s *Server) serveFast(ctx *fasthttp.RequestCtx) {
-	if smuggling(&ctx.Request.Header) {
-		s.fastParseError(ctx, errSmuggling)
+	if r := framing.Fast(&ctx.Request); r != nil {
+		r.Fast(ctx, 0)
+		ctx.SetConnectionClose()
+		s.unrouted.Rejected(r.Reason)
+		s.unrouted.Observe(r.Status, 0)
 		return
 	}
 	e := fastExchanges.Get().(*fastExchange)
@@ -230,23 +235,6 @@ func (e *fastExchange) status() int {
 
 func (e *fastExchange) rejected() bool {
 	return len(e.c.Response.Header.Peek(reply.Reject)) > 0
-}
-
-var errSmuggling = errors.New("server: request with both Content-Length and Transfer-Encoding")
-
-// smuggling reports a request framed two ways (RFC 9112 §6.3): fasthttp
-// reads such a body as chunked and closes the connection afterwards, but a
-// proxy must refuse it, or the backend might read the framing differently.
-func smuggling(h *fasthttp.RequestHeader) bool {
-	if h.ContentLength() != -1 { // not chunked
-		return false
-	}
-	for _, line := range bytes.Split(h.RawHeaders(), []byte("\n")) {
-		if len(line) >= len("content-length:") && bytes.EqualFold(line[:len("content-length:")], []byte("content-length:")) {
-			return true
-		}
-	}
-	return false
 }
 
 // b2s views b as a string without copying; the string must not outlive b

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leveeproxy/levee/internal/forward"
+	"github.com/leveeproxy/levee/internal/framing"
 	"github.com/leveeproxy/levee/internal/membuf"
 	"github.com/leveeproxy/levee/internal/netlimit"
 	"github.com/leveeproxy/levee/internal/reply"
@@ -16,8 +17,15 @@ import (
 )
 
 // ServeHTTP is the request path on net/http (HTTP/2 connections): the
-// adapter of serve.
+// adapter of serve. A request that would not reach the backend in one
+// unambiguous HTTP/1.1 form is refused first (package framing).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if ref := framing.HTTP(r); ref != nil {
+		ref.HTTP(w, 0)
+		s.unrouted.Rejected(ref.Reason)
+		s.unrouted.Observe(ref.Status, 0)
+		return
+	}
 	hc, _ := r.Context().Value(h2ConnKey{}).(*h2Conn)
 	if hc != nil && r.TLS == nil { // served as unencrypted HTTP/2 under the guard
 		r.TLS = hc.tls
@@ -107,6 +115,11 @@ func (e *httpExchange) readBody(s *Server, rt *route, sh *pathShape) (refusal, b
 		Rate: rt.body.rate, Start: now, Limit: now.Add(rt.body.timeout)}
 	e.rest = aheadBody{r: &e.paced, c: r.Body}
 	limit := aheadLimit(rt, sh, r.ContentLength)
+	if limit == r.ContentLength {
+		// One byte more: a stream is whole only at its END_STREAM, and net/http
+		// fails the read of DATA past its content-length.
+		limit++
+	}
 	if limit > 0 {
 		e.body.Init(s.buffers)
 		done, err := e.body.Fill(&e.paced, int(limit))
@@ -116,7 +129,7 @@ func (e *httpExchange) readBody(s *Server, rt *route, sh *pathShape) (refusal, b
 		if ref, ok := s.bodyRefusal(rt, sh, e.body.Len(), err, r.RemoteAddr); !ok {
 			return ref, false
 		}
-		if done || r.ContentLength > 0 && int64(e.body.Len()) == r.ContentLength {
+		if done {
 			e.rest.head, e.rest.r = e.body.Bytes(), nil
 			r.ContentLength = int64(e.body.Len())
 		} else {

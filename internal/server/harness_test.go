@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -139,6 +140,11 @@ func TestMain(m *testing.M) {
 		os.Exit(m.Run())
 	}
 	code := m.Run()
+	if f := flag.Lookup("test.fuzz"); f != nil && f.Value.String() != "" {
+		// A fuzzer explores inputs, not protocols (the framing fuzzers pin
+		// theirs): running it again would double its time, not its reach.
+		os.Exit(code)
+	}
 	fmt.Fprintf(os.Stderr, "=== protocol h2c: %s=h2c %s\n", protoEnv, os.Args[0])
 	// Benchmarks name their protocols and ran already: only tests run again,
 	// and without the profiles, which the child would overwrite.

@@ -54,6 +54,11 @@ var refusalCases = []refusalCase{
 	{reason: "backend-rate", limits: "backend_limits: {rate: 1/m, burst: 1}", status: 503},
 	{reason: "no-route", status: 404,
 		req: func(h *fasthttp.RequestHeader) { h.SetHost("nobody.test") }},
+	// Framing refusals (package framing), before routing.
+	{reason: "http-version", status: 505, req: func(h *fasthttp.RequestHeader) { h.SetProtocol("HTTP/2.0") }},
+	{reason: "connect", status: 501, req: func(h *fasthttp.RequestHeader) { h.SetMethod("CONNECT") }},
+	{reason: "bad-target", status: 400, req: func(h *fasthttp.RequestHeader) { h.SetRequestURI("/x#y") }},
+	{reason: "bad-host", status: 400, req: func(h *fasthttp.RequestHeader) { h.SetHost("a@b") }},
 }
 
 var longURI, longValue = "/" + strings.Repeat("x", 20), strings.Repeat("a", 100)
@@ -130,12 +135,12 @@ func refusalRequest(p *Server, ctx *fasthttp.RequestCtx, rc refusalCase) {
 func checkRefusal(tb testing.TB, ctx *fasthttp.RequestCtx, rc refusalCase) {
 	tb.Helper()
 	rh := &ctx.Response.Header
-	header := reply.Reject
-	if rc.reason == reply.NoRoute {
-		header = reply.Error
-	}
+	header := reply.For(rc.reason).Header
 	if got := ctx.Response.StatusCode(); got != rc.status || string(rh.Peek(header)) != rc.reason {
 		tb.Fatalf("status %d %s %q, want %d %q", got, header, rh.Peek(header), rc.status, rc.reason)
+	}
+	if r := reply.For(rc.reason); r.Header == reply.Error && r.Reason != reply.NoRoute && !ctx.Response.ConnectionClose() {
+		tb.Errorf("%s: connection kept after a framing refusal", rc.reason)
 	}
 	if rc.status == http.StatusServiceUnavailable || rc.status == http.StatusTooManyRequests {
 		if len(rh.Peek("Retry-After")) == 0 {

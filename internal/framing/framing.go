@@ -1,0 +1,132 @@
+// Package framing holds the rules a request must meet before levee routes
+// or forwards it: every request reaches a backend in exactly one
+// unambiguous form (one Content-Length or chunked, token field names, one
+// authority that both routes and forwards it), or is refused. The rules and
+// their RFC sections are in docs/http.md; Fast checks an HTTP/1.x request
+// as fasthttp read it, HTTP an HTTP/2 request as net/http read it.
+//
+// A refusal is one of the replies below, from levee's one reply table
+// (package reply). None carries Connection: close, which on HTTP/2 would
+// tear down every stream of the connection; on HTTP/1.x the caller closes
+// the connection after any of them, since a request levee will not read as
+// one message says nothing reliable about where the next one starts.
+package framing
+
+import (
+	"net/http"
+
+	"github.com/leveeproxy/levee/internal/reply"
+)
+
+// Reasons of the framing refusals (Levee-Error values).
+const (
+	BadRequest     = "bad-request"      // fasthttp could not read the request at all
+	HeadersTooLong = "header-too-large" // the request line and headers overflow server.max_header_bytes
+	BadHeader      = "bad-header"       // a field line levee would not forward as read
+	BadFraming     = "bad-framing"      // the body's length is declared twice, or not unambiguously
+	BadTarget      = "bad-target"       // a request-target levee does not route
+	BadHost        = "bad-host"         // no authority, or one that is not a host[:port]
+	Connect        = "connect"          // CONNECT: levee is not a tunnel
+	Version        = "http-version"     // not HTTP/1.0 or HTTP/1.1 (on HTTP/1.x connections)
+	Expectation    = "expectation"      // an Expect other than 100-continue
+)
+
+// The replies, one per reason.
+var (
+	BadRequestReply = reply.Register(reply.Reply{Status: http.StatusBadRequest, Header: reply.Error,
+		Reason: BadRequest, Body: "levee: bad request\n"})
+	HeadersTooLongReply = reply.Register(reply.Reply{Status: http.StatusRequestHeaderFieldsTooLarge,
+		Header: reply.Error, Reason: HeadersTooLong, Body: "levee: request headers too large\n"})
+	BadHeaderReply = reply.Register(reply.Reply{Status: http.StatusBadRequest, Header: reply.Error,
+		Reason: BadHeader, Body: "levee: bad request: malformed header field\n"})
+	BadFramingReply = reply.Register(reply.Reply{Status: http.StatusBadRequest, Header: reply.Error,
+		Reason: BadFraming, Body: "levee: bad request: ambiguous message framing\n"})
+	BadTargetReply = reply.Register(reply.Reply{Status: http.StatusBadRequest, Header: reply.Error,
+		Reason: BadTarget, Body: "levee: bad request: request-target\n"})
+	BadHostReply = reply.Register(reply.Reply{Status: http.StatusBadRequest, Header: reply.Error,
+		Reason: BadHost, Body: "levee: bad request: missing or invalid Host\n"})
+	ConnectReply = reply.Register(reply.Reply{Status: http.StatusNotImplemented, Header: reply.Error,
+		Reason: Connect, Body: "levee: CONNECT is not supported\n"})
+	VersionReply = reply.Register(reply.Reply{Status: http.StatusHTTPVersionNotSupported, Header: reply.Error,
+		Reason: Version, Body: "levee: HTTP version not supported\n"})
+	ExpectationReply = reply.Register(reply.Reply{Status: http.StatusExpectationFailed, Header: reply.Error,
+		Reason: Expectation, Body: "levee: expectation failed: only 100-continue is supported\n"})
+)
+
+// hostByte marks the bytes of uri-host [ ":" port ] (RFC 3986 §3.2.2:
+// unreserved, sub-delims, and the brackets and colons of an IP literal and
+// a port). No space, no '@' (userinfo), no '/', '?' or '#', and no '%':
+// fasthttp's client decodes a percent-encoded host before it writes Host,
+// so the backend would see another name than the one that was routed.
+var hostByte = byteSet("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~!$&'()*+,;=:[]")
+
+// tokenByte marks tchar (RFC 9110 §5.6.2).
+var tokenByte = byteSet("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!#$%&'*+-.^_`|~")
+
+func byteSet(chars string) (t [256]bool) {
+	for i := range len(chars) {
+		t[chars[i]] = true
+	}
+	return t
+}
+
+// validHost reports whether h is a non-empty host[:port] (RFC 9110 §7.2,
+// RFC 3986 §3.2.2).
+func validHost[T string | []byte](h T) bool { return onlyOf(&hostByte, h) }
+
+func token[T string | []byte](s T) bool { return onlyOf(&tokenByte, s) }
+
+// onlyOf reports whether s is non-empty and all its bytes are in set.
+func onlyOf[T string | []byte](set *[256]bool, s T) bool {
+	if len(s) == 0 {
+		return false
+	}
+	for i := range len(s) {
+		if !set[s[i]] {
+			return false
+		}
+	}
+	return true
+}
+
+// equalFold reports whether b equals s (lower case) in ASCII, ignoring case.
+func equalFold[T string | []byte](b T, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := range len(b) {
+		if lower(b[i]) != s[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// twin reports whether name is s (lower case, with hyphens) written with
+// an underscore for some hyphen: "Transfer_Encoding". CGI, WSGI and PHP
+// backends read both spellings as one variable, and some servers frame on
+// it, so a twin of a framing field is a second, hidden framing.
+func twin(name []byte, s string) bool {
+	if len(name) != len(s) {
+		return false
+	}
+	under := false
+	for i := range len(name) {
+		c := lower(name[i])
+		if c == '_' && s[i] == '-' {
+			under = true
+			continue
+		}
+		if c != s[i] {
+			return false
+		}
+	}
+	return under
+}
+
+func lower(c byte) byte {
+	if c >= 'A' && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
