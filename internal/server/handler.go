@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"runtime"
@@ -42,19 +43,19 @@ type httpExchange struct {
 	r    *http.Request
 	rec  recorder
 	held forward.HeldResponse // under rec: a response held until the slot is given back
-	// The request body as readBody left it (see fastExchange).
-	body  membuf.Buffer
-	paced netlimit.PacedReader
-	rest  aheadBody
-	conn  *h2Conn // nil when not from a listener
+	// body is the request body as readBody left it (nil: none read).
+	body *aheadBody
+	conn *h2Conn // nil when not from a listener
 }
 
 var httpExchanges = sync.Pool{New: func() any { return new(httpExchange) }}
 
 func (e *httpExchange) free() {
 	e.held.Free()
-	e.body.Free()
-	e.r, e.rec.ResponseWriter, e.paced, e.rest, e.conn = nil, nil, netlimit.PacedReader{}, aheadBody{}, nil
+	if e.body != nil {
+		e.body.free()
+	}
+	e.r, e.rec.ResponseWriter, e.body, e.conn = nil, nil, nil, nil
 	e.held.Reset(nil)
 	httpExchanges.Put(e)
 }
@@ -111,9 +112,13 @@ func (e *httpExchange) readBody(s *Server, rt *route, sh *pathShape) (refusal, b
 		return refusal{}, true
 	}
 	now := time.Now()
-	e.paced = netlimit.PacedReader{R: r.Body, Conn: http.NewResponseController(e.held.Unwrap()),
+	// Not pooled with the exchange: the Transport may read a request's body
+	// after ServeHTTP has returned (a backend that answered first).
+	b := &aheadBody{c: r.Body}
+	b.paced = netlimit.PacedReader{R: r.Body, Conn: http.NewResponseController(e.held.Unwrap()),
 		Rate: rt.body.rate, Start: now, Limit: now.Add(rt.body.timeout)}
-	e.rest = aheadBody{r: &e.paced, c: r.Body}
+	b.r = &b.paced
+	e.body = b
 	limit := aheadLimit(rt, sh, r.ContentLength)
 	if limit == r.ContentLength {
 		// One byte more: a stream is whole only at its END_STREAM, and net/http
@@ -121,22 +126,20 @@ func (e *httpExchange) readBody(s *Server, rt *route, sh *pathShape) (refusal, b
 		limit++
 	}
 	if limit > 0 {
-		e.body.Init(s.buffers)
-		done, err := e.body.Fill(&e.paced, int(limit))
+		b.head.Init(s.buffers)
+		done, err := b.head.Fill(&b.paced, int(limit))
 		if err != nil && r.Context().Err() != nil {
 			return refusal{}, false // the client reset the stream: no one to answer
 		}
-		if ref, ok := s.bodyRefusal(rt, sh, e.body.Len(), err, r.RemoteAddr); !ok {
+		if ref, ok := s.bodyRefusal(rt, sh, b.head.Len(), err, r.RemoteAddr); !ok {
 			return ref, false
 		}
 		if done {
-			e.rest.head, e.rest.r = e.body.Bytes(), nil
-			r.ContentLength = int64(e.body.Len())
-		} else {
-			e.rest.head = e.body.Bytes()
+			b.r = nil
+			r.ContentLength = int64(b.head.Len())
 		}
 	}
-	r.Body = &e.rest
+	r.Body = b
 	return refusal{}, true
 }
 
@@ -164,7 +167,9 @@ func (e *httpExchange) forward(rt *route, sh *pathShape, slot forward.Releaser) 
 		r.Body = forward.GuardBody(http.MaxBytesReader(&e.rec, r.Body, sh.body))
 	}
 	// What streams from here holds the slot: timed afresh (see fastExchange).
-	e.paced.Start, e.paced.N = time.Now(), 0
+	if e.body != nil {
+		e.body.paced.Start, e.body.paced.N = time.Now(), 0
+	}
 	e.held.Hold(rt.pool)
 	rt.pool.Serve(&e.rec, r, sh.check)
 	// The backend is done: its slot goes back before a held response is
@@ -216,23 +221,41 @@ func (rec *recorder) status(r *http.Request) int {
 }
 
 // aheadBody is a request body read ahead: head, then the rest from r (nil:
-// head is all of it). Close closes the original body.
+// head is all of it). Close closes the original body. free gives the head
+// back, after which a read (a Transport's, after ServeHTTP returned) fails
+// rather than touch a buffer given to another request.
 type aheadBody struct {
-	head []byte
-	r    io.Reader
-	c    io.Closer
+	mu    sync.Mutex
+	freed bool
+	head  membuf.Buffer
+	off   int
+	r     io.Reader // the rest, paced; nil when head is all
+	paced netlimit.PacedReader
+	c     io.Closer
 }
 
+var errBodyFreed = errors.New("server: request body read after its request ended")
+
 func (b *aheadBody) Read(p []byte) (int, error) {
-	if len(b.head) > 0 {
-		n := copy(p, b.head)
-		b.head = b.head[n:]
+	b.mu.Lock()
+	switch {
+	case b.freed:
+		b.mu.Unlock()
+		return 0, &forward.BadBodyError{Err: errBodyFreed}
+	case b.off < b.head.Len():
+		n := copy(p, b.head.Bytes()[b.off:])
+		b.off += n
+		b.mu.Unlock()
 		return n, nil
 	}
-	if b.r == nil {
+	r := b.r
+	b.mu.Unlock()
+	if r == nil {
 		return 0, io.EOF
 	}
-	n, err := b.r.Read(p)
+	// The rest is read outside the lock: it may wait on the client, and
+	// r is this request's own (never reused).
+	n, err := r.Read(p)
 	if err != nil && err != io.EOF {
 		err = &forward.BadBodyError{Err: err}
 	}
@@ -240,3 +263,10 @@ func (b *aheadBody) Read(p []byte) (int, error) {
 }
 
 func (b *aheadBody) Close() error { return b.c.Close() }
+
+func (b *aheadBody) free() {
+	b.mu.Lock()
+	b.freed = true
+	b.head.Free()
+	b.mu.Unlock()
+}
