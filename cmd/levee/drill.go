@@ -275,6 +275,7 @@ func drillCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.Var(sizesFlag{&o.SlowBodySizes}, "slow-body-size", "slow-clients: slow bodies' Content-Length, one per connection in turn (default 4KiB,1MiB)")
 	fs.Var(headFlag{&o.SlowBodyHead}, "slow-body-head", "slow-clients: how much of each slow body is sent at once, before the trickle (default 128KiB; 0: none)")
 	fs.Var(sizeFlag{&o.SlowReadSize}, "slow-read-size", "slow-clients: the response a slow reader asks for (default 1MiB)")
+	fs.Var(listFlag{&o.SlowSources}, "slow-sources", "slow-clients: the attack's local addresses, one per kind (default 127.0.0.2,127.0.0.3,127.0.0.4 against a loopback edge)")
 	fs.Var(rateFlag{&o.VictimRate}, "victim-rate", "slow-clients: the victim's request rate (default 50/s)")
 	fs.Float64Var(&o.MinSuccess, "min-success", 0.999, "slow-clients: the victim's 2xx share under attack, at least")
 	fs.StringVar(&o.Config, "config", "", "duplicate-instance: the running levee's config file")

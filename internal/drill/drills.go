@@ -85,8 +85,13 @@ type Options struct {
 	SlowBodySizes []int64       // slow-body's Content-Lengths, one per connection in turn
 	SlowBodyHead  int64         // how much of each body is sent at once (SlowAttack.BodyHead: 0 default, < 0 none)
 	SlowReadSize  int64         // the size of the response slow-read asks for
-	VictimRate    float64       // the victim's requests per second
-	MinSuccess    float64       // the victim's 2xx share under attack, at least
+	// SlowSources are the attack's local addresses, one per kind (see
+	// SlowAttack.Sources); nil: 127.0.0.2, .3 and .4 against a loopback
+	// target, so that the attack is not the victim's address (an edge may
+	// bound connections per address), else the system's choice.
+	SlowSources []string
+	VictimRate  float64 // the victim's requests per second
+	MinSuccess  float64 // the victim's 2xx share under attack, at least
 
 	// duplicate-instance (levee only)
 	Config string // the running levee's config file

@@ -73,7 +73,11 @@ type SlowAttack struct {
 	// Source is the local address the connections come from ("": any), so
 	// that a test can tell the attack's address from its victim's (an edge
 	// may bound connections per client address).
-	Source      string
+	Source string
+	// Sources, when set, are the local addresses of each kind in turn
+	// (slowloris, slow-body, slow-read; "" is Source): a distributed
+	// attack, not one an edge can bound by address alone.
+	Sources     []string
 	DialTimeout time.Duration // 0 is 5s
 	Dialers     int           // dials in progress at once; 0 is 64
 	Clock       clock.Clock   // paces the trickles and times the cuts; nil is the real clock
@@ -227,8 +231,10 @@ func (a SlowAttack) Start(ctx context.Context) (*SlowRun, error) {
 			return nil, fmt.Errorf("drill: slow-body sizes must be at least 1 byte (got %d)", n)
 		}
 	}
-	if a.Source != "" && net.ParseIP(a.Source) == nil {
-		return nil, fmt.Errorf("drill: a slow attack's source must be an IP address (got %q)", a.Source)
+	for _, src := range append([]string{a.Source}, a.Sources...) {
+		if src != "" && net.ParseIP(src) == nil {
+			return nil, fmt.Errorf("drill: a slow attack's source must be an IP address (got %q)", src)
+		}
 	}
 	addr, err := dialAddr(a.Target)
 	if err != nil {
@@ -361,8 +367,12 @@ func (r *SlowRun) dial(ctx context.Context, ki int) (net.Conn, error) {
 	}
 	defer func() { <-r.dials }()
 	d := net.Dialer{Timeout: r.a.DialTimeout}
-	if r.a.Source != "" {
-		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(r.a.Source)}
+	src := r.a.Source
+	if ki < len(r.a.Sources) && r.a.Sources[ki] != "" {
+		src = r.a.Sources[ki]
+	}
+	if src != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(src)}
 	}
 	if ki == 2 {
 		d.Control = rcvbufControl(r.a.ReadBuffer)

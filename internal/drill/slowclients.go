@@ -3,6 +3,7 @@ package drill
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -62,8 +63,26 @@ func (o Options) attack() SlowAttack {
 		ReadPath:  o.Path + sep + "bytes=" + strconv.FormatInt(o.SlowReadSize, 10),
 		Slowloris: n("slowloris"), SlowBody: n("slow-body"), SlowRead: n("slow-read"),
 		Interval: o.SlowInterval, Chunk: o.SlowChunk, BodySizes: o.SlowBodySizes, BodyHead: o.SlowBodyHead,
-		Redial: true, Clock: o.Clock,
+		Redial: true, Clock: o.Clock, Sources: o.slowSources(),
 	}
+}
+
+// slowSources are the attack's addresses: o.SlowSources, or by default
+// three loopback addresses apart from the victim's (127.0.0.1) when the
+// target is on loopback.
+func (o Options) slowSources() []string {
+	if o.SlowSources != nil {
+		return o.SlowSources
+	}
+	addr, err := dialAddr(o.Target)
+	if err != nil {
+		return nil
+	}
+	host, _, _ := net.SplitHostPort(addr)
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() || ip.To4() == nil {
+		return nil
+	}
+	return []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"}
 }
 
 // runSlowClients starts the drill's backend, waits for the edge to route to
