@@ -357,7 +357,7 @@ const (
 	DefaultMaxHeaderBytes        = 64 << 10
 	DefaultMaxConns              = 10000
 	DefaultDrainTimeout          = 30 * time.Second
-	DefaultMaxConnsPerIP         = 1024
+	DefaultMaxConnsPerIP         = 4096
 	DefaultMinRate               = 1 << 10
 	DefaultMinRateGrace          = 10 * time.Second
 	DefaultBufferMemory          = 256 << 20
