@@ -96,10 +96,9 @@ func put(b []byte, h *[]byte) {
 // Buffer is bytes read ahead, charged to a Budget by capacity. The zero
 // value is not usable; Init it. Not safe for concurrent use.
 type Buffer struct {
-	b         []byte
-	h         *[]byte // b's pool handle, reused so that a put allocates nothing
-	budget    *Budget
-	reserving bool
+	b      []byte
+	h      *[]byte // b's pool handle, reused so that a put allocates nothing
+	budget *Budget
 }
 
 // Init makes buf an empty buffer charged to budget.
@@ -118,7 +117,7 @@ func (buf *Buffer) Len() int { return len(buf.b) }
 // most 16 MiB.
 func (buf *Buffer) Fill(r io.Reader, limit int) (done bool, err error) {
 	for len(buf.b) < limit {
-		if len(buf.b) == cap(buf.b) && !buf.grow(limit) {
+		if len(buf.b) == cap(buf.b) && !buf.grow(limit, startMax) {
 			return false, nil
 		}
 		end := min(cap(buf.b), limit)
@@ -134,15 +133,11 @@ func (buf *Buffer) Fill(r io.Reader, limit int) (done bool, err error) {
 	return false, nil
 }
 
-// grow moves the bytes to the next size class, within limit and the budget.
-func (buf *Buffer) grow(limit int) bool {
-	var shift uint
-	switch {
-	case cap(buf.b) == 0 && buf.reserving:
-		shift = classOf(limit)
-	case cap(buf.b) == 0:
-		shift = classOf(min(limit, startMax))
-	default:
+// grow moves the bytes to the next size class, within limit and the budget;
+// an empty buffer starts at the class of first (capped at limit).
+func (buf *Buffer) grow(limit, first int) bool {
+	shift := classOf(min(limit, first))
+	if cap(buf.b) > 0 {
 		shift = classOf(cap(buf.b) + 1)
 	}
 	if shift > maxShift {
@@ -181,10 +176,8 @@ func (buf *Buffer) Free() {
 // allows: for a body whose length is known and whose sender is not slow.
 // It reports whether buf can now hold n bytes.
 func (buf *Buffer) Reserve(n int) bool {
-	buf.reserving = true
-	defer func() { buf.reserving = false }()
 	for cap(buf.b) < n {
-		if !buf.grow(n) {
+		if !buf.grow(n, n) {
 			return false
 		}
 	}
