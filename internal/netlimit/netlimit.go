@@ -128,6 +128,7 @@ func (l *Listener) CloseAll() {
 	}
 	l.mu.Unlock()
 	for _, c := range conns {
+		c.linger.Store(false) // now: the drain is out of time
 		c.Close()
 	}
 }
@@ -141,6 +142,7 @@ type Conn struct {
 	// addr is the peer's address as l.perIP counts it (when counted).
 	addr    netip.Addr
 	counted bool
+	linger  atomic.Bool
 }
 
 // Wrap makes c a Conn counted by no listener (Accept's, and tests').
@@ -150,8 +152,27 @@ func Wrap(c net.Conn) *Conn { return &Conn{Conn: c, ip: peerString(c.RemoteAddr(
 // reads it per request without formatting (or allocating) it again.
 func (c *Conn) PeerIP() string { return c.ip }
 
+// Linger makes Close end the connection gracefully, for a server that
+// answers and closes before it has read all the client sent (a refusal):
+// closing a socket with unread input makes the kernel send a reset, which
+// can destroy the answer before the client reads it. Close then shuts the
+// write side, so the client sees the answer and an end, and reads and
+// discards what the client still sends, for at most LingerTime and
+// LingerBytes, before it closes.
+func (c *Conn) Linger() { c.linger.Store(true) }
+
+// The bounds of a lingering close: a client that keeps sending cannot hold
+// its connection (or the goroutine closing it) longer than this.
+const (
+	LingerTime  = time.Second
+	LingerBytes = 1 << 20
+)
+
 // Close closes the connection and, once, gives its place back.
 func (c *Conn) Close() error {
+	if c.linger.Swap(false) {
+		drain(c.Conn)
+	}
 	err := c.Conn.Close()
 	c.once.Do(func() {
 		if l := c.l; l != nil {
@@ -168,6 +189,29 @@ func (c *Conn) Close() error {
 	})
 	return err
 }
+
+// drain half-closes c and reads what the peer still sends, within the
+// linger bounds, until it too closes.
+func drain(c net.Conn) {
+	cw, ok := c.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		return
+	}
+	if c.SetReadDeadline(time.Now().Add(LingerTime)) != nil {
+		return
+	}
+	buf := discards.Get().(*[4096]byte)
+	defer discards.Put(buf)
+	for n := 0; n < LingerBytes; {
+		m, err := c.Read(buf[:])
+		if err != nil {
+			return
+		}
+		n += m
+	}
+}
+
+var discards = sync.Pool{New: func() any { return new([4096]byte) }}
 
 // peerAddr is a TCP peer's address.
 func peerAddr(a net.Addr) (netip.Addr, bool) {

@@ -2,6 +2,7 @@ package netlimit
 
 import (
 	"errors"
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -130,5 +131,94 @@ func TestListenerPerIP(t *testing.T) {
 	}
 	if len(rejected) != 1 || rejected[0] != ConnsPerIP {
 		t.Fatalf("rejections %v; want one %s", rejected, ConnsPerIP)
+	}
+}
+
+// TestLingerKeepsTheAnswer: a server that answers a client still sending,
+// and closes, must not destroy its answer with a reset (closing with unread
+// input sends one). Without Linger, the client's read fails with ECONNRESET
+// in most of these rounds.
+func TestLingerKeepsTheAnswer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	const answer = "refused\n"
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				cc := Wrap(c)
+				buf := make([]byte, 4096)
+				io.ReadFull(cc, buf) // part of what the client sends
+				cc.Write([]byte(answer))
+				cc.Linger()
+				cc.Close()
+			}()
+		}
+	}()
+	for round := range 20 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent := make(chan struct{})
+		go func() { // more than the server reads, past its socket buffer
+			defer close(sent)
+			chunk := make([]byte, 64<<10)
+			for range 4 {
+				if _, err := c.Write(chunk); err != nil {
+					return
+				}
+			}
+		}()
+		got, err := io.ReadAll(c)
+		<-sent
+		c.Close()
+		if err != nil || string(got) != answer {
+			t.Fatalf("round %d: read %q, %v; want %q and the end", round, got, err, answer)
+		}
+	}
+}
+
+// TestLingerIsBounded: a client that never stops sending holds a lingering
+// close for LingerBytes at most, well before LingerTime here.
+func TestLingerIsBounded(t *testing.T) {
+	client, server := tcpPair(t)
+	defer client.Close()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		chunk := make([]byte, 64<<10)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := client.Write(chunk); err != nil {
+				return
+			}
+		}
+	}()
+	cc := Wrap(server)
+	cc.Linger()
+	done := make(chan struct{})
+	go func() { cc.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * LingerTime):
+		t.Fatal("a lingering close did not end")
+	}
+	// The connection is closed: the client's writes fail soon.
+	client.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	for {
+		if _, err := client.Write(make([]byte, 64<<10)); err != nil {
+			break
+		}
 	}
 }

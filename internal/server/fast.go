@@ -95,6 +95,7 @@ func (s *Server) fastParseError(ctx *fasthttp.RequestCtx, err error) {
 		framing.BadRequestReply.Fast(ctx, 0)
 	}
 	ctx.SetConnectionClose()
+	linger(ctx.Conn())
 }
 
 // serveFast is the request path on fasthttp (HTTP/1.x connections): the
@@ -104,6 +105,7 @@ func (s *Server) serveFast(ctx *fasthttp.RequestCtx) {
 	if r := framing.Fast(&ctx.Request); r != nil {
 		r.Fast(ctx, 0)
 		ctx.SetConnectionClose()
+		linger(ctx.Conn())
 		s.unrouted.Rejected(r.Reason)
 		s.unrouted.Observe(r.Status, 0)
 		return
@@ -112,6 +114,10 @@ func (s *Server) serveFast(ctx *fasthttp.RequestCtx) {
 	e.c, e.left, e.pc.c = ctx, false, ctx
 	e.whole, e.paced.R = false, nil
 	serve(s, e)
+	if ctx.Response.ConnectionClose() {
+		// A refusal that closes leaves part of the request unread.
+		linger(ctx.Conn())
+	}
 	e.pc.finish()
 	e.body.Free()
 	e.c, e.paced = nil, netlimit.PacedReader{}

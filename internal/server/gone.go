@@ -157,22 +157,40 @@ func rawConn(c net.Conn) syscall.RawConn {
 	if !canProbe {
 		return nil
 	}
-	for {
-		switch v := c.(type) {
-		case *netlimit.Conn:
-			c = v.Conn
-		case *replayConn:
-			c = v.Conn
-		case *tls.Conn:
-			c = v.NetConn()
-		case *net.TCPConn:
+	for ; c != nil; c = under(c) {
+		if v, ok := c.(*net.TCPConn); ok {
 			raw, err := v.SyscallConn()
 			if err != nil {
 				return nil
 			}
 			return raw
-		default:
-			return nil
+		}
+	}
+	return nil
+}
+
+// under is the connection c wraps: through levee's wrappers and TLS; nil
+// at the socket, or at a kind levee does not make.
+func under(c net.Conn) net.Conn {
+	switch v := c.(type) {
+	case *netlimit.Conn:
+		return v.Conn
+	case *replayConn:
+		return v.Conn
+	case *tls.Conn:
+		return v.NetConn()
+	}
+	return nil
+}
+
+// linger makes the close of c, a connection levee answers and closes
+// without having read all of its request, a lingering one
+// (netlimit.Conn.Linger), so the client reads the answer.
+func linger(c net.Conn) {
+	for ; c != nil; c = under(c) {
+		if v, ok := c.(*netlimit.Conn); ok {
+			v.Linger()
+			return
 		}
 	}
 }

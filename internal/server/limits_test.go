@@ -467,3 +467,49 @@ func expectRefusedAtAccept(t *testing.T, c net.Conn, reason string) {
 		t.Fatalf("refused connection got %q; want a 503 with Levee-Reject: %s and Connection: close", got, reason)
 	}
 }
+
+// TestRefusalReachesAClientStillSending: a request refused before levee has
+// read all of it (here a header past max_header_bytes, still being sent)
+// gets its answer, not a reset: levee closes such a connection lingering.
+func TestRefusalReachesAClientStillSending(t *testing.T) {
+	if testH2C() {
+		t.Skip("HTTP/1.1 connections")
+	}
+	be := newGatedBackend(t)
+	be.open()
+	p := startProxy(t, fmt.Sprintf(`
+server: {max_header_bytes: 4KiB}
+apps:
+  a:
+    hosts: [a.test]
+    backends: [%s]
+`, be.addr()))
+	addr := strings.TrimPrefix(p.URL, "http://")
+	for round := range 10 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(30 * time.Second))
+		sent := make(chan struct{})
+		go func() {
+			defer close(sent)
+			io.WriteString(c, "GET / HTTP/1.1\r\nHost: a.test\r\nX-Big: ")
+			chunk := []byte(strings.Repeat("y", 64<<10))
+			for range 4 {
+				if _, err := c.Write(chunk); err != nil {
+					return
+				}
+			}
+		}()
+		got, err := io.ReadAll(c)
+		<-sent
+		c.Close()
+		if err != nil || !strings.HasPrefix(string(got), "HTTP/1.1 431 ") {
+			t.Fatalf("round %d: read %.40q, %v; want a 431 and the end", round, got, err)
+		}
+	}
+	if be.arrived.Load() != 0 {
+		t.Fatal("an oversized request reached the backend")
+	}
+}
