@@ -17,6 +17,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"syscall"
 
@@ -140,9 +141,43 @@ func exitCode(err error, stderr io.Writer) int {
 }
 
 func versionString() string {
-	v := version
-	if bi, ok := debug.ReadBuildInfo(); ok && v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		v = bi.Main.Version
+	b := buildInfo()
+	s := "levee " + b.Version
+	if b.Revision != "" {
+		s += " (" + b.Revision
+		if b.Modified {
+			s += ", modified"
+		}
+		s += ")"
 	}
-	return "levee " + v
+	return s
+}
+
+// build is what the binary knows of its build: the version, and the VCS
+// revision go build stamped it with (none in a test binary or without VCS).
+type build struct {
+	Version   string `json:"version"`
+	Revision  string `json:"revision,omitempty"`
+	Modified  bool   `json:"modified,omitempty"` // built from a tree with uncommitted changes
+	GoVersion string `json:"go_version"`
+}
+
+func buildInfo() build {
+	b := build{Version: version, GoVersion: runtime.Version()}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return b
+	}
+	if b.Version == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		b.Version = bi.Main.Version
+	}
+	for _, kv := range bi.Settings {
+		switch kv.Key {
+		case "vcs.revision":
+			b.Revision = kv.Value
+		case "vcs.modified":
+			b.Modified = kv.Value == "true"
+		}
+	}
+	return b
 }

@@ -124,6 +124,8 @@ func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ..
 		Addr:  cfg.Admin.Addr,
 		Token: token,
 		Pprof: cfg.Admin.Pprof,
+		API:   liveAPI{srv: srv, config: src.path},
+		Done:  serveCtx.Done(),
 	}), slog.NewLogLogger(log.Handler(), slog.LevelWarn))
 	var tasks sync.WaitGroup
 	tasks.Go(func() {

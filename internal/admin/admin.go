@@ -30,6 +30,10 @@ type Options struct {
 	Token string
 	// Pprof serves /debug/pprof/; off, those paths are 404.
 	Pprof bool
+	// API is the live view the JSON endpoints serve (nil: none); Done,
+	// closed at shutdown, ends the event streams.
+	API  API
+	Done <-chan struct{}
 }
 
 // Handler returns the admin endpoints. Every request must name a loopback
@@ -41,7 +45,12 @@ type Options struct {
 //	GET  /readyz    200 while serving, 503 before and while draining
 //	GET  /metrics   Prometheus metrics
 //	POST /reload    reload the config; 200 or 400 with the reason (JSON); mutating
+//	GET  /api/apps                 the apps serving, busiest first (?limit=N)
+//	GET  /api/apps/{app}           one app: live rates, limits configured and in force, backends, top clients
+//	GET  /api/apps/{app}/top       heaviest clients (?by=requests|rejected|bytes|items&window=10s|1m|10m)
 //	GET  /api/apps/{app}/backends  the app's backends: share, in flight, latency, health, imbalance; top_clients (limits.client.top_k)
+//	GET  /api/instance             role, scale, cluster, version, config
+//	GET  /api/events               server-sent events: a snapshot a second (?app=&by=&window=)
 //	GET  /debug/pprof/...  Go profiles, with Options.Pprof only
 func Handler(o Options) http.Handler {
 	g := newGuard(o)
@@ -77,6 +86,9 @@ func Handler(o Options) http.Handler {
 		}
 		json.NewEncoder(w).Encode(st)
 	})
+	if o.API != nil {
+		(&apiHandlers{api: o.API, done: o.Done}).register(mux)
+	}
 	mux.HandleFunc("POST /reload", g.mutating(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		if err := o.Reload(); err != nil {

@@ -29,6 +29,9 @@ type Config struct {
 	Apps     map[string]*App `yaml:"apps"`
 	// Catalog serves apps from an SQLite file beside Apps (see catalog.go).
 	Catalog Catalog `yaml:"catalog"`
+	// Checksum is "sha256:" and the hex digest of the config document as
+	// read (not of the files it names): which config serves, at a glance.
+	Checksum string `yaml:"-"`
 }
 
 // Listener is one client-facing address.

@@ -3,6 +3,8 @@ package config
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -55,7 +57,13 @@ func (f *Files) Load(ctx context.Context, path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	return parse(data, reader{ctx: ctx, f: f})
+	cfg, err := parse(data, reader{ctx: ctx, f: f})
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(data)
+	cfg.Checksum = "sha256:" + hex.EncodeToString(sum[:])
+	return cfg, nil
 }
 
 // Parse decodes and validates a YAML config. On error it returns Errors

@@ -87,6 +87,9 @@ type Body struct {
 	// rest follows Head from Rest, or from the request's own stream.
 	Whole bool
 	Rest  io.Reader
+	// Items, if set, gets the batch items the body held (limits.batch),
+	// once it has gone to the backend: for the top clients by items.
+	Items *int
 }
 
 // ServeFast forwards ctx's request (fasthttp engine) to the next backend and
@@ -126,6 +129,7 @@ func (p *Pool) serveFast(ctx *fasthttp.RequestCtx, be *backend, in Body, sh *sha
 		out.Header.SetConnectionClose()
 	}
 	var body *limitedBody
+	var streamed *shape.BatchReader // counts a body as it streams
 	bs := ctx.RequestBodyStream()
 	whole := in.Head
 	if bs == nil && !in.Whole {
@@ -136,7 +140,9 @@ func (p *Pool) serveFast(ctx *fasthttp.RequestCtx, be *backend, in Body, sh *sha
 		if b := whole; len(b) > 0 {
 			// Read whole: count its batch before any backend work.
 			if br := sh.BatchReader(bytes.NewReader(b)); br != nil {
-				if _, err := io.Copy(io.Discard, br); err != nil {
+				_, err := io.Copy(io.Discard, br)
+				countItems(in.Items, br)
+				if err != nil {
 					p.fastError(ctx, be, err, nil)
 					pk.finish(ctx)
 					return
@@ -163,7 +169,7 @@ func (p *Pool) serveFast(ctx *fasthttp.RequestCtx, be *backend, in Body, sh *sha
 		body = &limitedBody{r: bs, left: in.Limit, want: int64(ctx.Request.Header.ContentLength())}
 		var r io.Reader = body
 		if br := sh.BatchReader(body); br != nil {
-			r = br
+			r, streamed = br, br
 		}
 		out.SetBodyStream(r, ctx.Request.Header.ContentLength())
 	}
@@ -177,6 +183,9 @@ func (p *Pool) serveFast(ctx *fasthttp.RequestCtx, be *backend, in Body, sh *sha
 	for {
 		err := be.fast.Do(out, resp)
 		if !retrying || !p.fastRetry(ctx, resp, err, body, pk, &t) {
+			if streamed != nil {
+				countItems(in.Items, streamed)
+			}
 			if err != nil {
 				fasthttp.ReleaseResponse(resp)
 				p.fastError(ctx, be, err, body)
@@ -196,6 +205,13 @@ func (p *Pool) serveFast(ctx *fasthttp.RequestCtx, be *backend, in Body, sh *sha
 	releaseBody(resp, nil)
 	fasthttp.ReleaseResponse(resp)
 	pk.finish(ctx)
+}
+
+// countItems stores the items br counted in dst, if set.
+func countItems(dst *int, br *shape.BatchReader) {
+	if dst != nil {
+		*dst = br.Count()
+	}
 }
 
 // passBody passes a backend's response body on to the client. A body of

@@ -185,11 +185,12 @@ func (p *Pool) modifyResponse(res *http.Response) error {
 }
 
 // ServeHTTP forwards r to the next backend and streams back its response.
-func (p *Pool) ServeHTTP(w http.ResponseWriter, r *http.Request) { p.Serve(w, r, nil) }
+func (p *Pool) ServeHTTP(w http.ResponseWriter, r *http.Request) { p.Serve(w, r, nil, nil) }
 
 // Serve is ServeHTTP counting the batch items of r's body under sh (nil
-// counts nothing), the shape limits of r's path.
-func (p *Pool) Serve(w http.ResponseWriter, r *http.Request, sh *shape.Checker) {
+// counts nothing), the shape limits of r's path; items, if set, gets
+// their number once the request is done.
+func (p *Pool) Serve(w http.ResponseWriter, r *http.Request, sh *shape.Checker, items *int) {
 	if r.Body != nil && r.Body != http.NoBody {
 		if p.bw != nil {
 			r.Body = batchBody{Reader: p.bw.Reader(r.Context(), r.Body), Closer: r.Body}
@@ -197,6 +198,9 @@ func (p *Pool) Serve(w http.ResponseWriter, r *http.Request, sh *shape.Checker) 
 		if br := sh.BatchReader(r.Body); br != nil {
 			// Outermost, so its violation reaches errorHandler as itself.
 			r.Body = batchBody{Reader: br, Closer: r.Body}
+			if items != nil {
+				defer countItems(items, br) // deferred: ReverseProxy may abort with a panic
+			}
 		}
 	}
 	if p.bw != nil {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/leveeproxy/levee/internal/clock"
 )
 
 // Metrics is levee's metric set on its own registry (never the global one,
@@ -31,6 +33,7 @@ type Metrics struct {
 	retries         *prometheus.CounterVec
 	retryExhausted  *prometheus.CounterVec
 	host            *hostMetrics
+	clk             clock.Clock // what the live rates count by
 }
 
 // AppGauges reports per-app gauges read at scrape time, so the request path
@@ -85,6 +88,7 @@ type BackendStats struct {
 func NewMetrics(gauges AppGauges) *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
+		clk:      clock.Real{},
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "levee_requests_total", Help: "Requests answered, by app and status code.",
 		}, []string{"app", "code"}),
@@ -132,6 +136,10 @@ func NewMetrics(gauges AppGauges) *Metrics {
 	}
 	return m
 }
+
+// SetClock makes the live rates count by clk (the server's, in tests a
+// fake one); call it before any app's metrics are used.
+func (m *Metrics) SetClock(clk clock.Clock) { m.clk = clk }
 
 // App returns the metrics of one app with its label bound, for the request path.
 func (m *Metrics) App(app string) *AppMetrics {
@@ -181,6 +189,10 @@ type AppMetrics struct {
 	codes [500]atomic.Pointer[counter]
 	// rejected caches the counter child of each rejection reason.
 	rejected sync.Map // reason → prometheus.Counter
+	// Live is the app's recent traffic for the admin API. Requests are
+	// counted by the caller (Live.Request, with the time it has);
+	// refusals and queue waits by Rejected and QueueWait.
+	Live Live
 }
 
 type counter struct{ prometheus.Counter }
@@ -202,10 +214,14 @@ func (a *AppMetrics) Observe(code int, seconds float64) {
 
 // QueueWait records the time an admitted request waited for its
 // concurrency slot; callers record only requests that waited.
-func (a *AppMetrics) QueueWait(d time.Duration) { a.queueWait.Observe(d.Seconds()) }
+func (a *AppMetrics) QueueWait(d time.Duration) {
+	a.queueWait.Observe(d.Seconds())
+	a.Live.Waited(d, a.m.clk.Now())
+}
 
 // Rejected counts a request refused for reason.
 func (a *AppMetrics) Rejected(reason string) {
+	a.Live.Rejected(reason, a.m.clk.Now())
 	if c, ok := a.rejected.Load(reason); ok {
 		c.(prometheus.Counter).Inc()
 		return

@@ -29,8 +29,14 @@ import (
 // they reuse. Keys longer than MaxKeyLen are cut to it. A nil *TopK
 // ignores Add and reports nothing. Safe for concurrent use.
 type TopK struct {
-	mu     sync.Mutex
-	k      int
+	mu sync.Mutex
+	k  int
+	tier
+}
+
+// tier is a pair of alternating Space-Saving windows: the current one,
+// and the one before it.
+type tier struct {
 	window time.Duration
 	start  time.Time // of cur; zero until the first call
 	cur    spaceSaving
@@ -46,7 +52,7 @@ func NewTopK(k int, window time.Duration) *TopK {
 	if k < 1 || window <= 0 {
 		panic("observe: NewTopK needs k ≥ 1 and a positive window")
 	}
-	return &TopK{k: k, window: window, cur: newSpaceSaving(k), prev: newSpaceSaving(k)}
+	return &TopK{k: k, tier: newTier(k, window)}
 }
 
 // K returns the number of slots (0 for nil).
@@ -112,8 +118,13 @@ func (t *TopK) Top(now time.Time) []TopEntry {
 	}
 	t.mu.Lock()
 	t.rotate(now)
-	out := merge(&t.cur, &t.prev)
+	out, _ := merge(&t.cur, &t.prev)
 	t.mu.Unlock()
+	return heaviest(out, t.k)
+}
+
+// heaviest sorts entries heaviest first (ties by key) and keeps k.
+func heaviest(out []TopEntry, k int) []TopEntry {
 	slices.SortFunc(out, func(a, b TopEntry) int {
 		if a.Count != b.Count {
 			if a.Count > b.Count {
@@ -123,12 +134,21 @@ func (t *TopK) Top(now time.Time) []TopEntry {
 		}
 		return strings.Compare(a.Key, b.Key)
 	})
-	return out[:min(len(out), t.k)]
+	return out[:min(len(out), k)]
+}
+
+func newTier(k int, window time.Duration) tier {
+	return tier{window: window, cur: newSpaceSaving(k), prev: newSpaceSaving(k)}
+}
+
+// due reports whether now is past the current window (or the first call).
+func (t *tier) due(now time.Time) bool {
+	return t.start.IsZero() || now.Sub(t.start) >= t.window
 }
 
 // rotate moves the windows on to the one that contains now. The caller
-// holds t.mu.
-func (t *TopK) rotate(now time.Time) {
+// holds the lock.
+func (t *tier) rotate(now time.Time) {
 	if t.start.IsZero() {
 		t.start = now
 		return
@@ -146,25 +166,43 @@ func (t *TopK) rotate(now time.Time) {
 	t.start = t.start.Add(elapsed - elapsed%t.window)
 }
 
-// merge unions two summaries. A key missing from a full summary may have
-// had up to its minimum there, which is added to keep Count an upper bound.
-func merge(a, b *spaceSaving) []TopEntry {
-	out := make([]TopEntry, 0, len(a.slots)+len(b.slots))
-	aMin, bMin := a.floor(), b.floor()
-	for _, s := range a.slots {
-		e := TopEntry{Key: s.key, Count: s.count + bMin, Err: s.err + bMin}
-		if i, ok := b.index[s.key]; ok {
-			o := b.slots[i]
-			e.Count, e.Err = s.count+o.count, s.err+o.err
-		}
-		out = append(out, e)
+// merge unions summaries. A key missing from a full summary may have had
+// up to its minimum there, which is added to keep Count an upper bound;
+// floors is the sum of those minimums: the most a key in none of them
+// may have weighed.
+func merge(ss ...*spaceSaving) (out []TopEntry, floors uint64) {
+	n := 0
+	for _, s := range ss {
+		n += len(s.slots)
+		floors += s.floor()
 	}
-	for _, s := range b.slots {
-		if _, ok := a.index[s.key]; !ok {
-			out = append(out, TopEntry{Key: s.key, Count: s.count + aMin, Err: s.err + aMin})
+	out = make([]TopEntry, 0, n)
+	seen := make(map[string]struct{}, n)
+	for i, s := range ss {
+		for _, sl := range s.slots {
+			if _, ok := seen[sl.key]; ok {
+				continue
+			}
+			seen[sl.key] = struct{}{}
+			e := TopEntry{Key: sl.key}
+			for j, o := range ss {
+				if j < i {
+					// An earlier summary had not the key (else it was seen).
+					f := o.floor()
+					e.Count, e.Err = e.Count+f, e.Err+f
+					continue
+				}
+				if x, ok := o.index[sl.key]; ok {
+					e.Count, e.Err = e.Count+o.slots[x].count, e.Err+o.slots[x].err
+				} else {
+					f := o.floor()
+					e.Count, e.Err = e.Count+f, e.Err+f
+				}
+			}
+			out = append(out, e)
 		}
 	}
-	return out
+	return out, floors
 }
 
 // spaceSaving is one window's Space-Saving summary: up to k slots, a
@@ -176,6 +214,10 @@ type spaceSaving struct {
 	heap  []int32 // slot numbers, the least count first
 	index map[string]int32
 	total uint64 // the weight added in the window
+	// base is what a key may weigh beyond its count here: the minimums of
+	// the full summaries absorbed into this one that lacked it. Every
+	// count includes it, so counts stay upper bounds.
+	base uint64
 }
 
 type slot struct {
@@ -184,15 +226,15 @@ type slot struct {
 	pos        int32 // in heap
 }
 
-func newSpaceSaving(k int) spaceSaving {
-	return spaceSaving{k: k, slots: make([]slot, 0, k), heap: make([]int32, 0, k), index: make(map[string]int32, k)}
-}
+// newSpaceSaving returns an empty summary of k slots; its memory grows
+// with the keys it sees, up to k, so a quiet app's summaries stay small.
+func newSpaceSaving(k int) spaceSaving { return spaceSaving{k: k} }
 
 func (s *spaceSaving) reset() {
 	clear(s.slots) // drop the keys for the collector
 	s.slots, s.heap = s.slots[:0], s.heap[:0]
 	clear(s.index)
-	s.total = 0
+	s.total, s.base = 0, 0
 }
 
 // lower is key's weight at its lower bound: 0 when it holds no slot.
@@ -207,21 +249,29 @@ func (s *spaceSaving) lower(key string) uint64 {
 // once every slot is taken, else 0.
 func (s *spaceSaving) floor() uint64 {
 	if len(s.slots) < s.k {
-		return 0
+		return s.base
 	}
 	return s.slots[s.heap[0]].count
 }
 
-func (s *spaceSaving) add(key string, w uint64) {
+func (s *spaceSaving) add(key string, w uint64) { s.addErr(key, w, 0) }
+
+// addErr counts weight w for key, which may already be over by up to e
+// (a count carried from a finer summary).
+func (s *spaceSaving) addErr(key string, w, e uint64) {
 	s.total += w
 	if i, ok := s.index[key]; ok {
 		s.slots[i].count += w
+		s.slots[i].err += e
 		s.down(int(s.slots[i].pos))
 		return
 	}
+	if s.index == nil {
+		s.index = make(map[string]int32)
+	}
 	owned := strings.Clone(key) // key may be a view into the caller's buffer
 	if n := int32(len(s.slots)); n < int32(s.k) {
-		s.slots = append(s.slots, slot{key: owned, count: w, pos: n})
+		s.slots = append(s.slots, slot{key: owned, count: w + s.base, err: e + s.base, pos: n})
 		s.heap = append(s.heap, n)
 		s.index[owned] = n
 		s.up(int(n))
@@ -231,9 +281,31 @@ func (s *spaceSaving) add(key string, w uint64) {
 	id := s.heap[0]
 	m := &s.slots[id]
 	delete(s.index, m.key)
-	m.key, m.err, m.count = owned, m.count, m.count+w
+	m.key, m.err, m.count = owned, m.count+e, m.count+w
 	s.index[owned] = id
 	s.down(0)
+}
+
+// absorb adds a finer summary's counts (one window of it, now over): a
+// key p lacks may have had up to p's floor there, which every count here
+// then carries, as keys tracked later do through base.
+func (s *spaceSaving) absorb(p *spaceSaving) {
+	f := p.floor()
+	if f > 0 {
+		for i := range s.slots {
+			if _, ok := p.index[s.slots[i].key]; !ok {
+				s.slots[i].count += f
+				s.slots[i].err += f
+			}
+		}
+		for i := len(s.heap)/2 - 1; i >= 0; i-- {
+			s.down(i)
+		}
+	}
+	for _, sl := range p.slots {
+		s.addErr(sl.key, sl.count, sl.err)
+	}
+	s.base += f
 }
 
 func (s *spaceSaving) less(i, j int) bool {
@@ -275,24 +347,97 @@ func (s *spaceSaving) down(i int) {
 	}
 }
 
-// ClientTop is one app's heavy hitters by client key: requests, and
-// requests refused by a limit. A nil *ClientTop (top_k: 0) records
-// nothing. Safe for concurrent use.
+// ClientTop is one app's heavy hitters by client key, in four dimensions
+// (requests, requests refused by a limit, body bytes, batch items) and
+// three windows (WindowNames). A nil *ClientTop (top_k: 0) records
+// nothing. Safe for concurrent use: one lock for every dimension, so a
+// request costs one lock and one summary update per dimension it has.
 type ClientTop struct {
-	requests, rejected *TopK
+	k  int
+	mu sync.Mutex
+	by [dimensions]tiered
 }
 
-// ClientWindow is the length of one ClientTop window: counts cover the
-// last one to two of them.
-const ClientWindow = time.Minute
+// The dimensions of a ClientTop, as the admin API names them (by=).
+const (
+	ByRequests = "requests"
+	ByRejected = "rejected"
+	ByBytes    = "bytes"
+	ByItems    = "items"
+)
 
-// NewClientTop returns a ClientTop keeping k clients per dimension, or
-// nil when k is 0.
+const dimensions = 4
+
+// Dimensions are the names of a ClientTop's dimensions, in order.
+var Dimensions = [dimensions]string{ByRequests, ByRejected, ByBytes, ByItems}
+
+// The windows a ClientTop reports, as the admin API names them (window=).
+// Each is kept by a tier of two alternating halves, so a report covers
+// between half the window and the window (and up to one finer half more,
+// not yet handed on); a finer tier's half hands its counts to the next
+// coarser tier when it ends.
+var (
+	WindowNames = [tiers]string{"10s", "1m", "10m"}
+	tierHalves  = [tiers]time.Duration{5 * time.Second, 30 * time.Second, 5 * time.Minute}
+)
+
+const tiers = 3
+
+// tiered is one dimension's summaries: tiers[0] takes every count.
+type tiered struct{ tiers [tiers]tier }
+
+func newTiered(k int) tiered {
+	var t tiered
+	for i := range t.tiers {
+		t.tiers[i] = newTier(k, tierHalves[i])
+	}
+	return t
+}
+
+// rotate moves tier i to now. A half that ends there is first handed to
+// the next coarser tier, moved to the time the half ended, so its counts
+// land in the coarser window that covers them.
+func (t *tiered) rotate(i int, now time.Time) {
+	tr := &t.tiers[i]
+	if !tr.due(now) {
+		return
+	}
+	if i+1 < tiers && !tr.start.IsZero() && len(tr.cur.slots) > 0 {
+		t.rotate(i+1, tr.start.Add(tr.window))
+		t.tiers[i+1].cur.absorb(&tr.cur)
+	}
+	tr.rotate(now)
+}
+
+// rotateAll moves every tier to now, for a report.
+func (t *tiered) rotateAll(now time.Time) {
+	for i := range t.tiers {
+		t.rotate(i, now)
+	}
+}
+
+// report merges the summaries that cover window w (an index of
+// WindowNames): tier w's two halves and the current half of each finer
+// tier, which has not been handed on yet.
+func (t *tiered) report(w int) ([]TopEntry, uint64) {
+	ss := []*spaceSaving{&t.tiers[w].cur, &t.tiers[w].prev}
+	for i := w - 1; i >= 0; i-- {
+		ss = append(ss, &t.tiers[i].cur)
+	}
+	return merge(ss...)
+}
+
+// NewClientTop returns a ClientTop keeping k clients per dimension and
+// window, or nil when k is 0.
 func NewClientTop(k int) *ClientTop {
 	if k <= 0 {
 		return nil
 	}
-	return &ClientTop{requests: NewTopK(k, ClientWindow), rejected: NewTopK(k, ClientWindow)}
+	c := &ClientTop{k: k}
+	for i := range c.by {
+		c.by[i] = newTiered(k)
+	}
+	return c
 }
 
 // K returns the number of clients kept per dimension (0 for nil).
@@ -300,31 +445,110 @@ func (c *ClientTop) K() int {
 	if c == nil {
 		return 0
 	}
-	return c.requests.K()
+	return c.k
 }
 
-// Observe counts one request from client at now, and a rejection if it
-// was refused by a limit.
-func (c *ClientTop) Observe(client string, rejected bool, now time.Time) {
+// Observe counts one request from client at now: a refusal if it was
+// refused by a limit, its body bytes and its batch items. It allocates
+// nothing for a client already tracked.
+func (c *ClientTop) Observe(client string, rejected bool, bytes, items uint64, now time.Time) {
 	if c == nil {
 		return
 	}
-	c.requests.Add(client, 1, now)
-	if rejected {
-		c.rejected.Add(client, 1, now)
+	if len(client) > MaxKeyLen {
+		client = client[:MaxKeyLen]
 	}
+	c.mu.Lock()
+	for i, w := range [dimensions]uint64{1, b2u(rejected), bytes, items} {
+		t := &c.by[i]
+		t.rotate(0, now)
+		if w > 0 {
+			t.tiers[0].cur.add(client, w)
+		}
+	}
+	c.mu.Unlock()
 }
 
-// TopClients is the heaviest clients of an app at scrape time.
+func b2u(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// TopReport is the heaviest clients of one dimension over one window.
+// A listed client's Count is at most ErrorBound over its true count (its
+// own Err says how much, for it); a client not listed counted at most
+// ErrorBound, or at most the last listed Count when the list is full.
+type TopReport struct {
+	By         string     `json:"by"`
+	Window     string     `json:"window"`
+	ErrorBound uint64     `json:"error_bound"`
+	Clients    []TopShare `json:"clients"`
+}
+
+// TopShare is one client of a report: Share is Count over the dimension's
+// total in the window (an upper bound, as Count is).
+type TopShare struct {
+	Client string  `json:"client"`
+	Count  uint64  `json:"count"`
+	Err    uint64  `json:"error"`
+	Share  float64 `json:"share"`
+}
+
+// Report returns dimension by (an index of Dimensions) over window w (an
+// index of WindowNames) at now, heaviest first, at most n clients (0: K).
+// total is the dimension's weight over the window, for the shares; 0
+// takes the sum of the counts reported.
+func (c *ClientTop) Report(by, w, n int, total uint64, now time.Time) TopReport {
+	r := TopReport{By: Dimensions[by], Window: WindowNames[w], Clients: []TopShare{}}
+	if c == nil {
+		return r
+	}
+	c.mu.Lock()
+	c.by[by].rotateAll(now)
+	out, floors := c.by[by].report(w)
+	c.mu.Unlock()
+	if n <= 0 || n > c.k {
+		n = c.k
+	}
+	out = heaviest(out, n)
+	r.ErrorBound = floors
+	var sum uint64
+	for _, e := range out {
+		r.ErrorBound = max(r.ErrorBound, e.Err)
+		sum += e.Count
+	}
+	if total == 0 {
+		total = sum
+	}
+	for _, e := range out {
+		r.Clients = append(r.Clients, TopShare{Client: e.Key, Count: e.Count, Err: e.Err,
+			Share: float64(e.Count) / float64(max(total, 1))})
+	}
+	return r
+}
+
+// TopClients is the heaviest clients of an app at scrape time, over the
+// last minute (see WindowNames).
 type TopClients struct {
 	Requests []TopEntry `json:"requests"`
 	Rejected []TopEntry `json:"rejected"`
 }
 
-// Top returns the heaviest clients at now (nil for a nil c).
+// Top returns the heaviest clients by requests and by refusals over the
+// last minute at now (nil for a nil c).
 func (c *ClientTop) Top(now time.Time) *TopClients {
 	if c == nil {
 		return nil
 	}
-	return &TopClients{Requests: c.requests.Top(now), Rejected: c.rejected.Top(now)}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var t TopClients
+	for i, dst := range []*[]TopEntry{&t.Requests, &t.Rejected} {
+		c.by[i].rotateAll(now)
+		out, _ := c.by[i].report(1)
+		*dst = heaviest(out, c.k)
+	}
+	return &t
 }

@@ -187,7 +187,7 @@ func TestTopKAddAllocatesNothingForTrackedKeys(t *testing.T) {
 
 func TestNilClientTop(t *testing.T) {
 	var c *ClientTop = NewClientTop(0)
-	c.Observe("x", true, t0)
+	c.Observe("x", true, 1, 1, t0)
 	if c.Top(t0) != nil || c.K() != 0 {
 		t.Fatal("a nil ClientTop reports something")
 	}
@@ -332,5 +332,107 @@ func TestTopKAddHeavyForgets(t *testing.T) {
 	tk.AddHeavy("other", 5, later)
 	if tk.AddHeavy("was-heavy", 1, later) {
 		t.Fatal("was-heavy still heavy two windows later")
+	}
+}
+
+func TestClientTopWindows(t *testing.T) {
+	c := NewClientTop(8)
+	// One request a second for 3 minutes from "steady"; "burst" sends 50
+	// in the last 5 s, with 1000 bytes and 20 items each.
+	for sec := range 180 {
+		c.Observe("steady", false, 10, 0, t0.Add(time.Duration(sec)*time.Second))
+	}
+	for i := range 50 {
+		c.Observe("burst", true, 1000, 20, t0.Add(175*time.Second+time.Duration(i)*100*time.Millisecond))
+	}
+	now := t0.Add(180 * time.Second)
+	get := func(by, w int) map[string]uint64 {
+		r := c.Report(by, w, 0, 0, now)
+		if r.ErrorBound != 0 {
+			t.Fatalf("%s/%s: error bound %d with fewer clients than slots; want exact", r.By, r.Window, r.ErrorBound)
+		}
+		m := map[string]uint64{}
+		for _, e := range r.Clients {
+			m[e.Client] = e.Count
+		}
+		return m
+	}
+	// 10s covers 5 to 10 s (plus the current half).
+	if m := get(0, 0); m["burst"] != 50 || m["steady"] < 5 || m["steady"] > 10 {
+		t.Fatalf("10s requests: %v; want burst 50, steady 5..10", m)
+	}
+	if m := get(0, 1); m["steady"] < 30 || m["steady"] > 65 {
+		t.Fatalf("1m requests: %v; want steady 30..65", m)
+	}
+	// 10m covers everything since the start: the cascade lost nothing.
+	if m := get(0, 2); m["steady"] != 180 || m["burst"] != 50 {
+		t.Fatalf("10m requests: %v; want steady 180, burst 50", m)
+	}
+	if m := get(1, 2); m["burst"] != 50 || m["steady"] != 0 {
+		t.Fatalf("10m rejected: %v; want burst 50 only", m)
+	}
+	if m := get(2, 2); m["burst"] != 50_000 || m["steady"] != 1800 {
+		t.Fatalf("10m bytes: %v; want burst 50000, steady 1800", m)
+	}
+	if r := c.Report(3, 0, 0, 0, now); len(r.Clients) != 1 || r.Clients[0].Client != "burst" ||
+		r.Clients[0].Count != 1000 || r.Clients[0].Share != 1 {
+		t.Fatalf("10s items: %+v; want burst alone with 1000", r)
+	}
+	// Twenty idle minutes later nothing is left in any window.
+	for w := range WindowNames {
+		if r := c.Report(0, w, 0, 0, now.Add(20*time.Minute)); len(r.Clients) != 0 {
+			t.Fatalf("window %s after 20 idle minutes: %+v", r.Window, r.Clients)
+		}
+	}
+}
+
+// TestClientTopBoundHolds: with many more clients than slots, over a span
+// the 10m window covers whole, every listed count is an upper bound of the
+// client's true count within its stated error, every client left out
+// weighs no more than the bound says, and the heaviest is first.
+func TestClientTopBoundHolds(t *testing.T) {
+	c := NewClientTop(16)
+	keys := zipfKeys(7, 1<<15, 2000)
+	truth := map[string]uint64{}
+	for i, k := range keys {
+		at := t0.Add(time.Duration(i) * 4 * time.Millisecond) // ~131 s in all
+		c.Observe(k, false, 0, 0, at)
+		truth[k]++
+	}
+	now := t0.Add(time.Duration(len(keys)) * 4 * time.Millisecond)
+	r := c.Report(0, 2, 0, uint64(len(keys)), now)
+	if len(r.Clients) != 16 {
+		t.Fatalf("%d clients listed; want 16", len(r.Clients))
+	}
+	listed := map[string]bool{}
+	for _, e := range r.Clients {
+		listed[e.Client] = true
+		if e.Count < truth[e.Client] || e.Count-e.Err > truth[e.Client] || e.Err > r.ErrorBound {
+			t.Fatalf("%s: count %d err %d (bound %d); true %d", e.Client, e.Count, e.Err, r.ErrorBound, truth[e.Client])
+		}
+	}
+	last := r.Clients[len(r.Clients)-1].Count
+	heaviest, most := "", uint64(0)
+	for k, n := range truth {
+		if n > most {
+			heaviest, most = k, n
+		}
+		if !listed[k] && n > max(r.ErrorBound, last) {
+			t.Fatalf("%s (true %d) left out, over the bound %d and the last listed %d", k, n, r.ErrorBound, last)
+		}
+	}
+	if r.Clients[0].Client != heaviest {
+		t.Fatalf("first listed %s; the heaviest is %s (%d)", r.Clients[0].Client, heaviest, most)
+	}
+}
+
+func TestClientTopObserveAllocatesNothingForTrackedClients(t *testing.T) {
+	c := NewClientTop(16)
+	buf := []byte("client-1")
+	c.Observe(string(buf), true, 100, 3, t0)
+	if n := testing.AllocsPerRun(1000, func() {
+		c.Observe(unsafeString(buf), true, 100, 3, t0)
+	}); n != 0 {
+		t.Fatalf("%v allocations per Observe", n)
 	}
 }

@@ -82,6 +82,7 @@ func (s *Server) composeStored(r catalog.Record) (*route, error) {
 	rt, retired, retiredFast := s.composeApp(r.Name, ac, s.cfg, s.trust)
 	rt.app.stored = ac
 	rt.app.storedRefs++
+	s.publish(rt.app, ac, rt) // as stored
 	s.mu.Unlock()
 	for _, t := range retired {
 		t.CloseIdleConnections()
@@ -104,6 +105,7 @@ func (s *Server) releaseStored(rt *route) {
 		return
 	}
 	delete(s.apps, a.name)
+	s.unpublish(a.name)
 	s.metrics.Forget(a.name)
 	if a.checker != nil {
 		a.checker.Stop()

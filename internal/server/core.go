@@ -62,6 +62,11 @@ type exchange interface {
 	status() int
 	// rejected reports whether the answer carries Levee-Reject.
 	rejected() bool
+	// bytes is the request's and the response's body bytes, as far as
+	// known once the request is done (a body streamed without a length
+	// counts as levee has passed it on); items its batch items.
+	bytes() uint64
+	items() uint64
 	// method and remote are for the access log only.
 	method() string
 	remote() string
@@ -141,8 +146,9 @@ func account[E exchange](s *Server, snap *snapshot, rt *route, e E, start time.T
 	end := s.clk.Now()
 	code, took := e.status(), end.Sub(start)
 	rt.app.metrics.Observe(code, took.Seconds())
+	rt.app.metrics.Live.Request(end)
 	if rt.top != nil {
-		rt.top.Observe(e.topKey(rt.clientKey), e.rejected(), end)
+		rt.top.Observe(e.topKey(rt.clientKey), e.rejected(), e.bytes(), e.items(), end)
 	}
 	if snap.access {
 		s.log.Info("access", "app", rt.app.name, "method", e.method(), "host", e.host(),

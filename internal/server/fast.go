@@ -112,7 +112,7 @@ func (s *Server) serveFast(ctx *fasthttp.RequestCtx) {
 	}
 	e := fastExchanges.Get().(*fastExchange)
 	e.c, e.left, e.pc.c = ctx, false, ctx
-	e.whole, e.paced.R = false, nil
+	e.whole, e.paced.R, e.nItems = false, nil, 0
 	serve(s, e)
 	if ctx.Response.ConnectionClose() {
 		// A refusal that closes leaves part of the request unread.
@@ -133,9 +133,10 @@ type fastExchange struct {
 	ip [net.IPv6len * 4]byte
 	// The request body as readBody left it: read ahead (body), whole or
 	// not; the rest, paced at min_rate, from paced.
-	body  membuf.Buffer
-	whole bool
-	paced netlimit.PacedReader
+	body   membuf.Buffer
+	whole  bool
+	paced  netlimit.PacedReader
+	nItems int // batch items, as forward counted them
 }
 
 var fastExchanges = sync.Pool{New: func() any { return new(fastExchange) }}
@@ -222,7 +223,7 @@ func (e *fastExchange) forward(rt *route, sh *pathShape, slot forward.Releaser) 
 	// What streams from here holds the slot: it is timed afresh, so the
 	// bytes read ahead bank no time for it.
 	e.paced.Start, e.paced.N = time.Now(), 0
-	body := forward.Body{Limit: sh.body, Head: e.body.Bytes(), Whole: e.whole}
+	body := forward.Body{Limit: sh.body, Head: e.body.Bytes(), Whole: e.whole, Items: &e.nItems}
 	if e.paced.R != nil {
 		body.Rest = &e.paced
 	}
@@ -242,6 +243,22 @@ func (e *fastExchange) status() int {
 func (e *fastExchange) rejected() bool {
 	return len(e.c.Response.Header.Peek(reply.Reject)) > 0
 }
+
+func (e *fastExchange) bytes() uint64 {
+	n := max(e.c.Request.Header.ContentLength(), 0)
+	if n == 0 && e.body.Len() > 0 { // chunked: what was read
+		n = e.body.Len() + int(e.paced.N)
+	}
+	resp := &e.c.Response
+	if resp.IsBodyStream() {
+		n += max(resp.Header.ContentLength(), 0)
+	} else {
+		n += len(resp.Body())
+	}
+	return uint64(n)
+}
+
+func (e *fastExchange) items() uint64 { return uint64(e.nItems) }
 
 // b2s views b as a string without copying; the string must not outlive b
 // (the catalog lookup does not keep it).

@@ -33,7 +33,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	e := httpExchanges.Get().(*httpExchange)
 	e.held.Reset(w)
-	e.rec.ResponseWriter, e.rec.code, e.r, e.conn = &e.held, 0, r, hc
+	e.rec.ResponseWriter, e.rec.code, e.rec.written, e.r, e.conn = &e.held, 0, 0, r, hc
+	e.nItems = 0
 	defer e.free()
 	serve(s, e)
 }
@@ -44,8 +45,9 @@ type httpExchange struct {
 	rec  recorder
 	held forward.HeldResponse // under rec: a response held until the slot is given back
 	// body is the request body as readBody left it (nil: none read).
-	body *aheadBody
-	conn *h2Conn // nil when not from a listener
+	body   *aheadBody
+	conn   *h2Conn // nil when not from a listener
+	nItems int     // batch items, as forward counted them
 }
 
 var httpExchanges = sync.Pool{New: func() any { return new(httpExchange) }}
@@ -171,7 +173,7 @@ func (e *httpExchange) forward(rt *route, sh *pathShape, slot forward.Releaser) 
 		e.body.paced.Start, e.body.paced.N = time.Now(), 0
 	}
 	e.held.Hold(rt.pool)
-	rt.pool.Serve(&e.rec, r, sh.check)
+	rt.pool.Serve(&e.rec, r, sh.check, &e.nItems)
 	// The backend is done: its slot goes back before a held response is
 	// written to the client, however slowly that reads.
 	released = true
@@ -182,11 +184,24 @@ func (e *httpExchange) forward(rt *route, sh *pathShape, slot forward.Releaser) 
 func (e *httpExchange) status() int    { return e.rec.status(e.r) }
 func (e *httpExchange) rejected() bool { return len(e.rec.Header()[reply.Reject]) > 0 }
 
+func (e *httpExchange) bytes() uint64 {
+	n := max(e.r.ContentLength, 0)
+	if b := e.body; n == 0 && b != nil { // no length: what was read
+		b.mu.Lock() // the Transport may still be reading it
+		n = int64(b.head.Len()) + b.paced.N
+		b.mu.Unlock()
+	}
+	return uint64(n + e.rec.written)
+}
+
+func (e *httpExchange) items() uint64 { return uint64(e.nItems) }
+
 // recorder remembers the status code a handler wrote, for metrics.
 // Unwrap lets http.ResponseController reach Flush and Hijack underneath.
 type recorder struct {
 	http.ResponseWriter
-	code int
+	code    int
+	written int64 // body bytes
 }
 
 func (rec *recorder) WriteHeader(code int) {
@@ -200,7 +215,9 @@ func (rec *recorder) Write(p []byte) (int, error) {
 	if rec.code == 0 {
 		rec.code = http.StatusOK
 	}
-	return rec.ResponseWriter.Write(p)
+	n, err := rec.ResponseWriter.Write(p)
+	rec.written += int64(n)
+	return n, err
 }
 
 func (rec *recorder) Unwrap() http.ResponseWriter { return rec.ResponseWriter }

@@ -141,7 +141,7 @@ func (s *Server) SetUnexpected(unexpected bool) {
 	defer s.mu.Unlock()
 	s.scale.unexpected = unexpected
 	s.metrics.SetInstanceRole(unexpected)
-	s.applyLocked(s.cfg)
+	s.applyLocked(s.cfg) // publishes the scale
 }
 
 // setOverloadFactor puts f in force: every app's limiter gets its
@@ -164,6 +164,7 @@ func (s *Server) setOverloadFactor(f float64) bool {
 		}
 	}
 	s.metrics.SetOverloadFactor(f)
+	s.publishScale()
 	return true
 }
 
@@ -223,6 +224,7 @@ func (s *Server) overloadTick() {
 		}
 	}
 	s.metrics.SetOverloadReading(observeReading(sample))
+	s.noteSample(sample)
 	prev := sc.mon.Factor()
 	f, sig := sc.mon.Observe(monitorConfig(oc), sample)
 	if !s.setOverloadFactor(f) {

@@ -93,10 +93,18 @@ type Server struct {
 	// checks); stopBg ends it at shutdown.
 	bg     context.Context
 	stopBg context.CancelFunc
+
+	// views are the apps serving, as the admin API reads them (api.go):
+	// name → *appView, published by composeApp.
+	views sync.Map
+	// scaleView is scale as the admin API reads it.
+	scaleView atomic.Pointer[scaleView]
 }
 
 // snapshot is one config's routing table, immutable once published.
 type snapshot struct {
+	cfg     *config.Config
+	loaded  time.Time // when cfg was put in force
 	catalog catalog.Catalog[*route]
 	access  bool // log.access: one log line per request
 	trust   forward.Trust
@@ -129,7 +137,7 @@ type app struct {
 	// window measures the backends' shares of requests; alert is whether
 	// the imbalance is over its threshold (guarded by Server.mu).
 	window *balance.Window
-	alert  bool
+	alert  *atomic.Bool // made with the app; read by the metrics and the API
 	// rates holds the app's rate limit state (the app's bucket and one per
 	// client), kept across reloads so a reload never hands out a fresh burst.
 	rates rateStore
@@ -199,6 +207,7 @@ func New(cfg *config.Config, o Options) *Server {
 	s.bg, s.stopBg = context.WithCancel(context.Background())
 	s.scale.init(o.Sampler)
 	s.metrics = observe.NewMetrics(s)
+	s.metrics.SetClock(s.clk)
 	s.errlog = s.metrics.ErrorLog(s.log, cfg.Log.ErrorsPerSecond)
 	s.unrouted = s.metrics.App("")
 	s.buffers = membuf.NewBudget(int64(cfg.Server.BufferMemory))
@@ -287,10 +296,13 @@ func (s *Server) applyLocked(cfg *config.Config) {
 		retiredFast = append(retiredFast, oldFast...)
 		entries = append(entries, catalog.Entry[*route]{Hosts: ac.Hosts, Paths: ac.Paths, Value: rt})
 	}
-	s.current.Store(&snapshot{catalog: catalog.Build(entries), access: cfg.Log.Access, trust: trust})
+	s.current.Store(&snapshot{catalog: catalog.Build(entries), access: cfg.Log.Access, trust: trust,
+		cfg: cfg, loaded: s.clk.Now()})
+	s.publishScale()
 	for name, a := range s.apps {
 		if _, ok := cfg.Apps[name]; !ok && a.stored == nil {
 			delete(s.apps, name)
+			s.unpublish(name)
 			retired = append(retired, a.transport)
 			for _, c := range a.fast {
 				retiredFast = append(retiredFast, c)
@@ -336,7 +348,7 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 		Interval:    ac.Limits.Queue.Interval.D(),
 	}
 	if a == nil {
-		a = &app{name: name, limiter: admit.NewLimiter(lim, s.clk), metrics: s.metrics.App(name)}
+		a = &app{name: name, limiter: admit.NewLimiter(lim, s.clk), metrics: s.metrics.App(name), alert: new(atomic.Bool)}
 		s.apps[name] = a
 	}
 	s.applyConcurrency(a, ac.Limits.Concurrency, lim)
@@ -391,6 +403,7 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 		a.top = observe.NewClientTop(ac.Limits.Client.TopK)
 	}
 	rt.top = a.top
+	s.publish(a, ac, rt)
 	return rt, retired, retiredFast
 }
 
@@ -540,44 +553,45 @@ func newRateStore(maxKeys int) *ratelimit.LocalStore {
 	return st
 }
 
-// EachApp reports every app's state to the metrics collector.
+// EachApp reports every app's state to the metrics collector. Like the
+// admin API it reads the published views, never Server.mu.
 func (s *Server) EachApp(fn func(observe.AppStats)) {
 	now := s.clk.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, a := range s.apps {
-		fn(a.stats(now))
-	}
+	s.eachView(func(v *appView) { fn(v.stats(now)) })
 }
 
 // AppStats returns one app's state (for the admin API), or false if no such app.
 func (s *Server) AppStats(name string) (observe.AppStats, bool) {
-	now := s.clk.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	a, ok := s.apps[name]
+	v, ok := s.view(name)
 	if !ok {
 		return observe.AppStats{}, false
 	}
-	return a.stats(now), true
+	return v.stats(s.clk.Now()), true
 }
 
 // stats reads an app's gauges and its backends' distribution over the
-// last window. The caller holds s.mu.
-func (a *app) stats(now time.Time) observe.AppStats {
-	st := observe.AppStats{Name: a.name, InFlight: a.limiter.InFlight(), Queued: a.limiter.Queued(),
-		Limit: a.limiter.Limits().Concurrency, Overloaded: a.limiter.Overloaded(), ImbalanceAlert: a.alert, TopClients: a.top.Top(now)}
-	if a.guard != nil {
-		g := a.guard.Stats()
+// last window.
+func (v *appView) stats(now time.Time) observe.AppStats {
+	st := observe.AppStats{Name: v.name, InFlight: v.limiter.InFlight(), Queued: v.limiter.Queued(),
+		Limit: v.limiter.Limits().Concurrency, Overloaded: v.limiter.Overloaded(), ImbalanceAlert: v.alert.Load(),
+		TopClients: v.top.Top(now)}
+	if v.guard != nil {
+		g := v.guard.Stats()
 		st.Pool = &observe.PoolStats{InFlight: g.InFlight, Queued: g.Queued, InflightLimit: g.InflightLimit, Rate: g.Rate}
 	}
 	var shares []balance.Share
-	shares, st.Imbalance = a.window.Observe(a.backends, now)
+	shares, st.Imbalance = v.window.Observe(v.set, now)
+	st.Backends = backendStats(shares)
+	return st
+}
+
+func backendStats(shares []balance.Share) []observe.BackendStats {
+	out := make([]observe.BackendStats, 0, len(shares))
 	for _, sh := range shares {
-		st.Backends = append(st.Backends, observe.BackendStats{Addr: sh.ID, Weight: sh.Weight, Healthy: sh.Healthy,
+		out = append(out, observe.BackendStats{Addr: sh.ID, Weight: sh.Weight, Healthy: sh.Healthy,
 			InFlight: sh.InFlight, Latency: sh.Latency, Share: sh.Share, Requests: sh.Requests})
 	}
-	return st
+	return out
 }
 
 // Distribution alerts: the imbalance of each app is evaluated every
@@ -620,10 +634,10 @@ func (s *Server) checkDistribution(now time.Time) {
 		}
 		threshold := ac.Balance.ImbalanceAlert
 		alert := n >= minAlertRequests && imb > threshold
-		if alert == a.alert {
+		if alert == a.alert.Load() {
 			continue
 		}
-		a.alert = alert
+		a.alert.Store(alert)
 		if alert {
 			s.log.Warn("backend distribution is uneven", "app", name, "imbalance", imb, "threshold", threshold)
 		} else {
