@@ -58,6 +58,26 @@ apps:
 	}
 }
 
+// levee check says why the admission limits cannot be shadowed.
+func TestCheckRefusesShadowingTheQueue(t *testing.T) {
+	path := writeTemp(t, `listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+apps:
+  a:
+    hosts: [a.test]
+    backends: [127.0.0.1:9001]
+    limits: {shadow: [rate, queue-full]}
+`)
+	code, stdout, stderr := runLevee(t, "check", "--config", path)
+	if code != 1 {
+		t.Fatalf("check exit = %d, want 1\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	want := `apps.a.limits.shadow: "queue-full" is never shadowed: the concurrency and queue limits protect levee itself`
+	if !strings.Contains(stderr, want) || !strings.Contains(stderr, "1 problem(s)") {
+		t.Errorf("check stderr lacks %q as its one problem:\n%s", want, stderr)
+	}
+}
+
 func TestCheckMissingFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "absent.yaml")
 	code, _, stderr := runLevee(t, "check", "--config", path)

@@ -251,6 +251,9 @@ type Limits struct {
 	// header_count, url_length, query_values, batch) under path prefixes;
 	// the longest prefix wins.
 	PerPath map[string]*PathLimits `yaml:"per_path"`
+	// Shadow lists the refusal reasons counted instead of refused; the
+	// request goes on, marked Levee-Shadow.
+	Shadow Shadow `yaml:"shadow"`
 }
 
 // Bandwidth is a byte rate shared by all of an app's connections, both

@@ -296,6 +296,7 @@ func validateApp(errs *Errors, name string, a *App, routes map[string]string) {
 			errs.add(p+".limits.bandwidth", "%v", err) // e.g. max_delay shorter than one chunk at this rate
 		}
 	}
+	l.Shadow.validate(errs, p+".limits.shadow")
 	checkClass(errs, p+".limits.priority.default", l.Priority.Default)
 	for _, path := range sortedKeys(l.Priority.Paths) {
 		if !strings.HasPrefix(path, "/") {

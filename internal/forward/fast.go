@@ -90,6 +90,9 @@ type Body struct {
 	// Items, if set, gets the batch items the body held (limits.batch),
 	// once it has gone to the backend: for the top clients by items.
 	Items *int
+	// Shadow is the Levee-Shadow value the backend gets: the reasons a
+	// shadowed limit would have refused the request for ("": none).
+	Shadow string
 }
 
 // ServeFast forwards ctx's request (fasthttp engine) to the next backend and
@@ -119,6 +122,9 @@ func (p *Pool) serveFast(ctx *fasthttp.RequestCtx, be *backend, in Body, sh *sha
 	out := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(out)
 	upgrading := p.copyRequest(ctx, &out.Header)
+	if in.Shadow != "" {
+		out.Header.Set(ShadowHeader, in.Shadow)
+	}
 	if upgrading {
 		p.tunnel(ctx, be, out, pk)
 		return
@@ -445,7 +451,7 @@ func (p *Pool) copyRequest(ctx *fasthttp.RequestCtx, out *fasthttp.RequestHeader
 			// Connection cannot strip (RFC 9112 §3.2: one Host, always).
 			out.SetHostBytes(v)
 		case isHopByHop(k) || conn.has(k) || isForwarding(k) ||
-			equalFold(k, "Content-Length") || equalFold(k, "Expect") || isProxy(k):
+			equalFold(k, "Content-Length") || equalFold(k, "Expect") || isProxy(k) || equalFold(k, ShadowHeader):
 		case isIdentity(k) && !p.trust.trustsFast(ctx): // peer looked up only when such a header is sent
 		case equalFold(k, "Http2-Settings") && h2c:
 		default:

@@ -185,12 +185,18 @@ func (p *Pool) modifyResponse(res *http.Response) error {
 }
 
 // ServeHTTP forwards r to the next backend and streams back its response.
-func (p *Pool) ServeHTTP(w http.ResponseWriter, r *http.Request) { p.Serve(w, r, nil, nil) }
+func (p *Pool) ServeHTTP(w http.ResponseWriter, r *http.Request) { p.Serve(w, r, nil, "", nil) }
 
 // Serve is ServeHTTP counting the batch items of r's body under sh (nil
-// counts nothing), the shape limits of r's path; items, if set, gets
-// their number once the request is done.
-func (p *Pool) Serve(w http.ResponseWriter, r *http.Request, sh *shape.Checker, items *int) {
+// counts nothing), the shape limits of r's path, and sending the backend
+// shadow as Levee-Shadow ("": none). A Levee-Shadow r came with is dropped.
+// items, if set, gets the number of batch items once the request is done.
+func (p *Pool) Serve(w http.ResponseWriter, r *http.Request, sh *shape.Checker, shadow string, items *int) {
+	// On r, not in Rewrite: ReverseProxy clones r's header for each try.
+	delete(r.Header, ShadowHeader)
+	if shadow != "" {
+		r.Header[ShadowHeader] = []string{shadow}
+	}
 	if r.Body != nil && r.Body != http.NoBody {
 		if p.bw != nil {
 			r.Body = batchBody{Reader: p.bw.Reader(r.Context(), r.Body), Closer: r.Body}

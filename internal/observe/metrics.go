@@ -25,6 +25,7 @@ type Metrics struct {
 	duration        *prometheus.HistogramVec
 	queueWait       *prometheus.HistogramVec
 	rejected        *prometheus.CounterVec
+	shadowed        *prometheus.CounterVec // see shadow.go
 	backendRequests *prometheus.CounterVec
 	connsRejected   *prometheus.CounterVec
 	h2FloodClosed   *prometheus.CounterVec
@@ -105,6 +106,7 @@ func NewMetrics(gauges AppGauges) *Metrics {
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "levee_rejected_total", Help: "Requests refused by a limit, by app and reason (the Levee-Reject header).",
 		}, []string{"app", "reason"}),
+		shadowed: newShadowVec(),
 		backendRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "levee_backend_requests_total", Help: "Requests sent to each backend.",
 		}, []string{"app", "backend"}),
@@ -127,7 +129,7 @@ func NewMetrics(gauges AppGauges) *Metrics {
 			Name: "levee_log_lines_suppressed_total", Help: "Error log lines dropped by the log rate limit.",
 		}),
 	}
-	m.Registry.MustRegister(m.requests, m.duration, m.queueWait, m.rejected, m.backendRequests,
+	m.Registry.MustRegister(m.requests, m.duration, m.queueWait, m.rejected, m.shadowed, m.backendRequests,
 		m.connsRejected, m.h2FloodClosed, m.reloads, m.logsSuppressed, m.retries, m.retryExhausted,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.host = newHostMetrics(m.Registry)
@@ -193,6 +195,7 @@ type AppMetrics struct {
 	// counted by the caller (Live.Request, with the time it has);
 	// refusals and queue waits by Rejected and QueueWait.
 	Live Live
+	shadowed shadowCounts
 }
 
 type counter struct{ prometheus.Counter }
@@ -330,6 +333,7 @@ func (m *Metrics) Forget(app string) {
 	m.duration.DeletePartialMatch(l)
 	m.queueWait.DeletePartialMatch(l)
 	m.rejected.DeletePartialMatch(l)
+	m.shadowed.DeletePartialMatch(l)
 	m.backendRequests.DeletePartialMatch(l)
 	m.retries.DeletePartialMatch(l)
 	m.retryExhausted.DeletePartialMatch(l)

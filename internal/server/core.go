@@ -47,6 +47,8 @@ type exchange interface {
 	// request_buffer, before the request takes a slot; what it read goes to
 	// the backend with the rest. ok false: refused (code 0: the client left).
 	readBody(s *Server, rt *route, sh *pathShape) (refusal, bool)
+	// readAhead is what readBody read, and whether it is the whole body.
+	readAhead() (head []byte, whole bool)
 	// refuse answers a refusal; refuseShape a shape violation found before
 	// the body was read (the engine drains or closes for the unread body).
 	refuse(ref refusal)
@@ -56,7 +58,7 @@ type exchange interface {
 	// forward sends the admitted request to a backend and passes on the
 	// answer; it releases slot exactly once, with the status sent, perhaps
 	// after it returns (a streamed body's end).
-	forward(rt *route, sh *pathShape, slot forward.Releaser)
+	forward(rt *route, sh *pathShape, slot forward.Releaser, out toBackend)
 	// status is the code to record once the request is done: what was sent,
 	// 101 for an upgrade, 499 when the client left first.
 	status() int
@@ -103,7 +105,8 @@ func serve[E exchange](s *Server, e E) {
 	defer account(s, snap, rt, e, start)
 	sh := rt.shapes.forPath(path)
 	count, size := e.headers()
-	if v := rt.checkShape(sh, e.target(), count, size); v != nil {
+	v, shadow := rt.checkShape(sh, e.target(), count, size)
+	if v != nil {
 		e.refuseShape(v)
 		return
 	}
@@ -111,19 +114,28 @@ func serve[E exchange](s *Server, e E) {
 	if rt.needsClient() {
 		client = e.clientKey(rt.clientKey)
 	}
-	if ref, ok := rt.limit(client, e.contentLength(), sh.body, start); !ok {
+	ref, ok := rt.limit(client, e.contentLength(), sh.body, start)
+	if !ok {
 		e.refuse(ref)
 		return
 	}
+	shadow |= ref.shadow
 	// The body is read before the request takes a slot, so that a slow
 	// client holds a buffer and its connection, never the backend's slot.
-	if ref, ok := e.readBody(s, rt, sh); !ok {
+	if ref, ok = e.readBody(s, rt, sh); !ok {
 		if ref.code == 0 {
 			e.gone()
 		} else {
 			e.refuse(ref)
 		}
 		return
+	}
+	out := toBackend{check: sh.check, shadow: shadow | ref.shadow}
+	if rt.shadow&batchShadows != 0 {
+		head, whole := e.readAhead()
+		var got shadowSet
+		out.check, got = rt.shadowBatch(sh, head, whole)
+		out.shadow |= got
 	}
 	slot, ref, ok := s.enter(e.ctx(), rt, path, client, start)
 	if !ok {
@@ -134,7 +146,14 @@ func serve[E exchange](s *Server, e E) {
 		}
 		return
 	}
-	e.forward(rt, sh, slot)
+	e.forward(rt, sh, slot, out)
+}
+
+// toBackend is what serve hands forward beside the route: the checker
+// whose batch limit forward enforces (nil: none) and the shadowed reasons.
+type toBackend struct {
+	check  *shape.Checker
+	shadow shadowSet
 }
 
 // noRoute is the refusal of a request no app claims.
@@ -166,6 +185,7 @@ type refusal struct {
 	rate       *rateRule          // set for a rate refusal: its RateLimit fields
 	decision   ratelimit.Decision // with rate
 	reply      *reply.Reply       // the answer, when not reply.For(reason)
+	shadow     shadowSet          // when let through: what shadowed limits would have refused
 }
 
 // answer is the reply of ref.
@@ -180,7 +200,7 @@ func (ref *refusal) answer() *reply.Reply {
 // request_buffer, at most one byte past limits.body (which shows a body
 // too large), at most the declared length (-1: unknown).
 func aheadLimit(rt *route, sh *pathShape, declared int64) int64 {
-	limit := min(rt.body.ahead, sh.body+1)
+	limit := min(rt.body.ahead, rt.bodyLimit(sh)+1)
 	if declared >= 0 && declared < limit {
 		limit = declared
 	}
@@ -188,10 +208,16 @@ func aheadLimit(rt *route, sh *pathShape, declared int64) int64 {
 }
 
 // bodyRefusal is the answer to a body read ahead of admission: got bytes
-// read, err the read's failure (nil: it stopped at the limit or the end).
-func (s *Server) bodyRefusal(rt *route, sh *pathShape, got int, err error, remote string) (refusal, bool) {
+// read of the declared length (-1: unknown), err the read's failure (nil:
+// it stopped at the limit or the end).
+func (s *Server) bodyRefusal(rt *route, sh *pathShape, declared int64, got int, err error, remote string) (refusal, bool) {
 	switch {
+	case err == nil && int64(got) > sh.body && declared > sh.body:
+		return refusal{}, true // shadowed: limit counted it on its declared length
 	case err == nil && int64(got) > sh.body:
+		if marks, ok := rt.shadows(reasonBody); ok {
+			return refusal{shadow: marks}, true
+		}
 		rt.app.metrics.Rejected(reasonBody)
 		return refusal{code: http.StatusRequestEntityTooLarge, reason: reasonBody, reply: reply.BodyCutReply}, false
 	case errors.Is(err, netlimit.ErrTooSlow):
@@ -227,18 +253,26 @@ func init() {
 
 // limit is the step before the body is read: the rate limits, then
 // limits.body on the declared length (-1: unknown, then the engine enforces
-// it while reading). now is when the request arrived. It allocates nothing.
+// it while reading). now is when the request arrived. A request let through
+// carries in its refusal's shadow what shadowed limits would have refused.
+// It allocates nothing.
 func (rt *route) limit(client string, contentLength, bodyLimit int64, now time.Time) (refusal, bool) {
+	var ref refusal
 	if rt.appRate != nil || rt.clientRate != nil {
-		if ref, ok := rt.limitRate(client, now); !ok {
+		var ok bool
+		if ref, ok = rt.limitRate(client, now); !ok {
 			return ref, false
 		}
 	}
 	if contentLength > bodyLimit {
-		rt.app.metrics.Rejected(reasonBody)
-		return refusal{code: http.StatusRequestEntityTooLarge, reason: reasonBody}, false
+		marks, ok := rt.shadows(reasonBody)
+		if !ok {
+			rt.app.metrics.Rejected(reasonBody)
+			return refusal{code: http.StatusRequestEntityTooLarge, reason: reasonBody}, false
+		}
+		ref.shadow |= marks
 	}
-	return refusal{}, true
+	return ref, true
 }
 
 // admit takes the app's concurrency slot, waiting in its queue at most
@@ -334,16 +368,20 @@ func (rt *route) ticket(path, client string) admit.Ticket {
 
 // checkShape applies the request-shape limits known before the body:
 // target length, query values, header count and bytes. A violation is
-// counted; the caller answers it.
-func (rt *route) checkShape(sh *pathShape, target string, headerCount, headerBytes int) *shape.Violation {
-	v := sh.check.CheckTarget(target)
+// counted; the caller answers it. A request let through carries what
+// shadowed limits would have refused (marks).
+func (rt *route) checkShape(sh *pathShape, target string, headerCount, headerBytes int) (v *shape.Violation, marks shadowSet) {
+	v = sh.check.CheckTarget(target)
 	if v == nil {
 		v = sh.check.CheckHeaders(headerCount, headerBytes)
+	}
+	if v != nil && rt.shadow != 0 {
+		v, marks = rt.shadowShape(sh, target, headerCount, headerBytes)
 	}
 	if v != nil {
 		rt.app.metrics.Rejected(string(v.Reason))
 	}
-	return v
+	return v, marks
 }
 
 // asRejection finds the *admit.Rejection in err. Acquire returns it

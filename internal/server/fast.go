@@ -214,20 +214,23 @@ func (e *fastExchange) readBody(s *Server, rt *route, sh *pathShape) (refusal, b
 	e.body.Init(s.buffers)
 	done, err := e.body.Fill(&e.paced, int(limit))
 	e.whole = done || declared > 0 && int64(e.body.Len()) == declared
-	return s.bodyRefusal(rt, sh, e.body.Len(), err, e.remote())
+	return s.bodyRefusal(rt, sh, declared, e.body.Len(), err, e.remote())
 }
 
-func (e *fastExchange) forward(rt *route, sh *pathShape, slot forward.Releaser) {
+func (e *fastExchange) readAhead() ([]byte, bool) { return e.body.Bytes(), e.whole }
+
+func (e *fastExchange) forward(rt *route, sh *pathShape, slot forward.Releaser, out toBackend) {
 	// Admitted: nothing waits on ctx any more, so the client is not watched.
 	e.pc.pause()
 	// What streams from here holds the slot: it is timed afresh, so the
 	// bytes read ahead bank no time for it.
 	e.paced.Start, e.paced.N = time.Now(), 0
-	body := forward.Body{Limit: sh.body, Head: e.body.Bytes(), Whole: e.whole, Items: &e.nItems}
+	body := forward.Body{Limit: rt.bodyLimit(sh), Head: e.body.Bytes(), Whole: e.whole, Shadow: out.shadow.header(),
+		Items: &e.nItems}
 	if e.paced.R != nil {
 		body.Rest = &e.paced
 	}
-	rt.pool.ServeFast(e.c, body, sh.check, slot) // releases the slot
+	rt.pool.ServeFast(e.c, body, out.check, slot) // releases the slot
 }
 
 func (e *fastExchange) status() int {

@@ -133,19 +133,29 @@ func (e *httpExchange) readBody(s *Server, rt *route, sh *pathShape) (refusal, b
 		if err != nil && r.Context().Err() != nil {
 			return refusal{}, false // the client reset the stream: no one to answer
 		}
-		if ref, ok := s.bodyRefusal(rt, sh, b.head.Len(), err, r.RemoteAddr); !ok {
+		ref, ok := s.bodyRefusal(rt, sh, r.ContentLength, b.head.Len(), err, r.RemoteAddr)
+		if !ok {
 			return ref, false
 		}
 		if done {
 			b.r = nil
 			r.ContentLength = int64(b.head.Len())
 		}
+		r.Body = b
+		return ref, true // perhaps with a shadowed body limit
 	}
 	r.Body = b
 	return refusal{}, true
 }
 
-func (e *httpExchange) forward(rt *route, sh *pathShape, slot forward.Releaser) {
+func (e *httpExchange) readAhead() ([]byte, bool) {
+	if e.body == nil {
+		return nil, false
+	}
+	return e.body.head.Bytes(), e.body.r == nil
+}
+
+func (e *httpExchange) forward(rt *route, sh *pathShape, slot forward.Releaser, out toBackend) {
 	if e.conn != nil && e.conn.Resets() > 0 {
 		// The client resets streams. Its RST_STREAM for this one may be
 		// read already, waiting for the server's frame loop: let that run
@@ -165,7 +175,7 @@ func (e *httpExchange) forward(rt *route, sh *pathShape, slot forward.Releaser) 
 		}
 	}()
 	r := e.r
-	if r.ContentLength < 0 { // unknown length: enforce the limit while streaming
+	if r.ContentLength < 0 && rt.bodyLimit(sh) == sh.body { // unknown length: enforce the limit while streaming
 		r.Body = forward.GuardBody(http.MaxBytesReader(&e.rec, r.Body, sh.body))
 	}
 	// What streams from here holds the slot: timed afresh (see fastExchange).
@@ -173,7 +183,7 @@ func (e *httpExchange) forward(rt *route, sh *pathShape, slot forward.Releaser) 
 		e.body.paced.Start, e.body.paced.N = time.Now(), 0
 	}
 	e.held.Hold(rt.pool)
-	rt.pool.Serve(&e.rec, r, sh.check, &e.nItems)
+	rt.pool.Serve(&e.rec, r, out.check, out.shadow.header(), &e.nItems)
 	// The backend is done: its slot goes back before a held response is
 	// written to the client, however slowly that reads.
 	released = true

@@ -54,26 +54,45 @@ func (rt *route) limitRate(client string, now time.Time) (refusal, bool) {
 	store := rt.app.rates
 	f := loadFactor(rt.rateFactor)
 	var appLim ratelimit.Limit
+	var let refusal // a request let through: its shadowed reasons
 	if rt.appRate != nil {
 		appLim = scaleRate(rt.appRate.lim, f)
 		if d := store.AllowAt(appKey, appLim, now, 0); d.Remaining < 1 {
-			return rt.refuseRate(rt.appRate, store.AllowAt(appKey, appLim, now, 1))
+			ref, ok := rt.refuseRate(rt.appRate, store.AllowAt(appKey, appLim, now, 1))
+			if !ok {
+				return ref, false
+			}
+			let.shadow |= ref.shadow
 		}
 	}
 	if rt.clientRate != nil {
 		if d := store.AllowAt(client, scaleRate(rt.clientRate.lim, f), now, 1); !d.Allowed {
-			return rt.refuseRate(rt.clientRate, d)
+			ref, ok := rt.refuseRate(rt.clientRate, d)
+			if !ok {
+				return ref, false
+			}
+			let.shadow |= ref.shadow
 		}
 	}
-	if rt.appRate != nil {
+	if rt.appRate != nil && let.shadow&appRateShadow == 0 {
 		if d := store.AllowAt(appKey, appLim, now, 1); !d.Allowed {
-			return rt.refuseRate(rt.appRate, d)
+			ref, ok := rt.refuseRate(rt.appRate, d)
+			let.shadow |= ref.shadow
+			if !ok {
+				return ref, false
+			}
 		}
 	}
-	return refusal{}, true
+	return let, true
 }
 
+// refuseRate is the refusal of rule's limit, counted; a shadowed rule's
+// is counted as shadowed and lets the request through, as if the bucket
+// had room (a refusal does not spend it, and neither does a shadowed one).
 func (rt *route) refuseRate(rule *rateRule, d ratelimit.Decision) (refusal, bool) {
+	if marks, ok := rt.shadows(rule.reason); ok {
+		return refusal{shadow: marks}, true
+	}
 	rt.app.metrics.Rejected(rule.reason)
 	return refusal{code: http.StatusTooManyRequests, reason: rule.reason,
 		retryAfter: time.Duration(ratelimit.RetryAfterSeconds(d)) * time.Second, rate: rule, decision: d}, false

@@ -180,6 +180,7 @@ type route struct {
 	top        *observe.ClientTop // the app's heavy hitters; nil when off
 	guard      *protect.Guard     // backend_limits; nil when off
 	body       bodyRead           // how the request body is read before admission
+	shadow     shadowSet          // limits.shadow: reasons counted, not refused
 }
 
 // bodyRead is how a route reads a request body ahead of admission:
@@ -397,6 +398,7 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 	rt.clientKey = forward.NewKeySource(ac.Limits.Client.Key)
 	rt.classes = newClassifier(ac.Limits.Priority)
 	rt.fairShare = ac.Limits.FairShare
+	rt.shadow = newShadowSet(ac.Limits.Shadow)
 	rt.adaptive = a.adaptive
 	rt.guard = s.applyBackendLimits(a, ac.BackendLimits, lim)
 	if a.top.K() != ac.Limits.Client.TopK {

@@ -1,0 +1,58 @@
+package observe
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// newShadowVec is levee_shadow_rejected_total: the requests a shadowed
+// limit let through that it would have refused. They are never in
+// levee_rejected_total, which counts only what was refused.
+func newShadowVec() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "levee_shadow_rejected_total",
+		Help: "Requests a shadowed limit (limits.shadow) would have refused and let through, by app and reason.",
+	}, []string{"app", "reason"})
+}
+
+// shadowCounter is one reason's counter child, with its count kept beside
+// it so that it can be read without scraping.
+type shadowCounter struct {
+	prometheus.Counter
+	n atomic.Uint64
+}
+
+// shadowCounts caches an app's shadowCounter per reason.
+type shadowCounts struct {
+	byReason sync.Map // reason → *shadowCounter
+}
+
+// Shadowed counts a request that a shadowed limit would have refused for
+// reason and let through.
+func (a *AppMetrics) Shadowed(reason string) {
+	c, ok := a.shadowed.byReason.Load(reason)
+	if !ok {
+		c, _ = a.shadowed.byReason.LoadOrStore(reason,
+			&shadowCounter{Counter: a.m.shadowed.WithLabelValues(a.app, reason)})
+	}
+	sc := c.(*shadowCounter)
+	sc.Inc()
+	sc.n.Add(1)
+	a.Live.Shadowed(reason, a.m.clk.Now())
+}
+
+// ShadowCounts returns how many requests each shadowed reason let through
+// since the app's metrics were made (nil: none).
+func (a *AppMetrics) ShadowCounts() map[string]uint64 {
+	var counts map[string]uint64
+	a.shadowed.byReason.Range(func(k, v any) bool {
+		if counts == nil {
+			counts = map[string]uint64{}
+		}
+		counts[k.(string)] = v.(*shadowCounter).n.Load()
+		return true
+	})
+	return counts
+}
