@@ -194,7 +194,7 @@ type AppMetrics struct {
 	// Live is the app's recent traffic for the admin API. Requests are
 	// counted by the caller (Live.Request, with the time it has);
 	// refusals and queue waits by Rejected and QueueWait.
-	Live Live
+	Live     Live
 	shadowed shadowCounts
 }
 
