@@ -243,6 +243,8 @@ func (e *fastExchange) rejected() bool {
 	return len(e.c.Response.Header.Peek(reply.Reject)) > 0
 }
 
+func (e *fastExchange) rejectReason() string { return string(e.c.Response.Header.Peek(reply.Reject)) }
+
 // b2s views b as a string without copying; the string must not outlive b
 // (the catalog lookup does not keep it).
 func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

@@ -182,6 +182,8 @@ func (e *httpExchange) forward(rt *route, sh *pathShape, slot forward.Releaser) 
 func (e *httpExchange) status() int    { return e.rec.status(e.r) }
 func (e *httpExchange) rejected() bool { return len(e.rec.Header()[reply.Reject]) > 0 }
 
+func (e *httpExchange) rejectReason() string { return e.rec.Header().Get(reply.Reject) }
+
 // recorder remembers the status code a handler wrote, for metrics.
 // Unwrap lets http.ResponseController reach Flush and Hijack underneath.
 type recorder struct {
