@@ -804,16 +804,4 @@ const logSweepEvery = time.Second
 
 // sweepLog writes the error log's summaries of keys that went quiet, every
 // logSweepEvery until done; owned by Serve.
-func (s *Server) sweepLog(done <-chan struct{}) {
-	t := s.clk.NewTimer(logSweepEvery)
-	defer func() { t.Stop() }() // the timer current at exit
-	for {
-		select {
-		case <-done:
-			return
-		case <-t.C():
-			s.errlog.Sweep()
-			t = s.clk.NewTimer(logSweepEvery)
-		}
-	}
-}
+func (s *Server) sweepLog(done <-chan struct{}) { s.every(done, logSweepEvery, s.errlog.Sweep) }
