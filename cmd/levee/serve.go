@@ -18,6 +18,7 @@ import (
 	"github.com/leveeproxy/levee/internal/admin"
 	"github.com/leveeproxy/levee/internal/catalog/sqlitestore"
 	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/leveeproxy/levee/internal/sdnotify"
 	"github.com/leveeproxy/levee/internal/server"
 )
@@ -53,7 +54,17 @@ func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ..
 		return err
 	}
 	level := new(slog.LevelVar)
-	log := newLogger(cfg.Log, level, stderr)
+	// Every line goes through one bounded queue and one writer goroutine,
+	// so a slow or blocked stderr drops lines (counted) instead of stalling
+	// requests, or pinning an OS thread per blocked write.
+	out := observe.NewLogWriter(stderr, observe.DefaultLogWriterLimits)
+	out.Start()
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), logFlushTimeout)
+		defer cancel()
+		_ = out.Close(ctx) // a stderr blocked past it keeps what it has not taken
+	}()
+	log := newLogger(cfg.Log, level, out)
 	// The lock comes before any socket: a refused instance binds nothing.
 	// It is held until serve returns, after the drain (see docs/deploy.md).
 	guard, err := lockInstance(cfg, src.path, log)
@@ -61,7 +72,8 @@ func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ..
 		return err
 	}
 	defer guard.release()
-	opts := server.Options{Logger: log, LogLevel: level}
+	opts := server.Options{Logger: log, LogLevel: level, LogOutput: out,
+		AccessLog: slog.NewJSONHandler(out, nil)}
 	if cfg.Catalog.SQLite != "" {
 		// Read-only: one connection per concurrent load, one for the watcher.
 		st, err := sqlitestore.Open(cfg.Catalog.SQLite, sqlitestore.Options{Conns: cfg.Catalog.Loader.Concurrency + 1})
@@ -171,6 +183,9 @@ func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ..
 	tasks.Wait()
 	return err
 }
+
+// logFlushTimeout bounds the wait for the log's last lines at exit.
+const logFlushTimeout = 2 * time.Second
 
 func newLogger(c config.Log, level *slog.LevelVar, w io.Writer) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: level}

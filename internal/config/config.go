@@ -97,10 +97,17 @@ type Upstream struct {
 type Log struct {
 	Level  string `yaml:"level"`  // debug, info, warn, error
 	Format string `yaml:"format"` // text or json
-	// Access turns on one log line per request (off by default: it costs).
-	Access bool `yaml:"access"`
-	// ErrorsPerSecond caps request-path error lines; the rest are counted and summarised.
+	// Access is the access log: one JSON line per request, or per sampled
+	// request (off by default: it costs).
+	Access AccessLog `yaml:"access"`
+	// ErrorsPerSecond caps request-path error lines, all events and apps
+	// together; the rest are counted and summarised.
 	ErrorsPerSecond int `yaml:"errors_per_second"`
+	// ErrorsPerEvent caps the lines of one event for one app (e.g. "backend
+	// unreachable" for app a) per ErrorsInterval; at the interval's end one
+	// "suppressed N similar" line stands for the rest.
+	ErrorsPerEvent int      `yaml:"errors_per_event"`
+	ErrorsInterval Duration `yaml:"errors_interval"`
 }
 
 // App is one tenant: the hosts and paths it claims, its backends and its limits.
@@ -376,6 +383,8 @@ const (
 	DefaultResponseHeaderTimeout = 30 * time.Second
 	DefaultUpstreamIdleTimeout   = 90 * time.Second
 	DefaultErrorsPerSecond       = 10
+	DefaultErrorsPerEvent        = 5
+	DefaultErrorsInterval        = 10 * time.Second
 	DefaultConcurrency           = 256
 	DefaultAdaptiveMin           = 8
 	DefaultAdaptiveMax           = 1024
@@ -438,7 +447,7 @@ func Default() Config {
 			ResponseHeaderTimeout: Duration(DefaultResponseHeaderTimeout),
 			IdleTimeout:           Duration(DefaultUpstreamIdleTimeout),
 		},
-		Log:      Log{Level: "info", Format: "text", ErrorsPerSecond: DefaultErrorsPerSecond},
+		Log:      DefaultLog(),
 		Instance: DefaultInstance(),
 		Overload: DefaultOverload(),
 		Cluster:  DefaultCluster(),

@@ -105,7 +105,7 @@ func TestParseExampleGetsDefaults(t *testing.T) {
 	if cfg.Upstream != wantUpstream {
 		t.Errorf("Upstream = %+v, want %+v", cfg.Upstream, wantUpstream)
 	}
-	if want := (Log{Level: "info", Format: "text", ErrorsPerSecond: DefaultErrorsPerSecond}); cfg.Log != want {
+	if want := DefaultLog(); cfg.Log != want {
 		t.Errorf("Log = %+v, want %+v", cfg.Log, want)
 	}
 	wantCluster := Cluster{Redis: Redis{Timeout: Duration(DefaultClusterTimeout)}, Lease: Duration(DefaultClusterLease),
@@ -314,6 +314,12 @@ func TestValidationRules(t *testing.T) {
 		{"log level", "log: {level: verbose}", "log.level", `must be debug, info, warn or error (got "verbose")`},
 		{"log format", "log: {format: xml}", "log.format", `must be text or json (got "xml")`},
 		{"errors_per_second", "log: {errors_per_second: 0}", "log.errors_per_second", "must be 1..100000"},
+		{"errors_per_event", "log: {errors_per_event: 0}", "log.errors_per_event", "must be 1..10000"},
+		{"errors_interval", "log: {errors_interval: 500ms}", "log.errors_interval", "must be 1s..1h"},
+		{"access sample 0", "log: {access: {sample: 0}}", "log.access.sample", "must be > 0 and <= 1"},
+		{"access sample over 1", "log: {access: {sample: 1.5}}", "log.access.sample", "must be > 0 and <= 1"},
+		{"access sample negative", "log: {access: {sample: -0.1}}", "log.access.sample", "must be > 0 and <= 1"},
+		{"access sample absent", "log: {access: {}}", "log.access.sample", "must be > 0 and <= 1"},
 		// apps
 		{"app name", "apps: {'bad name': " + okApp + "}", "apps.bad name", "app names use letters"},
 		{"no hosts", `apps: {a: {backends: ["127.0.0.1:9001"]}}`, "apps.a.hosts", "at least one host is required"},
@@ -371,6 +377,8 @@ func TestValidationAccepts(t *testing.T) {
 		appWith("limits: {request_buffer: 16MiB, response_buffer: 16MiB}"),
 		"upstream: {max_conns_per_backend: 1, max_idle_per_backend: 0}",
 		"log: {level: debug, format: json, errors_per_second: 100000, access: true}",
+		"log: {access: {sample: 0.01}, errors_per_event: 10000, errors_interval: 1h}",
+		"log: {access: {sample: 1}, errors_per_event: 1, errors_interval: 1s}",
 		appWith("limits: {concurrency: 1, queue: {max_len: 0, max_wait: 0s}, body: 0}"), // no queue
 		appWith("limits: {concurrency: 1048576, queue: {max_len: 1048576, max_wait: 1m}, body: 1024GiB}"),
 		appWith("paths: [/api, /static/]"),

@@ -173,20 +173,6 @@ func (u *Upstream) validate(errs *Errors) {
 	positive(errs, "upstream.idle_timeout", u.IdleTimeout)
 }
 
-func (l *Log) validate(errs *Errors) {
-	switch l.Level {
-	case "debug", "info", "warn", "error":
-	default:
-		errs.add("log.level", "must be debug, info, warn or error (got %q)", l.Level)
-	}
-	switch l.Format {
-	case "text", "json":
-	default:
-		errs.add("log.format", "must be text or json (got %q)", l.Format)
-	}
-	within(errs, "log.errors_per_second", l.ErrorsPerSecond, 1, 100_000)
-}
-
 func validateApp(errs *Errors, name string, a *App, routes map[string]string) {
 	p := "apps." + name
 	if a == nil {

@@ -287,10 +287,10 @@ func (p *Pool) fastError(ctx *fasthttp.RequestCtx, be *backend, err error, body 
 		// The client's body broke off or was badly framed (invalid chunking).
 		reply.BadRequestBodyReply.Fast(ctx, 0)
 	case errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, fasthttp.ErrNoFreeConns) || isTimeout(err):
-		p.errlog.Error("backend timeout", "app", p.app, "backend", be.addr, "err", err)
+		p.logBackendFailed(true, be.addr, err)
 		reply.BackendTimeoutReply.Fast(ctx, 0)
 	default:
-		p.errlog.Error("backend unreachable", "app", p.app, "backend", be.addr, "err", err)
+		p.logBackendFailed(false, be.addr, err)
 		reply.BackendUnreachableReply.Fast(ctx, 0)
 	}
 }
@@ -415,8 +415,7 @@ func (b *fastBody) CloseWithError(err error) error {
 		b.head.Free()
 		if err != nil && b.paced && isTimeout(err) && (b.limit.IsZero() || time.Now().Before(b.limit)) {
 			b.p.onReject(reply.MinRate)
-			b.p.errlog.Error("client too slow", "app", b.p.app, "direction", "response",
-				"sent", b.sent, "remote", b.conn.RemoteAddr().String(), "err", err)
+			b.p.logTooSlow("response", int64(b.sent), b.conn.RemoteAddr().String(), err)
 		}
 	})
 	return nil

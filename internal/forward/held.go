@@ -96,7 +96,7 @@ func (h *HeldResponse) Send() {
 		if err != nil {
 			if paced && isTimeout(err) && (limit.IsZero() || time.Now().Before(limit)) {
 				h.p.onReject(reply.MinRate)
-				h.p.errlog.Error("client too slow", "app", h.p.app, "direction", "response", "sent", sent)
+				h.p.logTooSlow("response", int64(sent), "", nil)
 			}
 			break
 		}

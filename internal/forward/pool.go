@@ -316,10 +316,10 @@ func (p *Pool) errorHandler(be *backend) func(http.ResponseWriter, *http.Request
 		case errors.As(err, new(*BadBodyError)):
 			reply.BadRequestBodyReply.HTTP(w, 0)
 		case isTimeout(err):
-			p.errlog.Error("backend timeout", "app", p.app, "backend", be.addr, "err", err)
+			p.logBackendFailed(true, be.addr, err)
 			reply.BackendTimeoutReply.HTTP(w, 0)
 		default:
-			p.errlog.Error("backend unreachable", "app", p.app, "backend", be.addr, "err", err)
+			p.logBackendFailed(false, be.addr, err)
 			reply.BackendUnreachableReply.HTTP(w, 0)
 		}
 	}
@@ -391,5 +391,5 @@ func (bufferPool) Put(b []byte) { buffers.Put(&b) }
 // tooSlow counts and logs a request body cut off at server.min_rate.
 func (p *Pool) tooSlow(err error) {
 	p.onReject(reply.MinRate)
-	p.errlog.Error("client too slow", "app", p.app, "direction", "request", "err", err)
+	p.logTooSlow("request", -1, "", err)
 }

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"time"
 
 	"github.com/leveeproxy/levee/internal/catalog"
 	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/leveeproxy/levee/internal/ratelimit"
 )
 
@@ -60,7 +62,9 @@ func (s *Server) routeStored(ctx context.Context, host, path string) (*route, re
 		return nil, refusal{code: http.StatusServiceUnavailable, reason: reasonCatalogBusy, retryAfter: s.catalogRetry}, false
 	case errors.Is(err, catalog.ErrUnavailable):
 		s.unrouted.Rejected(reasonCatalogUnavailable)
-		s.errlog.Error("catalog load failed", "host", host, "err", err)
+		if l, ok := s.errlog.Take(slog.LevelError, observe.EventCatalogLoad, ""); ok {
+			l.Log("host", host, "err", err)
+		}
 		return nil, refusal{code: http.StatusServiceUnavailable, reason: reasonCatalogUnavailable, retryAfter: s.catalogRetry}, false
 	}
 	return nil, refusal{}, false // not found, or ctx ended

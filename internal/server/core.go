@@ -3,12 +3,14 @@ package server
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"time"
 
 	"github.com/leveeproxy/levee/internal/admit"
 	"github.com/leveeproxy/levee/internal/forward"
 	"github.com/leveeproxy/levee/internal/netlimit"
+	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/leveeproxy/levee/internal/protect"
 	"github.com/leveeproxy/levee/internal/ratelimit"
 	"github.com/leveeproxy/levee/internal/reply"
@@ -62,13 +64,15 @@ type exchange interface {
 	// status is the code to record once the request is done: what was sent,
 	// 101 for an upgrade, 499 when the client left first.
 	status() int
-	// rejected reports whether the answer carries Levee-Reject.
+	// rejected reports whether the answer carries Levee-Reject;
+	// rejectReason is its value (for the logs only: it may allocate).
 	rejected() bool
 	// bytes is the request's and the response's body bytes, as far as
 	// known once the request is done (a body streamed without a length
 	// counts as levee has passed it on); items its batch items.
 	bytes() uint64
 	items() uint64
+	rejectReason() string
 	// method and remote are for the access log only.
 	method() string
 	remote() string
@@ -160,18 +164,29 @@ type toBackend struct {
 var noRoute = refusal{code: http.StatusNotFound, reason: reply.NoRoute}
 
 // account counts a routed request once it is done: metrics, the top
-// clients, the access log.
+// clients, the access log (sampled), a refusal's debug line (rate-limited).
+// A request neither log takes allocates nothing here.
 func account[E exchange](s *Server, snap *snapshot, rt *route, e E, start time.Time) {
 	end := s.clk.Now()
 	code, took := e.status(), end.Sub(start)
 	rt.app.metrics.Observe(code, took.Seconds())
+	rejected := e.rejected()
 	rt.app.metrics.Live.Request(end)
 	if rt.top != nil {
-		rt.top.Observe(e.topKey(rt.clientKey), e.rejected(), e.bytes(), e.items(), end)
+		rt.top.Observe(e.topKey(rt.clientKey), rejected, e.bytes(), e.items(), end)
 	}
-	if snap.access {
-		s.log.Info("access", "app", rt.app.name, "method", e.method(), "host", e.host(),
-			"path", e.path(), "status", code, "duration", took, "remote", e.remote())
+	if snap.access.Take() {
+		var reason string
+		if rejected {
+			reason = e.rejectReason()
+		}
+		s.access.Write(observe.AccessRecord{Time: end, App: rt.app.name, Method: e.method(), Host: e.host(),
+			Path: e.path(), Status: code, Duration: took, Remote: e.remote(), Bytes: e.bytes(), Reject: reason})
+	}
+	if rejected {
+		if l, ok := s.errlog.Take(slog.LevelDebug, observe.EventRefused, rt.app.name); ok {
+			l.Log("reason", e.rejectReason(), "status", code, "remote", e.remote())
+		}
 	}
 }
 
@@ -222,7 +237,9 @@ func (s *Server) bodyRefusal(rt *route, sh *pathShape, declared int64, got int, 
 		return refusal{code: http.StatusRequestEntityTooLarge, reason: reasonBody, reply: reply.BodyCutReply}, false
 	case errors.Is(err, netlimit.ErrTooSlow):
 		rt.app.metrics.Rejected(reply.MinRate)
-		s.errlog.Error("client too slow", "app", rt.app.name, "direction", "request", "read", got, "remote", remote)
+		if l, ok := s.errlog.Take(slog.LevelInfo, observe.EventClientTooSlow, rt.app.name); ok {
+			l.Log("direction", "request", "read", got, "remote", remote)
+		}
 		return refusal{code: http.StatusRequestTimeout, reason: reply.MinRate}, false
 	case err != nil:
 		return refusal{code: http.StatusBadRequest, reason: reply.BadRequestBody}, false

@@ -263,6 +263,8 @@ func (e *fastExchange) bytes() uint64 {
 
 func (e *fastExchange) items() uint64 { return uint64(e.nItems) }
 
+func (e *fastExchange) rejectReason() string { return string(e.c.Response.Header.Peek(reply.Reject)) }
+
 // b2s views b as a string without copying; the string must not outlive b
 // (the catalog lookup does not keep it).
 func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

@@ -206,6 +206,8 @@ func (e *httpExchange) bytes() uint64 {
 
 func (e *httpExchange) items() uint64 { return uint64(e.nItems) }
 
+func (e *httpExchange) rejectReason() string { return e.rec.Header().Get(reply.Reject) }
+
 // recorder remembers the status code a handler wrote, for metrics.
 // Unwrap lets http.ResponseController reach Flush and Hijack underneath.
 type recorder struct {

@@ -109,20 +109,27 @@ func setRateHeaders(set func(k, v string), ref refusal) {
 
 // sweepRates drops idle client state every interval until done; owned by Serve.
 func (s *Server) sweepRates(done <-chan struct{}, every time.Duration) {
-	t := s.clk.NewTimer(every)
+	s.every(done, every, func() {
+		now := s.clk.Now()
+		s.mu.Lock()
+		for _, a := range s.apps {
+			a.rates.Sweep(now)
+		}
+		s.mu.Unlock()
+	})
+}
+
+// every calls fn every interval until done, on the server's clock.
+func (s *Server) every(done <-chan struct{}, interval time.Duration, fn func()) {
+	t := s.clk.NewTimer(interval)
 	defer func() { t.Stop() }() // the timer current at exit
 	for {
 		select {
 		case <-done:
 			return
 		case <-t.C():
-			now := s.clk.Now()
-			s.mu.Lock()
-			for _, a := range s.apps {
-				a.rates.Sweep(now)
-			}
-			s.mu.Unlock()
-			t = s.clk.NewTimer(every)
+			fn()
+			t = s.clk.NewTimer(interval)
 		}
 	}
 }

@@ -45,6 +45,12 @@ type Options struct {
 	// Catalog is the store of catalog.sqlite, opened by the caller (who
 	// closes it after Serve); nil when the config has no catalog.
 	Catalog catalog.Store
+	// AccessLog is where log.access lines go (a JSON handler: one object
+	// per line); nil: Logger's handler.
+	AccessLog slog.Handler
+	// LogOutput, when set, is the bounded writer behind the loggers, owned
+	// by the caller; its drops are exported as levee_log_dropped_total.
+	LogOutput *observe.LogWriter
 }
 
 // Server is one levee proxy. Create it with New, bind with Listen, run with
@@ -55,6 +61,7 @@ type Server struct {
 	clk     clock.Clock
 	metrics *observe.Metrics
 	errlog  *observe.ErrorLog
+	access  *observe.AccessLog
 	// unrouted counts requests no app claims, under app="".
 	unrouted *observe.AppMetrics
 
@@ -106,7 +113,7 @@ type snapshot struct {
 	cfg     *config.Config
 	loaded  time.Time // when cfg was put in force
 	catalog catalog.Catalog[*route]
-	access  bool // log.access: one log line per request
+	access  observe.AccessSample // log.access: which requests are logged
 	trust   forward.Trust
 }
 
@@ -209,7 +216,14 @@ func New(cfg *config.Config, o Options) *Server {
 	s.scale.init(o.Sampler)
 	s.metrics = observe.NewMetrics(s)
 	s.metrics.SetClock(s.clk)
-	s.errlog = s.metrics.ErrorLog(s.log, cfg.Log.ErrorsPerSecond)
+	s.errlog = s.metrics.ErrorLog(s.log, errorLimits(cfg.Log))
+	if o.AccessLog == nil {
+		o.AccessLog = o.Logger.Handler()
+	}
+	s.access = observe.NewAccessLog(o.AccessLog)
+	if o.LogOutput != nil {
+		s.metrics.LogWriter(o.LogOutput)
+	}
 	s.unrouted = s.metrics.App("")
 	s.buffers = membuf.NewBudget(int64(cfg.Server.BufferMemory))
 	s.metrics.Buffers(s.buffers.Used, s.buffers.Max, s.buffers.Short)
@@ -282,7 +296,7 @@ func (s *Server) applyLocked(cfg *config.Config) {
 	if s.level != nil {
 		s.level.Set(parseLevel(cfg.Log.Level))
 	}
-	s.errlog.SetPerSecond(cfg.Log.ErrorsPerSecond)
+	s.errlog.SetLimits(errorLimits(cfg.Log))
 	s.buffers.SetMax(int64(cfg.Server.BufferMemory))
 	s.scale.setConfig(cfg)
 	trust := forward.NewTrust(cfg.Server.TrustedPrefixes())
@@ -297,7 +311,7 @@ func (s *Server) applyLocked(cfg *config.Config) {
 		retiredFast = append(retiredFast, oldFast...)
 		entries = append(entries, catalog.Entry[*route]{Hosts: ac.Hosts, Paths: ac.Paths, Value: rt})
 	}
-	s.current.Store(&snapshot{catalog: catalog.Build(entries), access: cfg.Log.Access, trust: trust,
+	s.current.Store(&snapshot{catalog: catalog.Build(entries), access: observe.NewAccessSample(cfg.Log.Access.Sample), trust: trust,
 		cfg: cfg, loaded: s.clk.Now()})
 	s.publishScale()
 	for name, a := range s.apps {
@@ -707,6 +721,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	background.Go(func() { s.sweepRates(stopBackground, rateSweepEvery) })
 	background.Go(func() { s.watchDistribution(stopBackground) })
 	background.Go(func() { s.watchOverload(stopBackground) })
+	background.Go(func() { s.sweepLog(stopBackground) })
 	if s.cluster != nil {
 		background.Go(func() { s.runCluster(stopBackground) })
 	}
@@ -734,6 +749,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		// Releases every stored app: no request is left to use one.
 		s.waitOrLog(drain, "the catalog's loads", s.lazy.Close)
 	}
+	s.errlog.Flush() // what was suppressed, said before the process ends
 	return errors.Join(serveErr, err, s.closeCluster())
 }
 
@@ -793,3 +809,15 @@ func (s *Server) shutdown(ctx context.Context) error {
 	}
 	return nil
 }
+
+// errorLimits are the error log's budgets of lc.
+func errorLimits(lc config.Log) observe.ErrorLimits {
+	return observe.ErrorLimits{PerSecond: lc.ErrorsPerSecond, PerEvent: lc.ErrorsPerEvent, Interval: lc.ErrorsInterval.D()}
+}
+
+// logSweepEvery is how often the error log's quiet keys are summed up.
+const logSweepEvery = time.Second
+
+// sweepLog writes the error log's summaries of keys that went quiet, every
+// logSweepEvery until done; owned by Serve.
+func (s *Server) sweepLog(done <-chan struct{}) { s.every(done, logSweepEvery, s.errlog.Sweep) }
