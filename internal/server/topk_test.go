@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 
 	"github.com/valyala/fasthttp"
@@ -169,18 +168,24 @@ func TestTopClientsAddNoAllocation(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer p.apps["a"].limiter.Release()
-		req := httptest.NewRequest(http.MethodGet, "http://a.test/", nil)
+		req := originRequest("a.test")
 		w := discardWriter{h: http.Header{}}
 		nethttp = testing.AllocsPerRun(100, func() {
 			clear(w.h)
 			p.ServeHTTP(&w, req)
 		})
+		if w.code != http.StatusServiceUnavailable {
+			t.Fatalf("net/http: status %d; want the queue's 503", w.code)
+		}
 		var ctx fasthttp.RequestCtx
 		ctx.Init(&fasthttp.Request{}, nil, nil)
 		fast = testing.AllocsPerRun(100, func() {
 			fastRequest(&ctx, "a.test")
 			p.serveFast(&ctx)
 		})
+		if c := ctx.Response.StatusCode(); c != http.StatusServiceUnavailable {
+			t.Fatalf("fasthttp: status %d; want the queue's 503", c)
+		}
 		if p.apps["a"].top.K() != topK {
 			t.Fatalf("top_k %d: the app keeps %d", topK, p.apps["a"].top.K())
 		}
@@ -202,7 +207,7 @@ func BenchmarkTopClientsOnReject(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Run(fmt.Sprintf("nethttp/top_k=%d", topK), func(b *testing.B) {
-			req := httptest.NewRequest(http.MethodGet, "http://a.test/", nil)
+			req := originRequest("a.test")
 			w := discardWriter{h: http.Header{}}
 			b.ReportAllocs()
 			for b.Loop() {
