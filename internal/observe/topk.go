@@ -286,6 +286,12 @@ func (s *spaceSaving) addErr(key string, w, e uint64) {
 	s.down(0)
 }
 
+// clone copies s's slots, heap and counts, without its index (cover's
+// copies are only read, by report, which indexes them).
+func (s *spaceSaving) clone() *spaceSaving {
+	return &spaceSaving{k: s.k, slots: slices.Clone(s.slots), heap: slices.Clone(s.heap), total: s.total, base: s.base}
+}
+
 // absorb adds a finer summary's counts (one window of it, now over): a
 // key p lacks may have had up to p's floor there, which every count here
 // then carries, as keys tracked later do through base.
@@ -416,13 +422,26 @@ func (t *tiered) rotateAll(now time.Time) {
 	}
 }
 
-// report merges the summaries that cover window w (an index of
+// cover copies the summaries that cover window w (an index of
 // WindowNames): tier w's two halves and the current half of each finer
-// tier, which has not been handed on yet.
-func (t *tiered) report(w int) ([]TopEntry, uint64) {
-	ss := []*spaceSaving{&t.tiers[w].cur, &t.tiers[w].prev}
+// tier, which has not been handed on yet. The copies are merged with
+// report after the lock is let go, so a reader holds the lock the
+// request path takes only for a copy of a few slots.
+func (t *tiered) cover(w int) []*spaceSaving {
+	ss := []*spaceSaving{t.tiers[w].cur.clone(), t.tiers[w].prev.clone()}
 	for i := w - 1; i >= 0; i-- {
-		ss = append(ss, &t.tiers[i].cur)
+		ss = append(ss, t.tiers[i].cur.clone())
+	}
+	return ss
+}
+
+// report merges summaries copied by cover.
+func report(ss []*spaceSaving) ([]TopEntry, uint64) {
+	for _, s := range ss {
+		s.index = make(map[string]int32, len(s.slots))
+		for i, sl := range s.slots {
+			s.index[sl.key] = int32(i)
+		}
 	}
 	return merge(ss...)
 }
@@ -507,8 +526,9 @@ func (c *ClientTop) Report(by, w, n int, total uint64, now time.Time) TopReport 
 	}
 	c.mu.Lock()
 	c.by[by].rotateAll(now)
-	out, floors := c.by[by].report(w)
+	ss := c.by[by].cover(w)
 	c.mu.Unlock()
+	out, floors := report(ss)
 	if n <= 0 || n > c.k {
 		n = c.k
 	}
@@ -542,12 +562,16 @@ func (c *ClientTop) Top(now time.Time) *TopClients {
 	if c == nil {
 		return nil
 	}
+	var covers [2][]*spaceSaving
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	for i := range covers {
+		c.by[i].rotateAll(now)
+		covers[i] = c.by[i].cover(1)
+	}
+	c.mu.Unlock()
 	var t TopClients
 	for i, dst := range []*[]TopEntry{&t.Requests, &t.Rejected} {
-		c.by[i].rotateAll(now)
-		out, _ := c.by[i].report(1)
+		out, _ := report(covers[i])
 		*dst = heaviest(out, c.k)
 	}
 	return &t
