@@ -29,6 +29,8 @@ type Config struct {
 	Apps     map[string]*App `yaml:"apps"`
 	// Catalog serves apps from an SQLite file beside Apps (see catalog.go).
 	Catalog Catalog `yaml:"catalog"`
+	// Tracing exports a span per request over OTLP (see tracing.go).
+	Tracing Tracing `yaml:"tracing"`
 }
 
 // Listener is one client-facing address.
@@ -437,6 +439,7 @@ func Default() Config {
 		Overload: DefaultOverload(),
 		Cluster:  DefaultCluster(),
 		Catalog:  DefaultCatalog(),
+		Tracing:  DefaultTracing(),
 	}
 }
 
