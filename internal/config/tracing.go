@@ -2,8 +2,9 @@ package config
 
 import (
 	"net/url"
-	"strings"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // Tracing exports one OpenTelemetry span per request over OTLP/HTTP; off
@@ -67,25 +68,11 @@ func (t *Tracing) validate(errs *Errors) {
 		errs.add("tracing.timeout", "must be 1ms..1m (got %s)", t.Timeout)
 	}
 	for k, v := range t.Headers {
-		if !validToken(k) {
+		if !httpguts.ValidHeaderFieldName(k) {
 			errs.add("tracing.headers", "%q is not a header name", k)
 		}
-		if strings.ContainsAny(v, "\r\n\x00") {
-			errs.add("tracing.headers."+k, "a header value may not hold CR, LF or NUL")
+		if !httpguts.ValidHeaderFieldValue(v) {
+			errs.add("tracing.headers."+k, "a header value may not hold control characters (CR, LF, NUL)")
 		}
 	}
-}
-
-// validToken reports whether s is an RFC 9110 token (a header name).
-func validToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := range len(s) {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
-			return false
-		}
-	}
-	return true
 }
