@@ -64,6 +64,18 @@ func (sp *Span) SetName(a, b string) { sp.name = sp.keep(a, " ", b) }
 // SetTraceState sets the tracestate the span was propagated with.
 func (sp *Span) SetTraceState(v string) { sp.state = sp.keep(v) }
 
+// AddTraceState appends one more tracestate field, joined with a comma:
+// the fields of one list may come in several headers. Each call must
+// follow the last string kept.
+func (sp *Span) AddTraceState(v string) {
+	if sp.state.n == 0 {
+		sp.SetTraceState(v)
+		return
+	}
+	sp.arena = append(append(sp.arena, ','), v...)
+	sp.state.n += 1 + len(v)
+}
+
 // Str adds a string attribute; key must be a constant.
 func (sp *Span) Str(key, v string) { sp.attrs = append(sp.attrs, attr{key: key, str: sp.keep(v)}) }
 
