@@ -32,6 +32,8 @@ type Config struct {
 	// Checksum is "sha256:" and the hex digest of the config document as
 	// read (not of the files it names): which config serves, at a glance.
 	Checksum string `yaml:"-"`
+	// Tracing exports a span per request over OTLP (see tracing.go).
+	Tracing Tracing `yaml:"tracing"`
 }
 
 // Listener is one client-facing address.
@@ -452,6 +454,7 @@ func Default() Config {
 		Overload: DefaultOverload(),
 		Cluster:  DefaultCluster(),
 		Catalog:  DefaultCatalog(),
+		Tracing:  DefaultTracing(),
 	}
 }
 

@@ -58,9 +58,12 @@ func TestFullExampleIsTheDefaults(t *testing.T) {
 	if len(cfg.Cluster.Redis.Addrs) == 0 {
 		cfg.Cluster.Redis.Addrs = nil
 	}
+	if len(cfg.Tracing.Headers) == 0 {
+		cfg.Tracing.Headers = nil
+	}
 	if !reflect.DeepEqual(cfg.Listen, d.Listen) || cfg.Admin != d.Admin || !reflect.DeepEqual(cfg.Server, d.Server) ||
 		cfg.Upstream != d.Upstream || cfg.Log != d.Log || cfg.Instance != d.Instance || cfg.Overload != d.Overload ||
-		!reflect.DeepEqual(cfg.Cluster, d.Cluster) || cfg.Catalog != d.Catalog {
+		!reflect.DeepEqual(cfg.Cluster, d.Cluster) || cfg.Catalog != d.Catalog || !reflect.DeepEqual(cfg.Tracing, d.Tracing) {
 		t.Errorf("full.yaml differs from Default():\n got %+v\nwant %+v", cfg, d)
 	}
 	for name, a := range cfg.Apps {

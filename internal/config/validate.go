@@ -54,6 +54,7 @@ func (c *Config) validate(rd reader) error {
 	c.Instance.validate(&errs)
 	c.Overload.validate(&errs)
 	c.Cluster.validate(&errs)
+	c.Tracing.validate(&errs)
 	c.Catalog.validate(&errs)
 	routes := map[string]string{} // host+path → app, to catch two apps claiming one route
 	for _, name := range c.AppNames() {

@@ -93,6 +93,17 @@ type Body struct {
 	// Shadow is the Levee-Shadow value the backend gets: the reasons a
 	// shadowed limit would have refused the request for ("": none).
 	Shadow string
+	// Trace is what tracing changes of the request's trace context.
+	Trace TraceHeaders
+}
+
+// TraceHeaders is how a traced request's W3C trace context goes to the
+// backend; the zero value passes the client's headers on as sent.
+type TraceHeaders struct {
+	// Traceparent, when set, replaces every traceparent the client sent.
+	Traceparent []byte
+	// DropTracestate removes the client's tracestate fields.
+	DropTracestate bool
 }
 
 // ServeFast forwards ctx's request (fasthttp engine) to the next backend and
@@ -121,7 +132,7 @@ func (p *Pool) ServeFast(ctx *fasthttp.RequestCtx, body Body, sh *shape.Checker,
 func (p *Pool) serveFast(ctx *fasthttp.RequestCtx, be *backend, in Body, sh *shape.Checker, pk *pick) {
 	out := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(out)
-	upgrading := p.copyRequest(ctx, &out.Header)
+	upgrading := p.copyRequestTraced(ctx, &out.Header, in.Trace)
 	if in.Shadow != "" {
 		out.Header.Set(ShadowHeader, in.Shadow)
 	}
@@ -426,6 +437,11 @@ func (b *fastBody) CloseWithError(err error) error {
 // not set (X-Real-IP and the like) pass only from a trusted peer. It reports whether the
 // request asks for a protocol upgrade that levee passes on (never h2c).
 func (p *Pool) copyRequest(ctx *fasthttp.RequestCtx, out *fasthttp.RequestHeader) (upgrading bool) {
+	return p.copyRequestTraced(ctx, out, TraceHeaders{})
+}
+
+// copyRequestTraced is copyRequest with the trace context of tc.
+func (p *Pool) copyRequestTraced(ctx *fasthttp.RequestCtx, out *fasthttp.RequestHeader, tc TraceHeaders) (upgrading bool) {
 	in := &ctx.Request.Header
 	out.DisableNormalizing()
 	out.SetNoDefaultContentType(true) // fasthttp would add one to a body sent without
@@ -453,9 +469,13 @@ func (p *Pool) copyRequest(ctx *fasthttp.RequestCtx, out *fasthttp.RequestHeader
 			equalFold(k, "Content-Length") || equalFold(k, "Expect") || isProxy(k) || equalFold(k, ShadowHeader):
 		case isIdentity(k) && !p.trust.trustsFast(ctx): // peer looked up only when such a header is sent
 		case equalFold(k, "Http2-Settings") && h2c:
+		case tc.Traceparent != nil && (equalFold(k, "Traceparent") || tc.DropTracestate && equalFold(k, "Tracestate")):
 		default:
 			out.AddBytesKV(k, v)
 		}
+	}
+	if tc.Traceparent != nil {
+		out.AddBytesV("traceparent", tc.Traceparent)
 	}
 	if upgrading {
 		out.Set("Connection", "Upgrade")

@@ -15,6 +15,7 @@ import (
 	"github.com/leveeproxy/levee/internal/ratelimit"
 	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/shape"
+	"github.com/leveeproxy/levee/internal/trace"
 )
 
 // StatusClientClosed is recorded (never sent) when the client went away
@@ -76,6 +77,13 @@ type exchange interface {
 	// method and remote are for the access log only.
 	method() string
 	remote() string
+	// traceState is the request's trace state, held by the exchange;
+	// incomingTrace reads the client's trace context; describe
+	// adds the span's tracestate and returns what else it records of the
+	// request (tracing.go).
+	traceState() *trace.Request
+	incomingTrace() trace.Incoming
+	describe(sp *trace.Span) spanView
 }
 
 // serve is the request path, for both engines: route, shape, rate, admit,
@@ -105,10 +113,12 @@ func serve[E exchange](s *Server, e E) {
 		return
 	}
 	start := s.clk.Now()
+	tr := beginTrace(snap, e, start)
 	// Deferred: net/http's ReverseProxy aborts a response with a panic.
 	defer account(s, snap, rt, e, start)
 	sh := rt.shapes.forPath(path)
 	count, size := e.headers()
+	tr.Mark(trace.StageShape, s.clk)
 	v, shadow := rt.checkShape(sh, e.target(), count, size)
 	if v != nil {
 		e.refuseShape(v)
@@ -118,6 +128,7 @@ func serve[E exchange](s *Server, e E) {
 	if rt.needsClient() {
 		client = e.clientKey(rt.clientKey)
 	}
+	tr.Mark(trace.StageRate, s.clk)
 	ref, ok := rt.limit(client, e.contentLength(), sh.body, start)
 	if !ok {
 		e.refuse(ref)
@@ -141,7 +152,7 @@ func serve[E exchange](s *Server, e E) {
 		out.check, got = rt.shadowBatch(sh, head, whole)
 		out.shadow |= got
 	}
-	slot, ref, ok := s.enter(e.ctx(), rt, path, client, start)
+	slot, ref, ok := s.enter(e.ctx(), rt, path, client, start, tr)
 	if !ok {
 		if ref.code == 0 {
 			e.gone()
@@ -150,6 +161,7 @@ func serve[E exchange](s *Server, e E) {
 		}
 		return
 	}
+	tr.Mark(trace.StageForward, s.clk)
 	e.forward(rt, sh, slot, out)
 }
 
@@ -188,6 +200,7 @@ func account[E exchange](s *Server, snap *snapshot, rt *route, e E, start time.T
 			l.Log("reason", e.rejectReason(), "status", code, "remote", e.remote())
 		}
 	}
+	endTrace(snap, rt, e, code, end)
 }
 
 // refusal is a request refused before any backend work. A zero code means
@@ -296,7 +309,7 @@ func (rt *route) limit(client string, contentLength, bodyLimit int64, now time.T
 // until ctx ends (the wait of a request that queued is observed). ok means
 // the caller holds a slot and must Release it; otherwise the refusal is
 // counted and says what to answer. It allocates nothing.
-func (rt *route) admit(ctx context.Context, t admit.Ticket) (refusal, bool) {
+func (rt *route) admit(ctx context.Context, t admit.Ticket, tr *trace.Request) (refusal, bool) {
 	waited, err := rt.app.limiter.AcquireWait(ctx, t)
 	if err != nil {
 		if rej, ok := asRejection(err); ok {
@@ -307,6 +320,7 @@ func (rt *route) admit(ctx context.Context, t admit.Ticket) (refusal, bool) {
 	}
 	if waited > 0 {
 		rt.app.metrics.QueueWait(waited)
+		tr.Waited(waited)
 	}
 	return refusal{}, true
 }
@@ -315,12 +329,13 @@ func (rt *route) admit(ctx context.Context, t admit.Ticket) (refusal, bool) {
 // the request's ticket, then backend_limits. ok means the caller holds a
 // slot and must release it once the response is done; otherwise the
 // refusal says what to answer (code 0: no one to answer). now is when the
-// request arrived.
-func (s *Server) enter(ctx context.Context, rt *route, path, client string, now time.Time) (forward.Releaser, refusal, bool) {
+// request arrived; tr records the stages (nil: not traced).
+func (s *Server) enter(ctx context.Context, rt *route, path, client string, now time.Time, tr *trace.Request) (forward.Releaser, refusal, bool) {
 	t := rt.ticket(path, client)
-	if ref, ok := rt.admit(ctx, t); !ok {
+	if ref, ok := rt.admit(ctx, t, tr); !ok {
 		return nil, ref, false
 	}
+	tr.Mark(trace.StageAdmitted, s.clk)
 	var slot forward.Releaser
 	switch {
 	case rt.adaptive != nil:
@@ -334,6 +349,7 @@ func (s *Server) enter(ctx context.Context, rt *route, path, client string, now 
 	if rt.guard == nil {
 		return slot, refusal{}, true
 	}
+	tr.Mark(trace.StageBackendLimits, s.clk)
 	held, err := rt.guard.Enter(ctx, client, now)
 	if err != nil {
 		slot.Release()

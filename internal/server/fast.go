@@ -19,6 +19,7 @@ import (
 	"github.com/leveeproxy/levee/internal/netlimit"
 	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/shape"
+	"github.com/leveeproxy/levee/internal/trace"
 )
 
 // fastServer is the fasthttp engine of one listener (engine: fasthttp):
@@ -137,6 +138,8 @@ type fastExchange struct {
 	whole  bool
 	paced  netlimit.PacedReader
 	nItems int // batch items, as forward counted them
+	tr     trace.Request
+	in     trace.Incoming // incomingTrace's
 }
 
 var fastExchanges = sync.Pool{New: func() any { return new(fastExchange) }}
@@ -207,6 +210,7 @@ func (e *fastExchange) readBody(s *Server, rt *route, sh *pathShape) (refusal, b
 	now := time.Now()
 	e.paced = netlimit.PacedReader{R: bs, Conn: e.c.Conn(), Rate: rt.body.rate, Start: now,
 		Limit: now.Add(rt.body.timeout)}
+	e.tr.Mark(trace.StageBodyRead, s.clk)
 	limit := aheadLimit(rt, sh, declared)
 	if limit <= 0 {
 		return refusal{}, true
@@ -226,7 +230,7 @@ func (e *fastExchange) forward(rt *route, sh *pathShape, slot forward.Releaser, 
 	// bytes read ahead bank no time for it.
 	e.paced.Start, e.paced.N = time.Now(), 0
 	body := forward.Body{Limit: rt.bodyLimit(sh), Head: e.body.Bytes(), Whole: e.whole, Shadow: out.shadow.header(),
-		Items: &e.nItems}
+		Items: &e.nItems, Trace: forward.TraceHeaders{Traceparent: e.tr.Traceparent(), DropTracestate: e.tr.DropTracestate()}}
 	if e.paced.R != nil {
 		body.Rest = &e.paced
 	}
@@ -264,6 +268,61 @@ func (e *fastExchange) bytes() uint64 {
 func (e *fastExchange) items() uint64 { return uint64(e.nItems) }
 
 func (e *fastExchange) rejectReason() string { return string(e.c.Response.Header.Peek(reply.Reject)) }
+
+func (e *fastExchange) traceState() *trace.Request { return &e.tr }
+
+func (e *fastExchange) incomingTrace() trace.Incoming {
+	// Gathered in the exchange: a local captured by the loop would escape.
+	in := &e.in
+	*in = trace.Incoming{}
+	for k, v := range e.c.Request.Header.All() {
+		switch {
+		case isHeader(k, "traceparent"):
+			in.Count++
+			in.Traceparent = b2s(v)
+		case isHeader(k, "tracestate"):
+			in.State.Add(v)
+		}
+	}
+	return *in
+}
+
+func (e *fastExchange) describe(sp *trace.Span) spanView {
+	h := &e.c.Request.Header
+	v := spanView{method: b2s(h.Method()), path: b2s(e.c.Path()), scheme: "http", host: b2s(h.Host()),
+		proto: "1.0", userAgent: b2s(h.UserAgent()),
+		reject: b2s(e.c.Response.Header.Peek(reply.Reject)), levErr: b2s(e.c.Response.Header.Peek(reply.Error))}
+	if e.c.IsTLS() {
+		v.scheme = "https"
+	}
+	if h.IsHTTP11() {
+		v.proto = "1.1"
+	}
+	if ip, ok := netip.AddrFromSlice(e.c.RemoteIP()); ok {
+		v.client = b2s(ip.Unmap().AppendTo(e.ip[:0]))
+	}
+	if !e.tr.DropTracestate() {
+		for k, val := range h.All() {
+			if isHeader(k, "tracestate") {
+				sp.AddTraceState(b2s(val))
+			}
+		}
+	}
+	return v
+}
+
+// isHeader reports whether k is the header name want (lowercase), in any case.
+func isHeader(k []byte, want string) bool {
+	if len(k) != len(want) {
+		return false
+	}
+	for i := range len(k) {
+		if k[i]|0x20 != want[i] {
+			return false
+		}
+	}
+	return true
+}
 
 // b2s views b as a string without copying; the string must not outlive b
 // (the catalog lookup does not keep it).

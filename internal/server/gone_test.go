@@ -335,7 +335,7 @@ func TestFastAdmissionWithoutWaitingWatchesNothing(t *testing.T) {
 			e.pc.c = ctx
 			now := time.Now()
 			allocs := testing.AllocsPerRun(100, func() {
-				slot, _, ok := s.enter(e.ctx(), rt, "/", "", now)
+				slot, _, ok := s.enter(e.ctx(), rt, "/", "", now, nil)
 				if !ok {
 					t.Fatal("refused with a free slot")
 				}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"runtime"
+	"strconv"
 	"sync"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/leveeproxy/levee/internal/netlimit"
 	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/shape"
+	"github.com/leveeproxy/levee/internal/trace"
 )
 
 // ServeHTTP is the request path on net/http (HTTP/2 connections): the
@@ -48,6 +50,7 @@ type httpExchange struct {
 	body   *aheadBody
 	conn   *h2Conn // nil when not from a listener
 	nItems int     // batch items, as forward counted them
+	tr     trace.Request
 }
 
 var httpExchanges = sync.Pool{New: func() any { return new(httpExchange) }}
@@ -113,6 +116,7 @@ func (e *httpExchange) readBody(s *Server, rt *route, sh *pathShape) (refusal, b
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
 		return refusal{}, true
 	}
+	e.tr.Mark(trace.StageBodyRead, s.clk)
 	now := time.Now()
 	// Not pooled with the exchange: the Transport may read a request's body
 	// after ServeHTTP has returned (a backend that answered first).
@@ -175,6 +179,14 @@ func (e *httpExchange) forward(rt *route, sh *pathShape, slot forward.Releaser, 
 		}
 	}()
 	r := e.r
+	if tp := e.tr.Traceparent(); tp != nil {
+		// Levee's span is the backend's parent; the Rewrite's clone of
+		// r.Header carries it (tracing off: the client's pass as sent).
+		r.Header["Traceparent"] = []string{string(tp)}
+		if e.tr.DropTracestate() {
+			delete(r.Header, "Tracestate")
+		}
+	}
 	if r.ContentLength < 0 && rt.bodyLimit(sh) == sh.body { // unknown length: enforce the limit while streaming
 		r.Body = forward.GuardBody(http.MaxBytesReader(&e.rec, r.Body, sh.body))
 	}
@@ -189,6 +201,35 @@ func (e *httpExchange) forward(rt *route, sh *pathShape, slot forward.Releaser, 
 	released = true
 	forward.Release(slot, e.rec.code)
 	e.held.Send()
+}
+
+func (e *httpExchange) traceState() *trace.Request { return &e.tr }
+
+func (e *httpExchange) incomingTrace() (in trace.Incoming) {
+	tp := e.r.Header["Traceparent"]
+	if in.Count = len(tp); in.Count == 1 {
+		in.Traceparent = tp[0]
+	}
+	for _, v := range e.r.Header["Tracestate"] {
+		in.State.AddString(v)
+	}
+	return in
+}
+
+func (e *httpExchange) describe(sp *trace.Span) spanView {
+	r, h := e.r, e.rec.Header()
+	v := spanView{method: r.Method, path: r.URL.Path, scheme: "http", host: r.Host, proto: "2",
+		client: forward.PeerIP(r), userAgent: r.UserAgent(), reject: h.Get(reply.Reject), levErr: h.Get(reply.Error)}
+	if r.TLS != nil {
+		v.scheme = "https"
+	}
+	if r.ProtoMajor == 1 {
+		v.proto = "1." + strconv.Itoa(r.ProtoMinor)
+	}
+	for _, s := range r.Header["Tracestate"] { // what the backend got (see forward)
+		sp.AddTraceState(s)
+	}
+	return v
 }
 
 func (e *httpExchange) status() int    { return e.rec.status(e.r) }

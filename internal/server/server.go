@@ -30,6 +30,7 @@ import (
 	"github.com/leveeproxy/levee/internal/overload"
 	"github.com/leveeproxy/levee/internal/protect"
 	"github.com/leveeproxy/levee/internal/ratelimit"
+	"github.com/leveeproxy/levee/internal/trace"
 	"github.com/valyala/fasthttp"
 )
 
@@ -106,6 +107,13 @@ type Server struct {
 	views sync.Map
 	// scaleView is scale as the admin API reads it.
 	scaleView atomic.Pointer[scaleView]
+
+	// exporter sends the spans of traced requests; Serve runs it. refusals
+	// is the tracing.refusals_per_second bucket, kept across reloads while
+	// its rate stays (guarded by mu).
+	exporter     *trace.Exporter
+	refusals     *trace.RefusalLimiter
+	refusalsRate int
 }
 
 // snapshot is one config's routing table, immutable once published.
@@ -115,6 +123,7 @@ type snapshot struct {
 	catalog catalog.Catalog[*route]
 	access  observe.AccessSample // log.access: which requests are logged
 	trust   forward.Trust
+	tracer  *tracer // nil: tracing off
 }
 
 // app is the state of one app that survives reloads: its concurrency limit
@@ -227,6 +236,8 @@ func New(cfg *config.Config, o Options) *Server {
 	s.unrouted = s.metrics.App("")
 	s.buffers = membuf.NewBudget(int64(cfg.Server.BufferMemory))
 	s.metrics.Buffers(s.buffers.Used, s.buffers.Max, s.buffers.Short)
+	s.exporter = trace.NewExporter(trace.ExporterOptions{})
+	s.metrics.TraceSpans(s.exporter.Stats)
 	s.cluster = s.newCluster(cfg.Cluster)
 	s.apply(cfg)
 	s.lazy = s.newLazyCatalog(o.Catalog, cfg.Catalog)
@@ -312,7 +323,7 @@ func (s *Server) applyLocked(cfg *config.Config) {
 		entries = append(entries, catalog.Entry[*route]{Hosts: ac.Hosts, Paths: ac.Paths, Value: rt})
 	}
 	s.current.Store(&snapshot{catalog: catalog.Build(entries), access: observe.NewAccessSample(cfg.Log.Access.Sample), trust: trust,
-		cfg: cfg, loaded: s.clk.Now()})
+		cfg: cfg, loaded: s.clk.Now(), tracer: s.applyTracing(cfg.Tracing)})
 	s.publishScale()
 	for name, a := range s.apps {
 		if _, ok := cfg.Apps[name]; !ok && a.stored == nil {
@@ -729,6 +740,11 @@ func (s *Server) Serve(ctx context.Context) error {
 	if s.lazy != nil {
 		background.Go(func() { s.lazy.Run(watchCtx) })
 	}
+	// The exporter outlives the drain, to send the spans of the requests
+	// it finishes.
+	exportCtx, stopExport := context.WithCancel(context.Background())
+	var exporting sync.WaitGroup
+	exporting.Go(func() { s.exporter.Run(exportCtx) })
 	var serveErr error
 	select {
 	case <-ctx.Done():
@@ -745,6 +761,8 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.stopHealthChecks()
 	err := s.shutdown(drain)
 	s.serving.Wait()
+	stopExport()
+	s.waitOrLog(drain, "the last trace export", exporting.Wait)
 	if s.lazy != nil {
 		// Releases every stored app: no request is left to use one.
 		s.waitOrLog(drain, "the catalog's loads", s.lazy.Close)
