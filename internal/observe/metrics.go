@@ -254,10 +254,10 @@ var (
 	poolLimitDesc    = prometheus.NewDesc("levee_pool_inflight_limit", "An app's backend_limits.inflight (0: off).", []string{"app"}, nil)
 	poolRateDesc     = prometheus.NewDesc("levee_pool_rate_limit", "An app's backend_limits.rate in requests per second (0: off).", []string{"app"}, nil)
 	topRequestsDesc  = prometheus.NewDesc("levee_top_client_requests",
-		"Requests of each of an app's heaviest clients (at most limits.client.top_k) over the last one to two minutes; an upper bound, over by at most the app's requests in that time / top_k.",
+		"Requests of each of an app's heaviest clients (at most limits.client.top_k) over the last minute (the admin API's 1m window: 30 to 65 s); an upper bound, over by at most the app's requests in that time / top_k.",
 		[]string{"app", "client"}, nil)
 	topRejectedDesc = prometheus.NewDesc("levee_top_client_rejected",
-		"Requests refused by a limit, of each of an app's most refused clients (at most limits.client.top_k), over the last one to two minutes; an upper bound as levee_top_client_requests.",
+		"Requests refused by a limit, of each of an app's most refused clients (at most limits.client.top_k), over the last minute; an upper bound as levee_top_client_requests.",
 		[]string{"app", "client"}, nil)
 )
 
