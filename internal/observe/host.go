@@ -42,7 +42,11 @@ func (m *Metrics) SetOverloadFactor(f float64) { m.host.factor.Set(f) }
 
 // OverloadReading is one reading of the host for levee_overload_signal.
 type OverloadReading struct {
-	CPU, Load, Memory, Goroutines, GCPauseSeconds float64
+	CPU            float64 `json:"cpu"`
+	Load           float64 `json:"load"`
+	Memory         float64 `json:"memory"`
+	Goroutines     float64 `json:"goroutines"`
+	GCPauseSeconds float64 `json:"gc_pause_seconds"`
 }
 
 // SetOverloadReading reports the monitor's last reading.

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"math"
@@ -223,6 +224,17 @@ func TestOverloadTightensAndRecovers(t *testing.T) {
 		if got := s.concurrencyOf(app); got != want {
 			t.Errorf("hot host: %s concurrency %d, want %d", app, got, want)
 		}
+	}
+	// The admin API shows the factor, the reading, and why the limits differ.
+	in := s.Instance()
+	if in.OverloadFactor != 0.1 || in.Signals == nil || in.Signals.CPU != 1 {
+		t.Errorf("instance: factor %v, signals %+v; want 0.1 and the hot CPU", in.OverloadFactor, in.Signals)
+	}
+	if b, _ := json.Marshal(in); !strings.Contains(string(b), `"cpu":1`) || !strings.Contains(string(b), `"gc_pause_seconds":`) {
+		t.Errorf("instance JSON %s; want overload_signals with lowercase keys", b)
+	}
+	if d, _ := s.App("a"); d.InForce.Concurrency != 5 || len(d.Why) != 1 || !strings.Contains(d.Why[0], "overloaded") {
+		t.Errorf("app a: in force %+v, why %q; want 5 and the overload named", d.InForce, d.Why)
 	}
 	if got := burstOf(t, s, "small.test", "", clk.Now()); got != 1 {
 		t.Errorf("hot host: rate burst of 1 = %d, want at least 1", got)
