@@ -39,3 +39,21 @@ func TestDataPathDoesNotImportAdminOrCmd(t *testing.T) {
 		}
 	}
 }
+
+// TestBinaryDoesNotLinkTheBrowserDriver: chromedp drives the dashboard's
+// browser test only; the levee binary must not carry it.
+func TestBinaryDoesNotLinkTheBrowserDriver(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", module+"/cmd/levee").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list cmd/levee: %v\n%s", err, out)
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) < 2 {
+		t.Fatalf("go list cmd/levee listed %d packages; the check would prove nothing", len(deps))
+	}
+	for _, dep := range deps {
+		if strings.HasPrefix(dep, "github.com/chromedp/") {
+			t.Errorf("cmd/levee links %s, a test-only dependency", dep)
+		}
+	}
+}
