@@ -158,6 +158,23 @@ func TestUIDashboardNamesTheHeaviestClient(t *testing.T) {
 		}
 		t.Logf("wrote %s (%d bytes)", screenshotPath, len(png))
 	}
+	// by= reconnects the stream: only the heavy client is over its rate.
+	rejected := `(() => {
+		const tds = document.querySelectorAll('#top td.client');
+		return location.search.includes('by=rejected') && tds.length === 1 ? tds[0].textContent : null;
+	})()`
+	if _, err := chromedp.Run(browser, chromedp.Evaluate[bool](`(() => {
+		const by = document.getElementById('by');
+		by.value = 'rejected';
+		return by.dispatchEvent(new Event('change'));
+	})()`)); err != nil {
+		t.Fatal(err)
+	}
+	got, err = chromedp.Run(browser, chromedp.Poll[string](rejected,
+		chromedp.WithPollingInterval(200*time.Millisecond), chromedp.WithPollingTimeout(15*time.Second)))
+	if err != nil || got != "heavy-hitter" {
+		t.Fatalf("by=rejected: %q, %v; want heavy-hitter alone", got, err)
+	}
 	for _, m := range problems() {
 		t.Errorf("browser console: %s", m)
 	}
