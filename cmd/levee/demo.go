@@ -50,6 +50,7 @@ levee demo is running: apps "photos" and "api", three sample backends each
 (and "tenant" and "drill" for levee drill, below).
   proxy  http://%[1]s
   admin  http://%[2]s  (/metrics, /healthz, /readyz, POST /reload)
+  ui     http://%[2]s/ui/  (the dashboard, live)
   config %[4]s
 
 Try:

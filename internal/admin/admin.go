@@ -30,8 +30,8 @@ type Options struct {
 	Token string
 	// Pprof serves /debug/pprof/; off, those paths are 404.
 	Pprof bool
-	// API is the live view the JSON endpoints serve (nil: none); Done,
-	// closed at shutdown, ends the event streams.
+	// API is the live view the JSON endpoints and the /ui dashboard serve
+	// (nil: neither); Done, closed at shutdown, ends the event streams.
 	API  API
 	Done <-chan struct{}
 }
@@ -51,6 +51,7 @@ type Options struct {
 //	GET  /api/apps/{app}/backends  the app's backends: share, in flight, latency, health, imbalance; top_clients (limits.client.top_k)
 //	GET  /api/instance             role, scale, cluster, version, config
 //	GET  /api/events               server-sent events: a snapshot a second (?app=&by=&window=)
+//	GET  /ui/                      the dashboard, live from /api/events (?app=&by=&window=); /ui redirects here
 //	GET  /debug/pprof/...  Go profiles, with Options.Pprof only
 func Handler(o Options) http.Handler {
 	g := newGuard(o)
@@ -88,6 +89,7 @@ func Handler(o Options) http.Handler {
 	})
 	if o.API != nil {
 		(&apiHandlers{api: o.API, done: o.Done}).register(mux)
+		registerUI(mux)
 	}
 	mux.HandleFunc("POST /reload", g.mutating(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

@@ -22,15 +22,7 @@ var forbidden = []string{"internal/admin", "internal/demo", "internal/redistest"
 
 func TestDataPathDoesNotImportAdminOrCmd(t *testing.T) {
 	for _, pkg := range dataPath {
-		out, err := exec.Command("go", "list", "-deps", module+"/"+pkg).CombinedOutput()
-		if err != nil {
-			t.Fatalf("go list %s: %v\n%s", pkg, err, out)
-		}
-		deps := strings.Fields(string(out))
-		if len(deps) < 2 {
-			t.Fatalf("go list %s listed %d packages; the check would prove nothing", pkg, len(deps))
-		}
-		for _, dep := range deps {
+		for _, dep := range listDeps(t, pkg) {
 			for _, bad := range forbidden {
 				if strings.HasPrefix(dep, module+"/"+bad) {
 					t.Errorf("%s imports %s: the request path must not depend on %s", pkg, dep, bad)
@@ -38,4 +30,28 @@ func TestDataPathDoesNotImportAdminOrCmd(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestBinaryDoesNotLinkTheBrowserDriver: chromedp drives the dashboard's
+// browser test only; the levee binary must not carry it.
+func TestBinaryDoesNotLinkTheBrowserDriver(t *testing.T) {
+	for _, dep := range listDeps(t, "cmd/levee") {
+		if strings.HasPrefix(dep, "github.com/chromedp/") {
+			t.Errorf("cmd/levee links %s, a test-only dependency", dep)
+		}
+	}
+}
+
+// listDeps is every package pkg (a path in the module) builds with.
+func listDeps(t *testing.T, pkg string) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-deps", module+"/"+pkg).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list %s: %v\n%s", pkg, err, out)
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) < 2 {
+		t.Fatalf("go list %s listed %d packages; the check would prove nothing", pkg, len(deps))
+	}
+	return deps
 }
