@@ -12,30 +12,9 @@ import (
 // from one heavy client and a few light ones, GET /api/apps/a/top, the app
 // list, the instance and one server-sent event all show it.
 func TestServeAPINamesTheHeaviestClient(t *testing.T) {
-	s := startServe(t, appConfig(namedBackend(t, "b"), "    limits: {client: {key: header:X-Client}}\n"))
-	send := func(client string, n int) {
-		for range n {
-			req, _ := http.NewRequest(http.MethodGet, s.proxy+"/", nil)
-			req.Host = "a.test"
-			req.Header.Set("X-Client", client)
-			if code, _, err := do(s.client, req); err != nil || code != http.StatusOK {
-				t.Fatalf("request as %s: %d, %v", client, code, err)
-			}
-		}
-	}
-	send("heavy-hitter", 60)
-	send("light-1", 5)
-	send("light-2", 5)
+	s := startHeavyLoad(t, nil)
 
-	var top struct {
-		By, Window string
-		ErrorBound uint64 `json:"error_bound"`
-		Clients    []struct {
-			Client string
-			Count  uint64
-			Share  float64
-		}
-	}
+	var top topReport
 	getJSON(t, s, "/api/apps/a/top?by=requests&window=1m", &top)
 	if top.By != "requests" || top.Window != "1m" || len(top.Clients) != 3 || top.Clients[0].Client != "heavy-hitter" ||
 		top.Clients[0].Count != 60 || top.ErrorBound != 0 {

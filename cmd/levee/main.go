@@ -6,6 +6,7 @@
 //	levee demo                  run levee in front of sample backends on loopback
 //	levee drill NAME|all        replay an incident against an edge and grade it
 //	levee catalog import|export|stats   manage an SQLite app catalog
+//	levee top                   a live terminal view of a running levee
 //	levee version               print the version
 package main
 
@@ -39,6 +40,9 @@ Usage:
                               (levee drill --help lists the drills)
   levee catalog import|export|stats (--db FILE | --config FILE) ...
                               manage an SQLite app catalog (levee catalog for help)
+  levee top [--config FILE | --admin URL] [--app NAME] [--once [--json]]
+                              a live terminal view of a running levee: apps,
+                              refusals, top clients, backends (levee top --help)
   levee version               print the version
 `
 
@@ -79,6 +83,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return drillCmd(ctx, rest, stdout, stderr)
 	case "catalog":
 		return catalogCmd(ctx, rest, stdout, stderr)
+	case "top":
+		return topCmd(ctx, rest, stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, versionString())
 		return 0

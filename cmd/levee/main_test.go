@@ -129,6 +129,15 @@ func startLeveeEnv(t *testing.T, env []string, args ...string) *proc {
 	p.cmd = exec.Command(leveeBin, args...)
 	p.cmd.Env = append(testEnv(t), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
+	p.start()
+	return p
+}
+
+// start starts p.cmd, made ready by the caller, and makes p.done close
+// at its exit; t.Cleanup kills it if it still runs.
+func (p *proc) start() {
+	t, args := p.t, p.cmd.Args[1:]
+	t.Helper()
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start levee %v: %v", args, err)
 	}
@@ -147,7 +156,6 @@ func startLeveeEnv(t *testing.T, env []string, args ...string) *proc {
 			t.Errorf("levee %v reported a data race:\n%s", args, p.stderr)
 		}
 	})
-	return p
 }
 
 func (p *proc) fatalf(format string, args ...any) {
