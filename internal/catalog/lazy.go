@@ -203,6 +203,33 @@ func (l *Lazy[V]) Load(ctx context.Context, host, path string) (V, error) {
 	return zero, ErrNotFound
 }
 
+// LoadHost is Load for a host under any path: the first app claiming host
+// (by the longest path prefix first, as Load orders them), for what is the
+// host's rather than a request's (its TLS certificate, chosen by SNI).
+func (l *Lazy[V]) LoadHost(ctx context.Context, host string) (V, error) {
+	var zero V
+	key := canonicalHost(host)
+	sh := l.hosts.shard(key)
+	var e *hostEntry[V]
+	if n := sh.get(key); n != nil {
+		sh.hits.Add(1)
+		e = &n.val
+	} else {
+		if l.knownUnknown(key) {
+			return zero, ErrNotFound
+		}
+		loaded, err := l.load(ctx, key)
+		if err != nil {
+			return zero, err
+		}
+		e = loaded
+	}
+	if e == nil || e.first.app == nil {
+		return zero, ErrNotFound
+	}
+	return *e.first.app.val.Load(), nil
+}
+
 func (e *hostEntry[V]) match(path string) (V, bool) {
 	if e != nil && e.first.app != nil {
 		if PathHasPrefix(path, e.first.prefix) {

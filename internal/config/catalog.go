@@ -120,6 +120,11 @@ func decodeApp(name string, n *yaml.Node) (*App, error) {
 	decodeValue(n, reflect.ValueOf(a).Elem(), "apps."+name, &errs)
 	var verrs Errors
 	validateApp(&verrs, name, a, map[string]string{})
+	if a.TLS != nil {
+		// A stored app's certificate that does not load fails only its
+		// hosts' handshakes (the import refuses one: importTLS).
+		checkAppTLS(&verrs, nil, "apps."+name+".tls", a.TLS, false)
+	}
 	for _, e := range verrs {
 		if !covered(errs, e.Path) {
 			errs = append(errs, e)
@@ -162,17 +167,18 @@ func ParseAppsYAML(data []byte) ([]AppSource, error) {
 	var out []AppSource
 	var errs Errors
 	routes := map[string]string{}
+	rd := ownReader()
 	for i := 0; i+1 < len(apps.Content); i += 2 {
 		name, n := apps.Content[i].Value, apps.Content[i+1]
-		a, err := decodeApp(name, n)
-		if err != nil {
-			errs = append(errs, err.(Errors)...)
-			continue
-		}
-		checkRoutes(&errs, "apps."+name, name, a, routes)
 		var raw any
 		if err := n.Decode(&raw); err != nil {
 			errs.add("apps."+name, "%v", err)
+			continue
+		}
+		m, _ := raw.(map[string]any)
+		converted, err := importTLS(rd, name, m)
+		if err != nil {
+			errs = append(errs, err.(Errors)...)
 			continue
 		}
 		blob, err := json.Marshal(raw)
@@ -180,6 +186,20 @@ func ParseAppsYAML(data []byte) ([]AppSource, error) {
 			errs.add("apps."+name, "cannot be stored as JSON: %v", err)
 			continue
 		}
+		var a *App
+		if converted { // decoded from what is stored
+			a, err = ParseApp(name, blob)
+		} else {
+			a, err = decodeApp(name, n)
+		}
+		if err == nil {
+			err = storedTLS(name, a)
+		}
+		if err != nil {
+			errs = append(errs, err.(Errors)...)
+			continue
+		}
+		checkRoutes(&errs, "apps."+name, name, a, routes)
 		out = append(out, AppSource{Name: name, Config: blob, App: a})
 	}
 	if len(errs) > 0 {
@@ -201,13 +221,66 @@ func ParseAppJSON(data []byte, line int) (AppSource, error) {
 		return AppSource{}, Errors{{Path: fmt.Sprintf("line %d", line), Msg: `want a string "name"`}}
 	}
 	delete(m, "name")
+	if _, err := importTLS(ownReader(), name, m); err != nil {
+		return AppSource{}, err
+	}
 	blob, err := json.Marshal(m)
 	if err != nil {
 		return AppSource{}, Errors{{Path: fmt.Sprintf("line %d", line), Msg: err.Error()}}
 	}
 	a, err := ParseApp(name, blob)
+	if err == nil {
+		err = storedTLS(name, a)
+	}
 	if err != nil {
 		return AppSource{}, err
 	}
 	return AppSource{Name: name, Config: blob, App: a}, nil
+}
+
+// importTLS reads the certificate and key files an imported app's tls
+// names into cert_pem and key_pem, as the catalog stores them; converted
+// says it did. m is the app's config as decoded (nil: nothing to do).
+func importTLS(rd reader, name string, m map[string]any) (converted bool, err error) {
+	t, _ := m["tls"].(map[string]any)
+	if t == nil {
+		return false, nil
+	}
+	certFile, _ := t["cert"].(string)
+	keyFile, _ := t["key"].(string)
+	if certFile == "" && keyFile == "" {
+		return false, nil
+	}
+	p := "apps." + name + ".tls"
+	var errs Errors
+	if certFile == "" || keyFile == "" {
+		errs.add(p, "both cert and key are required")
+		return false, errs
+	}
+	cert, err := rd.read(certFile, MaxPEMBytes)
+	if err != nil {
+		errs.add(p+".cert", "%v", err)
+		return false, errs
+	}
+	key, err := rd.read(keyFile, MaxPEMBytes)
+	if err != nil {
+		errs.add(p+".key", "%v", err)
+		return false, errs
+	}
+	delete(t, "cert")
+	delete(t, "key")
+	t["cert_pem"], t["key_pem"] = string(cert), string(key)
+	return true, nil
+}
+
+// storedTLS refuses, at import, a certificate that would not load: only
+// one that got into a catalog another way fails at the handshake.
+func storedTLS(name string, a *App) error {
+	if a.TLS == nil {
+		return nil
+	}
+	if _, err := a.TLS.Certificate(); err != nil {
+		return Errors{{Path: "apps." + name + ".tls", Msg: "cannot load certificate: " + err.Error()}}
+	}
+	return nil
 }

@@ -124,6 +124,8 @@ type App struct {
 	Limits   Limits    `yaml:"limits"`
 	// BackendLimits protect the backend pool; off by default.
 	BackendLimits BackendLimits `yaml:"backend_limits"`
+	// TLS is the app's own certificate for its hosts (nil: the listener's).
+	TLS *AppTLS `yaml:"tls"`
 }
 
 // Health configures active health checks; off unless Path is set.

@@ -59,6 +59,9 @@ func (c *Config) validate(rd reader) error {
 	routes := map[string]string{} // host+path → app, to catch two apps claiming one route
 	for _, name := range c.AppNames() {
 		validateApp(&errs, name, c.Apps[name], routes)
+		if a := c.Apps[name]; a != nil && a.TLS != nil {
+			checkAppTLS(&errs, &rd, "apps."+name+".tls", a.TLS, true)
+		}
 	}
 	if len(errs) > 0 {
 		return errs

@@ -57,7 +57,7 @@ func (s *Server) newListener(cfg *config.Config, lc config.Listener, ln net.List
 			return nil, fmt.Errorf("server: listen %s: %w", lc.Addr, err)
 		}
 		l.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
-			NextProtos: []string{"h2", "http/1.1"}}
+			NextProtos: []string{"h2", "http/1.1"}, GetCertificate: s.certificate}
 	}
 	o := netlimit.Options{Max: cfg.Server.MaxConns, PerIP: cfg.Server.MaxConnsPerIP,
 		// Trusted proxies carry many clients: they are exempt, as of the

@@ -107,6 +107,8 @@ type Server struct {
 	views sync.Map
 	// scaleView is scale as the admin API reads it.
 	scaleView atomic.Pointer[scaleView]
+	// tlsMetrics count the TLS listeners' certificate choices (certs.go).
+	tlsMetrics *tlsMetrics
 
 	// exporter sends the spans of traced requests; Serve runs it. refusals
 	// is the tracing.refusals_per_second bucket, kept across reloads while
@@ -123,7 +125,8 @@ type snapshot struct {
 	catalog catalog.Catalog[*route]
 	access  observe.AccessSample // log.access: which requests are logged
 	trust   forward.Trust
-	tracer  *tracer // nil: tracing off
+	tracer  *tracer   // nil: tracing off
+	certs   certTable // the config file's hosts' certificates (certs.go)
 }
 
 // app is the state of one app that survives reloads: its concurrency limit
@@ -196,6 +199,7 @@ type route struct {
 	top        *observe.ClientTop // the app's heavy hitters; nil when off
 	guard      *protect.Guard     // backend_limits; nil when off
 	body       bodyRead           // how the request body is read before admission
+	cert       routeCert          // apps.NAME.tls, for the TLS listeners' SNI
 	shadow     shadowSet          // limits.shadow: reasons counted, not refused
 }
 
@@ -225,6 +229,7 @@ func New(cfg *config.Config, o Options) *Server {
 	s.scale.init(o.Sampler)
 	s.metrics = observe.NewMetrics(s)
 	s.metrics.SetClock(s.clk)
+	s.tlsMetrics = newTLSMetrics(s.metrics.Registry)
 	s.errlog = s.metrics.ErrorLog(s.log, errorLimits(cfg.Log))
 	if o.AccessLog == nil {
 		o.AccessLog = o.Logger.Handler()
@@ -323,7 +328,7 @@ func (s *Server) applyLocked(cfg *config.Config) {
 		entries = append(entries, catalog.Entry[*route]{Hosts: ac.Hosts, Paths: ac.Paths, Value: rt})
 	}
 	s.current.Store(&snapshot{catalog: catalog.Build(entries), access: observe.NewAccessSample(cfg.Log.Access.Sample), trust: trust,
-		cfg: cfg, loaded: s.clk.Now(), tracer: s.applyTracing(cfg.Tracing)})
+		cfg: cfg, loaded: s.clk.Now(), tracer: s.applyTracing(cfg.Tracing), certs: newCertTable(cfg)})
 	s.publishScale()
 	for name, a := range s.apps {
 		if _, ok := cfg.Apps[name]; !ok && a.stored == nil {
@@ -430,6 +435,7 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 		a.top = observe.NewClientTop(ac.Limits.Client.TopK)
 	}
 	rt.top = a.top
+	rt.cert = newRouteCert(ac)
 	s.publish(a, ac, rt)
 	return rt, retired, retiredFast
 }
