@@ -97,7 +97,7 @@ func catalogImport(ctx context.Context, path, file string, stdout, stderr io.Wri
 		return err
 	}
 	defer f.Close()
-	apps, err := sqlitestore.ReadImport(file, f)
+	apps, err := config.ReadImport(file, f)
 	if err != nil {
 		var errs config.Errors
 		if errors.As(err, &errs) {
