@@ -189,6 +189,20 @@ func (s *Server) Exec(t testing.TB, sql string, args ...any) {
 	}
 }
 
+// QueryRow runs sql on the server's postgres database, as the superuser,
+// and scans its one row into dst.
+func (s *Server) QueryRow(t testing.TB, sql string, dst ...any) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), startDeadline)
+	defer cancel()
+	c, err := pgx.Connect(ctx, s.DSN("postgres"))
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.Background())
+	return c.QueryRow(ctx, sql).Scan(dst...)
+}
+
 // Stop shuts the server down (fast shutdown: clients are disconnected)
 // and waits for it to exit, killing it by PID past stopDeadline; its data
 // is kept for Restart. Idempotent.
