@@ -23,8 +23,8 @@ type Catalog struct {
 	// key=value pairs, as libpq reads them); "" for none. Its password
 	// belongs in a passfile (PGPASSFILE, passfile=) rather than here.
 	Postgres string        `yaml:"postgres"`
-	Cache  CatalogCache  `yaml:"cache"`
-	Loader CatalogLoader `yaml:"loader"`
+	Cache    CatalogCache  `yaml:"cache"`
+	Loader   CatalogLoader `yaml:"loader"`
 	// Watch is how often the store is polled for changed apps: a change is
 	// applied to the cached apps within about one interval (sooner with
 	// Postgres, which notifies; the poll is its safety net).
