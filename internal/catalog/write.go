@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/leveeproxy/levee/internal/config"
 )
 
 // PutResult counts what a store's Put did.
@@ -22,8 +24,8 @@ type StoreStats struct {
 	Bytes                              int64 // on disk: the file, or the tables and their indexes
 }
 
-// WriteTx is one write transaction of a store: the steps PutApps and
-// DeleteApps are made of, so that every store writes with the same rules.
+// WriteTx is one write transaction of a store: the steps Put and Delete
+// are made of, so that every store writes with the same rules.
 // Its errors need not name the store; the store's caller wraps them.
 type WriteTx interface {
 	// Config is the stored config of app; ok is false when there is none.
@@ -44,18 +46,48 @@ type WriteTx interface {
 	PutRoute(ctx context.Context, host, path, app string) error
 }
 
-// PutApps writes recs (their Name, Config, Hosts and Paths, validated by
-// internal/config) through tx. An app whose stored config is the same is
-// left alone (no change); any other write records a change. A host and
-// path claimed by another app fails it. On error the caller rolls tx back:
-// all or none.
-func PutApps(ctx context.Context, tx WriteTx, recs []Record, now time.Time) (PutResult, error) {
+// RunTx runs fn in one write transaction of a store, committing it when
+// fn succeeds and rolling it back otherwise.
+type RunTx func(ctx context.Context, fn func(WriteTx) error) error
+
+// Writer gives a store its Put and Delete, written once for every store
+// over the store's transactions (embed it, with Run set).
+type Writer struct {
+	Run RunTx
+}
+
+// Put writes apps (validated by internal/config) in one transaction: all
+// or none. An app whose stored config is the same is left alone (no
+// change); any other write records a change. A host and path claimed by
+// another app fails the whole Put.
+func (w Writer) Put(ctx context.Context, apps []config.AppSource, now time.Time) (PutResult, error) {
 	var res PutResult
-	for _, r := range recs {
+	err := w.Run(ctx, func(tx WriteTx) error {
+		res = PutResult{}
+		return putApps(ctx, tx, apps, now, &res)
+	})
+	return res, err
+}
+
+// Delete removes the named apps in one transaction (absent ones are
+// ignored), recording a change for each removed one, and returns how many
+// it removed.
+func (w Writer) Delete(ctx context.Context, names []string, now time.Time) (int, error) {
+	var n int
+	err := w.Run(ctx, func(tx WriteTx) (err error) {
+		n, err = deleteApps(ctx, tx, names, now)
+		return err
+	})
+	return n, err
+}
+
+func putApps(ctx context.Context, tx WriteTx, apps []config.AppSource, now time.Time, res *PutResult) error {
+	for _, a := range apps {
+		r := Record{Name: a.Name, Config: a.Config, Hosts: a.App.Hosts, Paths: a.App.Paths}
 		old, ok, err := tx.Config(ctx, r.Name)
 		switch {
 		case err != nil:
-			return res, fmt.Errorf("%s: %w", r.Name, err)
+			return fmt.Errorf("%s: %w", r.Name, err)
 		case !ok:
 			res.Added++
 		case bytes.Equal(old, r.Config):
@@ -67,34 +99,32 @@ func PutApps(ctx context.Context, tx WriteTx, recs []Record, now time.Time) (Put
 		hosts := lowerAll(r.Hosts)
 		v, err := tx.Change(ctx, r.Name, hosts, now)
 		if err != nil {
-			return res, fmt.Errorf("%s: %w", r.Name, err)
+			return fmt.Errorf("%s: %w", r.Name, err)
 		}
 		if err := tx.PutApp(ctx, r.Name, r.Config, v); err != nil {
-			return res, fmt.Errorf("%s: %w", r.Name, err)
+			return fmt.Errorf("%s: %w", r.Name, err)
 		}
 		if err := tx.DeleteRoutes(ctx, r.Name); err != nil {
-			return res, fmt.Errorf("%s: %w", r.Name, err)
+			return fmt.Errorf("%s: %w", r.Name, err)
 		}
 		for _, h := range hosts {
 			for _, p := range r.Paths {
 				switch owner, taken, err := tx.RouteOwner(ctx, h, p); {
 				case err != nil:
-					return res, fmt.Errorf("%s: %w", r.Name, err)
+					return fmt.Errorf("%s: %w", r.Name, err)
 				case taken:
-					return res, fmt.Errorf("apps.%s: host %s path %s is already claimed by app %s", r.Name, h, p, owner)
+					return fmt.Errorf("apps.%s: host %s path %s is already claimed by app %s", r.Name, h, p, owner)
 				}
 				if err := tx.PutRoute(ctx, h, p, r.Name); err != nil {
-					return res, fmt.Errorf("%s: %w", r.Name, err)
+					return fmt.Errorf("%s: %w", r.Name, err)
 				}
 			}
 		}
 	}
-	return res, nil
+	return nil
 }
 
-// DeleteApps removes the named apps through tx (absent ones are ignored),
-// recording a change for each removed one, and returns how many it removed.
-func DeleteApps(ctx context.Context, tx WriteTx, names []string, now time.Time) (int, error) {
+func deleteApps(ctx context.Context, tx WriteTx, names []string, now time.Time) (int, error) {
 	n := 0
 	for _, name := range names {
 		ok, err := tx.DeleteApp(ctx, name)

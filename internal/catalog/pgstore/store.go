@@ -36,10 +36,11 @@ const DefaultConnectTimeout = 5 * time.Second
 // use. Open connects to nothing; the pool connects on first use and
 // reconnects on its own after the database comes back.
 type Store struct {
-	pool   *pgxpool.Pool
-	listen *pgx.ConnConfig // the listener's, copied per connection
-	clk    clock.Clock
-	log    *slog.Logger
+	catalog.Writer // Put and Delete, over write; a write notifies as it commits
+	pool           *pgxpool.Pool
+	listen         *pgx.ConnConfig // the listener's, copied per connection
+	clk            clock.Clock
+	log            *slog.Logger
 
 	mu        sync.Mutex
 	downUntil time.Time     // calls before it fail at once
@@ -88,6 +89,7 @@ func Open(dsn string, o Options) (*Store, error) {
 		return nil, fmt.Errorf("pgstore: %w", err)
 	}
 	s := &Store{pool: pool, listen: listen, clk: o.Clock, log: o.Log, delay: minBackoff}
+	s.Writer.Run = s.write
 	if s.clk == nil {
 		s.clk = clock.Real{}
 	}

@@ -14,32 +14,9 @@ import (
 	"github.com/leveeproxy/levee/internal/config"
 )
 
-// Put writes apps (validated by internal/config) in one transaction: all
-// or none, with catalog.PutApps's rules (an unchanged app writes nothing;
-// a host and path claimed by another app fails the whole Put).
-func (s *Store) Put(ctx context.Context, apps []config.AppSource, now time.Time) (catalog.PutResult, error) {
-	var res catalog.PutResult
-	err := s.write(ctx, func(tx *writeTx) (err error) {
-		res, err = catalog.PutApps(ctx, tx, records(apps), now)
-		return err
-	})
-	return res, err
-}
-
-// Delete removes the named apps (absent ones are ignored) and records a
-// change for each removed one. It returns how many it removed.
-func (s *Store) Delete(ctx context.Context, names []string, now time.Time) (int, error) {
-	var n int
-	err := s.write(ctx, func(tx *writeTx) (err error) {
-		n, err = catalog.DeleteApps(ctx, tx, names, now)
-		return err
-	})
-	return n, err
-}
-
 // write runs fn in one transaction with the write statements prepared,
 // prunes the changes and commits.
-func (s *Store) write(ctx context.Context, fn func(*writeTx) error) error {
+func (s *Store) write(ctx context.Context, fn func(catalog.WriteTx) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("sqlitestore: %w", err)
@@ -60,15 +37,6 @@ func (s *Store) write(ctx context.Context, fn func(*writeTx) error) error {
 		return fmt.Errorf("sqlitestore: %w", err)
 	}
 	return nil
-}
-
-// records are apps as the catalog writes them.
-func records(apps []config.AppSource) []catalog.Record {
-	out := make([]catalog.Record, len(apps))
-	for i, a := range apps {
-		out[i] = catalog.Record{Name: a.Name, Config: a.Config, Hosts: a.App.Hosts, Paths: a.App.Paths}
-	}
-	return out
 }
 
 // writeTx is a write transaction's prepared statements.
