@@ -5,7 +5,7 @@
 //	levee check --config FILE   validate a config; exit 1 listing every problem
 //	levee demo                  run levee in front of sample backends on loopback
 //	levee drill NAME|all        replay an incident against an edge and grade it
-//	levee catalog import|export|stats   manage an SQLite app catalog
+//	levee catalog import|export|stats   manage an app catalog (SQLite or PostgreSQL)
 //	levee top                   a live terminal view of a running levee
 //	levee version               print the version
 package main
@@ -39,7 +39,7 @@ Usage:
                               replay an incident against an edge and grade it
                               (levee drill --help lists the drills)
   levee catalog import|export|stats (--db FILE | --config FILE) ...
-                              manage an SQLite app catalog (levee catalog for help)
+                              manage an app catalog (SQLite or PostgreSQL) (levee catalog for help)
   levee top [--config FILE | --admin URL] [--app NAME] [--once [--json]]
                               a live terminal view of a running levee: apps,
                               refusals, top clients, backends (levee top --help)
@@ -124,10 +124,11 @@ func check(ctx context.Context, path string, stdout, stderr io.Writer) int {
 		}
 		return 1
 	}
-	if cfg.Catalog.SQLite != "" {
+	if cfg.Catalog.On() {
 		warnings, err := catalogWarnings(ctx, cfg)
 		if err != nil {
-			fmt.Fprintf(stderr, "%s: 1 problem(s):\n  catalog.sqlite: %v\n", path, err)
+			key := catalogSource{sqlite: cfg.Catalog.SQLite, postgres: cfg.Catalog.Postgres}.key()
+			fmt.Fprintf(stderr, "%s: 1 problem(s):\n  %s: %v\n", path, key, err)
 			return 1
 		}
 		for _, w := range warnings {

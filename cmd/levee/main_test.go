@@ -63,6 +63,7 @@ func buildAndRun(m *testing.M) int {
 		os.Setenv("GORACE", "atexit_sleep_ms=0")
 	}
 	code := m.Run()
+	pg.Close()
 	if testH2C() {
 		return code
 	}

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/leveeproxy/levee/internal/admin"
-	"github.com/leveeproxy/levee/internal/catalog/sqlitestore"
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/leveeproxy/levee/internal/sdnotify"
@@ -74,13 +73,12 @@ func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ..
 	defer guard.release()
 	opts := server.Options{Logger: log, LogLevel: level, LogOutput: out,
 		AccessLog: slog.NewJSONHandler(out, nil)}
-	if cfg.Catalog.SQLite != "" {
-		// Read-only: one connection per concurrent load, one for the watcher.
-		st, err := sqlitestore.Open(cfg.Catalog.SQLite, sqlitestore.Options{Conns: cfg.Catalog.Loader.Concurrency + 1})
-		if err != nil {
-			return fmt.Errorf("catalog.sqlite: %w", err)
-		}
-		defer st.Close()
+	st, closeStore, err := openServeCatalog(ctx, cfg.Catalog, log)
+	if err != nil {
+		return err
+	}
+	if st != nil {
+		defer closeStore()
 		opts.Catalog = st
 	}
 	srv := server.New(cfg, opts)

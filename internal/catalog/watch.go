@@ -5,18 +5,45 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 )
 
 // changesPerPoll bounds the changes read by one query of Poll.
 const changesPerPoll = 10_000
 
-// Run follows the store's changes, polling every Watch, until ctx ends.
-// It starts from the store's current version: the cache starts empty.
+// pollTimeout bounds one poll of the watcher (or Watch, when longer): a
+// store that stopped answering delays changes, never stops the watcher.
+const pollTimeout = 10 * time.Second
+
+// Notifier is a Store that can say, sooner than the next poll, that
+// changes may be waiting (PostgreSQL's LISTEN/NOTIFY).
+type Notifier interface {
+	// Listen sends on wake, without blocking (wake has room for one; a
+	// send that finds it full is dropped), whenever changes may have been
+	// written, until ctx ends; then it returns. A notice is a hint, and may
+	// be lost: the watcher's periodic poll still finds every change.
+	Listen(ctx context.Context, wake chan<- struct{})
+}
+
+// Run follows the store's changes, polling every Watch and, when the store
+// is a Notifier, whenever it says changes may be waiting, until ctx ends;
+// it returns once its listener has. It starts from the store's current
+// version: the cache starts empty.
 func (l *Lazy[V]) Run(ctx context.Context) {
-	if v, err := l.o.Store.Version(ctx); err == nil {
+	if v, err := l.versionOf(ctx); err == nil {
 		l.version.Store(v)
 	} else {
 		l.o.Logger.Warn("catalog: cannot read the store's version; watching from the start", "err", err)
+	}
+	var wake chan struct{} // nil: the store only polls
+	if n, ok := l.o.Store.(Notifier); ok {
+		wake = make(chan struct{}, 1)
+		lctx, stop := context.WithCancel(ctx)
+		var listener sync.WaitGroup
+		listener.Go(func() { n.Listen(lctx, wake) })
+		defer listener.Wait()
+		defer stop()
 	}
 	for {
 		t := l.o.Clock.NewTimer(l.o.Watch)
@@ -25,11 +52,22 @@ func (l *Lazy[V]) Run(ctx context.Context) {
 			t.Stop()
 			return
 		case <-t.C():
+		case <-wake:
+			t.Stop()
 		}
-		if _, err := l.Poll(ctx); err != nil && ctx.Err() == nil {
+		pctx, cancel := context.WithTimeout(ctx, max(pollTimeout, l.o.Watch))
+		_, err := l.Poll(pctx)
+		cancel()
+		if err != nil && ctx.Err() == nil {
 			l.o.Logger.Warn("catalog: reading changes failed; retrying", "err", err)
 		}
 	}
+}
+
+func (l *Lazy[V]) versionOf(ctx context.Context) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, max(pollTimeout, l.o.Watch))
+	defer cancel()
+	return l.o.Store.Version(ctx)
 }
 
 // Poll applies the changes made since the last one applied and returns how

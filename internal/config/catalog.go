@@ -7,20 +7,27 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.yaml.in/yaml/v3"
 )
 
-// Catalog configures a large app catalog in an SQLite file, loaded lazily
-// beside the apps of the YAML config (which win where both claim a host and
-// path). Off unless SQLite is set.
+// Catalog configures a large app catalog, in an SQLite file or a
+// PostgreSQL database, loaded lazily beside the apps of the YAML config
+// (which win where both claim a host and path). Off unless SQLite or
+// Postgres is set (not both).
 type Catalog struct {
-	// SQLite is the path of the catalog file (see docs/config.md for its
-	// schema); "" turns the catalog off.
-	SQLite string        `yaml:"sqlite"`
-	Cache  CatalogCache  `yaml:"cache"`
-	Loader CatalogLoader `yaml:"loader"`
-	// Watch is how often the file is polled for changed apps: a change is
-	// applied to the cached apps within about one interval.
+	// SQLite is the path of the catalog file (see docs/architecture.md for
+	// its schema); "" for none.
+	SQLite string `yaml:"sqlite"`
+	// Postgres is the DSN of the catalog database (a postgres:// URL or
+	// key=value pairs, as libpq reads them); "" for none. Its password
+	// belongs in a passfile (PGPASSFILE, passfile=) rather than here.
+	Postgres string        `yaml:"postgres"`
+	Cache    CatalogCache  `yaml:"cache"`
+	Loader   CatalogLoader `yaml:"loader"`
+	// Watch is how often the store is polled for changed apps: a change is
+	// applied to the cached apps within about one interval (sooner with
+	// Postgres, which notifies; the poll is its safety net).
 	Watch Duration `yaml:"watch"`
 }
 
@@ -80,7 +87,18 @@ func DefaultCatalog() Catalog {
 	}
 }
 
+// On says a catalog store is configured.
+func (c *Catalog) On() bool { return c.SQLite != "" || c.Postgres != "" }
+
 func (c *Catalog) validate(errs *Errors) {
+	switch {
+	case c.SQLite != "" && c.Postgres != "":
+		errs.add("catalog.postgres", "set catalog.sqlite or catalog.postgres, not both")
+	case c.Postgres != "":
+		if _, err := pgconn.ParseConfig(c.Postgres); err != nil {
+			errs.add("catalog.postgres", "%v", err) // pgconn leaves the password out
+		}
+	}
 	within(errs, "catalog.cache.max_apps", c.Cache.MaxApps, 1, 100_000_000)
 	within(errs, "catalog.cache.max_unknown", c.Cache.MaxUnknown, 0, 100_000_000)
 	if c.Cache.UnknownTTL < 0 || c.Cache.UnknownTTL.D() > time.Hour {

@@ -54,3 +54,20 @@ func TestCatalogValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestCatalogPostgres(t *testing.T) {
+	cfg, err := Parse([]byte("catalog: {postgres: 'host=/run/postgresql dbname=levee'}\n"))
+	if err != nil || cfg.Catalog.Postgres != "host=/run/postgresql dbname=levee" || !cfg.Catalog.On() {
+		t.Fatalf("%+v %v", cfg.Catalog, err)
+	}
+	for _, c := range []struct{ yaml, want string }{
+		{"catalog: {sqlite: /tmp/c.db, postgres: 'dbname=levee'}", "catalog.postgres: set catalog.sqlite or catalog.postgres, not both"},
+		{"catalog: {postgres: 'postgres://levee:hunter2@[::1'}", "catalog.postgres: cannot parse"},
+		{"catalog: {postgres: 'dbname=levee connect_timeout=soon'}", "catalog.postgres: cannot parse"},
+	} {
+		_, err := Parse([]byte(c.yaml + "\n"))
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%s: err = %v, want %q (and no password)", c.yaml, err, c.want)
+		}
+	}
+}

@@ -13,12 +13,12 @@ const module = "github.com/leveeproxy/levee"
 
 // dataPath are the packages a request passes through.
 var dataPath = []string{
-	"internal/admit", "internal/admit/limit", "internal/balance", "internal/catalog", "internal/catalog/sqlitestore", "internal/clock",
+	"internal/admit", "internal/admit/limit", "internal/balance", "internal/catalog", "internal/catalog/sqlitestore", "internal/catalog/pgstore", "internal/clock",
 	"internal/cluster", "internal/config", "internal/forward", "internal/framing", "internal/h2guard", "internal/health", "internal/membuf", "internal/netlimit", "internal/observe", "internal/overload", "internal/protect", "internal/ratelimit", "internal/reply", "internal/server", "internal/shape",
 }
 
 // forbidden are what the data path must never import.
-var forbidden = []string{"internal/admin", "internal/demo", "internal/redistest", "cmd/"}
+var forbidden = []string{"internal/admin", "internal/demo", "internal/redistest", "internal/pgtest", "internal/catalog/storetest", "cmd/"}
 
 func TestDataPathDoesNotImportAdminOrCmd(t *testing.T) {
 	for _, pkg := range dataPath {

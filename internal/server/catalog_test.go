@@ -16,6 +16,7 @@ import (
 	"github.com/leveeproxy/levee/internal/catalog"
 	"github.com/leveeproxy/levee/internal/catalog/sqlitestore"
 	"github.com/leveeproxy/levee/internal/clock"
+	"github.com/leveeproxy/levee/internal/config"
 )
 
 // catalogFile writes apps (JSONL) to a new catalog file in a temporary
@@ -44,7 +45,7 @@ func catalogFileAt(t *testing.T, path, jsonl string) (w, r *sqlitestore.Store) {
 
 func putApps(t *testing.T, w *sqlitestore.Store, jsonl string) {
 	t.Helper()
-	apps, err := sqlitestore.ReadImport("apps.jsonl", strings.NewReader(jsonl))
+	apps, err := config.ReadImport("apps.jsonl", strings.NewReader(jsonl))
 	if err != nil {
 		t.Fatal(err)
 	}

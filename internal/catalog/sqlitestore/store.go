@@ -18,11 +18,13 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
 
-// Store is a catalog file opened for reading (Open) or writing (Create).
+// Store is a catalog file opened for reading (Open) or writing (Create):
+// Put and Delete (catalog.Writer) write by catalog's rules.
 // It is safe for concurrent use.
 type Store struct {
-	db   *sql.DB
-	path string
+	catalog.Writer // Put and Delete, over write
+	db             *sql.DB
+	path           string
 
 	mu      sync.Mutex
 	forHost map[int]*sql.Stmt // by number of candidate hosts
@@ -53,6 +55,7 @@ func Open(path string, o Options) (*Store, error) {
 	db.SetMaxOpenConns(o.Conns)
 	db.SetMaxIdleConns(o.Conns)
 	s := &Store{db: db, path: path, forHost: map[int]*sql.Stmt{}}
+	s.Writer.Run = s.write
 	if err := s.checkSchema(); err != nil {
 		db.Close()
 		return nil, err
@@ -79,6 +82,7 @@ func Create(path string) (*Store, error) {
 		}
 	}
 	s := &Store{db: db, path: path, forHost: map[int]*sql.Stmt{}}
+	s.Writer.Run = s.write
 	if err := s.checkSchema(); err != nil {
 		db.Close()
 		return nil, err

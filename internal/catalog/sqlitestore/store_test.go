@@ -1,36 +1,41 @@
 package sqlitestore
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/leveeproxy/levee/internal/catalog"
+	"github.com/leveeproxy/levee/internal/catalog/storetest"
 	"github.com/leveeproxy/levee/internal/config"
 )
 
-var t0 = time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+// TestStore runs the behaviour every store shares over SQLite: written by
+// Create, read by Open (read-only) as levee serve does.
+func TestStore(t *testing.T) {
+	storetest.Run(t, storetest.Harness{
+		New: func(t *testing.T) (storetest.Store, storetest.Store) {
+			path := filepath.Join(t.TempDir(), "catalog.db")
+			w, err := Create(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { w.Close() })
+			return w, openRO(t, path)
+		},
+		DropChanges: func(t *testing.T, w storetest.Store, upTo int64) {
+			if _, err := w.(*Store).db.Exec(`DELETE FROM changes WHERE version <= ?`, upTo); err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
+}
 
-const yamlApps = `
-apps:
-  shop:
-    hosts: [shop.example, Www.Shop.Example]
-    paths: [/, /api]
-    backends: [127.0.0.1:9001]
-    limits: {concurrency: 7, rate: 50/s}
-  wild:
-    hosts: ["*.users.example"]
-    backends: [127.0.0.1:9002]
-`
-
-// newStore makes a catalog file in a temporary directory with the apps of yamlApps.
+// newStore makes a catalog file in a temporary directory with storetest.YAMLApps.
 func newStore(t *testing.T) (w *Store, path string) {
 	t.Helper()
 	path = filepath.Join(t.TempDir(), "catalog.db")
@@ -39,11 +44,8 @@ func newStore(t *testing.T) (w *Store, path string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { w.Close() })
-	apps, err := ReadImport("apps.yaml", strings.NewReader(yamlApps))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res, err := w.Put(context.Background(), apps, t0); err != nil || res.Added != 2 {
+	apps := storetest.Apps(t, "apps.yaml", storetest.YAMLApps)
+	if res, err := w.Put(context.Background(), apps, storetest.T0); err != nil || res.Added != 2 {
 		t.Fatalf("put: %+v %v", res, err)
 	}
 	return w, path
@@ -59,30 +61,6 @@ func openRO(t *testing.T, path string) *Store {
 	return r
 }
 
-func TestForHostExactAndWildcard(t *testing.T) {
-	_, path := newStore(t)
-	r := openRO(t, path)
-	ctx := context.Background()
-	recs, err := r.ForHost(ctx, "www.shop.example")
-	if err != nil || len(recs) != 1 {
-		t.Fatalf("www.shop.example: %+v %v", recs, err)
-	}
-	got := recs[0]
-	if got.Name != "shop" || !slices.Equal(got.Hosts, []string{"shop.example", "www.shop.example"}) || !slices.Equal(got.Paths, []string{"/", "/api"}) {
-		t.Errorf("shop = %+v", got)
-	}
-	a, err := config.ParseApp(got.Name, got.Config)
-	if err != nil || a.Limits.Concurrency.Limit != 7 {
-		t.Errorf("stored config does not parse back: %v %+v", err, a)
-	}
-	if recs, err := r.ForHost(ctx, "a.b.users.example"); err != nil || len(recs) != 1 || recs[0].Name != "wild" {
-		t.Errorf("wildcard: %+v %v", recs, err)
-	}
-	if recs, err := r.ForHost(ctx, "users.example"); err != nil || len(recs) != 0 {
-		t.Errorf("a wildcard must not match its own base name: %+v %v", recs, err)
-	}
-}
-
 func TestOpenIsReadOnly(t *testing.T) {
 	_, path := newStore(t)
 	r := openRO(t, path)
@@ -95,115 +73,6 @@ func TestOpenIsReadOnly(t *testing.T) {
 	}
 	if _, err := Open(filepath.Join(t.TempDir(), "missing.db"), Options{}); err == nil {
 		t.Error("opening a missing file must fail, not create it")
-	}
-}
-
-func TestPutRecordsChanges(t *testing.T) {
-	w, path := newStore(t)
-	r := openRO(t, path)
-	ctx := context.Background()
-	v0, err := r.Version(ctx)
-	if err != nil || v0 != 2 {
-		t.Fatalf("version %d %v, want 2", v0, err)
-	}
-	// The same apps again change nothing.
-	apps, _ := ReadImport("apps.yaml", strings.NewReader(yamlApps))
-	if res, err := w.Put(ctx, apps, t0); err != nil || res.Unchanged != 2 {
-		t.Fatalf("re-put: %+v %v", res, err)
-	}
-	moved, err := ReadImport("x.jsonl", strings.NewReader(`{"name":"shop","hosts":["shop2.example"],"backends":["127.0.0.1:9001"]}`+"\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res, err := w.Put(ctx, moved, t0.Add(time.Second)); err != nil || res.Changed != 1 {
-		t.Fatalf("update: %+v %v", res, err)
-	}
-	if n, err := w.Delete(ctx, []string{"wild", "nope"}, t0.Add(2*time.Second)); err != nil || n != 1 {
-		t.Fatalf("delete: %d %v", n, err)
-	}
-	ch, err := r.Changes(ctx, v0, 10)
-	if err != nil || len(ch) != 2 {
-		t.Fatalf("changes: %+v %v", ch, err)
-	}
-	if ch[0].App != "shop" || !slices.Equal(ch[0].Hosts, []string{"shop2.example"}) || !ch[0].At.Equal(t0.Add(time.Second)) {
-		t.Errorf("change 0 = %+v", ch[0])
-	}
-	if ch[1].App != "wild" || len(ch[1].Hosts) != 0 {
-		t.Errorf("change 1 = %+v", ch[1])
-	}
-	if recs, _ := r.ForHost(ctx, "shop.example"); len(recs) != 0 {
-		t.Errorf("shop.example still routes after the move: %+v", recs)
-	}
-	if recs, _ := r.Apps(ctx, []string{"shop", "wild"}); len(recs) != 1 || recs[0].Version != ch[0].Version {
-		t.Errorf("apps after changes: %+v", recs)
-	}
-}
-
-func TestChangesLost(t *testing.T) {
-	w, path := newStore(t)
-	r := openRO(t, path)
-	ctx := context.Background()
-	if _, err := w.db.Exec(`DELETE FROM changes WHERE version = 1`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.Changes(ctx, 0, 10); err != nil {
-		t.Errorf("from 0 (a watcher starting): %v", err)
-	}
-	w.Delete(ctx, []string{"shop", "wild"}, t0)
-	if _, err := w.db.Exec(`DELETE FROM changes WHERE version <= 3`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.Changes(ctx, 2, 10); !errors.Is(err, catalog.ErrChangesLost) {
-		t.Errorf("err = %v, want ErrChangesLost", err)
-	}
-}
-
-func TestPutRefusesAClaimedRoute(t *testing.T) {
-	w, _ := newStore(t)
-	apps, err := ReadImport("x.jsonl", strings.NewReader(`{"name":"thief","hosts":["SHOP.example"],"paths":["/api"],"backends":["127.0.0.1:1"]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = w.Put(context.Background(), apps, t0)
-	if err == nil || !strings.Contains(err.Error(), "host shop.example path /api is already claimed by app shop") {
-		t.Fatalf("err = %v", err)
-	}
-	if recs, _ := w.Apps(context.Background(), []string{"thief"}); len(recs) != 0 {
-		t.Error("a failed put wrote part of its apps")
-	}
-}
-
-func TestReadImportReportsEveryProblem(t *testing.T) {
-	src := `{"name":"a","hosts":["a.example"],"backends":["127.0.0.1:1"]}
-{"name":"b","hosts":[],"backends":["127.0.0.1:1"]}
-not json
-{"name":"a","hosts":["c.example"],"backends":["127.0.0.1:1"]}
-`
-	_, err := ReadImport("apps.jsonl", strings.NewReader(src))
-	for _, want := range []string{"apps.b.hosts: at least one host", "line 3:", "line 4: app a is already on line 1"} {
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("err = %v, want %q", err, want)
-		}
-	}
-}
-
-func TestExportImportsBack(t *testing.T) {
-	w, _ := newStore(t)
-	ctx := context.Background()
-	var out bytes.Buffer
-	if n, err := w.Export(ctx, &out); err != nil || n != 2 {
-		t.Fatalf("export: %d %v", n, err)
-	}
-	apps, err := ReadImport("export.jsonl", &out)
-	if err != nil || len(apps) != 2 {
-		t.Fatalf("re-import: %v", err)
-	}
-	if res, err := w.Put(ctx, apps, t0); err != nil || res.Unchanged != 2 {
-		t.Errorf("an export imported back must change nothing: %+v %v", res, err)
-	}
-	st, err := w.Stats(ctx)
-	if err != nil || st.Apps != 2 || st.Routes != 5 || st.Hosts != 3 || st.WildcardHosts != 1 || st.Version != 2 || st.Bytes == 0 {
-		t.Errorf("stats = %+v, %v", st, err)
 	}
 }
 

@@ -2,130 +2,52 @@ package sqlitestore
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
+	"github.com/leveeproxy/levee/internal/catalog"
 	"github.com/leveeproxy/levee/internal/config"
 )
 
-// PutResult counts what Put did.
-type PutResult struct {
-	Added, Changed, Unchanged int
-}
-
-// Put writes apps (validated by internal/config) in one transaction: all
-// or none. An app whose stored config is the same is left alone (no
-// change row); any other write records a change for watchers. A host and
-// path claimed by another app already in the file fails the whole Put.
-func (s *Store) Put(ctx context.Context, apps []config.AppSource, now time.Time) (PutResult, error) {
-	var res PutResult
+// write runs fn in one transaction with the write statements prepared,
+// prunes the changes and commits.
+func (s *Store) write(ctx context.Context, fn func(catalog.WriteTx) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return res, fmt.Errorf("sqlitestore: %w", err)
+		return fmt.Errorf("sqlitestore: %w", err)
 	}
 	defer tx.Rollback()
 	st, err := prepare(ctx, tx)
 	if err != nil {
-		return res, err
+		return err
 	}
 	defer st.close()
-	for _, a := range apps {
-		var old []byte
-		switch err := st.getConfig.QueryRowContext(ctx, a.Name).Scan(&old); {
-		case errors.Is(err, sql.ErrNoRows):
-			res.Added++
-		case err != nil:
-			return res, fmt.Errorf("sqlitestore: %s: %w", a.Name, err)
-		case bytes.Equal(old, a.Config):
-			res.Unchanged++
-			continue
-		default:
-			res.Changed++
-		}
-		hosts := lowerAll(a.App.Hosts)
-		v, err := st.change(ctx, a.Name, hosts, now)
-		if err != nil {
-			return res, err
-		}
-		if _, err := st.putApp.ExecContext(ctx, a.Name, a.Config, v); err != nil {
-			return res, fmt.Errorf("sqlitestore: %s: %w", a.Name, err)
-		}
-		if _, err := st.delRoutes.ExecContext(ctx, a.Name); err != nil {
-			return res, fmt.Errorf("sqlitestore: %s: %w", a.Name, err)
-		}
-		for _, h := range hosts {
-			for _, p := range a.App.Paths {
-				var owner string
-				switch err := st.routeOwner.QueryRowContext(ctx, h, p).Scan(&owner); {
-				case err == nil:
-					return res, fmt.Errorf("sqlitestore: apps.%s: host %s path %s is already claimed by app %s", a.Name, h, p, owner)
-				case !errors.Is(err, sql.ErrNoRows):
-					return res, fmt.Errorf("sqlitestore: %s: %w", a.Name, err)
-				}
-				if _, err := st.putRoute.ExecContext(ctx, h, p, a.Name); err != nil {
-					return res, fmt.Errorf("sqlitestore: %s: %w", a.Name, err)
-				}
-			}
-		}
+	if err := fn(st); err != nil {
+		return fmt.Errorf("sqlitestore: %w", err)
 	}
 	if err := prune(ctx, tx); err != nil {
-		return res, err
+		return err
 	}
 	if err := tx.Commit(); err != nil {
-		return res, fmt.Errorf("sqlitestore: %w", err)
+		return fmt.Errorf("sqlitestore: %w", err)
 	}
-	return res, nil
+	return nil
 }
 
-// Delete removes the named apps (absent ones are ignored) and records a
-// change for each removed one. It returns how many it removed.
-func (s *Store) Delete(ctx context.Context, names []string, now time.Time) (int, error) {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, fmt.Errorf("sqlitestore: %w", err)
-	}
-	defer tx.Rollback()
-	st, err := prepare(ctx, tx)
-	if err != nil {
-		return 0, err
-	}
-	defer st.close()
-	n := 0
-	for _, name := range names {
-		r, err := tx.ExecContext(ctx, `DELETE FROM apps WHERE name = ?`, name)
-		if err != nil {
-			return n, fmt.Errorf("sqlitestore: %s: %w", name, err)
-		}
-		if k, _ := r.RowsAffected(); k == 0 {
-			continue
-		}
-		n++
-		if _, err := st.delRoutes.ExecContext(ctx, name); err != nil {
-			return n, fmt.Errorf("sqlitestore: %s: %w", name, err)
-		}
-		if _, err := st.change(ctx, name, nil, now); err != nil {
-			return n, err
-		}
-	}
-	if err := prune(ctx, tx); err != nil {
-		return n, err
-	}
-	return n, tx.Commit()
+// writeTx is a write transaction's prepared statements.
+type writeTx struct {
+	getConfig, putApp, delApp, delRoutes, routeOwner, putRoute, addChange *sql.Stmt
 }
 
-type stmts struct {
-	getConfig, putApp, delRoutes, routeOwner, putRoute, addChange *sql.Stmt
-}
+var _ catalog.WriteTx = (*writeTx)(nil)
 
-func prepare(ctx context.Context, tx *sql.Tx) (*stmts, error) {
-	var st stmts
+func prepare(ctx context.Context, tx *sql.Tx) (*writeTx, error) {
+	var st writeTx
 	for _, p := range []struct {
 		dst **sql.Stmt
 		q   string
@@ -133,6 +55,7 @@ func prepare(ctx context.Context, tx *sql.Tx) (*stmts, error) {
 		{&st.getConfig, `SELECT config FROM apps WHERE name = ?`},
 		{&st.putApp, `INSERT INTO apps (name, config, version) VALUES (?, ?, ?)
 			ON CONFLICT (name) DO UPDATE SET config = excluded.config, version = excluded.version`},
+		{&st.delApp, `DELETE FROM apps WHERE name = ?`},
 		{&st.delRoutes, `DELETE FROM routes WHERE app = ?`},
 		{&st.routeOwner, `SELECT app FROM routes WHERE host = ? AND path = ?`},
 		{&st.putRoute, `INSERT INTO routes (host, path, app) VALUES (?, ?, ?)`},
@@ -148,21 +71,66 @@ func prepare(ctx context.Context, tx *sql.Tx) (*stmts, error) {
 	return &st, nil
 }
 
-func (st *stmts) close() {
-	for _, s := range []*sql.Stmt{st.getConfig, st.putApp, st.delRoutes, st.routeOwner, st.putRoute, st.addChange} {
+func (st *writeTx) close() {
+	for _, s := range []*sql.Stmt{st.getConfig, st.putApp, st.delApp, st.delRoutes, st.routeOwner, st.putRoute, st.addChange} {
 		if s != nil {
 			s.Close()
 		}
 	}
 }
 
-// change records a write of app and returns its version.
-func (st *stmts) change(ctx context.Context, app string, hosts []string, now time.Time) (int64, error) {
-	r, err := st.addChange.ExecContext(ctx, app, strings.Join(hosts, "\n"), now.UnixNano())
+func (st *writeTx) Config(ctx context.Context, app string) ([]byte, bool, error) {
+	var cfg []byte
+	switch err := st.getConfig.QueryRowContext(ctx, app).Scan(&cfg); {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, err
+	}
+	return cfg, true, nil
+}
+
+func (st *writeTx) Change(ctx context.Context, app string, hosts []string, at time.Time) (int64, error) {
+	r, err := st.addChange.ExecContext(ctx, app, strings.Join(hosts, "\n"), at.UnixNano())
 	if err != nil {
-		return 0, fmt.Errorf("sqlitestore: %s: %w", app, err)
+		return 0, err
 	}
 	return r.LastInsertId()
+}
+
+func (st *writeTx) PutApp(ctx context.Context, app string, cfg []byte, version int64) error {
+	_, err := st.putApp.ExecContext(ctx, app, cfg, version)
+	return err
+}
+
+func (st *writeTx) DeleteApp(ctx context.Context, app string) (bool, error) {
+	r, err := st.delApp.ExecContext(ctx, app)
+	if err != nil {
+		return false, err
+	}
+	n, err := r.RowsAffected()
+	return n > 0, err
+}
+
+func (st *writeTx) DeleteRoutes(ctx context.Context, app string) error {
+	_, err := st.delRoutes.ExecContext(ctx, app)
+	return err
+}
+
+func (st *writeTx) RouteOwner(ctx context.Context, host, path string) (string, bool, error) {
+	var owner string
+	switch err := st.routeOwner.QueryRowContext(ctx, host, path).Scan(&owner); {
+	case errors.Is(err, sql.ErrNoRows):
+		return "", false, nil
+	case err != nil:
+		return "", false, err
+	}
+	return owner, true, nil
+}
+
+func (st *writeTx) PutRoute(ctx context.Context, host, path, app string) error {
+	_, err := st.putRoute.ExecContext(ctx, host, path, app)
+	return err
 }
 
 // prune keeps the last MaxChanges change rows.
@@ -172,61 +140,6 @@ func prune(ctx context.Context, tx *sql.Tx) error {
 		return fmt.Errorf("sqlitestore: prune changes: %w", err)
 	}
 	return nil
-}
-
-func lowerAll(ss []string) []string {
-	out := make([]string, len(ss))
-	for i, s := range ss {
-		out[i] = strings.ToLower(s)
-	}
-	return out
-}
-
-// ReadImport reads an import file: YAML with an apps: section (name
-// ending in .yaml or .yml) or JSONL, one app a line with its "name"
-// beside its other keys. Every app is validated; any problem fails it all.
-func ReadImport(name string, r io.Reader) ([]config.AppSource, error) {
-	if strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml") {
-		data, err := io.ReadAll(r)
-		if err != nil {
-			return nil, err
-		}
-		return config.ParseAppsYAML(data)
-	}
-	var out []config.AppSource
-	var errs config.Errors
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	seen := map[string]int{}
-	for line := 1; sc.Scan(); line++ {
-		b := bytes.TrimSpace(sc.Bytes())
-		if len(b) == 0 {
-			continue
-		}
-		a, err := config.ParseAppJSON(b, line)
-		if err != nil {
-			var es config.Errors
-			if errors.As(err, &es) {
-				errs = append(errs, es...)
-			} else {
-				errs = append(errs, config.FieldError{Path: fmt.Sprintf("line %d", line), Msg: err.Error()})
-			}
-			continue
-		}
-		if prev, ok := seen[a.Name]; ok {
-			errs = append(errs, config.FieldError{Path: fmt.Sprintf("line %d", line), Msg: fmt.Sprintf("app %s is already on line %d", a.Name, prev)})
-			continue
-		}
-		seen[a.Name] = line
-		out = append(out, a)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	if len(errs) > 0 {
-		return nil, errs
-	}
-	return out, nil
 }
 
 // Export writes every app as JSONL, by name: the import format, so an
@@ -245,17 +158,11 @@ func (s *Store) Export(ctx context.Context, w io.Writer) (int, error) {
 		if err := rows.Scan(&name, &cfg); err != nil {
 			return n, fmt.Errorf("sqlitestore: %w", err)
 		}
-		var m map[string]json.RawMessage
-		if err := json.Unmarshal(cfg, &m); err != nil {
-			return n, fmt.Errorf("sqlitestore: app %s: stored config: %w", name, err)
-		}
-		m["name"], _ = json.Marshal(name)
-		line, err := json.Marshal(m)
+		line, err := config.AppJSONLine(name, cfg)
 		if err != nil {
-			return n, fmt.Errorf("sqlitestore: app %s: %w", name, err)
+			return n, fmt.Errorf("sqlitestore: %w", err)
 		}
 		bw.Write(line)
-		bw.WriteByte('\n')
 		n++
 	}
 	if err := rows.Err(); err != nil {
@@ -264,19 +171,10 @@ func (s *Store) Export(ctx context.Context, w io.Writer) (int, error) {
 	return n, bw.Flush()
 }
 
-// Stats describes a catalog file.
-type Stats struct {
-	Apps, Routes, Hosts, WildcardHosts int64
-	Version                            int64 // of the latest change
-	Changes                            int64 // change rows kept
-	OldestChange                       int64
-	Bytes                              int64 // file size (pages × page size)
-}
-
 // Stats counts the file's contents. It scans the routes index: seconds at
 // millions of apps.
-func (s *Store) Stats(ctx context.Context) (Stats, error) {
-	var st Stats
+func (s *Store) Stats(ctx context.Context) (catalog.StoreStats, error) {
+	var st catalog.StoreStats
 	for _, q := range []struct {
 		dst *int64
 		sql string
