@@ -107,7 +107,7 @@ func (q *waitList) remove(w *waiter) {
 }
 
 func newSched(l Limits, clk clock.Clock, wake func(*waiter)) *sched {
-	return &sched{clk: clk, limits: sanitize(l), wake: wake, clients: make(map[string]*client)}
+	return &sched{clk: clk, limits: sanitize(l), wake: wake} // clients made on the first waiter
 }
 
 func (s *sched) target() time.Duration {
@@ -149,6 +149,9 @@ func (s *sched) client(key string) *client {
 		c = new(client)
 	}
 	c.key = key
+	if s.clients == nil {
+		s.clients = make(map[string]*client)
+	}
 	s.clients[key] = c
 	return c
 }

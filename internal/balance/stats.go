@@ -1,6 +1,7 @@
 package balance
 
 import (
+	"slices"
 	"sync"
 	"time"
 )
@@ -43,7 +44,12 @@ type Counts map[*Backend]uint64
 
 // Counts returns the lifetime request count of every backend of s. O(Len),
 // one allocation; for the metrics and admin layers, not the request path.
+// While no backend has counted a request it is nil, which reads as zero
+// for every backend (a new app's first mark costs nothing).
 func (s *Set) Counts() Counts {
+	if !slices.ContainsFunc(s.backends, func(b *Backend) bool { return b.requests.Load() > 0 }) {
+		return nil
+	}
 	c := make(Counts, len(s.backends))
 	for _, b := range s.backends {
 		c[b] = b.requests.Load()

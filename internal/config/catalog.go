@@ -65,10 +65,11 @@ const (
 	DefaultCatalogMaxUnknown  = 100_000
 	DefaultCatalogUnknownTTL  = 5 * time.Second
 	DefaultCatalogConcurrency = 8
-	// DefaultCatalogLoadRate: a load and the app it composes cost about 1 ms
-	// of CPU (bench/catalog.sh), so cold waves take at most about a quarter
-	// of a core by default.
-	DefaultCatalogLoadRate   = 250
+	// DefaultCatalogLoadRate: a load (the store's query, ~120 µs) and the
+	// app it composes (~45 µs: parse, compose, and the eviction it causes)
+	// cost about 170 µs of CPU on the 2-core bench machine (bench/catalog.sh),
+	// so cold waves take at most about a fifth of a core by default.
+	DefaultCatalogLoadRate   = 1000
 	DefaultCatalogMaxWaiters = 256
 	DefaultCatalogTimeout    = 500 * time.Millisecond
 	DefaultCatalogRetryAfter = time.Second

@@ -8,8 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leveeproxy/levee/internal/balance"
@@ -21,7 +21,6 @@ import (
 	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/shape"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 )
 
@@ -35,15 +34,15 @@ const (
 
 // Options build a Pool.
 type Options struct {
-	App       string
-	Backends  []config.Backend
-	Transport http.RoundTripper
-	Trust     Trust
-	ErrorLog  *observe.ErrorLog
-	Metrics   *observe.Metrics
-	// FastClients are the fasthttp clients by backend address (see
-	// NewFastClient), for ServeFast; nil when no listener uses fasthttp.
-	FastClients map[string]*fasthttp.HostClient
+	App      string
+	Backends []config.Backend
+	// Conns are the backends' connection pools (see Upstreams): Conns[i]
+	// is Backends[i]'s; required.
+	Conns    []*Upstream
+	Trust    Trust
+	ErrorLog *observe.ErrorLog
+	// Metrics are the app's metrics (backend and retry counters); required.
+	Metrics *observe.AppMetrics
 	// Upstream bounds the dial and the response headers of upgrades (fasthttp).
 	Upstream config.Upstream
 	// OnReject counts a request refused while its body streamed (reason as
@@ -105,10 +104,14 @@ type Pool struct {
 }
 
 type backend struct {
-	addr     string
-	proxy    *httputil.ReverseProxy
+	addr      string
+	transport *http.Transport
+	// proxy is the net/http engine's proxy to the backend, made on its
+	// first request (see Pool.proxy): an app served over fasthttp alone
+	// never makes one.
+	proxy    atomic.Pointer[httputil.ReverseProxy]
 	fast     *fasthttp.HostClient
-	requests prometheus.Counter
+	requests *observe.Counter
 }
 
 // NewPool returns a Pool over o.Backends, balanced by o.Balance.
@@ -146,31 +149,42 @@ func NewPool(o Options) *Pool {
 	if p.clk == nil {
 		p.clk = clock.Real{}
 	}
-	retries, exhausted := o.Metrics.RetryCounters(o.App)
-	p.retry = newRetryPolicy(o.Retry, retries, exhausted)
-	for _, b := range o.Backends {
-		be := &backend{addr: b.Addr, requests: o.Metrics.BackendCounter(o.App, b.Addr), fast: o.FastClients[b.Addr]}
-		target := &url.URL{Scheme: "http", Host: b.Addr}
-		be.proxy = &httputil.ReverseProxy{
-			Rewrite: func(pr *httputil.ProxyRequest) {
-				pr.Out.URL.Scheme, pr.Out.URL.Host = target.Scheme, target.Host
-				// Keep the client's Host: backends of a multi-tenant edge route on it.
-				pr.Out.Host = pr.In.Host
-				o.Trust.setForwarded(pr.In, pr.Out.Header)
-				dropH2CUpgrade(pr.Out.Header)
-				delete(pr.Out.Header, "Proxy") // httpoxy: see isProxy
-			},
-			Transport:    o.Transport,
-			BufferPool:   bufferPool{},
-			ErrorHandler: p.errorHandler(be),
-			// Unknown-length and event-stream responses are flushed as they
-			// arrive (ReverseProxy's rule); others are copied through a 32 KiB buffer.
-			FlushInterval: 0,
-		}
-		be.proxy.ModifyResponse = p.modifyResponse
-		p.backends = append(p.backends, be)
+	retries, exhausted := o.Metrics.RetryCounters()
+	p.retry = newRetryPolicy(o.Retry, len(o.Backends), retries, exhausted)
+	p.backends = make([]*backend, len(o.Backends))
+	for i, b := range o.Backends {
+		p.backends[i] = &backend{addr: b.Addr, requests: o.Metrics.BackendCounter(b.Addr),
+			transport: o.Conns[i].Transport, fast: o.Conns[i].Fast}
 	}
 	return p
+}
+
+// proxy returns be's ReverseProxy, made on its first use.
+func (p *Pool) proxy(be *backend) *httputil.ReverseProxy {
+	if rp := be.proxy.Load(); rp != nil {
+		return rp
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", be.addr
+			// Keep the client's Host: backends of a multi-tenant edge route on it.
+			pr.Out.Host = pr.In.Host
+			p.trust.setForwarded(pr.In, pr.Out.Header)
+			dropH2CUpgrade(pr.Out.Header)
+			delete(pr.Out.Header, "Proxy") // httpoxy: see isProxy
+		},
+		Transport:      be.transport,
+		BufferPool:     bufferPool{},
+		ErrorHandler:   p.errorHandler(be),
+		ModifyResponse: p.modifyResponse,
+		// Unknown-length and event-stream responses are flushed as they
+		// arrive (ReverseProxy's rule); others are copied through a 32 KiB buffer.
+		FlushInterval: 0,
+	}
+	if !be.proxy.CompareAndSwap(nil, rp) {
+		return be.proxy.Load()
+	}
+	return rp
 }
 
 // modifyResponse is ReverseProxy's ModifyResponse: each read of the body
@@ -230,7 +244,7 @@ func (p *Pool) Serve(w http.ResponseWriter, r *http.Request, sh *shape.Checker, 
 	defer func() { // deferred: ReverseProxy aborts with a panic mid-body
 		p.done(bal, i, httpOutcome(w, r), start)
 	}()
-	be.proxy.ServeHTTP(w, r)
+	p.proxy(be).ServeHTTP(w, r)
 }
 
 // done reports a finished request to the balancer and the outcome observer.

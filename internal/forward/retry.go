@@ -7,7 +7,7 @@ import (
 
 	"github.com/leveeproxy/levee/internal/balance"
 	"github.com/leveeproxy/levee/internal/config"
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/valyala/fasthttp"
 )
 
@@ -17,14 +17,14 @@ type retryPolicy struct {
 	attempts  int  // tries per request, the first included
 	onConnect bool // retry connect errors
 	statuses  [3]bool
-	budget    *Budget
-	retries   prometheus.Counter
-	exhausted prometheus.Counter
+	budget    *Budget // nil unless a request can be retried (attempts > 1, backends > 1)
+	retries   *observe.Counter
+	exhausted *observe.Counter
 }
 
-func newRetryPolicy(r config.Retry, retries, exhausted prometheus.Counter) retryPolicy {
-	rp := retryPolicy{attempts: max(r.Attempts, 1), budget: NewBudget(int(r.Budget), r.MinPerWindow),
-		retries: retries, exhausted: exhausted}
+// newRetryPolicy is r for a pool of n backends (one cannot retry).
+func newRetryPolicy(r config.Retry, n int, retries, exhausted *observe.Counter) retryPolicy {
+	rp := retryPolicy{attempts: max(r.Attempts, 1), retries: retries, exhausted: exhausted}
 	for _, on := range r.On {
 		switch on {
 		case config.RetryConnect:
@@ -35,6 +35,9 @@ func newRetryPolicy(r config.Retry, retries, exhausted prometheus.Counter) retry
 	}
 	if r.Budget == 0 {
 		rp.attempts = 1
+	}
+	if rp.attempts > 1 && n > 1 {
+		rp.budget = NewBudget(int(r.Budget), r.MinPerWindow)
 	}
 	return rp
 }

@@ -57,7 +57,7 @@ func (p *Pool) serveRetrying(w http.ResponseWriter, r *http.Request, bal balance
 		be := p.backends[a.i]
 		be.requests.Inc()
 		a.retry = false
-		be.proxy.ServeHTTP(w, r)
+		p.proxy(be).ServeHTTP(w, r)
 		if !a.retry {
 			return
 		}

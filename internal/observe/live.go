@@ -93,15 +93,40 @@ func (r *maxRing) max(now int64) uint64 {
 // Live is one app's recent traffic, for people rather than Prometheus:
 // requests, refusals and shadow refusals by reason, and queue waits, per
 // second over the last LiveSeconds. Recording costs an atomic add or two
-// and allocates only the first time a reason is seen. Safe for concurrent
-// use; the zero value is ready.
+// and allocates only the first time: the rings on the first event (so an
+// app that has served nothing costs a few words), a reason's on its first.
+// Safe for concurrent use; the zero value is ready.
 type Live struct {
+	rings    atomic.Pointer[liveRings] // nil until the first event
+	rejected reasonRings
+	shadowed reasonRings
+}
+
+type liveRings struct {
 	requests  secRing
 	waits     secRing // requests that queued
 	waitMicro secRing // their waits, summed in µs
 	waitMax   maxRing // the longest wait, in µs
-	rejected  reasonRings
-	shadowed  reasonRings
+}
+
+// noRings is what a Live without events reads: shared, never written.
+var noRings liveRings
+
+// read returns the rings, noRings before the first event.
+func (l *Live) read() *liveRings {
+	if r := l.rings.Load(); r != nil {
+		return r
+	}
+	return &noRings
+}
+
+// write returns the rings, made on the first event.
+func (l *Live) write() *liveRings {
+	if r := l.rings.Load(); r != nil {
+		return r
+	}
+	l.rings.CompareAndSwap(nil, new(liveRings))
+	return l.rings.Load()
 }
 
 // reasonRings is a secRing per reason, made on a reason's first event.
@@ -134,7 +159,7 @@ func (r *reasonRings) rates(now int64) map[string]float64 {
 var noRates = map[string]float64{}
 
 // Request counts one answered request at now.
-func (l *Live) Request(now time.Time) { l.requests.add(now.Unix(), 1) }
+func (l *Live) Request(now time.Time) { l.write().requests.add(now.Unix(), 1) }
 
 // Rejected counts one refusal for reason at now.
 func (l *Live) Rejected(reason string, now time.Time) { l.rejected.add(reason, now.Unix()) }
@@ -145,9 +170,10 @@ func (l *Live) Shadowed(reason string, now time.Time) { l.shadowed.add(reason, n
 // Waited records the queue wait d of a request admitted at now.
 func (l *Live) Waited(d time.Duration, now time.Time) {
 	sec, us := now.Unix(), uint64(max(d.Microseconds(), 0))
-	l.waits.add(sec, 1)
-	l.waitMicro.add(sec, min(us, 1<<30)) // a second's sum stays below 2^40
-	l.waitMax.note(sec, us)
+	r := l.write()
+	r.waits.add(sec, 1)
+	r.waitMicro.add(sec, min(us, 1<<30)) // a second's sum stays below 2^40
+	r.waitMax.note(sec, us)
 }
 
 // LiveRates is an app's traffic per second over the last LiveSeconds.
@@ -166,7 +192,7 @@ type LiveRates struct {
 
 // RequestRate is the requests per second over the window before now.
 func (l *Live) RequestRate(now time.Time) float64 {
-	return float64(l.requests.sum(now.Unix())) / LiveSeconds
+	return float64(l.read().requests.sum(now.Unix())) / LiveSeconds
 }
 
 // Rates reads the window that ends at now's second. A nil l reads zero.
@@ -174,16 +200,16 @@ func (l *Live) Rates(now time.Time) LiveRates {
 	if l == nil {
 		return LiveRates{Rejected: noRates, Shadowed: noRates}
 	}
-	sec := now.Unix()
+	sec, rings := now.Unix(), l.read()
 	r := LiveRates{
-		Requests: float64(l.requests.sum(sec)) / LiveSeconds,
+		Requests: float64(rings.requests.sum(sec)) / LiveSeconds,
 		Rejected: l.rejected.rates(sec),
 		Shadowed: l.shadowed.rates(sec),
-		Queued:   float64(l.waits.sum(sec)) / LiveSeconds,
+		Queued:   float64(rings.waits.sum(sec)) / LiveSeconds,
 	}
-	if n := l.waits.sum(sec); n > 0 {
-		r.QueueWaitMs = float64(l.waitMicro.sum(sec)) / float64(n) / 1e3
+	if n := rings.waits.sum(sec); n > 0 {
+		r.QueueWaitMs = float64(rings.waitMicro.sum(sec)) / float64(n) / 1e3
 	}
-	r.QueueMaxMs = float64(l.waitMax.max(sec)) / 1e3
+	r.QueueMaxMs = float64(rings.waitMax.max(sec)) / 1e3
 	return r
 }

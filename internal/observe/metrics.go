@@ -4,10 +4,8 @@
 package observe
 
 import (
-	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -143,10 +141,11 @@ func NewMetrics(gauges AppGauges) *Metrics {
 // fake one); call it before any app's metrics are used.
 func (m *Metrics) SetClock(clk clock.Clock) { m.clk = clk }
 
-// App returns the metrics of one app with its label bound, for the request path.
+// App returns the metrics of one app, for the request path. Its series are
+// made on their first use (an app that never answers a 404 has no 404
+// series), so a cold app costs a few hundred bytes until it serves.
 func (m *Metrics) App(app string) *AppMetrics {
-	return &AppMetrics{m: m, app: app, duration: m.duration.WithLabelValues(app),
-		queueWait: m.queueWait.WithLabelValues(app)}
+	return &AppMetrics{m: m, app: app}
 }
 
 // ConnRejected counts a connection closed at accept on listener, for
@@ -167,28 +166,18 @@ func (m *Metrics) Reload(ok bool) {
 	}
 }
 
-// BackendCounter returns the request counter for one backend of app.
-func (m *Metrics) BackendCounter(app, backend string) prometheus.Counter {
-	return m.backendRequests.WithLabelValues(app, backend)
-}
-
-// RetryCounters returns app's counters of retries made and of retries the
-// budget refused.
-func (m *Metrics) RetryCounters(app string) (retries, exhausted prometheus.Counter) {
-	return m.retries.WithLabelValues(app), m.retryExhausted.WithLabelValues(app)
-}
-
-// AppMetrics are one app's request metrics with labels pre-bound.
+// AppMetrics are one app's request metrics, each series bound on its first
+// use and cached, so that recording allocates nothing after warm-up.
 // Safe for concurrent use.
 type AppMetrics struct {
-	m        *Metrics
-	app      string
-	duration prometheus.Observer
-	// queueWait observes only requests that waited for their slot.
-	queueWait prometheus.Observer
-	// codes caches the counter child of each status 100..599 once it is first
+	m   *Metrics
+	app string
+	// duration and queueWait (only requests that waited for their slot).
+	duration  lazyObserver
+	queueWait lazyObserver
+	// codes caches the counter child of each status code once it is first
 	// used, so only codes that happened appear as series.
-	codes [500]atomic.Pointer[counter]
+	codes codeCounters
 	// rejected caches the counter child of each rejection reason.
 	rejected sync.Map // reason → prometheus.Counter
 	// Live is the app's recent traffic for the admin API. Requests are
@@ -196,29 +185,20 @@ type AppMetrics struct {
 	// refusals and queue waits by Rejected and QueueWait.
 	Live     Live
 	shadowed shadowCounts
+	// series are the series bound so far, for Forget.
+	series boundSeries
 }
-
-type counter struct{ prometheus.Counter }
 
 // Observe records one answered request.
 func (a *AppMetrics) Observe(code int, seconds float64) {
-	if code >= 100 && code < 600 {
-		c := a.codes[code-100].Load()
-		if c == nil {
-			c = &counter{a.m.requests.WithLabelValues(a.app, strconv.Itoa(code))}
-			a.codes[code-100].Store(c)
-		}
-		c.Inc()
-	} else {
-		a.m.requests.WithLabelValues(a.app, strconv.Itoa(code)).Inc()
-	}
-	a.duration.Observe(seconds)
+	a.codeCounter(code).Inc()
+	a.duration.get(a, a.m.duration).Observe(seconds)
 }
 
 // QueueWait records the time an admitted request waited for its
 // concurrency slot; callers record only requests that waited.
 func (a *AppMetrics) QueueWait(d time.Duration) {
-	a.queueWait.Observe(d.Seconds())
+	a.queueWait.get(a, a.m.queueWait).Observe(d.Seconds())
 	a.Live.Waited(d, a.m.clk.Now())
 }
 
@@ -229,9 +209,27 @@ func (a *AppMetrics) Rejected(reason string) {
 		c.(prometheus.Counter).Inc()
 		return
 	}
-	c, _ := a.rejected.LoadOrStore(reason, a.m.rejected.WithLabelValues(a.app, reason))
+	c, _ := a.rejected.LoadOrStore(reason, a.bindCounter(a.m.rejected, reason))
 	c.(prometheus.Counter).Inc()
 }
+
+// BackendCounter returns the counter of the app's requests sent to backend
+// addr (levee_backend_requests_total), bound on its first Inc.
+func (a *AppMetrics) BackendCounter(addr string) *Counter {
+	return &Counter{a: a, vec: a.m.backendRequests, label: addr}
+}
+
+// RetryCounters returns the app's counters of retries made and of retries
+// the budget refused, bound on their first Inc.
+func (a *AppMetrics) RetryCounters() (retries, exhausted *Counter) {
+	return &Counter{a: a, vec: a.m.retries}, &Counter{a: a, vec: a.m.retryExhausted}
+}
+
+// Forget drops every series the app bound (an app removed from the config,
+// or a stored app released): a map deletion each, however many apps there
+// are. Requests still recording on a forgotten AppMetrics count into
+// series no longer exported.
+func (a *AppMetrics) Forget() { a.series.forget(a.app) }
 
 type appCollector struct{ gauges AppGauges }
 
@@ -324,19 +322,6 @@ func topGauges(ch chan<- prometheus.Metric, d *prometheus.Desc, app string, top 
 		seen[client] = struct{}{}
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(e.Count), app, client)
 	}
-}
-
-// Forget drops the series of an app removed from the config.
-func (m *Metrics) Forget(app string) {
-	l := prometheus.Labels{"app": app}
-	m.requests.DeletePartialMatch(l)
-	m.duration.DeletePartialMatch(l)
-	m.queueWait.DeletePartialMatch(l)
-	m.rejected.DeletePartialMatch(l)
-	m.shadowed.DeletePartialMatch(l)
-	m.backendRequests.DeletePartialMatch(l)
-	m.retries.DeletePartialMatch(l)
-	m.retryExhausted.DeletePartialMatch(l)
 }
 
 func b2f(b bool) float64 {

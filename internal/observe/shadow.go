@@ -35,7 +35,7 @@ func (a *AppMetrics) Shadowed(reason string) {
 	c, ok := a.shadowed.byReason.Load(reason)
 	if !ok {
 		c, _ = a.shadowed.byReason.LoadOrStore(reason,
-			&shadowCounter{Counter: a.m.shadowed.WithLabelValues(a.app, reason)})
+			&shadowCounter{Counter: a.bindCounter(a.m.shadowed, reason)})
 	}
 	sc := c.(*shadowCounter)
 	sc.Inc()

@@ -358,10 +358,13 @@ func (s *spaceSaving) down(i int) {
 // three windows (WindowNames). A nil *ClientTop (top_k: 0) records
 // nothing. Safe for concurrent use: one lock for every dimension, so a
 // request costs one lock and one summary update per dimension it has.
+// A dimension's summaries are made on its first count (an app without
+// refusals or batch bodies never makes theirs), so a ClientTop that has
+// counted nothing is a few words.
 type ClientTop struct {
 	k  int
 	mu sync.Mutex
-	by [dimensions]tiered
+	by [dimensions]*tiered // nil until the dimension's first count
 }
 
 // The dimensions of a ClientTop, as the admin API names them (by=).
@@ -392,8 +395,8 @@ const tiers = 3
 // tiered is one dimension's summaries: tiers[0] takes every count.
 type tiered struct{ tiers [tiers]tier }
 
-func newTiered(k int) tiered {
-	var t tiered
+func newTiered(k int) *tiered {
+	t := new(tiered)
 	for i := range t.tiers {
 		t.tiers[i] = newTier(k, tierHalves[i])
 	}
@@ -417,6 +420,9 @@ func (t *tiered) rotate(i int, now time.Time) {
 
 // rotateAll moves every tier to now, for a report.
 func (t *tiered) rotateAll(now time.Time) {
+	if t == nil {
+		return
+	}
 	for i := range t.tiers {
 		t.rotate(i, now)
 	}
@@ -428,6 +434,9 @@ func (t *tiered) rotateAll(now time.Time) {
 // report after the lock is let go, so a reader holds the lock the
 // request path takes only for a copy of a few slots.
 func (t *tiered) cover(w int) []*spaceSaving {
+	if t == nil {
+		return nil // nothing counted yet
+	}
 	ss := []*spaceSaving{t.tiers[w].cur.clone(), t.tiers[w].prev.clone()}
 	for i := w - 1; i >= 0; i-- {
 		ss = append(ss, t.tiers[i].cur.clone())
@@ -452,11 +461,7 @@ func NewClientTop(k int) *ClientTop {
 	if k <= 0 {
 		return nil
 	}
-	c := &ClientTop{k: k}
-	for i := range c.by {
-		c.by[i] = newTiered(k)
-	}
-	return c
+	return &ClientTop{k: k}
 }
 
 // K returns the number of clients kept per dimension (0 for nil).
@@ -479,7 +484,14 @@ func (c *ClientTop) Observe(client string, rejected bool, bytes, items uint64, n
 	}
 	c.mu.Lock()
 	for i, w := range [dimensions]uint64{1, b2u(rejected), bytes, items} {
-		t := &c.by[i]
+		t := c.by[i]
+		if t == nil {
+			if w == 0 {
+				continue // nothing to count, nothing to move on
+			}
+			t = newTiered(c.k)
+			c.by[i] = t
+		}
 		t.rotate(0, now)
 		if w > 0 {
 			t.tiers[0].cur.add(client, w)

@@ -28,8 +28,8 @@ type appView struct {
 	hosts   []string
 	stored  bool
 	limiter *admit.Limiter
-	conf    admit.Limits // configured, before any scale
-	limits  config.Limits
+	conf    admit.Limits   // configured, before any scale
+	limits  *config.Limits // the app config's, never written
 	metrics *observe.AppMetrics
 	top     *observe.ClientTop
 	guard   *protect.Guard
@@ -44,7 +44,7 @@ type appView struct {
 // s.mu.
 func (s *Server) publish(a *app, ac *config.App, rt *route) {
 	v := &appView{name: a.name, hosts: ac.Hosts, stored: a.stored != nil, limiter: a.limiter, conf: a.conf,
-		limits: ac.Limits, metrics: a.metrics, top: a.top, guard: rt.guard, window: a.window, set: a.backends,
+		limits: &ac.Limits, metrics: a.metrics, top: a.top, guard: rt.guard, window: a.window, set: a.backends,
 		alert: a.alert, adaptive: a.adaptive != nil}
 	s.views.Store(a.name, v)
 }

@@ -83,17 +83,12 @@ func (s *Server) composeStored(r catalog.Record) (*route, error) {
 		s.mu.Unlock()
 		return nil, fmt.Errorf("app %s: %w", r.Name, errShadowed)
 	}
-	rt, retired, retiredFast := s.composeApp(r.Name, ac, s.cfg, s.trust)
+	rt, retired := s.composeApp(r.Name, ac, s.cfg, s.trust)
 	rt.app.stored = ac
 	rt.app.storedRefs++
 	s.publish(rt.app, ac, rt) // as stored
 	s.mu.Unlock()
-	for _, t := range retired {
-		t.CloseIdleConnections()
-	}
-	for _, c := range retiredFast {
-		c.CloseIdleConnections()
-	}
+	s.releaseConns(retired)
 	return rt, nil
 }
 
@@ -110,15 +105,12 @@ func (s *Server) releaseStored(rt *route) {
 	}
 	delete(s.apps, a.name)
 	s.unpublish(a.name)
-	s.metrics.Forget(a.name)
+	a.metrics.Forget()
 	if a.checker != nil {
 		a.checker.Stop()
 		a.checker = nil // a recomposed app starts its checks again
 	}
-	a.transport.CloseIdleConnections()
-	for _, c := range a.fast {
-		c.CloseIdleConnections()
-	}
+	s.releaseConns(a.dropConns())
 	s.parked.park(a, s.clk.Now(), s.cfg.Catalog.Cache.MaxApps)
 }
 
@@ -161,7 +153,7 @@ func (p *parkedApps) park(a *app, now time.Time, limit int) {
 		p.order = p.order[1:]
 		if pa, ok := p.apps[name]; ok {
 			delete(p.apps, name)
-			forgetRates(pa.a.rates)
+			pa.a.rates.forget()
 			forgetBandwidth(pa.a)
 		}
 	}
@@ -179,7 +171,7 @@ func (p *parkedApps) take(name string, now time.Time) *app {
 	}
 	delete(p.apps, name)
 	if now.After(pa.until) {
-		forgetRates(pa.a.rates)
+		pa.a.rates.forget()
 		forgetBandwidth(pa.a)
 		return nil
 	}

@@ -42,17 +42,70 @@ func (s *Server) newCluster(cfg config.Cluster) *cluster.Cluster {
 	return c
 }
 
-// newAppRates makes an app's rate limit state: shared through Redis in
-// cluster mode, else in process.
-func (s *Server) newAppRates(name string, maxKeys int) rateStore {
-	if s.cluster == nil {
-		return newRateStore(maxKeys)
+// appRates is an app's rate limit state, each part made when its limit
+// first comes on (an app without rate limits has none): the app's own
+// bucket, a table of one key, and the clients', of limits.client.max_keys
+// keys. The clients' table is sized once for the app's life: a smaller one
+// would drop clients mid-burst, so a change of max_keys applies at
+// restart. In cluster mode both are one store shared through Redis.
+// Guarded by Server.mu; a route keeps the stores it was composed with.
+type appRates struct {
+	app, client rateStore // nil while off
+	shared      *cluster.Store
+}
+
+// applyRates makes the rate state rt's limits need and gives each rule
+// its store.
+func (s *Server) applyRates(a *app, rt *route, maxKeys int) {
+	if rt.appRate == nil && rt.clientRate == nil {
+		return
 	}
-	st, err := s.cluster.Store(name, maxKeys, redisKeyName)
-	if err != nil { // validated config: a broken invariant
-		panic(fmt.Sprintf("server: cluster rate store: %v", err))
+	if a.rates == nil {
+		a.rates = new(appRates)
 	}
-	return st
+	r := a.rates
+	if s.cluster != nil && r.shared == nil {
+		st, err := s.cluster.Store(a.name, maxKeys, redisKeyName)
+		if err != nil { // validated config: a broken invariant
+			panic(fmt.Sprintf("server: cluster rate store: %v", err))
+		}
+		r.shared, r.app, r.client = st, st, st
+	}
+	if rt.appRate != nil {
+		if r.app == nil {
+			r.app = newRateStore(1)
+		}
+		rt.appRate.store = r.app
+	}
+	if rt.clientRate != nil {
+		if r.client == nil {
+			r.client = newRateStore(maxKeys)
+		}
+		rt.clientRate.store = r.client
+	}
+}
+
+// sweep drops idle state at now.
+func (r *appRates) sweep(now time.Time) {
+	if r == nil {
+		return
+	}
+	if r.shared != nil {
+		r.shared.Sweep(now)
+		return
+	}
+	for _, st := range []rateStore{r.app, r.client} {
+		if st != nil {
+			st.Sweep(now)
+		}
+	}
+}
+
+// forget drops the state a removed app left in the cluster store.
+func (r *appRates) forget() {
+	if r != nil && r.shared != nil {
+		r.shared.Close()
+	}
 }
 
 // redisKeyName names an app's rate keys in Redis: the app's own limit and
@@ -62,13 +115,6 @@ func redisKeyName(key string) string {
 		return "rate"
 	}
 	return "client:" + key
-}
-
-// forgetRates drops the state a removed app left in the cluster store.
-func forgetRates(r rateStore) {
-	if st, ok := r.(*cluster.Store); ok {
-		st.Close()
-	}
 }
 
 // forgetBandwidth stops sharing an app's bandwidth limit through the

@@ -23,6 +23,7 @@ type rateRule struct {
 	lim    ratelimit.Limit
 	policy ratelimit.Policy
 	reason string
+	store  rateStore // the app's state of this limit (appRates)
 }
 
 // gcraLimit is a configured rate and burst (0: derived) as a GCRA limit;
@@ -51,14 +52,13 @@ func newRateRule(name, reason string, r config.Rate, burst int) *rateRule {
 // limit is only peeked before the client's is spent. It counts refusals.
 // Both limits are scaled by the server's factor now (see scale.go).
 func (rt *route) limitRate(client string, now time.Time) (refusal, bool) {
-	store := rt.app.rates
 	f := loadFactor(rt.rateFactor)
 	var appLim ratelimit.Limit
 	var let refusal // a request let through: its shadowed reasons
 	if rt.appRate != nil {
 		appLim = scaleRate(rt.appRate.lim, f)
-		if d := store.AllowAt(appKey, appLim, now, 0); d.Remaining < 1 {
-			ref, ok := rt.refuseRate(rt.appRate, store.AllowAt(appKey, appLim, now, 1))
+		if d := rt.appRate.store.AllowAt(appKey, appLim, now, 0); d.Remaining < 1 {
+			ref, ok := rt.refuseRate(rt.appRate, rt.appRate.store.AllowAt(appKey, appLim, now, 1))
 			if !ok {
 				return ref, false
 			}
@@ -66,7 +66,7 @@ func (rt *route) limitRate(client string, now time.Time) (refusal, bool) {
 		}
 	}
 	if rt.clientRate != nil {
-		if d := store.AllowAt(client, scaleRate(rt.clientRate.lim, f), now, 1); !d.Allowed {
+		if d := rt.clientRate.store.AllowAt(client, scaleRate(rt.clientRate.lim, f), now, 1); !d.Allowed {
 			ref, ok := rt.refuseRate(rt.clientRate, d)
 			if !ok {
 				return ref, false
@@ -75,7 +75,7 @@ func (rt *route) limitRate(client string, now time.Time) (refusal, bool) {
 		}
 	}
 	if rt.appRate != nil && let.shadow&appRateShadow == 0 {
-		if d := store.AllowAt(appKey, appLim, now, 1); !d.Allowed {
+		if d := rt.appRate.store.AllowAt(appKey, appLim, now, 1); !d.Allowed {
 			ref, ok := rt.refuseRate(rt.appRate, d)
 			let.shadow |= ref.shadow
 			if !ok {
@@ -113,7 +113,7 @@ func (s *Server) sweepRates(done <-chan struct{}, every time.Duration) {
 		now := s.clk.Now()
 		s.mu.Lock()
 		for _, a := range s.apps {
-			a.rates.Sweep(now)
+			a.rates.sweep(now)
 		}
 		s.mu.Unlock()
 	})

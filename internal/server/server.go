@@ -31,7 +31,6 @@ import (
 	"github.com/leveeproxy/levee/internal/protect"
 	"github.com/leveeproxy/levee/internal/ratelimit"
 	"github.com/leveeproxy/levee/internal/trace"
-	"github.com/valyala/fasthttp"
 )
 
 // Options are a Server's collaborators. Zero values get sensible defaults.
@@ -73,6 +72,10 @@ type Server struct {
 	cfg   *config.Config
 	trust forward.Trust
 	apps  map[string]*app // state that must outlive a reload, by app name
+	// upstreams are the connection pools by backend address, shared by
+	// the apps (each holds those of its backends: app.conns).
+	upstreams forward.Upstreams
+	shapes    shapeCache
 
 	// lazy is the SQLite catalog, looked up when the config file's apps
 	// miss (nil when off); fixed for the server's life.
@@ -133,15 +136,13 @@ type snapshot struct {
 // keeps counting requests admitted under the old config, so a reload can
 // never let more than the limit through; its connection pool stays warm.
 type app struct {
-	name      string
-	limiter   *admit.Limiter
-	conf      admit.Limits // as configured; the limiter holds them scaled
-	metrics   *observe.AppMetrics
-	upstream  config.Upstream
-	transport *http.Transport
-	// fast are the fasthttp clients by backend address, made on first use
-	// by a config and kept, like transport, until upstream changes.
-	fast map[string]*fasthttp.HostClient
+	name    string
+	limiter *admit.Limiter
+	conf    admit.Limits // as configured; the limiter holds them scaled
+	metrics *observe.AppMetrics
+	// conns are the shared connection pools of the app's backends, in the
+	// order of its last composed route's (see Server.upstreams).
+	conns []*forward.Upstream
 	// backends is the balancer's backend state (in flight, latency, health),
 	// carried into the next config's pool so a reload does not forget it.
 	backends *balance.Set
@@ -158,8 +159,9 @@ type app struct {
 	window *balance.Window
 	alert  *atomic.Bool // made with the app; read by the metrics and the API
 	// rates holds the app's rate limit state (the app's bucket and one per
-	// client), kept across reloads so a reload never hands out a fresh burst.
-	rates rateStore
+	// client, each made when its limit comes on), kept across reloads so a
+	// reload never hands out a fresh burst.
+	rates *appRates // nil while every rate limit is off
 	// bw paces the app's bytes (nil when limits.bandwidth is off); kept
 	// across reloads unless its settings change.
 	bw     *bandwidth.Limiter
@@ -318,13 +320,11 @@ func (s *Server) applyLocked(cfg *config.Config) {
 	trust := forward.NewTrust(cfg.Server.TrustedPrefixes())
 	s.trust = trust
 	entries := make([]catalog.Entry[*route], 0, len(cfg.Apps))
-	var retired []*http.Transport
-	var retiredFast []*fasthttp.HostClient
+	var retired []*forward.Upstream
 	for _, name := range cfg.AppNames() {
 		ac := cfg.Apps[name]
-		rt, old, oldFast := s.composeApp(name, ac, cfg, trust)
+		rt, old := s.composeApp(name, ac, cfg, trust)
 		retired = append(retired, old...)
-		retiredFast = append(retiredFast, oldFast...)
 		entries = append(entries, catalog.Entry[*route]{Hosts: ac.Hosts, Paths: ac.Paths, Value: rt})
 	}
 	s.current.Store(&snapshot{catalog: catalog.Build(entries), access: observe.NewAccessSample(cfg.Log.Access.Sample), trust: trust,
@@ -334,33 +334,26 @@ func (s *Server) applyLocked(cfg *config.Config) {
 		if _, ok := cfg.Apps[name]; !ok && a.stored == nil {
 			delete(s.apps, name)
 			s.unpublish(name)
-			retired = append(retired, a.transport)
-			for _, c := range a.fast {
-				retiredFast = append(retiredFast, c)
-			}
-			s.metrics.Forget(name)
-			forgetRates(a.rates)
+			retired = append(retired, a.dropConns()...)
+			a.metrics.Forget()
+			a.rates.forget()
 			forgetBandwidth(a)
 			if a.checker != nil {
 				a.checker.Stop()
 			}
 		}
 	}
-	// Connections in use finish their requests; idle ones close now.
-	for _, t := range retired {
-		t.CloseIdleConnections()
-	}
-	for _, c := range retiredFast {
-		c.CloseIdleConnections()
-	}
+	// Pools no app uses any more close their idle connections now; those
+	// in use finish their requests.
+	s.releaseConns(retired)
 	s.cfg = cfg
 }
 
 // composeApp builds the route of app name for cfg, creating or updating the
-// app's state that outlives reloads. It returns the upstream clients the new
-// route no longer uses, to be closed once the new snapshot is published.
-// Callers hold s.mu.
-func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, trust forward.Trust) (rt *route, retired []*http.Transport, retiredFast []*fasthttp.HostClient) {
+// app's state that outlives reloads. It returns the connection pools the
+// app's previous route used, to be released (releaseConns) once the new
+// snapshot is published. Callers hold s.mu.
+func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, trust forward.Trust) (rt *route, retired []*forward.Upstream) {
 	a := s.apps[name]
 	if a == nil {
 		if a = s.parked.take(name, s.clk.Now()); a != nil {
@@ -383,27 +376,17 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 		s.apps[name] = a
 	}
 	s.applyConcurrency(a, ac.Limits.Concurrency, lim)
-	if a.transport == nil || a.upstream != cfg.Upstream {
-		if a.transport != nil {
-			retired = append(retired, a.transport)
-		}
-		for _, c := range a.fast {
-			retiredFast = append(retiredFast, c)
-		}
-		a.upstream, a.transport, a.fast = cfg.Upstream, forward.NewTransport(cfg.Upstream), map[string]*fasthttp.HostClient{}
-	}
-	for _, b := range ac.Backends {
-		if a.fast[b.Addr] == nil {
-			a.fast[b.Addr] = forward.NewFastClient(b.Addr, cfg.Upstream)
-		}
-	}
-	if a.rates == nil {
-		a.rates = s.newAppRates(name, ac.Limits.Client.MaxKeys)
+	// The new route takes the pools of its backends before the old one's
+	// are given back, so a pool both use stays open.
+	retired = a.dropConns()
+	a.conns = make([]*forward.Upstream, len(ac.Backends))
+	for i, b := range ac.Backends {
+		a.conns[i] = s.upstreams.Acquire(b.Addr, cfg.Upstream)
 	}
 	s.applyEjection(a, ac.Ejection)
-	rt = &route{app: a, shapes: newShapeLimits(ac.Limits), pool: forward.NewPool(forward.Options{
-		App: name, Backends: ac.Backends, Transport: a.transport, Trust: trust,
-		ErrorLog: s.errlog, Metrics: s.metrics, FastClients: a.fast, Upstream: cfg.Upstream,
+	rt = &route{app: a, shapes: s.shapes.newShapeLimits(ac.Limits), pool: forward.NewPool(forward.Options{
+		App: name, Backends: ac.Backends, Conns: a.conns, Trust: trust,
+		ErrorLog: s.errlog, Metrics: a.metrics, Upstream: cfg.Upstream,
 		OnReject: a.metrics.Rejected,
 		Balance:  ac.Balance, Prev: a.backends, Outcomes: a.outcomes(),
 		Bandwidth: s.applyBandwidth(a, ac.Limits.Bandwidth),
@@ -424,6 +407,7 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 	}
 	rt.appRate = newRateRule(name, reasonRate, ac.Limits.Rate, ac.Limits.Burst)
 	rt.clientRate = newRateRule(name+"-client", reasonClientRate, ac.Limits.Client.Rate, ac.Limits.Client.Burst)
+	s.applyRates(a, rt, ac.Limits.Client.MaxKeys)
 	rt.rateFactor = &s.scale.rate
 	rt.clientKey = forward.NewKeySource(ac.Limits.Client.Key)
 	rt.classes = newClassifier(ac.Limits.Priority)
@@ -437,7 +421,23 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 	rt.top = a.top
 	rt.cert = newRouteCert(ac)
 	s.publish(a, ac, rt)
-	return rt, retired, retiredFast
+	return rt, retired
+}
+
+// dropConns takes the app's connection pools away from it, for the caller
+// to release (releaseConns) once no new route uses them.
+func (a *app) dropConns() []*forward.Upstream {
+	out := a.conns
+	a.conns = nil
+	return out
+}
+
+// releaseConns gives back pools taken by composeApp: the last app to give
+// one back closes its idle connections.
+func (s *Server) releaseConns(conns []*forward.Upstream) {
+	for _, c := range conns {
+		s.upstreams.Release(c)
+	}
 }
 
 // applyBackendLimits returns the app's backend_limits guard, made anew only
@@ -575,9 +575,7 @@ func (s *Server) applyHealth(a *app, cfg config.Health) {
 	a.checker = c
 }
 
-// newRateStore makes an app's rate limit table. Its size is fixed for the
-// app's life: a smaller table would drop clients mid-burst, so a change of
-// limits.client.max_keys applies at restart.
+// newRateStore makes a rate limit table of maxKeys keys.
 func newRateStore(maxKeys int) *ratelimit.LocalStore {
 	st, err := ratelimit.NewLocalStore(ratelimit.Options{MaxKeys: maxKeys})
 	if err != nil { // validated config: a broken invariant
@@ -815,14 +813,7 @@ func (s *Server) shutdown(ctx context.Context) error {
 		wg.Go(func() { errs[i] = l.shutdown(ctx) })
 	}
 	wg.Wait()
-	s.mu.Lock()
-	for _, a := range s.apps {
-		a.transport.CloseIdleConnections()
-		for _, c := range a.fast {
-			c.CloseIdleConnections()
-		}
-	}
-	s.mu.Unlock()
+	s.upstreams.CloseIdle()
 	err := errors.Join(errs...)
 	if err != nil {
 		s.log.Warn("drain deadline passed; closing remaining connections", "after", s.clk.Now().Sub(start).Round(time.Millisecond))

@@ -24,27 +24,39 @@ type shapeLimits struct {
 	perPath []pathShape
 }
 
-func newShapeLimits(l config.Limits) shapeLimits {
-	sl := shapeLimits{app: newPathShape("", l)}
+// shapeCache keeps the last shape.Checker built, for the next route with
+// the same limits: a Checker is immutable, and apps with the default
+// limits (most of a large catalog) then share one. Guarded by Server.mu.
+type shapeCache struct {
+	limits shape.Limits
+	check  *shape.Checker
+}
+
+func (c *shapeCache) newShapeLimits(l config.Limits) shapeLimits {
+	sl := shapeLimits{app: c.newPathShape("", l)}
 	for prefix := range l.PerPath {
-		sl.perPath = append(sl.perPath, newPathShape(prefix, l.ShapeFor(prefix)))
+		sl.perPath = append(sl.perPath, c.newPathShape(prefix, l.ShapeFor(prefix)))
 	}
 	slices.SortFunc(sl.perPath, func(a, b pathShape) int { return len(b.prefix) - len(a.prefix) })
 	return sl
 }
 
-func newPathShape(prefix string, l config.Limits) pathShape {
-	c, err := shape.New(shape.Limits{
+func (c *shapeCache) newPathShape(prefix string, l config.Limits) pathShape {
+	sl := shape.Limits{
 		MaxHeaderBytes: int(l.HeaderBytes),
 		MaxHeaderCount: l.HeaderCount,
 		MaxURLBytes:    int(l.URLLength),
 		MaxQueryValues: l.QueryValues,
 		Batch:          shape.Batch{JSONField: l.Batch.JSONField, Max: l.Batch.Max},
-	})
-	if err != nil {
-		panic(fmt.Sprintf("server: a validated config has invalid shape limits: %v", err))
 	}
-	return pathShape{prefix: prefix, body: int64(l.Body), check: c}
+	if c.check == nil || c.limits != sl {
+		check, err := shape.New(sl)
+		if err != nil {
+			panic(fmt.Sprintf("server: a validated config has invalid shape limits: %v", err))
+		}
+		c.limits, c.check = sl, check
+	}
+	return pathShape{prefix: prefix, body: int64(l.Body), check: c.check}
 }
 
 // forPath returns the shape limits of a request for path: the longest

@@ -1,0 +1,105 @@
+package forward
+
+import (
+	"net/http"
+	"sync"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/leveeproxy/levee/internal/config"
+)
+
+// Upstreams are the connection pools to backends, shared by every app with
+// a backend at the same address under the same upstream settings: one
+// http.Transport and one fasthttp.HostClient per address and settings, so
+// upstream.max_conns_per_backend and max_idle_per_backend bound the
+// connections to a backend address across all the apps that use it (what
+// the backend can take), and an app composed on a known backend builds no
+// client. The per-app backend state (in flight, latency, health) stays in
+// each app's Pool.
+//
+// An app takes the pool of each backend with Acquire and gives it back
+// with Release once no route of its uses it; the last Release closes the
+// pool's idle connections (those in use finish their requests). The zero
+// value is ready to use; it is safe for concurrent use and starts nothing.
+type Upstreams struct {
+	mu    sync.Mutex
+	pools map[upstreamKey]*Upstream
+}
+
+type upstreamKey struct {
+	addr     string
+	settings config.Upstream
+}
+
+// Upstream is the connection pool of one backend address under one set of
+// upstream settings: Transport for the net/http engine, Fast for fasthttp.
+type Upstream struct {
+	key       upstreamKey
+	refs      int // guarded by Upstreams.mu
+	Transport *http.Transport
+	Fast      *fasthttp.HostClient
+}
+
+// Acquire returns the pool of backend addr under settings u, made on its
+// first use, and counts one more user of it.
+func (us *Upstreams) Acquire(addr string, u config.Upstream) *Upstream {
+	k := upstreamKey{addr, u}
+	us.mu.Lock()
+	defer us.mu.Unlock()
+	p := us.pools[k]
+	if p == nil {
+		if us.pools == nil {
+			us.pools = map[upstreamKey]*Upstream{}
+		}
+		p = &Upstream{key: k, Transport: NewTransport(u), Fast: NewFastClient(addr, u)}
+		us.pools[k] = p
+	}
+	p.refs++
+	return p
+}
+
+// Release gives back one use of p taken by Acquire; the last one forgets
+// the pool and closes its idle connections. A later Acquire of the same
+// address makes a new pool.
+func (us *Upstreams) Release(p *Upstream) {
+	us.mu.Lock()
+	p.refs--
+	last := p.refs == 0
+	if last {
+		delete(us.pools, p.key)
+	} else if p.refs < 0 {
+		us.mu.Unlock()
+		panic("forward: an upstream pool released more often than acquired")
+	}
+	us.mu.Unlock()
+	if last {
+		p.CloseIdle()
+	}
+}
+
+// Len is the number of pools in use.
+func (us *Upstreams) Len() int {
+	us.mu.Lock()
+	defer us.mu.Unlock()
+	return len(us.pools)
+}
+
+// CloseIdle closes the idle connections of every pool (at shutdown).
+func (us *Upstreams) CloseIdle() {
+	us.mu.Lock()
+	pools := make([]*Upstream, 0, len(us.pools))
+	for _, p := range us.pools {
+		pools = append(pools, p)
+	}
+	us.mu.Unlock()
+	for _, p := range pools {
+		p.CloseIdle()
+	}
+}
+
+// CloseIdle closes the pool's idle connections on both engines.
+func (p *Upstream) CloseIdle() {
+	p.Transport.CloseIdleConnections()
+	p.Fast.CloseIdleConnections()
+}
