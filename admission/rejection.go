@@ -35,15 +35,15 @@ type Rejection = admit.Rejection
 // The reasons, spelled as levee spells them.
 const (
 	// QueueFull: at the concurrency limit, and the wait queue is full (levee: 503).
-	QueueFull = admit.QueueFull
+	QueueFull Reason = admit.QueueFull
 	// QueueTimeout: the request waited its max wait without getting a slot (levee: 503).
-	QueueTimeout = admit.QueueTimeout
+	QueueTimeout Reason = admit.QueueTimeout
 	// Shed: the queue is overloaded and the request is sheddable, or it was
 	// displaced by a request of a higher class (levee: 503).
-	Shed = admit.Shed
+	Shed Reason = admit.Shed
 	// ClientShare: at the concurrency limit, and the client already holds or
 	// waits for its fair share of the slots (levee: 503).
-	ClientShare = admit.ClientShare
+	ClientShare Reason = admit.ClientShare
 	// BatchItems: a batch holds more items than allowed (levee: 422, for a
 	// JSON batch field counted by limits.batch). A Group made WithMaxItems
 	// refuses with it, RetryAfter 0: the same batch is refused again.
