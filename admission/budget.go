@@ -12,7 +12,8 @@ import (
 // Budget bounds the tasks that run at once across every Group made from it:
 // one Budget for the process, shared by every request's fan-out, so that a
 // thousand concurrent requests of 20,000 items each still run at most Limit
-// tasks and hold at most Limit task goroutines.
+// tasks, in at most Limit goroutines (a goroutine that has just given its
+// slot back may be counted for an instant while it exits).
 //
 // While tasks wait for room, each key (a client) that has work gets its fair
 // share of the budget: Limit ÷ keys holding or waiting for a slot, at least

@@ -151,7 +151,13 @@ func TestBudgetBoundsHeavyFanOutAndServesALightClient(t *testing.T) {
 	if got := f.tasks.max.Load(); got > budget {
 		t.Errorf("peak running tasks = %d, want ≤ %d", got, budget)
 	}
-	const slack = 4 // runtime helpers that may come and go (e.g. a GC worker wake-up)
+	// A task's goroutine gives its slot back just before it exits, and the
+	// slot may start the next task's goroutine on the other CPU before the
+	// first is gone: for that instant both are counted. The task function
+	// counter above is exact (≤ budget); NumGoroutine allows for goroutines
+	// that have given their slot back and are exiting, a few without -race
+	// and up to a couple of dozen under it on a loaded machine.
+	const slack = 32
 	if got := f.goroutines.max.Load(); got > int64(base+budget+slack) {
 		t.Errorf("peak goroutines = %d, want ≤ %d (base %d + budget %d + %d)", got, base+budget+slack, base, budget, slack)
 	}
@@ -234,7 +240,7 @@ func TestLightClientIsServedAtTheNextCompletion(t *testing.T) {
 		t.Fatal(err)
 	}
 	mu.Lock()
-	got := strings.Join(order, "")
+	got := strings.Join(order[:min(5, len(order))], "") // after B, its slot may pass to A
 	mu.Unlock()
 	if got != "AAAAB" {
 		t.Fatalf("tasks started in order %s, want AAAAB: B's task next after the first completion", got)

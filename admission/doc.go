@@ -18,8 +18,8 @@
 //		if err := g.Wait(); err != nil { ... }
 //	}
 //
-// Go blocks until its task may run, then starts one goroutine for it: the
-// budget holds at most Limit task goroutines, however many items are
+// Go blocks until its task may run, then starts one goroutine for it: at
+// most Limit goroutines run the budget's tasks, however many items are
 // submitted, and a loop over 20,000 items waits in Go rather than parking
 // 20,000 goroutines. While tasks wait, each key gets its fair share of the
 // budget (Limit ÷ keys with work, at least 1), so one client's huge batches
