@@ -50,6 +50,15 @@
 // Unidentified requests (Client "") are not counted and never refused for
 // their share; Acquire and Release use them.
 //
+// Patient limiters. NewPatient makes a Limiter that never refuses, for the
+// public admission.Budget (a process-wide bound on a service's fan-out
+// tasks): the same slots, client counts and wait lists, but a request waits
+// until it gets a slot or its context ends, and fair share is kept by order
+// of service rather than by refusal: a freed slot goes to the first waiter
+// whose client holds less than its share, and to the first waiter of all
+// only when every waiting client holds its share. There is one scheduler
+// (sched); the patient mode changes only how it queues and whom it grants.
+//
 // Every decision reads the injected clock.Clock, so tests run on a fake
 // one. The uncontended path (a free slot, nobody waiting) takes one mutex,
 // does not read the clock and does not allocate, with or without a Client.

@@ -59,6 +59,23 @@ func NewLimiter(l Limits, clk clock.Clock) *Limiter {
 	return &Limiter{clk: clk, s: newSched(l, clk, notify)}
 }
 
+// NewPatient returns a Limiter of concurrency slots (at least 1) that never
+// refuses: a request that finds no free slot waits, however long, until a
+// slot is granted to it or its context ends; there is no queue bound, no max
+// wait, no overload shedding and no ClientShare refusal. Fair share still
+// holds, by waiting instead of refusing: a freed slot goes to the first
+// waiter (by class, then first in, first out) whose client holds less than
+// its fair share (concurrency ÷ clients holding or waiting, at least 1), or,
+// when every waiting client holds its share, to the first waiter, so a slot
+// is never idle while someone waits. Its waits read no clock. The waiters
+// are the callers blocked in AcquireFor, so they bound the queue. It is the
+// scheduler of the public admission.Budget; SetLimits uses only Concurrency.
+func NewPatient(concurrency int) *Limiter {
+	l := NewLimiter(Limits{Concurrency: concurrency}, clock.Real{})
+	l.s.patient = true
+	return l
+}
+
 // notify wakes a waiter; its channel has room for the one send it gets.
 func notify(w *waiter) { w.ready <- struct{}{} }
 
@@ -139,15 +156,23 @@ func (l *Limiter) AcquireWait(ctx context.Context, t Ticket) (time.Duration, err
 // wait blocks a queued w until it is granted or dropped, maxWait passes or
 // ctx ends, and returns the outcome.
 func (l *Limiter) wait(ctx context.Context, w *waiter, maxWait time.Duration) error {
-	t := l.clk.NewTimer(maxWait)
 	received := false // whether the wake was taken from w.ready
-	select {
-	case <-w.ready:
-		received = true
-	case <-t.C():
-	case <-ctx.Done():
+	if l.s.patient {  // no max wait
+		select {
+		case <-w.ready:
+			received = true
+		case <-ctx.Done():
+		}
+	} else {
+		t := l.clk.NewTimer(maxWait)
+		select {
+		case <-w.ready:
+			received = true
+		case <-t.C():
+		case <-ctx.Done():
+		}
+		t.Stop()
 	}
-	t.Stop()
 	err := ctx.Err() // once the caller has gone it gets no slot, whatever else happened
 	l.mu.Lock()
 	state := w.state

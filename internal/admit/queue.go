@@ -24,6 +24,10 @@ const shortWaitFactor = 2
 type sched struct {
 	clk    clock.Clock
 	limits Limits
+	// patient: nothing is refused or dropped; a waiter waits until it is
+	// granted or gives up, and a client over its fair share waits while
+	// others are served (see NewPatient). Fixed at construction.
+	patient bool
 	// wake is called, with the lock held, once for every waiter granted a
 	// slot or dropped from the queue by someone else.
 	wake func(*waiter)
@@ -187,21 +191,30 @@ func (s *sched) enqueue(now time.Time, w *waiter) (*Rejection, time.Duration) {
 	if w.cl != nil {
 		w.cl.waiting++ // counted from here, so no drop below can forget w's client
 	}
+	if s.patient {
+		s.push(now, w)
+		return nil, 0 // no max wait: only the caller's context ends the wait
+	}
 	if rej := s.refuse(now, w); rej != nil {
 		if w.cl != nil {
 			w.cl.waiting--
 		}
 		return rej, 0
 	}
+	s.push(now, w)
+	if s.overloaded {
+		return nil, s.shortWait()
+	}
+	return nil, s.limits.MaxWait
+}
+
+// push puts w at the back of its class's list.
+func (s *sched) push(now time.Time, w *waiter) {
 	w.since = now
 	w.state = waiting
 	s.lists[w.rank].push(w)
 	s.queued++
 	s.queuedGauge.Add(1)
-	if s.overloaded {
-		return nil, s.shortWait()
-	}
-	return nil, s.limits.MaxWait
 }
 
 // refuse says why w may not queue, if it may not, after making room for it
@@ -344,6 +357,9 @@ func (s *sched) oldest() time.Time {
 // grantNext hands one slot to the next waiter, dropping on the way waiters
 // whose client holds its fair share already. It reports whether it did.
 func (s *sched) grantNext() bool {
+	if s.patient {
+		return s.grantPatient()
+	}
 	s.update(s.clk.Now())
 	for {
 		var w *waiter
@@ -360,6 +376,34 @@ func (s *sched) grantNext() bool {
 		s.grant(w)
 		return true
 	}
+}
+
+// grantPatient hands one slot to the first waiter, in class order and
+// first in, first out, whose client holds less than its fair share; if every
+// waiter's client holds its share, to the first waiter: a client over its
+// share waits only while a client under its share waits too, and a slot is
+// never left free while anyone waits. It reports whether it granted. The
+// scan passes over the waiters of clients at their share, at most one per
+// blocked caller; the clock is not read.
+func (s *sched) grantPatient() bool {
+	share := s.share()
+	var first *waiter
+	for r := range numRanks {
+		for w := s.lists[r].head; w != nil; w = w.next {
+			if w.cl == nil || w.cl.held < share {
+				s.grant(w)
+				return true
+			}
+			if first == nil {
+				first = w
+			}
+		}
+	}
+	if first == nil {
+		return false
+	}
+	s.grant(first)
+	return true
 }
 
 // release gives up a slot held by c, passing it to a waiter if one may have it.

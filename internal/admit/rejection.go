@@ -25,13 +25,23 @@ const (
 )
 
 // Rejection is a request refused by a limit. RetryAfter is a hint for the
-// client (the Retry-After header), never zero. Rejections returned by this
-// package may be shared between requests: treat them as read-only.
+// client (the Retry-After header): never zero for this package's reasons,
+// zero for a refusal that the same request would get again (the public
+// admission package's BatchItems). Rejections returned by this package may
+// be shared between requests: treat them as read-only.
+//
+// It is also the public admission.Rejection (a type alias), so a refusal
+// of levee's limiter and one of a service's admission.Budget are one type.
 type Rejection struct {
 	Reason     Reason
 	RetryAfter time.Duration
 }
 
+// Error returns "admit: rejected (REASON), retry after D", without the
+// retry hint when RetryAfter is zero.
 func (r *Rejection) Error() string {
+	if r.RetryAfter <= 0 {
+		return fmt.Sprintf("admit: rejected (%s)", r.Reason)
+	}
 	return fmt.Sprintf("admit: rejected (%s), retry after %s", r.Reason, r.RetryAfter)
 }

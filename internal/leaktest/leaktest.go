@@ -1,6 +1,7 @@
 // Package leaktest checks that a test leaves no goroutine behind: the
 // shared leak check of levee's tests (STYLE.md, point 15), for tests that
-// start servers, loaders and background calls and must join them all.
+// start servers, loaders and background calls and must join them all;
+// and WaitFor, the shared poll for a state another goroutine reaches.
 package leaktest
 
 import (
@@ -110,4 +111,19 @@ func idOf(g string) (int, bool) {
 	n, _, _ := strings.Cut(rest, " ")
 	id, err := strconv.Atoi(n)
 	return id, err == nil
+}
+
+// WaitFor polls cond until it holds, failing t (and stopping the test) if
+// it does not within max: the shared poll of levee's tests, for a state
+// another goroutine reaches (a request queued, a count reached), never to
+// order goroutines by sleeping.
+func WaitFor(t testing.TB, max time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(max)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("leaktest.WaitFor: condition not met within %v", max)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

@@ -1,0 +1,77 @@
+package admission_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/leveeproxy/levee/admission"
+)
+
+// A handler fans out one call per item; the process-wide budget bounds the
+// calls of every request together, and Go blocks rather than parking a
+// goroutine per item.
+func ExampleBudget() {
+	budget := admission.NewBudget(64) // one per process
+
+	items := make([]int, 20000)
+	var sum atomic.Int64
+	g := budget.Group(context.Background(), "client-a")
+	for i := range items {
+		g.Go(func(ctx context.Context) error {
+			sum.Add(int64(i % 2)) // a call to a dependency
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		fmt.Println("fan-out failed:", err)
+		return
+	}
+	fmt.Println(sum.Load(), "calls answered 1; at most", budget.Limit(), "ran at once")
+	// Output: 10000 calls answered 1; at most 64 ran at once
+}
+
+// The first error cancels the group: the rest of the loop runs nothing, and
+// Wait returns that error.
+func ExampleGroup_Wait() {
+	budget := admission.NewBudget(4)
+	g := budget.Group(context.Background(), "client-a")
+	errDown := errors.New("dependency down")
+	g.Go(func(ctx context.Context) error { return errDown })
+	fmt.Println(g.Wait() == errDown)
+	// Output: true
+}
+
+// WithMaxItems and Expect refuse a batch that is too large before any of
+// it runs, with the reason levee gives for a batch over limits.batch.
+func ExampleWithMaxItems() {
+	budget := admission.NewBudget(64)
+	g := budget.Group(context.Background(), "client-a", admission.WithMaxItems(1000))
+	var rej *admission.Rejection
+	if err := g.Expect(20000); errors.As(err, &rej) {
+		fmt.Println("refused:", rej.Reason) // answer 422 Levee-Reject: batch-items
+	}
+	_ = g.Wait()
+	// Output: refused: batch-items
+}
+
+// WithGroupLimit caps one request below the budget, as errgroup.SetLimit
+// does, while the budget still bounds every request together.
+func ExampleWithGroupLimit() {
+	budget := admission.NewBudget(64)
+	g := budget.Group(context.Background(), "client-a", admission.WithGroupLimit(8))
+	var running, peak atomic.Int64
+	for range 1000 {
+		g.Go(func(ctx context.Context) error {
+			n := running.Add(1)
+			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+			}
+			running.Add(-1)
+			return nil
+		})
+	}
+	_ = g.Wait()
+	fmt.Println(peak.Load() <= 8)
+	// Output: true
+}
