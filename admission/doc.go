@@ -54,6 +54,21 @@
 //   - Deadlock: a task must not call Go on a Group of the same Budget and
 //     wait for it; if every slot were held by such tasks, none could run.
 //
+// # The HTTP middleware
+//
+// ParseLimits reads a `limits:` section of levee's config, with the same
+// keys, defaults and validation; Middleware applies it to a handler:
+//
+//	l, err := admission.ParseLimits([]byte("concurrency: 64\nrate: 500/s\nbody: 1MB\n"))
+//	...
+//	http.ListenAndServe(addr, admission.Middleware(l)(mux))
+//
+// It refuses as the levee proxy does, with the same code (package limits
+// inside levee, the proxy's own rate rules, classifier and scheduler): the
+// same status, Levee-Reject, Retry-After, RateLimit headers and body, so a
+// client, a dashboard or a runbook reads a refusal the same way from
+// either. See Middleware for what it applies and what it does not yet.
+//
 // # One implementation
 //
 // The scheduler is the levee proxy's (internal/admit): a Budget is a

@@ -4,6 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 
 	"github.com/leveeproxy/levee/admission"
@@ -74,4 +79,29 @@ func ExampleWithGroupLimit() {
 	_ = g.Wait()
 	fmt.Println(peak.Load() <= 8)
 	// Output: true
+}
+
+func ExampleMiddleware() {
+	l, err := admission.ParseLimits([]byte(`
+concurrency: 64
+queue: {max_len: 128, max_wait: 2s}
+rate: 500/s
+client: {key: "header:X-Api-Key", rate: 20/s}
+body: 1MB
+`))
+	if err != nil {
+		log.Fatal(err) // e.g. limits.client.key: must be ip or header:NAME
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	srv := httptest.NewServer(admission.Middleware(l)(mux))
+	defer srv.Close()
+
+	resp, err := http.Post(srv.URL, "text/plain", strings.NewReader(strings.Repeat("x", 2_000_000)))
+	if err != nil {
+		log.Fatal(err)
+	}
+	resp.Body.Close()
+	fmt.Println(resp.StatusCode, resp.Header.Get("Levee-Reject"))
+	// Output: 413 body
 }

@@ -110,11 +110,12 @@ func validatePool(errs *Errors, p string, b BackendLimits) {
 	}
 }
 
-// validatePerPath checks limits.per_path: each prefix, and each override
+// validatePerPath checks limits.per_path (p: the limits mapping's path):
+// each prefix, and each override
 // against the same bounds as the app's own value.
 func validatePerPath(errs *Errors, p string, l Limits) {
 	for _, prefix := range sortedKeys(l.PerPath) {
-		pp := p + ".limits.per_path." + prefix
+		pp := p + ".per_path." + prefix
 		if !strings.HasPrefix(prefix, "/") {
 			errs.add(pp, "a path prefix must start with /")
 			continue

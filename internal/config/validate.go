@@ -237,65 +237,70 @@ func validateApp(errs *Errors, name string, a *App, routes map[string]string) {
 	}
 	validateRetry(errs, p+".retry", a.Retry)
 	validatePool(errs, p, a.BackendLimits)
-	l := a.Limits
+	validateLimits(errs, p+".limits", a.Limits)
+}
+
+// validateLimits checks a limits mapping; p is its path (apps.NAME.limits,
+// or limits for ParseLimits).
+func validateLimits(errs *Errors, p string, l Limits) {
 	switch c := l.Concurrency; c.Adaptive {
 	case AdaptiveOff:
-		within(errs, p+".limits.concurrency", c.Limit, 1, MaxConcurrency)
+		within(errs, p+".concurrency", c.Limit, 1, MaxConcurrency)
 	case AdaptiveGradient:
-		within(errs, p+".limits.concurrency.min", c.Min, 1, MaxConcurrency)
-		within(errs, p+".limits.concurrency.max", c.Max, max(c.Min, 1), MaxConcurrency)
+		within(errs, p+".concurrency.min", c.Min, 1, MaxConcurrency)
+		within(errs, p+".concurrency.max", c.Max, max(c.Min, 1), MaxConcurrency)
 	default:
-		errs.add(p+".limits.concurrency.adaptive", "must be off or gradient (got %q)", c.Adaptive)
+		errs.add(p+".concurrency.adaptive", "must be off or gradient (got %q)", c.Adaptive)
 	}
-	within(errs, p+".limits.queue.max_len", l.Queue.MaxLen, 0, MaxQueueLen)
+	within(errs, p+".queue.max_len", l.Queue.MaxLen, 0, MaxQueueLen)
 	if l.Queue.Target < Duration(time.Millisecond) || l.Queue.Target.D() > MaxQueueWait {
-		errs.add(p+".limits.queue.target", "must be 1ms..%s (got %s)", MaxQueueWait, l.Queue.Target)
+		errs.add(p+".queue.target", "must be 1ms..%s (got %s)", MaxQueueWait, l.Queue.Target)
 	}
 	if l.Queue.Interval < Duration(10*time.Millisecond) || l.Queue.Interval.D() > MaxQueueWait {
-		errs.add(p+".limits.queue.interval", "must be 10ms..%s (got %s)", MaxQueueWait, l.Queue.Interval)
+		errs.add(p+".queue.interval", "must be 10ms..%s (got %s)", MaxQueueWait, l.Queue.Interval)
 	}
 	if l.Queue.MaxWait < 0 || l.Queue.MaxWait.D() > MaxQueueWait {
-		errs.add(p+".limits.queue.max_wait", "must be 0..%s (got %s)", MaxQueueWait, l.Queue.MaxWait)
+		errs.add(p+".queue.max_wait", "must be 0..%s (got %s)", MaxQueueWait, l.Queue.MaxWait)
 	}
-	validateShape(errs, p+".limits", l)
+	validateShape(errs, p, l)
 	validatePerPath(errs, p, l)
 	if l.Burst < 0 || l.Burst > 1_000_000 {
-		errs.add(p+".limits.burst", "must be 0..1000000 (got %d)", l.Burst)
+		errs.add(p+".burst", "must be 0..1000000 (got %d)", l.Burst)
 	}
 	if l.Burst > 0 && l.Rate.PerSecond() == 0 {
-		errs.add(p+".limits.burst", "needs limits.rate")
+		errs.add(p+".burst", "needs limits.rate")
 	}
 	c := l.Client
 	if c.Key != "ip" {
 		if kind, _, err := ParseHashKey(c.Key); err != nil || kind != "header" {
-			errs.add(p+".limits.client.key", "must be ip or header:NAME (got %q)", c.Key)
+			errs.add(p+".client.key", "must be ip or header:NAME (got %q)", c.Key)
 		}
 	}
 	if c.Burst < 0 || c.Burst > 1_000_000 {
-		errs.add(p+".limits.client.burst", "must be 0..1000000 (got %d)", c.Burst)
+		errs.add(p+".client.burst", "must be 0..1000000 (got %d)", c.Burst)
 	}
 	if c.Burst > 0 && c.Rate.PerSecond() == 0 {
-		errs.add(p+".limits.client.burst", "needs limits.client.rate")
+		errs.add(p+".client.burst", "needs limits.client.rate")
 	}
-	within(errs, p+".limits.client.max_keys", c.MaxKeys, 64, 100_000_000)
-	within(errs, p+".limits.client.top_k", c.TopK, 0, 1000)
+	within(errs, p+".client.max_keys", c.MaxKeys, 64, 100_000_000)
+	within(errs, p+".client.top_k", c.TopK, 0, 1000)
 	if bw := l.Bandwidth; bw.Rate != 0 {
 		if bw.MaxDelay < Duration(10*time.Millisecond) || bw.MaxDelay.D() > time.Hour {
-			errs.add(p+".limits.bandwidth.max_delay", "must be 10ms..1h (got %s)", bw.MaxDelay)
+			errs.add(p+".bandwidth.max_delay", "must be 10ms..1h (got %s)", bw.MaxDelay)
 		} else if err := (bandwidth.Options{Rate: int64(bw.Rate), MaxDelay: bw.MaxDelay.D()}).WithDefaults().Validate(); err != nil {
-			errs.add(p+".limits.bandwidth", "%v", err) // e.g. max_delay shorter than one chunk at this rate
+			errs.add(p+".bandwidth", "%v", err) // e.g. max_delay shorter than one chunk at this rate
 		}
 	}
-	l.Shadow.validate(errs, p+".limits.shadow")
-	checkClass(errs, p+".limits.priority.default", l.Priority.Default)
+	l.Shadow.validate(errs, p+".shadow")
+	checkClass(errs, p+".priority.default", l.Priority.Default)
 	for _, path := range sortedKeys(l.Priority.Paths) {
 		if !strings.HasPrefix(path, "/") {
-			errs.add(p+".limits.priority.paths."+path, "a path prefix must start with /")
+			errs.add(p+".priority.paths."+path, "a path prefix must start with /")
 		}
-		checkClass(errs, p+".limits.priority.paths."+path, l.Priority.Paths[path])
+		checkClass(errs, p+".priority.paths."+path, l.Priority.Paths[path])
 	}
 	for _, key := range sortedKeys(l.Priority.Clients) {
-		checkClass(errs, p+".limits.priority.clients."+key, l.Priority.Clients[key])
+		checkClass(errs, p+".priority.clients."+key, l.Priority.Clients[key])
 	}
 }
 

@@ -8,16 +8,14 @@ import (
 
 	"github.com/leveeproxy/levee/internal/cluster"
 	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/limits"
 	"github.com/leveeproxy/levee/internal/ratelimit"
 )
 
-// rateStore is where an app's rate limits decide: a ratelimit.LocalStore in
-// process, or a cluster.Store sharing them through Redis. The route does not
-// know which.
-type rateStore interface {
-	AllowAt(key string, lim ratelimit.Limit, now time.Time, n int) ratelimit.Decision
-	Sweep(now time.Time) int
-}
+// rateStore is where an app's rate limits decide (limits.Store): a
+// ratelimit.LocalStore in process, or a cluster.Store sharing them through
+// Redis. The route does not know which.
+type rateStore = limits.Store
 
 var (
 	_ rateStore = (*ratelimit.LocalStore)(nil)
@@ -75,13 +73,13 @@ func (s *Server) applyRates(a *app, rt *route, maxKeys int) {
 		if r.app == nil {
 			r.app = newRateStore(1)
 		}
-		rt.appRate.store = r.app
+		rt.appRate.Store = r.app
 	}
 	if rt.clientRate != nil {
 		if r.client == nil {
 			r.client = newRateStore(maxKeys)
 		}
-		rt.clientRate.store = r.client
+		rt.clientRate.Store = r.client
 	}
 }
 
@@ -111,7 +109,7 @@ func (r *appRates) forget() {
 // redisKeyName names an app's rate keys in Redis: the app's own limit and
 // each client's cannot collide, since a client key never starts with NUL.
 func redisKeyName(key string) string {
-	if key == appKey {
+	if key == limits.AppKey {
 		return "rate"
 	}
 	return "client:" + key

@@ -263,15 +263,13 @@ func (s *Server) bodyRefusal(rt *route, sh *pathShape, declared int64, got int, 
 // The replies of the limits the server applies, in the one table with
 // forward's and shape's (package reply); each refusal is answered from it.
 func init() {
+	// The app's concurrency and rate limits register theirs in package
+	// limits (shared with the admission middleware).
 	for _, r := range []admit.Reason{admit.QueueFull, admit.QueueTimeout, admit.Shed, admit.ClientShare} {
-		reply.Register(reply.Reply{Status: http.StatusServiceUnavailable, Reason: string(r)})
 		reply.Register(reply.Reply{Status: http.StatusServiceUnavailable, Reason: protect.Prefix + string(r)})
 	}
 	for _, r := range []admit.Reason{protect.ReasonRate, protect.ReasonShare} {
 		reply.Register(reply.Reply{Status: http.StatusServiceUnavailable, Reason: string(r)})
-	}
-	for _, r := range []string{reasonRate, reasonClientRate} {
-		reply.Register(reply.Reply{Status: http.StatusTooManyRequests, Reason: r})
 	}
 	for _, r := range []string{netlimit.MaxConns, netlimit.ConnsPerIP} {
 		reply.Register(reply.Reply{Status: http.StatusServiceUnavailable, Reason: r, RetryAfter: time.Second})
@@ -386,13 +384,13 @@ func (rt *route) refuseGuard(err error) refusal {
 
 // needsClient reports whether any step of the route reads the client key.
 func (rt *route) needsClient() bool {
-	return rt.clientRate != nil || rt.fairShare || rt.classes.needsClient() || rt.guard != nil
+	return rt.clientRate != nil || rt.fairShare || rt.classes.NeedsClient() || rt.guard != nil
 }
 
 // ticket is what the request asks the limiter for: its priority class and,
 // with fair sharing, who it is.
 func (rt *route) ticket(path, client string) admit.Ticket {
-	t := admit.Ticket{Class: rt.classes.class(path, client)}
+	t := admit.Ticket{Class: rt.classes.Class(path, client)}
 	if rt.fairShare {
 		t.Client = client
 	}

@@ -182,9 +182,9 @@ func (e *fastExchange) refuse(ref refusal) {
 	ref.answer().Fast(e.c, ref.retryAfter)
 	if ref.rate != nil {
 		h := &e.c.Response.Header
-		h.Set("RateLimit-Policy", ref.rate.policy.Header())
+		h.Set("RateLimit-Policy", ref.rate.Policy.Header())
 		var buf [64]byte
-		h.SetBytesV("RateLimit", ref.rate.policy.AppendRateLimit(buf[:0], ref.decision))
+		h.SetBytesV("RateLimit", ref.rate.Policy.AppendRateLimit(buf[:0], ref.decision))
 	}
 }
 

@@ -95,11 +95,7 @@ func (e *httpExchange) ctx() context.Context { return e.r.Context() }
 func (e *httpExchange) refuse(ref refusal) {
 	r := ref.answer()
 	if ref.rate != nil {
-		// A rate refusal's RateLimit fields; net/http's header map takes
-		// them as fresh []string values (HTTP/2 allocates per request anyway).
-		h := e.rec.Header()
-		h.Set("RateLimit-Policy", ref.rate.policy.Header())
-		h.Set("RateLimit", string(ref.rate.policy.AppendRateLimit(nil, ref.decision)))
+		ref.rate.HTTPHeaders(e.rec.Header(), ref.decision)
 	}
 	r.HTTP(&e.rec, ref.retryAfter)
 }

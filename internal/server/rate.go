@@ -4,107 +4,53 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/limits"
 	"github.com/leveeproxy/levee/internal/ratelimit"
 )
 
-// The reasons rate limits give (Levee-Reject).
+// The reasons rate limits give (Levee-Reject): package limits' own.
 const (
-	reasonRate       = "rate"
-	reasonClientRate = "client-rate"
+	reasonRate       = limits.ReasonRate
+	reasonClientRate = limits.ReasonClientRate
 )
 
-// appKey is the app-wide limit's key in the app's store; client keys
-// (header values, IP addresses) never contain a NUL byte.
-const appKey = "\x00app"
+// rateRule is one configured rate limit (package limits, shared with the
+// admission middleware).
+type rateRule = limits.Rule
 
-// rateRule is one configured rate limit, composed when the config loads.
-type rateRule struct {
-	lim    ratelimit.Limit
-	policy ratelimit.Policy
-	reason string
-	store  rateStore // the app's state of this limit (appRates)
-}
-
-// gcraLimit is a configured rate and burst (0: derived) as a GCRA limit;
-// the zero Limit when the rate is off.
-func gcraLimit(r config.Rate, burst int) ratelimit.Limit {
-	if r == (config.Rate{}) {
-		return ratelimit.Limit{}
-	}
-	return ratelimit.Limit{Interval: r.Interval(), Burst: config.EffectiveBurst(r, burst)}
-}
-
-func newRateRule(name, reason string, r config.Rate, burst int) *rateRule {
-	if r == (config.Rate{}) {
-		return nil
-	}
-	lim := gcraLimit(r, burst)
-	policy, err := ratelimit.NewPolicy(name, lim, 0)
-	if err != nil { // validated config: a broken invariant
-		panic("server: a validated rate limit is invalid: " + err.Error())
-	}
-	return &rateRule{lim: lim, policy: policy, reason: reason}
-}
-
-// limitRate applies the app's rate limit and the client's, in an order that
-// never spends one limit's budget on a request the other refuses: the app
-// limit is only peeked before the client's is spent. It counts refusals.
-// Both limits are scaled by the server's factor now (see scale.go).
+// limitRate applies the app's rate limit and the client's (limits.Allow:
+// the order that never spends one limit's budget on a request the other
+// refuses). It counts refusals. Both limits are scaled by the server's
+// factor now (see scale.go).
 func (rt *route) limitRate(client string, now time.Time) (refusal, bool) {
-	f := loadFactor(rt.rateFactor)
-	var appLim ratelimit.Limit
-	var let refusal // a request let through: its shadowed reasons
-	if rt.appRate != nil {
-		appLim = scaleRate(rt.appRate.lim, f)
-		if d := rt.appRate.store.AllowAt(appKey, appLim, now, 0); d.Remaining < 1 {
-			ref, ok := rt.refuseRate(rt.appRate, rt.appRate.store.AllowAt(appKey, appLim, now, 1))
-			if !ok {
-				return ref, false
-			}
-			let.shadow |= ref.shadow
-		}
+	o := limits.Allow(rt.appRate, rt.clientRate, client, loadFactor(rt.rateFactor), now, rt)
+	if o.Refused != nil {
+		return rt.refuseRate(o.Refused, o.Decision), false
 	}
-	if rt.clientRate != nil {
-		if d := rt.clientRate.store.AllowAt(client, scaleRate(rt.clientRate.lim, f), now, 1); !d.Allowed {
-			ref, ok := rt.refuseRate(rt.clientRate, d)
-			if !ok {
-				return ref, false
-			}
-			let.shadow |= ref.shadow
-		}
+	var let refusal // let through: its shadowed reasons
+	if o.ShadowedApp {
+		let.shadow |= appRateShadow
 	}
-	if rt.appRate != nil && let.shadow&appRateShadow == 0 {
-		if d := rt.appRate.store.AllowAt(appKey, appLim, now, 1); !d.Allowed {
-			ref, ok := rt.refuseRate(rt.appRate, d)
-			let.shadow |= ref.shadow
-			if !ok {
-				return ref, false
-			}
-		}
+	if o.ShadowedClient {
+		let.shadow |= clientRateShadow
 	}
 	return let, true
 }
 
-// refuseRate is the refusal of rule's limit, counted; a shadowed rule's
-// is counted as shadowed and lets the request through, as if the bucket
-// had room (a refusal does not spend it, and neither does a shadowed one).
-func (rt *route) refuseRate(rule *rateRule, d ratelimit.Decision) (refusal, bool) {
-	if marks, ok := rt.shadows(rule.reason); ok {
-		return refusal{shadow: marks}, true
-	}
-	rt.app.metrics.Rejected(rule.reason)
-	return refusal{code: http.StatusTooManyRequests, reason: rule.reason,
-		retryAfter: time.Duration(ratelimit.RetryAfterSeconds(d)) * time.Second, rate: rule, decision: d}, false
+// Shadowed reports whether rule's refusal is shadowed on rt, counting it
+// (limits.Shadower).
+func (rt *route) Shadowed(rule *rateRule) bool {
+	_, ok := rt.shadows(rule.Reason)
+	return ok
 }
 
-// setRateHeaders adds the IETF RateLimit fields of a rate refusal.
-func setRateHeaders(set func(k, v string), ref refusal) {
-	if ref.rate == nil {
-		return
-	}
-	set("RateLimit-Policy", ref.rate.policy.Header())
-	set("RateLimit", string(ref.rate.policy.AppendRateLimit(nil, ref.decision)))
+var _ limits.Shadower = (*route)(nil)
+
+// refuseRate is the refusal of rule's limit, counted.
+func (rt *route) refuseRate(rule *rateRule, d ratelimit.Decision) refusal {
+	rt.app.metrics.Rejected(rule.Reason)
+	return refusal{code: http.StatusTooManyRequests, reason: rule.Reason,
+		retryAfter: limits.RetryAfter(d), rate: rule, decision: d}
 }
 
 // sweepRates drops idle client state every interval until done; owned by Serve.

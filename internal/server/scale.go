@@ -9,6 +9,7 @@ import (
 	"github.com/leveeproxy/levee/internal/bandwidth"
 	"github.com/leveeproxy/levee/internal/clock"
 	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/limits"
 	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/leveeproxy/levee/internal/overload"
 	"github.com/leveeproxy/levee/internal/ratelimit"
@@ -82,13 +83,8 @@ func (sc *scaleState) bandwidthRate(rate int64) int64 {
 	return max(1, int64(float64(rate)*sc.strict))
 }
 
-// scaleCount scales a limit by f, never below 1.
-func scaleCount(n int, f float64) int {
-	if f >= 1 {
-		return n
-	}
-	return max(1, int(float64(n)*f))
-}
+// scaleCount scales a limit by f, never below 1 (limits.ScaleCount).
+func scaleCount(n int, f float64) int { return limits.ScaleCount(n, f) }
 
 // scaleLimits scales the concurrency of lim by f; the queue is kept.
 func scaleLimits(lim admit.Limits, f float64) admit.Limits {
@@ -96,19 +92,8 @@ func scaleLimits(lim admit.Limits, f float64) admit.Limits {
 	return lim
 }
 
-// scaleRate scales a GCRA limit by f: a longer emission interval and a
-// smaller burst (at least 1). It allocates nothing.
-func scaleRate(l ratelimit.Limit, f float64) ratelimit.Limit {
-	if f >= 1 {
-		return l
-	}
-	l.Interval = time.Duration(float64(l.Interval) / f)
-	l.Burst = scaleCount(l.Burst, f)
-	if int64(l.Burst) > int64(ratelimit.MaxDepth)/int64(l.Interval) {
-		l.Burst = 1
-	}
-	return l
-}
+// scaleRate scales a GCRA limit by f (limits.ScaleRate).
+func scaleRate(l ratelimit.Limit, f float64) ratelimit.Limit { return limits.ScaleRate(l, f) }
 
 func loadFactor(p *atomic.Uint64) float64 {
 	if p == nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/forward"
 	"github.com/leveeproxy/levee/internal/health"
+	"github.com/leveeproxy/levee/internal/limits"
 	"github.com/leveeproxy/levee/internal/membuf"
 	"github.com/leveeproxy/levee/internal/netlimit"
 	"github.com/leveeproxy/levee/internal/observe"
@@ -364,13 +365,7 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 	if a != nil && a.stored != nil && cfg.Apps[name] == ac {
 		a.stored = nil // a file app now has the name of a stored one: the file wins
 	}
-	lim := admit.Limits{
-		Concurrency: ac.Limits.Concurrency.Limit,
-		MaxLen:      ac.Limits.Queue.MaxLen,
-		MaxWait:     ac.Limits.Queue.MaxWait.D(),
-		Target:      ac.Limits.Queue.Target.D(),
-		Interval:    ac.Limits.Queue.Interval.D(),
-	}
+	lim := limits.Admit(ac.Limits)
 	if a == nil {
 		a = &app{name: name, limiter: admit.NewLimiter(lim, s.clk), metrics: s.metrics.App(name), alert: new(atomic.Bool)}
 		s.apps[name] = a
@@ -405,12 +400,12 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 		a.window = balance.NewWindow(distributionWindow)
 		a.window.Observe(a.backends, s.clk.Now()) // the window's first mark: shares count from here
 	}
-	rt.appRate = newRateRule(name, reasonRate, ac.Limits.Rate, ac.Limits.Burst)
-	rt.clientRate = newRateRule(name+"-client", reasonClientRate, ac.Limits.Client.Rate, ac.Limits.Client.Burst)
+	rt.appRate = limits.NewRule(name, reasonRate, ac.Limits.Rate, ac.Limits.Burst)
+	rt.clientRate = limits.NewRule(name+"-client", reasonClientRate, ac.Limits.Client.Rate, ac.Limits.Client.Burst)
 	s.applyRates(a, rt, ac.Limits.Client.MaxKeys)
 	rt.rateFactor = &s.scale.rate
 	rt.clientKey = forward.NewKeySource(ac.Limits.Client.Key)
-	rt.classes = newClassifier(ac.Limits.Priority)
+	rt.classes = limits.NewClassifier(ac.Limits.Priority)
 	rt.fairShare = ac.Limits.FairShare
 	rt.shadow = newShadowSet(ac.Limits.Shadow)
 	rt.adaptive = a.adaptive
@@ -451,7 +446,7 @@ func (s *Server) applyBackendLimits(a *app, cfg config.BackendLimits, wait admit
 	}
 	var rate ratelimit.Limit
 	if cfg.Rate != (config.Rate{}) {
-		rate = scaleRate(gcraLimit(cfg.Rate, cfg.Burst), strict)
+		rate = scaleRate(limits.GCRA(cfg.Rate, cfg.Burst), strict)
 	}
 	inflight := cfg.Inflight
 	if inflight > 0 {
@@ -576,13 +571,7 @@ func (s *Server) applyHealth(a *app, cfg config.Health) {
 }
 
 // newRateStore makes a rate limit table of maxKeys keys.
-func newRateStore(maxKeys int) *ratelimit.LocalStore {
-	st, err := ratelimit.NewLocalStore(ratelimit.Options{MaxKeys: maxKeys})
-	if err != nil { // validated config: a broken invariant
-		panic(fmt.Sprintf("server: rate store: %v", err))
-	}
-	return st
-}
+func newRateStore(maxKeys int) *ratelimit.LocalStore { return limits.NewStore(maxKeys) }
 
 // EachApp reports every app's state to the metrics collector. Like the
 // admin API it reads the published views, never Server.mu.

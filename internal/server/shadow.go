@@ -117,9 +117,10 @@ func (rt *route) shadowBatch(sh *pathShape, head []byte, whole bool) (*shape.Che
 
 // The bits serve and the rate limits test; fixed once config's vocabulary is.
 var (
-	batchShadows  = shadowBit(string(shape.BatchItems)) | shadowBit(string(shape.BatchJSON)) | shadowBit(string(shape.BatchShape))
-	bodyShadow    = shadowBit(reasonBody)
-	appRateShadow = shadowBit(reasonRate)
+	batchShadows     = shadowBit(string(shape.BatchItems)) | shadowBit(string(shape.BatchJSON)) | shadowBit(string(shape.BatchShape))
+	bodyShadow       = shadowBit(reasonBody)
+	appRateShadow    = shadowBit(reasonRate)
+	clientRateShadow = shadowBit(reasonClientRate)
 )
 
 // unlimitedBody is the body limit forward enforces while streaming when

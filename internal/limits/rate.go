@@ -1,0 +1,150 @@
+package limits
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/ratelimit"
+)
+
+// The reasons rate limits give (Levee-Reject).
+const (
+	ReasonRate       = "rate"
+	ReasonClientRate = "client-rate"
+)
+
+// AppKey is the app-wide limit's key in its store; client keys (header
+// values, IP addresses) never contain a NUL byte.
+const AppKey = "\x00app"
+
+// Store is where a rate rule decides: a ratelimit.LocalStore in process,
+// or a cluster store shared through Redis. The rule does not know which.
+type Store interface {
+	AllowAt(key string, lim ratelimit.Limit, now time.Time, n int) ratelimit.Decision
+	Sweep(now time.Time) int
+}
+
+var _ Store = (*ratelimit.LocalStore)(nil)
+
+// Rule is one configured rate limit, composed when the config loads. Its
+// Store is set by the owner before the first request; the rest is
+// read-only.
+type Rule struct {
+	Lim    ratelimit.Limit
+	Policy ratelimit.Policy
+	Reason string
+	Store  Store
+}
+
+// GCRA is a configured rate and burst (0: derived) as a GCRA limit; the
+// zero Limit when the rate is off.
+func GCRA(r config.Rate, burst int) ratelimit.Limit {
+	if r == (config.Rate{}) {
+		return ratelimit.Limit{}
+	}
+	return ratelimit.Limit{Interval: r.Interval(), Burst: config.EffectiveBurst(r, burst)}
+}
+
+// NewRule returns the rule of a validated rate and burst, named name in
+// its RateLimit-Policy, refusing with reason; nil when the rate is off.
+// It panics on an invalid one (validated config: a broken invariant).
+func NewRule(name, reason string, r config.Rate, burst int) *Rule {
+	if r == (config.Rate{}) {
+		return nil
+	}
+	lim := GCRA(r, burst)
+	policy, err := ratelimit.NewPolicy(name, lim, 0)
+	if err != nil {
+		panic("limits: a validated rate limit is invalid: " + err.Error())
+	}
+	return &Rule{Lim: lim, Policy: policy, Reason: reason}
+}
+
+// Shadower says whether a rule's refusal is only counted (shadowed): the
+// request then goes on as if the bucket had room. It counts the shadowed
+// refusal itself.
+type Shadower interface {
+	Shadowed(rule *Rule) bool
+}
+
+// Outcome is what the rate limits decided of one request.
+type Outcome struct {
+	// Refused is the rule that refused the request (nil: let through),
+	// with its Decision.
+	Refused  *Rule
+	Decision ratelimit.Decision
+	// ShadowedApp and ShadowedClient: a shadowed rule would have refused.
+	ShadowedApp, ShadowedClient bool
+}
+
+// Allow applies the app's rate rule and the client's (either nil: off),
+// scaled by f (1: as configured), in an order that never spends one
+// limit's budget on a request the other refuses: the app limit is only
+// peeked before the client's is spent. A refusal spends nothing. It
+// allocates nothing.
+func Allow[S Shadower](app, client *Rule, key string, f float64, now time.Time, s S) Outcome {
+	var out Outcome
+	var appLim ratelimit.Limit
+	if app != nil {
+		appLim = ScaleRate(app.Lim, f)
+		if d := app.Store.AllowAt(AppKey, appLim, now, 0); d.Remaining < 1 {
+			d = app.Store.AllowAt(AppKey, appLim, now, 1)
+			if !s.Shadowed(app) {
+				return Outcome{Refused: app, Decision: d}
+			}
+			out.ShadowedApp = true
+		}
+	}
+	if client != nil {
+		if d := client.Store.AllowAt(key, ScaleRate(client.Lim, f), now, 1); !d.Allowed {
+			if !s.Shadowed(client) {
+				return Outcome{Refused: client, Decision: d, ShadowedApp: out.ShadowedApp}
+			}
+			out.ShadowedClient = true
+		}
+	}
+	if app != nil && !out.ShadowedApp {
+		if d := app.Store.AllowAt(AppKey, appLim, now, 1); !d.Allowed {
+			if !s.Shadowed(app) {
+				return Outcome{Refused: app, Decision: d, ShadowedClient: out.ShadowedClient}
+			}
+			out.ShadowedApp = true
+		}
+	}
+	return out
+}
+
+// RetryAfter is the Retry-After of a rate refusal d.
+func RetryAfter(d ratelimit.Decision) time.Duration {
+	return time.Duration(ratelimit.RetryAfterSeconds(d)) * time.Second
+}
+
+// ScaleCount scales a limit by f, never below 1.
+func ScaleCount(n int, f float64) int {
+	if f >= 1 {
+		return n
+	}
+	return max(1, int(float64(n)*f))
+}
+
+// ScaleRate scales a GCRA limit by f: a longer emission interval and a
+// smaller burst.
+func ScaleRate(l ratelimit.Limit, f float64) ratelimit.Limit {
+	if f >= 1 {
+		return l
+	}
+	l.Interval = time.Duration(float64(l.Interval) / f)
+	l.Burst = ScaleCount(l.Burst, f)
+	if int64(l.Burst) > int64(ratelimit.MaxDepth)/int64(l.Interval) {
+		l.Burst = 1
+	}
+	return l
+}
+
+// HTTPHeaders sets the IETF RateLimit fields of rule's refusal d on a
+// net/http header map (as fresh []string values).
+func (rule *Rule) HTTPHeaders(h http.Header, d ratelimit.Decision) {
+	h.Set("RateLimit-Policy", rule.Policy.Header())
+	h.Set("RateLimit", string(rule.Policy.AppendRateLimit(nil, d)))
+}
