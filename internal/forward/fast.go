@@ -11,6 +11,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/leveeproxy/levee/internal/ascii"
 	"github.com/leveeproxy/levee/internal/balance"
 	"github.com/leveeproxy/levee/internal/bandwidth"
 	"github.com/leveeproxy/levee/internal/config"
@@ -457,19 +458,19 @@ func (p *Pool) copyRequestTraced(ctx *fasthttp.RequestCtx, out *fasthttp.Request
 	h2c := len(upgrade) > 0 && hasH2C(upgrade)
 	for k, v := range in.All() {
 		switch {
-		case equalFold(k, "Te"):
+		case ascii.EqualFold(k, "Te"):
 			if hasToken(v, "trailers") {
 				out.Add("Te", "trailers")
 			}
-		case equalFold(k, "Host"):
+		case ascii.EqualFold(k, "Host"):
 			// levee's own: the authority that routed the request, which
 			// Connection cannot strip (RFC 9112 §3.2: one Host, always).
 			out.SetHostBytes(v)
 		case isHopByHop(k) || conn.has(k) || isForwarding(k) ||
-			equalFold(k, "Content-Length") || equalFold(k, "Expect") || isProxy(k) || equalFold(k, ShadowHeader):
+			ascii.EqualFold(k, "Content-Length") || ascii.EqualFold(k, "Expect") || isProxy(k) || ascii.EqualFold(k, ShadowHeader):
 		case isIdentity(k) && !p.trust.trustsFast(ctx): // peer looked up only when such a header is sent
-		case equalFold(k, "Http2-Settings") && h2c:
-		case tc.Traceparent != nil && (equalFold(k, "Traceparent") || tc.DropTracestate && equalFold(k, "Tracestate")):
+		case ascii.EqualFold(k, "Http2-Settings") && h2c:
+		case tc.Traceparent != nil && (ascii.EqualFold(k, "Traceparent") || tc.DropTracestate && ascii.EqualFold(k, "Tracestate")):
 		default:
 			out.AddBytesKV(k, v)
 		}
@@ -490,9 +491,9 @@ func (p *Pool) copyRequestTraced(ctx *fasthttp.RequestCtx, out *fasthttp.Request
 func connectionOf(in *fasthttp.RequestHeader) (conn connTokens, upgrade []byte) {
 	for k, v := range in.All() {
 		switch {
-		case equalFold(k, "Connection"):
+		case ascii.EqualFold(k, "Connection"):
 			conn.add(v)
-		case equalFold(k, "Upgrade"):
+		case ascii.EqualFold(k, "Upgrade"):
 			upgrade = v
 		}
 	}
@@ -506,12 +507,12 @@ func copyResponse(out, in *fasthttp.Response) {
 	out.SetStatusCode(in.StatusCode())
 	var conn connTokens
 	for k, v := range in.Header.All() {
-		if equalFold(k, "Connection") {
+		if ascii.EqualFold(k, "Connection") {
 			conn.add(v)
 		}
 	}
 	for k, v := range in.Header.All() {
-		if isHopByHop(k) || conn.has(k) || equalFold(k, "Content-Length") {
+		if isHopByHop(k) || conn.has(k) || ascii.EqualFold(k, "Content-Length") {
 			continue
 		}
 		out.Header.AddBytesKV(k, v)
@@ -528,7 +529,7 @@ var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Te",
 
 func isHopByHop(k []byte) bool {
 	for _, h := range hopByHop {
-		if equalFold(k, h) {
+		if ascii.EqualFold(k, h) {
 			return true
 		}
 	}
@@ -538,11 +539,11 @@ func isHopByHop(k []byte) bool {
 // isProxy matches the Proxy request header, which no standard defines and
 // CGI backends read as HTTP_PROXY, their outbound proxy (httpoxy,
 // CVE-2016-5385): never forwarded.
-func isProxy(k []byte) bool { return equalFold(k, "Proxy") }
+func isProxy(k []byte) bool { return ascii.EqualFold(k, "Proxy") }
 
 func isForwarding(k []byte) bool {
-	return equalFold(k, "X-Forwarded-For") || equalFold(k, "X-Forwarded-Host") ||
-		equalFold(k, "X-Forwarded-Proto") || equalFold(k, "Forwarded")
+	return ascii.EqualFold(k, "X-Forwarded-For") || ascii.EqualFold(k, "X-Forwarded-Host") ||
+		ascii.EqualFold(k, "X-Forwarded-Proto") || ascii.EqualFold(k, "Forwarded")
 }
 
 // connTokens are the header names Connection headers list; they point into
@@ -565,7 +566,7 @@ func (c *connTokens) add(v []byte) {
 
 func (c *connTokens) has(name []byte) bool {
 	for _, n := range c.names {
-		if equalFold(name, string(n)) {
+		if ascii.EqualFold(name, string(n)) {
 			return true
 		}
 	}
@@ -578,7 +579,7 @@ func hasH2C(upgrade []byte) bool {
 		if i := indexByte(tok, '/'); i >= 0 {
 			name = tok[:i]
 		}
-		if equalFold(trimSpace(name), "h2c") {
+		if ascii.EqualFold(trimSpace(name), "h2c") {
 			return true
 		}
 	}
@@ -587,7 +588,7 @@ func hasH2C(upgrade []byte) bool {
 
 func hasToken(v []byte, want string) bool {
 	for _, tok := range splitTokens(v) {
-		if equalFold(tok, want) {
+		if ascii.EqualFold(tok, want) {
 			return true
 		}
 	}
@@ -626,27 +627,6 @@ func trimSpace(b []byte) []byte {
 	return b
 }
 
-// equalFold reports whether b equals s in ASCII, ignoring case, without
-// allocating. Both engines use it, on names as bytes or strings.
-func equalFold[T string | []byte](b T, s string) bool {
-	if len(b) != len(s) {
-		return false
-	}
-	for i := range len(b) {
-		if lower(b[i]) != lower(s[i]) {
-			return false
-		}
-	}
-	return true
-}
-
-func lower(c byte) byte {
-	if c >= 'A' && c <= 'Z' {
-		return c + 'a' - 'A'
-	}
-	return c
-}
-
 // fastHeader reads a fasthttp request's forwarding headers, matching names
 // in any case (header names are passed through unnormalised).
 type fastHeader struct{ h *fasthttp.RequestHeader }
@@ -654,7 +634,7 @@ type fastHeader struct{ h *fasthttp.RequestHeader }
 func (f fastHeader) all(name string) string {
 	var out []byte
 	for k, v := range f.h.All() {
-		if equalFold(k, name) {
+		if ascii.EqualFold(k, name) {
 			if len(out) > 0 {
 				out = append(out, ", "...)
 			}
@@ -666,7 +646,7 @@ func (f fastHeader) all(name string) string {
 
 func (f fastHeader) first(name string) string {
 	for k, v := range f.h.All() {
-		if equalFold(k, name) {
+		if ascii.EqualFold(k, name) {
 			return string(v)
 		}
 	}

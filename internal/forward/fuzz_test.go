@@ -10,6 +10,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/leveeproxy/levee/internal/ascii"
 	"github.com/leveeproxy/levee/internal/framing"
 )
 
@@ -116,7 +117,7 @@ func FuzzCopyRequest(f *testing.F) {
 				// Only these Proxy-* fields are hop-by-hop (RFC 9110 §7.6.1, §11.7);
 				// another Proxy-X is an end-to-end field like any other.
 				t.Fatalf("forwarded hop-by-hop header %s: %q", k, v)
-			case conn.has(k) && !(upgrading && equalFold(k, "Upgrade")):
+			case conn.has(k) && !(upgrading && ascii.EqualFold(k, "Upgrade")):
 				t.Fatalf("forwarded %s, which Connection lists", k)
 			case isIdentity(k) && !trusted:
 				t.Fatalf("forwarded identity header %s: %q from an untrusted peer", k, v)

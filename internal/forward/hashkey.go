@@ -6,6 +6,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/leveeproxy/levee/internal/ascii"
 	"github.com/leveeproxy/levee/internal/config"
 )
 
@@ -84,7 +85,7 @@ func (k KeySource) FastView(ctx *fasthttp.RequestCtx) []byte {
 	switch k.kind {
 	case "header":
 		for name, v := range ctx.Request.Header.All() {
-			if equalFold(name, k.name) {
+			if ascii.EqualFold(name, k.name) {
 				return v
 			}
 		}

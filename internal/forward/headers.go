@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"github.com/leveeproxy/levee/internal/ascii"
 	"net"
 	"net/http"
 	"net/netip"
@@ -45,11 +46,11 @@ var identityHeaders = [...]string{"X-Real-IP", "X_Real_IP", "X_Forwarded_For", "
 
 // isIdentity reports whether k is one of identityHeaders, without allocating.
 func isIdentity[T string | []byte](k T) bool {
-	if len(k) < len("X-Real-IP") || lower(k[0]) != 'x' { // most names end here
+	if len(k) < len("X-Real-IP") || ascii.Lower(k[0]) != 'x' { // most names end here
 		return false
 	}
 	for _, h := range identityHeaders {
-		if equalFold(k, h) {
+		if ascii.EqualFold(k, h) {
 			return true
 		}
 	}

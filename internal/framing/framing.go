@@ -15,6 +15,7 @@ package framing
 import (
 	"net/http"
 
+	"github.com/leveeproxy/levee/internal/ascii"
 	"github.com/leveeproxy/levee/internal/reply"
 )
 
@@ -89,19 +90,6 @@ func onlyOf[T string | []byte](set *[256]bool, s T) bool {
 	return true
 }
 
-// equalFold reports whether b equals s (lower case) in ASCII, ignoring case.
-func equalFold[T string | []byte](b T, s string) bool {
-	if len(b) != len(s) {
-		return false
-	}
-	for i := range len(b) {
-		if lower(b[i]) != s[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // twin reports whether name is s (lower case, with hyphens) written with
 // an underscore for some hyphen: "Transfer_Encoding". CGI, WSGI and PHP
 // backends read both spellings as one variable, and some servers frame on
@@ -112,7 +100,7 @@ func twin(name []byte, s string) bool {
 	}
 	under := false
 	for i := range len(name) {
-		c := lower(name[i])
+		c := ascii.Lower(name[i])
 		if c == '_' && s[i] == '-' {
 			under = true
 			continue
@@ -122,11 +110,4 @@ func twin(name []byte, s string) bool {
 		}
 	}
 	return under
-}
-
-func lower(c byte) byte {
-	if c >= 'A' && c <= 'Z' {
-		return c + 'a' - 'A'
-	}
-	return c
 }

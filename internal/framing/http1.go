@@ -5,6 +5,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/leveeproxy/levee/internal/ascii"
 	"github.com/leveeproxy/levee/internal/reply"
 )
 
@@ -85,13 +86,13 @@ func fields(h *fasthttp.RequestHeader) *reply.Reply {
 		}
 		switch len(name) {
 		case len("content-length"):
-			if equalFold(name, "content-length") {
+			if ascii.EqualFold(name, "content-length") {
 				cl = true
 			} else if twin(name, "content-length") {
 				return BadFramingReply
 			}
 		case len("transfer-encoding"):
-			if equalFold(name, "transfer-encoding") {
+			if ascii.EqualFold(name, "transfer-encoding") {
 				te = true
 			} else if twin(name, "transfer-encoding") {
 				return BadFramingReply
@@ -99,7 +100,7 @@ func fields(h *fasthttp.RequestHeader) *reply.Reply {
 		case len("expect"):
 			// RFC 9110 §10.1.1: a server MAY answer 417 to any other
 			// expectation; levee does, rather than forward one it cannot meet.
-			if v := bytes.Trim(line[colon+1:], " \t"); equalFold(name, "expect") && len(v) > 0 && !equalFold(v, "100-continue") {
+			if v := bytes.Trim(line[colon+1:], " \t"); ascii.EqualFold(name, "expect") && len(v) > 0 && !ascii.EqualFold(v, "100-continue") {
 				return ExpectationReply
 			}
 		}
@@ -133,7 +134,7 @@ func target(req *fasthttp.Request) *reply.Reply {
 		return nil
 	}
 	scheme, rest, ok := bytes.Cut(uri, []byte("://"))
-	if !ok || !equalFold(scheme, "http") && !equalFold(scheme, "https") {
+	if !ok || !ascii.EqualFold(scheme, "http") && !ascii.EqualFold(scheme, "https") {
 		return BadTargetReply
 	}
 	end := len(rest)

@@ -205,9 +205,10 @@ func (l *Live) Rates(now time.Time) LiveRates {
 		Requests: float64(rings.requests.sum(sec)) / LiveSeconds,
 		Rejected: l.rejected.rates(sec),
 		Shadowed: l.shadowed.rates(sec),
-		Queued:   float64(rings.waits.sum(sec)) / LiveSeconds,
 	}
-	if n := rings.waits.sum(sec); n > 0 {
+	n := rings.waits.sum(sec)
+	r.Queued = float64(n) / LiveSeconds
+	if n > 0 {
 		r.QueueWaitMs = float64(rings.waitMicro.sum(sec)) / float64(n) / 1e3
 	}
 	r.QueueMaxMs = float64(rings.waitMax.max(sec)) / 1e3

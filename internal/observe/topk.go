@@ -484,18 +484,16 @@ func (c *ClientTop) Observe(client string, rejected bool, bytes, items uint64, n
 	}
 	c.mu.Lock()
 	for i, w := range [dimensions]uint64{1, b2u(rejected), bytes, items} {
+		if w == 0 {
+			continue // a measure is moved on when it next counts, or is read
+		}
 		t := c.by[i]
 		if t == nil {
-			if w == 0 {
-				continue // nothing to count, nothing to move on
-			}
 			t = newTiered(c.k)
 			c.by[i] = t
 		}
 		t.rotate(0, now)
-		if w > 0 {
-			t.tiers[0].cur.add(client, w)
-		}
+		t.tiers[0].cur.add(client, w)
 	}
 	c.mu.Unlock()
 }

@@ -123,7 +123,10 @@ func (s *Server) factors() (strict, overload float64) {
 	return v.strict, v.overload
 }
 
-func (s *Server) summary(v *appView, now time.Time) AppSummary {
+// summary is v as the app list shows it; imbalance is its backends'
+// distribution over the last window (balance.Window.Observe, which the
+// caller reads once for what it shows).
+func (s *Server) summary(v *appView, now time.Time, imbalance float64) AppSummary {
 	strict, over := s.factors()
 	sum := AppSummary{Name: v.name, Hosts: v.hosts, Stored: v.stored, InFlight: v.limiter.InFlight(),
 		Queued: v.limiter.Queued(), ConcurrencyLimit: v.limiter.Limits().Concurrency,
@@ -137,8 +140,7 @@ func (s *Server) summary(v *appView, now time.Time) AppSummary {
 			sum.BackendsHealthy++
 		}
 	}
-	_, sum.Imbalance = v.window.Observe(v.set, now)
-	sum.ImbalanceAlert = v.alert.Load()
+	sum.Imbalance, sum.ImbalanceAlert = imbalance, v.alert.Load()
 	if math.IsNaN(sum.Imbalance) || math.IsInf(sum.Imbalance, 0) {
 		sum.Imbalance = 0
 	}
@@ -169,7 +171,8 @@ func (s *Server) Apps(limit int) ([]AppSummary, int) {
 	}
 	out := make([]AppSummary, len(all))
 	for i, r := range all {
-		out[i] = s.summary(r.v, now)
+		_, imbalance := r.v.window.Observe(r.v.set, now)
+		out[i] = s.summary(r.v, now, imbalance)
 	}
 	return out, n
 }
@@ -182,15 +185,15 @@ func (s *Server) App(name string) (AppDetail, bool) {
 	}
 	now := s.clk.Now()
 	strict, over := s.factors()
-	d := AppDetail{AppSummary: s.summary(v, now), TopK: v.top.K(), TopClients: []observe.TopShare{}}
+	shares, imbalance := v.window.Observe(v.set, now)
+	d := AppDetail{AppSummary: s.summary(v, now, imbalance), TopK: v.top.K(), TopClients: []observe.TopShare{},
+		Backends: backendStats(shares), BackendLimits: v.poolStats()}
 	d.Configured = LimitView{Concurrency: v.conf.Concurrency, QueueMaxLen: v.conf.MaxLen, QueueWait: v.conf.MaxWait,
 		Rate: v.limits.Rate.PerSecond(), ClientRate: v.limits.Client.Rate.PerSecond()}
 	in := v.limiter.Limits()
 	d.InForce = LimitView{Concurrency: in.Concurrency, QueueMaxLen: in.MaxLen, QueueWait: in.MaxWait,
 		Rate: d.Configured.Rate * strict * over, ClientRate: d.Configured.ClientRate * strict * over}
 	d.Why = s.why(v, strict, over)
-	st := v.stats(now)
-	d.Backends, d.BackendLimits, d.ImbalanceAlert = st.Backends, st.Pool, st.ImbalanceAlert
 	if v.top != nil {
 		d.TopClients = v.top.Report(0, 0, 10, 0, now).Clients
 	}
@@ -213,7 +216,7 @@ func (s *Server) why(v *appView, strict, over float64) []string {
 	return why
 }
 
-// ErrUnknownDimension and ErrUnknownWindow name a bad top parameter.
+// errBadBy and errBadWindow name a bad top parameter.
 var (
 	errBadBy     = fmt.Errorf("by must be one of %v", observe.Dimensions)
 	errBadWindow = fmt.Errorf("window must be one of %v", observe.WindowNames)

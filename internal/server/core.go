@@ -184,20 +184,28 @@ func account[E exchange](s *Server, snap *snapshot, rt *route, e E, start time.T
 	rt.app.metrics.Observe(code, took.Seconds())
 	rejected := e.rejected()
 	rt.app.metrics.Live.Request(end)
-	if rt.top != nil {
-		rt.top.Observe(e.topKey(rt.clientKey), rejected, e.bytes(), e.items(), end)
+	logged := snap.access.Take()
+	var bytes uint64
+	if rt.top != nil || logged {
+		bytes = e.bytes()
 	}
-	if snap.access.Take() {
-		var reason string
-		if rejected {
-			reason = e.rejectReason()
-		}
+	if rt.top != nil {
+		rt.top.Observe(e.topKey(rt.clientKey), rejected, bytes, e.items(), end)
+	}
+	var reason string // read only for a line that is written: it may allocate
+	if rejected && logged {
+		reason = e.rejectReason()
+	}
+	if logged {
 		s.access.Write(observe.AccessRecord{Time: end, App: rt.app.name, Method: e.method(), Host: e.host(),
-			Path: e.path(), Status: code, Duration: took, Remote: e.remote(), Bytes: e.bytes(), Reject: reason})
+			Path: e.path(), Status: code, Duration: took, Remote: e.remote(), Bytes: bytes, Reject: reason})
 	}
 	if rejected {
 		if l, ok := s.errlog.Take(slog.LevelDebug, observe.EventRefused, rt.app.name); ok {
-			l.Log("reason", e.rejectReason(), "status", code, "remote", e.remote())
+			if reason == "" {
+				reason = e.rejectReason()
+			}
+			l.Log("reason", reason, "status", code, "remote", e.remote())
 		}
 	}
 	endTrace(snap, rt, e, code, end)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/leveeproxy/levee/internal/ascii"
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/forward"
 	"github.com/leveeproxy/levee/internal/framing"
@@ -277,10 +278,10 @@ func (e *fastExchange) incomingTrace() trace.Incoming {
 	*in = trace.Incoming{}
 	for k, v := range e.c.Request.Header.All() {
 		switch {
-		case isHeader(k, "traceparent"):
+		case ascii.EqualFold(k, "traceparent"):
 			in.Count++
 			in.Traceparent = b2s(v)
-		case isHeader(k, "tracestate"):
+		case ascii.EqualFold(k, "tracestate"):
 			in.State.Add(v)
 		}
 	}
@@ -303,25 +304,12 @@ func (e *fastExchange) describe(sp *trace.Span) spanView {
 	}
 	if !e.tr.DropTracestate() {
 		for k, val := range h.All() {
-			if isHeader(k, "tracestate") {
+			if ascii.EqualFold(k, "tracestate") {
 				sp.AddTraceState(b2s(val))
 			}
 		}
 	}
 	return v
-}
-
-// isHeader reports whether k is the header name want (lowercase), in any case.
-func isHeader(k []byte, want string) bool {
-	if len(k) != len(want) {
-		return false
-	}
-	for i := range len(k) {
-		if k[i]|0x20 != want[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // b2s views b as a string without copying; the string must not outlive b

@@ -595,14 +595,20 @@ func (v *appView) stats(now time.Time) observe.AppStats {
 	st := observe.AppStats{Name: v.name, InFlight: v.limiter.InFlight(), Queued: v.limiter.Queued(),
 		Limit: v.limiter.Limits().Concurrency, Overloaded: v.limiter.Overloaded(), ImbalanceAlert: v.alert.Load(),
 		TopClients: v.top.Top(now)}
-	if v.guard != nil {
-		g := v.guard.Stats()
-		st.Pool = &observe.PoolStats{InFlight: g.InFlight, Queued: g.Queued, InflightLimit: g.InflightLimit, Rate: g.Rate}
-	}
+	st.Pool = v.poolStats()
 	var shares []balance.Share
 	shares, st.Imbalance = v.window.Observe(v.set, now)
 	st.Backends = backendStats(shares)
 	return st
+}
+
+// poolStats is v's backend_limits state (nil when off).
+func (v *appView) poolStats() *observe.PoolStats {
+	if v.guard == nil {
+		return nil
+	}
+	g := v.guard.Stats()
+	return &observe.PoolStats{InFlight: g.InFlight, Queued: g.Queued, InflightLimit: g.InflightLimit, Rate: g.Rate}
 }
 
 func backendStats(shares []balance.Share) []observe.BackendStats {
