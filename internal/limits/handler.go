@@ -1,16 +1,19 @@
 package limits
 
 import (
-	"errors"
-	"fmt"
+	"io"
 	"net/http"
+	"sync"
+	"sync/atomic"
 
 	"github.com/leveeproxy/levee/internal/admit"
 	"github.com/leveeproxy/levee/internal/clock"
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/forward"
+	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/leveeproxy/levee/internal/ratelimit"
 	"github.com/leveeproxy/levee/internal/reply"
+	"github.com/leveeproxy/levee/internal/shape"
 )
 
 // The replies of the limits applied here, in package reply's one table.
@@ -38,26 +41,27 @@ func Admit(l config.Limits) admit.Limits {
 func NewStore(maxKeys int) *ratelimit.LocalStore {
 	st, err := ratelimit.NewLocalStore(ratelimit.Options{MaxKeys: maxKeys})
 	if err != nil { // validated config: a broken invariant
-		panic(fmt.Sprintf("limits: rate store: %v", err))
+		panic("limits: rate store: " + err.Error())
 	}
 	return st
 }
 
-// Handler applies validated limits to the requests of a net/http handler,
-// in the proxy's order (rate, limits.body on the declared length,
-// concurrency and queue with priorities and fair share), and refuses as
-// the proxy's net/http engine does, from package reply. It is safe for
-// concurrent use; it starts no goroutine.
+// ShadowHeader is the header a request let through by a shadowed limit
+// carries to the backend (the proxy) or the wrapped handler (the
+// middleware); a client's own is dropped.
+const ShadowHeader = "Levee-Shadow"
+
+// Handler applies validated limits to the requests of a net/http handler
+// through a Gate, in the proxy's order, and refuses as the proxy's
+// net/http engine does: Check (shape, rate, a declared body), then Admit
+// (concurrency, queue, priorities, fair share, adaptive), then the body's
+// own limits (limits.body without a declared length, limits.batch) as the
+// handler reads it. It is safe for concurrent use; it starts no goroutine.
 type Handler struct {
-	next       http.Handler
-	clk        clock.Clock
-	limiter    *admit.Limiter
-	appRate    *Rule
-	clientRate *Rule
-	clientKey  forward.KeySource
-	classes    Classifier
-	fairShare  bool
-	body       int64
+	gate   *Gate
+	next   http.Handler
+	top    *observe.ClientTop
+	counts *Counts
 }
 
 // NewHandler returns next behind l, on clk (nil: the real clock); name
@@ -66,67 +70,325 @@ func NewHandler(name string, l config.Limits, clk clock.Clock, next http.Handler
 	if clk == nil {
 		clk = clock.Real{}
 	}
-	h := &Handler{next: next, clk: clk, limiter: admit.NewLimiter(Admit(l), clk),
-		appRate:    NewRule(name, ReasonRate, l.Rate, l.Burst),
-		clientRate: NewRule(name+"-client", ReasonClientRate, l.Client.Rate, l.Client.Burst),
-		clientKey:  forward.NewKeySource(l.Client.Key), classes: NewClassifier(l.Priority),
-		fairShare: l.FairShare, body: int64(l.Body)}
-	if h.appRate != nil {
-		h.appRate.Store = NewStore(1)
+	counts := NewCounts()
+	lim := Admit(l)
+	limiter := admit.NewLimiter(lim, clk)
+	var shapes ShapeCache
+	g := &Gate{
+		AppRate:    NewRule(name, ReasonRate, l.Rate, l.Burst),
+		ClientRate: NewRule(name+"-client", ReasonClientRate, l.Client.Rate, l.Client.Burst),
+		ClientKey:  forward.NewKeySource(l.Client.Key),
+		Classes:    NewClassifier(l.Priority),
+		FairShare:  l.FairShare,
+		Shapes:     shapes.NewShapes(l),
+		Shadow:     NewShadowSet(l.Shadow),
+		Limiter:    limiter,
+		Count:      counts,
+		Clock:      clk,
 	}
-	if h.clientRate != nil {
-		h.clientRate.Store = NewStore(l.Client.MaxKeys)
+	if l.Concurrency.Adaptive == config.AdaptiveGradient {
+		g.Adaptive = NewAdaptive(l.Concurrency, lim, limiter, 1)
 	}
-	return h
+	if g.AppRate != nil {
+		g.AppRate.Store = NewStore(1)
+	}
+	if g.ClientRate != nil {
+		g.ClientRate.Store = NewStore(l.Client.MaxKeys)
+	}
+	return &Handler{gate: g, next: next, top: observe.NewClientTop(l.Client.TopK), counts: counts}
 }
-
-// noShadow: the handler refuses on every limit (limits.shadow is the
-// proxy's alone).
-type noShadow struct{}
-
-func (noShadow) Shadowed(*Rule) bool { return false }
-
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	now := h.clk.Now()
-	var client string
-	if h.clientRate != nil || h.fairShare || h.classes.NeedsClient() {
-		client = h.clientKey.HTTP(r)
-	}
-	if h.appRate != nil || h.clientRate != nil {
-		if o := Allow(h.appRate, h.clientRate, client, 1, now, noShadow{}); o.Refused != nil {
-			o.Refused.HTTPHeaders(w.Header(), o.Decision)
-			reply.For(o.Refused.Reason).HTTP(w, RetryAfter(o.Decision))
-			return
-		}
-	}
-	if r.ContentLength > h.body {
-		reply.BodyReply.HTTP(w, 0)
-		return
-	}
-	if r.Body != nil && r.Body != http.NoBody && r.ContentLength < 0 {
-		r.Body = http.MaxBytesReader(w, r.Body, h.body)
-	}
-	t := admit.Ticket{Class: h.classes.Class(r.URL.Path, client)}
-	if h.fairShare {
-		t.Client = client
-	}
-	if _, err := h.limiter.AcquireWait(r.Context(), t); err != nil {
-		var rej *admit.Rejection
-		if errors.As(err, &rej) {
-			reply.For(string(rej.Reason)).HTTP(w, rej.RetryAfter)
-		}
-		return // the client went away: no one to answer
-	}
-	defer h.limiter.ReleaseFor(t)
-	h.next.ServeHTTP(w, r)
-}
-
-// Limiter is the handler's concurrency limiter (for its gauges).
-func (h *Handler) Limiter() *admit.Limiter { return h.limiter }
 
 // With returns a handler of next sharing h's limits and their state.
 func (h *Handler) With(next http.Handler) *Handler {
 	c := *h
 	c.next = next
 	return &c
+}
+
+// Limiter is the handler's concurrency limiter (for its gauges).
+func (h *Handler) Limiter() *admit.Limiter { return h.gate.Limiter }
+
+// Top is the handler's heavy hitters (nil when limits.client.top_k is 0).
+func (h *Handler) Top() *observe.ClientTop { return h.top }
+
+// Counts are the handler's refusals and shadowed refusals by reason.
+func (h *Handler) Counts() *Counts { return h.counts }
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	g := h.gate
+	now := g.Clock.Now()
+	ex := exchanges.Get().(*exchange)
+	ex.start(w, r)
+	defer h.done(ex)
+	req := HTTPRequest{R: r}
+	p, v, ref, ok := Check(g, req, now, nil)
+	switch {
+	case v != nil:
+		reply.ViolationHTTP(&ex.rec, v, false)
+		return
+	case !ok:
+		ref.HTTP(&ex.rec)
+		return
+	}
+	if r.Body != nil && r.Body != http.NoBody {
+		ex.guardBody(g, p.Shape, r)
+	}
+	if r.Header[ShadowHeader] != nil || p.Shadow != 0 {
+		r.Header.Del(ShadowHeader)
+		if p.Shadow != 0 {
+			r.Header.Set(ShadowHeader, p.Shadow.Header())
+		}
+	}
+	slot, ref, ok := g.Admit(r.Context(), g.Ticket(r.URL.Path, p.Client), nil)
+	if !ok {
+		if ref.Code != 0 {
+			ref.HTTP(&ex.rec)
+		}
+		return // the client went away: no one to answer
+	}
+	released := false
+	defer func() { // deferred: a handler may abort with a panic
+		if !released {
+			forward.Release(slot, http.StatusInternalServerError)
+		}
+	}()
+	h.next.ServeHTTP(&ex.rec, r)
+	ex.rec.finish()
+	released = true
+	forward.Release(slot, ex.rec.status(r))
+}
+
+// done counts the request in the top clients and recycles ex.
+func (h *Handler) done(ex *exchange) {
+	if h.top != nil {
+		key := HTTPRequest{R: ex.r}.TopKey(h.gate.ClientKey)
+		var items int
+		if ex.body != nil {
+			items = ex.body.counted()
+		}
+		h.top.Observe(key, len(ex.rec.Header()[reply.Reject]) > 0, ex.bytes(), uint64(items), h.gate.Clock.Now())
+	}
+	ex.free()
+}
+
+// exchange is one request through a Handler: the response as the handler
+// writes it, and the body as it reads it.
+type exchange struct {
+	r     *http.Request
+	rec   refusingWriter
+	body  *guardedBody // nil: the body is not guarded
+}
+
+var exchanges = sync.Pool{New: func() any { return new(exchange) }}
+
+func (ex *exchange) start(w http.ResponseWriter, r *http.Request) {
+	ex.r, ex.body = r, nil
+	ex.rec = refusingWriter{ResponseWriter: w}
+}
+
+func (ex *exchange) free() {
+	*ex = exchange{}
+	exchanges.Put(ex)
+}
+
+// bytes is the request's body bytes as read, and the response's written.
+func (ex *exchange) bytes() uint64 {
+	n := max(ex.r.ContentLength, 0)
+	if ex.body != nil {
+		n = ex.body.read()
+	}
+	return uint64(n + ex.rec.written)
+}
+
+// guardBody enforces on r's body, as the handler reads it, what could not
+// be checked from the head: limits.body without a declared length, and
+// limits.batch (or their shadows).
+func (ex *exchange) guardBody(g *Gate, sh *PathShape, r *http.Request) {
+	batch := sh.Check.Limits().Batch.On()
+	if r.ContentLength >= 0 && !batch {
+		return // a declared length was checked; nothing to count
+	}
+	limit, bc := g.BodyLimit(sh), sh.Check.BatchCounter()
+	// Not pooled with the exchange: a handler may hand the body on (to a
+	// goroutine that outlives it, say), and it must never read another
+	// request's state.
+	ex.body = &guardedBody{rc: r.Body, limit: limit, batch: bc, gate: g}
+	ex.rec.body = ex.body
+	r.Body = ex.body
+}
+
+// guardedBody is a request body read by the wrapped handler under the
+// limits that only its bytes show. A read over one fails with a
+// *admit.Rejection (its reason), and the refusal is answered in place of
+// what the handler writes.
+type guardedBody struct {
+	rc      io.ReadCloser
+	limit   int64
+	gate    *Gate
+	refused atomic.Pointer[bodyRefusal] // set once
+
+	mu    sync.Mutex // Read and the top's count may run at once
+	n     int64
+	batch *shape.BatchCounter // nil: not counted (off, or shadowed and over)
+	items int
+	eof   bool
+}
+
+// read is the bytes read so far, and the items counted.
+func (b *guardedBody) read() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.n
+}
+
+func (b *guardedBody) counted() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.items
+}
+
+// bodyRefusal is the answer to a body over a limit.
+type bodyRefusal struct {
+	reply *reply.Reply     // limits.body
+	v     *shape.Violation // limits.batch
+	err   *admit.Rejection
+}
+
+var bodyTooLarge = &bodyRefusal{reply: reply.BodyCutReply, err: &admit.Rejection{Reason: admit.Reason(ReasonBody)}}
+
+func (b *guardedBody) Read(p []byte) (int, error) {
+	if ref := b.refused.Load(); ref != nil {
+		return 0, ref.err
+	}
+	n, err := b.rc.Read(p)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.n += int64(n)
+	if b.n > b.limit {
+		return 0, b.refuse(bodyTooLarge, ReasonBody)
+	}
+	if b.batch == nil {
+		return n, err
+	}
+	v := b.batch.Write(p[:n])
+	if v == nil && err == io.EOF && !b.eof {
+		b.eof = true
+		v = b.batch.End()
+	}
+	if v != nil {
+		if _, ok := b.gate.Shadows(string(v.Reason)); !ok {
+			return 0, b.refuse(&bodyRefusal{v: v, err: &admit.Rejection{Reason: admit.Reason(v.Reason)}}, string(v.Reason))
+		}
+		b.batch = nil // counted as shadowed; the rest goes on uncounted
+		return n, err
+	}
+	b.items = b.batch.Count()
+	return n, err
+}
+
+// refuse records the body's refusal (the first), counted.
+func (b *guardedBody) refuse(ref *bodyRefusal, reason string) error {
+	if b.refused.CompareAndSwap(nil, ref) {
+		b.gate.Count.Rejected(reason)
+	}
+	return b.refused.Load().err
+}
+
+func (b *guardedBody) Close() error { return b.rc.Close() }
+
+// refusingWriter is the response writer the wrapped handler gets: it
+// records the status and bytes written and, once the body's reader has
+// refused the body, answers that refusal instead of the handler's
+// response, if the handler has written nothing yet.
+type refusingWriter struct {
+	http.ResponseWriter
+	body    *guardedBody
+	code    int
+	written int64
+	swallow bool // the body's refusal was answered: the handler's writes go nowhere
+}
+
+// intercept answers the body's refusal, if there is one and nothing was
+// written; it reports whether the handler's writes are to be dropped.
+func (w *refusingWriter) intercept() bool {
+	if w.swallow {
+		return true
+	}
+	if w.code != 0 || w.body == nil {
+		return false
+	}
+	ref := w.body.refused.Load()
+	if ref == nil {
+		return false
+	}
+	w.swallow = true
+	w.answer(ref)
+	return true
+}
+
+func (w *refusingWriter) answer(ref *bodyRefusal) {
+	h := w.ResponseWriter.Header()
+	for k := range h { // what the handler set was for its own answer
+		delete(h, k)
+	}
+	rec := recorder{w: w}
+	if ref.v != nil {
+		reply.ViolationHTTP(&rec, ref.v, true) // the rest of the body is unread
+	} else {
+		ref.reply.HTTP(&rec, 0)
+	}
+}
+
+func (w *refusingWriter) WriteHeader(code int) {
+	if w.intercept() {
+		return
+	}
+	if w.code == 0 || (w.code >= 100 && w.code < 200 && w.code != http.StatusSwitchingProtocols) {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *refusingWriter) Write(p []byte) (int, error) {
+	if w.intercept() {
+		return len(p), nil
+	}
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(p)
+	w.written += int64(n)
+	return n, err
+}
+
+// finish answers the body's refusal if the handler returned without
+// writing anything.
+func (w *refusingWriter) finish() { w.intercept() }
+
+func (w *refusingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// status is the code to record: what was written, or 499 if the client
+// left before anything was.
+func (w *refusingWriter) status(r *http.Request) int {
+	if w.code == 0 {
+		if r.Context().Err() != nil {
+			return StatusClientClosed
+		}
+		return http.StatusOK
+	}
+	return w.code
+}
+
+// recorder writes a refusal through w, bypassing the interception.
+type recorder struct{ w *refusingWriter }
+
+func (r *recorder) Header() http.Header { return r.w.ResponseWriter.Header() }
+func (r *recorder) WriteHeader(code int) {
+	r.w.code = code
+	r.w.ResponseWriter.WriteHeader(code)
+}
+func (r *recorder) Write(p []byte) (int, error) {
+	n, err := r.w.ResponseWriter.Write(p)
+	r.w.written += int64(n)
+	return n, err
 }

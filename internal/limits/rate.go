@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/ratelimit"
 )
@@ -147,4 +149,12 @@ func ScaleRate(l ratelimit.Limit, f float64) ratelimit.Limit {
 func (rule *Rule) HTTPHeaders(h http.Header, d ratelimit.Decision) {
 	h.Set("RateLimit-Policy", rule.Policy.Header())
 	h.Set("RateLimit", string(rule.Policy.AppendRateLimit(nil, d)))
+}
+
+// FastHeaders sets the same fields on a fasthttp response, allocating
+// nothing.
+func (rule *Rule) FastHeaders(h *fasthttp.ResponseHeader, d ratelimit.Decision) {
+	h.Set("RateLimit-Policy", rule.Policy.Header())
+	var buf [64]byte
+	h.SetBytesV("RateLimit", rule.Policy.AppendRateLimit(buf[:0], d))
 }

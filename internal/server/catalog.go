@@ -60,13 +60,13 @@ func (s *Server) routeStored(ctx context.Context, host, path string) (*route, re
 		return rt, refusal{}, true
 	case errors.Is(err, catalog.ErrBusy):
 		s.unrouted.Rejected(reasonCatalogBusy)
-		return nil, refusal{code: http.StatusServiceUnavailable, reason: reasonCatalogBusy, retryAfter: s.catalogRetry}, false
+		return nil, refusal{Code: http.StatusServiceUnavailable, Reason: reasonCatalogBusy, RetryAfter: s.catalogRetry}, false
 	case errors.Is(err, catalog.ErrUnavailable):
 		s.unrouted.Rejected(reasonCatalogUnavailable)
 		if l, ok := s.errlog.Take(slog.LevelError, observe.EventCatalogLoad, ""); ok {
 			l.Log("host", host, "err", err)
 		}
-		return nil, refusal{code: http.StatusServiceUnavailable, reason: reasonCatalogUnavailable, retryAfter: s.catalogRetry}, false
+		return nil, refusal{Code: http.StatusServiceUnavailable, Reason: reasonCatalogUnavailable, RetryAfter: s.catalogRetry}, false
 	}
 	return nil, refusal{}, false // not found, or ctx ended
 }

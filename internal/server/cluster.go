@@ -55,7 +55,7 @@ type appRates struct {
 // applyRates makes the rate state rt's limits need and gives each rule
 // its store.
 func (s *Server) applyRates(a *app, rt *route, maxKeys int) {
-	if rt.appRate == nil && rt.clientRate == nil {
+	if rt.AppRate == nil && rt.ClientRate == nil {
 		return
 	}
 	if a.rates == nil {
@@ -69,17 +69,17 @@ func (s *Server) applyRates(a *app, rt *route, maxKeys int) {
 		}
 		r.shared, r.app, r.client = st, st, st
 	}
-	if rt.appRate != nil {
+	if rt.AppRate != nil {
 		if r.app == nil {
 			r.app = newRateStore(1)
 		}
-		rt.appRate.Store = r.app
+		rt.AppRate.Store = r.app
 	}
-	if rt.clientRate != nil {
+	if rt.ClientRate != nil {
 		if r.client == nil {
 			r.client = newRateStore(maxKeys)
 		}
-		rt.clientRate.Store = r.client
+		rt.ClientRate.Store = r.client
 	}
 }
 

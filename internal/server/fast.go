@@ -16,6 +16,7 @@ import (
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/forward"
 	"github.com/leveeproxy/levee/internal/framing"
+	"github.com/leveeproxy/levee/internal/limits"
 	"github.com/leveeproxy/levee/internal/membuf"
 	"github.com/leveeproxy/levee/internal/netlimit"
 	"github.com/leveeproxy/levee/internal/reply"
@@ -146,21 +147,21 @@ type fastExchange struct {
 var fastExchanges = sync.Pool{New: func() any { return new(fastExchange) }}
 
 func (e *fastExchange) host() string   { return b2s(e.c.Request.Header.Host()) }
-func (e *fastExchange) path() string   { return b2s(e.c.Path()) }
-func (e *fastExchange) target() string { return b2s(e.c.Request.Header.RequestURI()) }
+func (e *fastExchange) Path() string   { return b2s(e.c.Path()) }
+func (e *fastExchange) Target() string { return b2s(e.c.Request.Header.RequestURI()) }
 func (e *fastExchange) method() string { return string(e.c.Request.Header.Method()) }
 func (e *fastExchange) remote() string { return e.c.RemoteAddr().String() }
 
-func (e *fastExchange) headers() (int, int) { return fastHeaderSize(&e.c.Request.Header) }
+func (e *fastExchange) Headers() (int, int) { return fastHeaderSize(&e.c.Request.Header) }
 
-func (e *fastExchange) contentLength() int64 {
+func (e *fastExchange) ContentLength() int64 {
 	if n := e.c.Request.Header.ContentLength(); n >= 0 {
 		return int64(n)
 	}
 	return -1 // chunked (or identity to the close): limits.body is enforced while streaming
 }
 
-func (e *fastExchange) clientKey(k forward.KeySource) string { return k.Fast(e.c) }
+func (e *fastExchange) ClientKey(k forward.KeySource) string { return k.Fast(e.c) }
 
 func (e *fastExchange) topKey(k forward.KeySource) string {
 	if k.IsHeader() {
@@ -179,15 +180,7 @@ func (e *fastExchange) topKey(k forward.KeySource) string {
 // the client closes its connection (see peerCtx).
 func (e *fastExchange) ctx() context.Context { return &e.pc }
 
-func (e *fastExchange) refuse(ref refusal) {
-	ref.answer().Fast(e.c, ref.retryAfter)
-	if ref.rate != nil {
-		h := &e.c.Response.Header
-		h.Set("RateLimit-Policy", ref.rate.Policy.Header())
-		var buf [64]byte
-		h.SetBytesV("RateLimit", ref.rate.Policy.AppendRateLimit(buf[:0], ref.decision))
-	}
-}
+func (e *fastExchange) refuse(ref refusal) { ref.Fast(e.c) }
 
 func (e *fastExchange) refuseShape(v *shape.Violation) { reply.ViolationFast(e.c, v, false) }
 
@@ -202,7 +195,7 @@ func (e *fastExchange) gone() {
 
 // readBody reads up to request_buffer of the body into e.body; the rest,
 // if any, streams later from e.paced, which keeps timing the client.
-func (e *fastExchange) readBody(s *Server, rt *route, sh *pathShape) (refusal, bool) {
+func (e *fastExchange) readBody(s *Server, rt *route, sh *limits.PathShape) (refusal, bool) {
 	declared := int64(e.c.Request.Header.ContentLength()) // -1: chunked
 	bs := e.c.RequestBodyStream()
 	if declared == 0 || bs == nil {
@@ -224,13 +217,13 @@ func (e *fastExchange) readBody(s *Server, rt *route, sh *pathShape) (refusal, b
 
 func (e *fastExchange) readAhead() ([]byte, bool) { return e.body.Bytes(), e.whole }
 
-func (e *fastExchange) forward(rt *route, sh *pathShape, slot forward.Releaser, out toBackend) {
+func (e *fastExchange) forward(rt *route, sh *limits.PathShape, slot forward.Releaser, out toBackend) {
 	// Admitted: nothing waits on ctx any more, so the client is not watched.
 	e.pc.pause()
 	// What streams from here holds the slot: it is timed afresh, so the
 	// bytes read ahead bank no time for it.
 	e.paced.Start, e.paced.N = time.Now(), 0
-	body := forward.Body{Limit: rt.bodyLimit(sh), Head: e.body.Bytes(), Whole: e.whole, Shadow: out.shadow.header(),
+	body := forward.Body{Limit: rt.BodyLimit(sh), Head: e.body.Bytes(), Whole: e.whole, Shadow: out.shadow.Header(),
 		Items: &e.nItems, Trace: forward.TraceHeaders{Traceparent: e.tr.Traceparent(), DropTracestate: e.tr.DropTracestate()}}
 	if e.paced.R != nil {
 		body.Rest = &e.paced

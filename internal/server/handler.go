@@ -12,6 +12,7 @@ import (
 
 	"github.com/leveeproxy/levee/internal/forward"
 	"github.com/leveeproxy/levee/internal/framing"
+	"github.com/leveeproxy/levee/internal/limits"
 	"github.com/leveeproxy/levee/internal/membuf"
 	"github.com/leveeproxy/levee/internal/netlimit"
 	"github.com/leveeproxy/levee/internal/reply"
@@ -35,7 +36,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	e := httpExchanges.Get().(*httpExchange)
 	e.held.Reset(w)
-	e.rec.ResponseWriter, e.rec.code, e.rec.written, e.r, e.conn = &e.held, 0, 0, r, hc
+	e.rec.ResponseWriter, e.rec.code, e.rec.written, e.R, e.conn = &e.held, 0, 0, r, hc
 	e.nItems = 0
 	defer e.free()
 	serve(s, e)
@@ -43,7 +44,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // httpExchange is a net/http request as serve sees it.
 type httpExchange struct {
-	r    *http.Request
+	// HTTPRequest is what the limits read of the request (R).
+	limits.HTTPRequest
 	rec  recorder
 	held forward.HeldResponse // under rec: a response held until the slot is given back
 	// body is the request body as readBody left it (nil: none read).
@@ -60,45 +62,20 @@ func (e *httpExchange) free() {
 	if e.body != nil {
 		e.body.free()
 	}
-	e.r, e.rec.ResponseWriter, e.body, e.conn = nil, nil, nil, nil
+	e.R, e.rec.ResponseWriter, e.body, e.conn = nil, nil, nil, nil
 	e.held.Reset(nil)
 	httpExchanges.Put(e)
 }
 
-func (e *httpExchange) host() string   { return e.r.Host }
-func (e *httpExchange) path() string   { return e.r.URL.Path }
-func (e *httpExchange) target() string { return e.r.RequestURI }
-func (e *httpExchange) method() string { return e.r.Method }
-func (e *httpExchange) remote() string { return e.r.RemoteAddr }
+func (e *httpExchange) host() string   { return e.R.Host }
+func (e *httpExchange) method() string { return e.R.Method }
+func (e *httpExchange) remote() string { return e.R.RemoteAddr }
 
-// headers counts Host too: net/http keeps it apart from the header map.
-func (e *httpExchange) headers() (int, int) {
-	count, size := shape.HeaderSize(e.r.Header)
-	return count + 1, size + len("Host") + len(e.r.Host)
-}
+func (e *httpExchange) topKey(k forward.KeySource) string { return e.TopKey(k) }
 
-func (e *httpExchange) contentLength() int64 { return e.r.ContentLength }
+func (e *httpExchange) ctx() context.Context { return e.R.Context() }
 
-func (e *httpExchange) clientKey(k forward.KeySource) string { return k.HTTP(e.r) }
-
-func (e *httpExchange) topKey(k forward.KeySource) string {
-	if k.IsHeader() {
-		if v := k.HTTP(e.r); v != "" {
-			return v
-		}
-	}
-	return forward.PeerIP(e.r)
-}
-
-func (e *httpExchange) ctx() context.Context { return e.r.Context() }
-
-func (e *httpExchange) refuse(ref refusal) {
-	r := ref.answer()
-	if ref.rate != nil {
-		ref.rate.HTTPHeaders(e.rec.Header(), ref.decision)
-	}
-	r.HTTP(&e.rec, ref.retryAfter)
-}
+func (e *httpExchange) refuse(ref refusal) { ref.HTTP(&e.rec) }
 
 func (e *httpExchange) refuseShape(v *shape.Violation) { reply.ViolationHTTP(&e.rec, v, false) }
 
@@ -107,8 +84,8 @@ func (e *httpExchange) gone() {}
 // readBody reads up to request_buffer of r's body before admission; r.Body
 // becomes what was read, then (if the body was longer) the rest, still
 // timed at min_rate. A whole body goes on with its length.
-func (e *httpExchange) readBody(s *Server, rt *route, sh *pathShape) (refusal, bool) {
-	r := e.r
+func (e *httpExchange) readBody(s *Server, rt *route, sh *limits.PathShape) (refusal, bool) {
+	r := e.R
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
 		return refusal{}, true
 	}
@@ -155,14 +132,14 @@ func (e *httpExchange) readAhead() ([]byte, bool) {
 	return e.body.head.Bytes(), e.body.r == nil
 }
 
-func (e *httpExchange) forward(rt *route, sh *pathShape, slot forward.Releaser, out toBackend) {
+func (e *httpExchange) forward(rt *route, sh *limits.PathShape, slot forward.Releaser, out toBackend) {
 	if e.conn != nil && e.conn.Resets() > 0 {
 		// The client resets streams. Its RST_STREAM for this one may be
 		// read already, waiting for the server's frame loop: let that run
 		// first, so that the reset stops this request here.
 		runtime.Gosched()
 	}
-	if e.r.Context().Err() != nil {
+	if e.R.Context().Err() != nil {
 		// Reset (or its connection gone) after admission: nothing reaches
 		// the backend, and status records 499 with no one to answer.
 		forward.Release(slot, StatusClientClosed)
@@ -174,7 +151,7 @@ func (e *httpExchange) forward(rt *route, sh *pathShape, slot forward.Releaser, 
 			forward.Release(slot, e.rec.code)
 		}
 	}()
-	r := e.r
+	r := e.R
 	if tp := e.tr.Traceparent(); tp != nil {
 		// Levee's span is the backend's parent; the Rewrite's clone of
 		// r.Header carries it (tracing off: the client's pass as sent).
@@ -183,15 +160,15 @@ func (e *httpExchange) forward(rt *route, sh *pathShape, slot forward.Releaser, 
 			delete(r.Header, "Tracestate")
 		}
 	}
-	if r.ContentLength < 0 && rt.bodyLimit(sh) == sh.body { // unknown length: enforce the limit while streaming
-		r.Body = forward.GuardBody(http.MaxBytesReader(&e.rec, r.Body, sh.body))
+	if r.ContentLength < 0 && rt.BodyLimit(sh) == sh.Body { // unknown length: enforce the limit while streaming
+		r.Body = forward.GuardBody(http.MaxBytesReader(&e.rec, r.Body, sh.Body))
 	}
 	// What streams from here holds the slot: timed afresh (see fastExchange).
 	if e.body != nil {
 		e.body.paced.Start, e.body.paced.N = time.Now(), 0
 	}
 	e.held.Hold(rt.pool)
-	rt.pool.Serve(&e.rec, r, out.check, out.shadow.header(), &e.nItems)
+	rt.pool.Serve(&e.rec, r, out.check, out.shadow.Header(), &e.nItems)
 	// The backend is done: its slot goes back before a held response is
 	// written to the client, however slowly that reads.
 	released = true
@@ -202,18 +179,18 @@ func (e *httpExchange) forward(rt *route, sh *pathShape, slot forward.Releaser, 
 func (e *httpExchange) traceState() *trace.Request { return &e.tr }
 
 func (e *httpExchange) incomingTrace() (in trace.Incoming) {
-	tp := e.r.Header["Traceparent"]
+	tp := e.R.Header["Traceparent"]
 	if in.Count = len(tp); in.Count == 1 {
 		in.Traceparent = tp[0]
 	}
-	for _, v := range e.r.Header["Tracestate"] {
+	for _, v := range e.R.Header["Tracestate"] {
 		in.State.AddString(v)
 	}
 	return in
 }
 
 func (e *httpExchange) describe(sp *trace.Span) spanView {
-	r, h := e.r, e.rec.Header()
+	r, h := e.R, e.rec.Header()
 	v := spanView{method: r.Method, path: r.URL.Path, scheme: "http", host: r.Host, proto: "2",
 		client: forward.PeerIP(r), userAgent: r.UserAgent(), reject: h.Get(reply.Reject), levErr: h.Get(reply.Error)}
 	if r.TLS != nil {
@@ -228,11 +205,11 @@ func (e *httpExchange) describe(sp *trace.Span) spanView {
 	return v
 }
 
-func (e *httpExchange) status() int    { return e.rec.status(e.r) }
+func (e *httpExchange) status() int    { return e.rec.status(e.R) }
 func (e *httpExchange) rejected() bool { return len(e.rec.Header()[reply.Reject]) > 0 }
 
 func (e *httpExchange) bytes() uint64 {
-	n := max(e.r.ContentLength, 0)
+	n := max(e.R.ContentLength, 0)
 	if b := e.body; n == 0 && b != nil { // no length: what was read
 		b.mu.Lock() // the Transport may still be reading it
 		n = int64(b.head.Len()) + b.paced.N

@@ -95,13 +95,6 @@ func scaleLimits(lim admit.Limits, f float64) admit.Limits {
 // scaleRate scales a GCRA limit by f (limits.ScaleRate).
 func scaleRate(l ratelimit.Limit, f float64) ratelimit.Limit { return limits.ScaleRate(l, f) }
 
-func loadFactor(p *atomic.Uint64) float64 {
-	if p == nil {
-		return 1
-	}
-	return math.Float64frombits(p.Load())
-}
-
 // bandwidthOptions are an app's bandwidth limiter options at rate. The
 // limiter's rate may later be set as low as least (the strict fraction, a
 // cluster share) without rebuilding it, so its chunks are sized for least:
@@ -143,7 +136,7 @@ func (s *Server) setOverloadFactor(f float64) bool {
 	s.scale.rate.Store(math.Float64bits(lf))
 	for _, a := range s.apps {
 		if a.adaptive != nil {
-			a.adaptive.setBase(a.conf, lf)
+			a.adaptive.SetBase(a.conf, lf)
 		} else {
 			a.limiter.SetLimits(scaleLimits(a.conf, lf))
 		}

@@ -94,7 +94,7 @@ func burstOf(t *testing.T, s *Server, host, client string, now time.Time) int {
 	}
 	n := 0
 	for ; n < 1000; n++ {
-		if _, ok := rt.limitRate(client, now); !ok {
+		if _, ok := rt.LimitRate(client, now); !ok {
 			return n
 		}
 	}
@@ -384,10 +384,10 @@ func TestScaledRateAllocatesNothing(t *testing.T) {
 	s.overloadTick()
 	rt, _ := s.current.Load().catalog.Lookup("a.test", "/")
 	now := clk.Now()
-	rt.limitRate("k", now) // the client's entry exists from here on
-	allocs := testing.AllocsPerRun(100, func() { rt.limitRate("k", now) })
+	rt.LimitRate("k", now) // the client's entry exists from here on
+	allocs := testing.AllocsPerRun(100, func() { rt.LimitRate("k", now) })
 	if allocs != 0 {
-		t.Errorf("limitRate under a factor allocates %v per call, want 0", allocs)
+		t.Errorf("LimitRate under a factor allocates %v per call, want 0", allocs)
 	}
 }
 
@@ -404,7 +404,7 @@ func BenchmarkLimitRateScaled(b *testing.B) {
 			now := clk.Now()
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
-				rt.limitRate("k", now.Add(time.Duration(i)*time.Second))
+				rt.LimitRate("k", now.Add(time.Duration(i)*time.Second))
 			}
 		})
 	}

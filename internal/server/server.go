@@ -76,7 +76,7 @@ type Server struct {
 	// upstreams are the connection pools by backend address, shared by
 	// the apps (each holds those of its backends: app.conns).
 	upstreams forward.Upstreams
-	shapes    shapeCache
+	shapes    limits.ShapeCache
 
 	// lazy is the SQLite catalog, looked up when the config file's apps
 	// miss (nil when off); fixed for the server's life.
@@ -150,7 +150,7 @@ type app struct {
 	// ejector takes failing backends out (nil when ejection is off);
 	// checker probes them (nil when health checks are off). Both follow
 	// the app across reloads.
-	adaptive    *adaptiveLimit // nil for a static concurrency limit
+	adaptive    *limits.Adaptive // nil for a static concurrency limit
 	ejector     *health.Ejector
 	ejectionCfg config.Ejection
 	checker     *health.Checker
@@ -189,21 +189,16 @@ type app struct {
 
 // route is an app as composed for one config: every request path step in order.
 type route struct {
-	app        *app
-	appRate    *rateRule         // limits.rate; nil when off
-	clientRate *rateRule         // limits.client.rate; nil when off
-	rateFactor *atomic.Uint64    // the server's scale.rate: what rate limits are multiplied by now
-	clientKey  forward.KeySource // limits.client.key
-	classes    classifier        // limits.priority
-	fairShare  bool              // limits.fair_share: tickets carry the client key
-	adaptive   *adaptiveLimit    // nil for a static concurrency limit
-	shapes     shapeLimits       // body, header, URL, query and batch limits
-	pool       *forward.Pool
-	top        *observe.ClientTop // the app's heavy hitters; nil when off
-	guard      *protect.Guard     // backend_limits; nil when off
-	body       bodyRead           // how the request body is read before admission
-	cert       routeCert          // apps.NAME.tls, for the TLS listeners' SNI
-	shadow     shadowSet          // limits.shadow: reasons counted, not refused
+	// Gate is the app's limits: shape, rate, body, concurrency and its
+	// queue, priorities, fair share, shadow (package limits, the one
+	// implementation the admission middleware applies too).
+	limits.Gate
+	app   *app
+	pool  *forward.Pool
+	top   *observe.ClientTop // the app's heavy hitters; nil when off
+	guard *protect.Guard     // backend_limits; nil when off
+	body  bodyRead           // how the request body is read before admission
+	cert  routeCert          // apps.NAME.tls, for the TLS listeners' SNI
 }
 
 // bodyRead is how a route reads a request body ahead of admission:
@@ -379,7 +374,7 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 		a.conns[i] = s.upstreams.Acquire(b.Addr, cfg.Upstream)
 	}
 	s.applyEjection(a, ac.Ejection)
-	rt = &route{app: a, shapes: s.shapes.newShapeLimits(ac.Limits), pool: forward.NewPool(forward.Options{
+	rt = &route{app: a, pool: forward.NewPool(forward.Options{
 		App: name, Backends: ac.Backends, Conns: a.conns, Trust: trust,
 		ErrorLog: s.errlog, Metrics: a.metrics, Upstream: cfg.Upstream,
 		OnReject: a.metrics.Rejected,
@@ -400,16 +395,23 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 		a.window = balance.NewWindow(distributionWindow)
 		a.window.Observe(a.backends, s.clk.Now()) // the window's first mark: shares count from here
 	}
-	rt.appRate = limits.NewRule(name, reasonRate, ac.Limits.Rate, ac.Limits.Burst)
-	rt.clientRate = limits.NewRule(name+"-client", reasonClientRate, ac.Limits.Client.Rate, ac.Limits.Client.Burst)
+	rt.Gate = limits.Gate{
+		AppRate:    limits.NewRule(name, reasonRate, ac.Limits.Rate, ac.Limits.Burst),
+		ClientRate: limits.NewRule(name+"-client", reasonClientRate, ac.Limits.Client.Rate, ac.Limits.Client.Burst),
+		RateFactor: &s.scale.rate,
+		ClientKey:  forward.NewKeySource(ac.Limits.Client.Key),
+		Classes:    limits.NewClassifier(ac.Limits.Priority),
+		FairShare:  ac.Limits.FairShare,
+		Shapes:     s.shapes.NewShapes(ac.Limits),
+		Shadow:     limits.NewShadowSet(ac.Limits.Shadow),
+		Limiter:    a.limiter,
+		Adaptive:   a.adaptive,
+		Count:      a.metrics,
+		Clock:      s.clk,
+	}
 	s.applyRates(a, rt, ac.Limits.Client.MaxKeys)
-	rt.rateFactor = &s.scale.rate
-	rt.clientKey = forward.NewKeySource(ac.Limits.Client.Key)
-	rt.classes = limits.NewClassifier(ac.Limits.Priority)
-	rt.fairShare = ac.Limits.FairShare
-	rt.shadow = newShadowSet(ac.Limits.Shadow)
-	rt.adaptive = a.adaptive
 	rt.guard = s.applyBackendLimits(a, ac.BackendLimits, lim)
+	rt.ReadClient = rt.guard != nil
 	if a.top.K() != ac.Limits.Client.TopK {
 		a.top = observe.NewClientTop(ac.Limits.Client.TopK)
 	}
@@ -469,11 +471,11 @@ func (s *Server) applyConcurrency(a *app, c config.Concurrency, lim admit.Limits
 		a.limiter.SetLimits(scaleLimits(lim, f))
 		return
 	}
-	if a.adaptive != nil && a.adaptive.cfg == c {
-		a.adaptive.setBase(lim, f)
+	if a.adaptive != nil && a.adaptive.Config() == c {
+		a.adaptive.SetBase(lim, f)
 		return
 	}
-	a.adaptive = newAdaptiveLimit(c, lim, a.limiter, f)
+	a.adaptive = limits.NewAdaptive(c, lim, a.limiter, f)
 }
 
 // applyBandwidth makes, keeps or drops an app's bandwidth limiter. A new

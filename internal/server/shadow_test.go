@@ -13,6 +13,7 @@ import (
 
 	"github.com/leveeproxy/levee/internal/clock"
 	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/limits"
 	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/shape"
 )
@@ -251,7 +252,7 @@ func TestShadowReasonsAreRefusalReasons(t *testing.T) {
 	shapeReasons := []shape.Reason{shape.URLLength, shape.QueryValues, shape.HeaderCount, shape.HeaderBytes,
 		shape.BatchItems, shape.BatchJSON, shape.BatchShape}
 	for _, r := range config.ShadowableReasons {
-		if shadowBit(r) == 0 {
+		if limits.ShadowBit(r) == 0 {
 			t.Errorf("%q has no bit", r)
 		}
 		if r != reasonRate && r != reasonClientRate && r != reasonBody && !slices.Contains(shapeReasons, shape.Reason(r)) {

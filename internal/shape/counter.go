@@ -35,3 +35,6 @@ func (b *BatchCounter) End() *Violation {
 	}
 	return b.err
 }
+
+// Count is the items counted so far.
+func (b *BatchCounter) Count() int { return b.s.count }

@@ -1,0 +1,75 @@
+package limits
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/leveeproxy/levee/internal/catalog"
+	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/shape"
+)
+
+// PathShape is the request-shape limits of requests under one path
+// prefix: limits.body and the checker of the rest.
+type PathShape struct {
+	Prefix string
+	Body   int64
+	Check  *shape.Checker
+}
+
+// Shapes are a gate's shape limits: the app's, and limits.per_path
+// overrides, longest prefix first.
+type Shapes struct {
+	App     PathShape
+	PerPath []PathShape
+}
+
+// ShapeCache keeps the last shape.Checker built, for the next gate with
+// the same limits: a Checker is immutable, and apps with the default
+// limits (most of a large catalog) then share one. Not safe for
+// concurrent use: its owner serialises the calls (the proxy under its
+// config lock).
+type ShapeCache struct {
+	limits shape.Limits
+	check  *shape.Checker
+}
+
+// NewShapes returns the shape limits of validated limits l.
+func (c *ShapeCache) NewShapes(l config.Limits) Shapes {
+	sl := Shapes{App: c.newPathShape("", l)}
+	for prefix := range l.PerPath {
+		sl.PerPath = append(sl.PerPath, c.newPathShape(prefix, l.ShapeFor(prefix)))
+	}
+	slices.SortFunc(sl.PerPath, func(a, b PathShape) int { return len(b.Prefix) - len(a.Prefix) })
+	return sl
+}
+
+func (c *ShapeCache) newPathShape(prefix string, l config.Limits) PathShape {
+	sl := shape.Limits{
+		MaxHeaderBytes: int(l.HeaderBytes),
+		MaxHeaderCount: l.HeaderCount,
+		MaxURLBytes:    int(l.URLLength),
+		MaxQueryValues: l.QueryValues,
+		Batch:          shape.Batch{JSONField: l.Batch.JSONField, Max: l.Batch.Max},
+	}
+	if c.check == nil || c.limits != sl {
+		check, err := shape.New(sl)
+		if err != nil {
+			panic(fmt.Sprintf("limits: a validated config has invalid shape limits: %v", err))
+		}
+		c.limits, c.check = sl, check
+	}
+	return PathShape{Prefix: prefix, Body: int64(l.Body), Check: c.check}
+}
+
+// ForPath returns the shape limits of a request for path: the longest
+// limits.per_path prefix holding it, else the app's. Without per-path
+// limits it costs nothing.
+func (sl *Shapes) ForPath(path string) *PathShape {
+	for i := range sl.PerPath {
+		if catalog.PathHasPrefix(path, sl.PerPath[i].Prefix) {
+			return &sl.PerPath[i]
+		}
+	}
+	return &sl.App
+}
