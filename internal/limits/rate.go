@@ -81,10 +81,13 @@ type Outcome struct {
 }
 
 // Allow applies the app's rate rule and the client's (either nil: off),
-// scaled by f (1: as configured), in an order that never spends one
+// scaled by f (1: as configured), in an order that spends neither
 // limit's budget on a request the other refuses: the app limit is only
-// peeked before the client's is spent. A refusal spends nothing. It
-// allocates nothing.
+// peeked before the client's is spent, so a refusal spends nothing. One
+// race is left, as the stores have no refund: a concurrent request that
+// takes the app's last unit between the peek and the spend leaves this
+// request refused by the app with its client's unit spent (one unit, and
+// only when the app is at its limit anyway). It allocates nothing.
 func Allow[S Shadower](app, client *Rule, key string, f float64, now time.Time, s S) Outcome {
 	var out Outcome
 	var appLim ratelimit.Limit
@@ -117,9 +120,10 @@ func Allow[S Shadower](app, client *Rule, key string, f float64, now time.Time, 
 	return out
 }
 
-// RetryAfter is the Retry-After of a rate refusal d.
+// RetryAfter is the Retry-After of a rate refusal d, at most MaxDepth (a
+// Decision that never allows, ratelimit.Never, would overflow).
 func RetryAfter(d ratelimit.Decision) time.Duration {
-	return time.Duration(ratelimit.RetryAfterSeconds(d)) * time.Second
+	return time.Duration(min(ratelimit.RetryAfterSeconds(d), int64(ratelimit.MaxDepth/time.Second))) * time.Second
 }
 
 // ScaleCount scales a limit by f, never below 1.
@@ -136,7 +140,13 @@ func ScaleRate(l ratelimit.Limit, f float64) ratelimit.Limit {
 	if f >= 1 {
 		return l
 	}
-	l.Interval = time.Duration(float64(l.Interval) / f)
+	// At most MaxDepth: one a day scaled by 0.001 would be a limit no store
+	// can enforce, which refuses every request.
+	iv := float64(l.Interval) / f
+	l.Interval = ratelimit.MaxDepth
+	if iv < float64(ratelimit.MaxDepth) {
+		l.Interval = time.Duration(iv)
+	}
 	l.Burst = ScaleCount(l.Burst, f)
 	if int64(l.Burst) > int64(ratelimit.MaxDepth)/int64(l.Interval) {
 		l.Burst = 1
