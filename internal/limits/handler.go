@@ -174,9 +174,9 @@ func (h *Handler) done(ex *exchange) {
 // exchange is one request through a Handler: the response as the handler
 // writes it, and the body as it reads it.
 type exchange struct {
-	r     *http.Request
-	rec   refusingWriter
-	body  *guardedBody // nil: the body is not guarded
+	r    *http.Request
+	rec  refusingWriter
+	body *guardedBody // nil: the body is not guarded
 }
 
 var exchanges = sync.Pool{New: func() any { return new(exchange) }}
