@@ -57,21 +57,38 @@
 // # The HTTP middleware
 //
 // ParseLimits reads a `limits:` section of levee's config, with the same
-// keys, defaults and validation; Middleware applies it to a handler:
+// keys, defaults and validation; a Gate puts them in force, and Wrap (or
+// Middleware, for one gate per call) applies them to a handler:
 //
 //	l, err := admission.ParseLimits([]byte("concurrency: 64\nrate: 500/s\nbody: 1MB\n"))
 //	...
-//	http.ListenAndServe(addr, admission.Middleware(l)(mux))
+//	gate := admission.NewGate(l)
+//	http.ListenAndServe(addr, gate.Wrap(mux))
 //
-// It refuses as the levee proxy does, with the same code (package limits
-// inside levee, the proxy's own rate rules, classifier and scheduler): the
-// same status, Levee-Reject, Retry-After, RateLimit headers and body, so a
-// client, a dashboard or a runbook reads a refusal the same way from
-// either. See Middleware for what it applies and what it does not yet.
+// It applies every limit of the section but bandwidth (which ParseLimits
+// refuses): request shape, rate and per-client rate, body, batch items,
+// the concurrency limit (static or adaptive) with its queue, priorities
+// and fair share, per_path and shadow; see Gate.Wrap for the order. It
+// refuses as the levee proxy does, with the same code (the proxy's gate,
+// internal/limits): the same status, Levee-Reject, Retry-After, RateLimit
+// headers and body, so a client, a dashboard or a runbook reads a refusal
+// the same way from either. Gate.Stats counts refusals by reason;
+// Gate.Top and Gate.TopHandler report the heaviest clients, as levee's
+// admin API does (limits.client.top_k).
+//
+// What a gate costs: a refusal allocates nothing (TestGateRefusalAllocatesNothing),
+// and an admitted request allocates nothing on the gate's side
+// (BenchmarkGateAdmitted); a gate starts no goroutine. A request waits only
+// in the queue, at most limits.queue.max_wait, or until its client goes.
 //
 // # One implementation
 //
-// The scheduler is the levee proxy's (internal/admit): a Budget is a
+// A Gate is the proxy's own gate: the levee proxy composes each app's
+// route from the same internal/limits.Gate, and runs its requests through
+// the same Check (shape, rate, declared body) and Admit (slot, queue,
+// priority, fair share, adaptive) before it forwards them; this package
+// is its net/http face. The scheduler is the levee proxy's
+// (internal/admit): a Budget is a
 // patient admit.Limiter, the same slots, client table and wait lists as an
 // app's concurrency limit, run in a mode where a request over its share
 // waits instead of being refused (admit.NewPatient). The proxy refuses

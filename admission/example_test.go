@@ -2,6 +2,7 @@ package admission_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -104,4 +105,65 @@ body: 1MB
 	resp.Body.Close()
 	fmt.Println(resp.StatusCode, resp.Header.Get("Levee-Reject"))
 	// Output: 413 body
+}
+
+// A gate in front of a batch endpoint, as the outage's handler needed: the
+// batch is counted as the handler reads it, and a client's 20,000 items are
+// refused with levee's 422 before the handler fans out one of them.
+func ExampleGate() {
+	l, err := admission.ParseLimits([]byte(`
+concurrency: 32
+batch: {json_field: items, max: 1000}
+client: {key: "header:X-Api-Key", top_k: 16}
+`))
+	if err != nil {
+		log.Fatal(err)
+	}
+	gate := admission.NewGate(l)
+	batch := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct{ Items []int }
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			return // the gate answers a refused body; any other error is ours to answer
+		}
+		fmt.Fprintf(w, "%d items\n", len(req.Items))
+	})
+	srv := httptest.NewServer(gate.Wrap(batch))
+	defer srv.Close()
+
+	items := strings.Repeat("1,", 19_999) + "1"
+	resp, err := http.Post(srv.URL, "application/json", strings.NewReader(`{"items": [`+items+`]}`))
+	if err != nil {
+		log.Fatal(err)
+	}
+	resp.Body.Close()
+	fmt.Println(resp.StatusCode, resp.Header.Get("Levee-Reject"))
+	fmt.Println(gate.Stats().Rejected[admission.BatchItems])
+	// Output:
+	// 422 batch-items
+	// 1
+}
+
+// The heaviest clients, as levee's admin API reports an app's.
+func ExampleGate_Top() {
+	l, err := admission.ParseLimits([]byte(`client: {key: "header:X-Api-Key", top_k: 16}`))
+	if err != nil {
+		log.Fatal(err)
+	}
+	gate := admission.NewGate(l)
+	h := gate.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for i := range 10 {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("X-Api-Key", []string{"tenant-a", "tenant-b"}[min(i%4, 1)])
+		h.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	top, err := gate.Top("requests", "10s")
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, c := range top.Clients {
+		fmt.Println(c.Client, c.Count)
+	}
+	// Output:
+	// tenant-b 7
+	// tenant-a 3
 }

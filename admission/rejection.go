@@ -2,6 +2,7 @@ package admission
 
 import (
 	"github.com/leveeproxy/levee/internal/admit"
+	"github.com/leveeproxy/levee/internal/limits"
 	"github.com/leveeproxy/levee/internal/shape"
 )
 
@@ -48,4 +49,23 @@ const (
 	// JSON batch field counted by limits.batch). A Group made WithMaxItems
 	// refuses with it, RetryAfter 0: the same batch is refused again.
 	BatchItems Reason = Reason(shape.BatchItems)
+	// BatchJSON: the body of a request with limits.batch is not valid JSON
+	// (levee: 400); BatchShape: it is JSON, but not of a shape whose items
+	// can be counted (levee: 422).
+	BatchJSON  Reason = Reason(shape.BatchJSON)
+	BatchShape Reason = Reason(shape.BatchShape)
+	// Rate: over limits.rate; ClientRate: over limits.client.rate (levee:
+	// 429, with RateLimit and RateLimit-Policy).
+	Rate       Reason = Reason(limits.ReasonRate)
+	ClientRate Reason = Reason(limits.ReasonClientRate)
+	// Body: the body is over limits.body (levee: 413).
+	Body Reason = Reason(limits.ReasonBody)
+	// URLLength, QueryValues: the request target is over limits.url_length,
+	// or has more than limits.query_values parameters (levee: 414).
+	URLLength   Reason = Reason(shape.URLLength)
+	QueryValues Reason = Reason(shape.QueryValues)
+	// HeaderCount, HeaderBytes: the header fields are over
+	// limits.header_count or limits.header_bytes (levee: 431).
+	HeaderCount Reason = Reason(shape.HeaderCount)
+	HeaderBytes Reason = Reason(shape.HeaderBytes)
 )

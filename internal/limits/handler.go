@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/leveeproxy/levee/internal/admit"
 	"github.com/leveeproxy/levee/internal/clock"
@@ -110,6 +111,9 @@ func (h *Handler) Limiter() *admit.Limiter { return h.gate.Limiter }
 
 // Top is the handler's heavy hitters (nil when limits.client.top_k is 0).
 func (h *Handler) Top() *observe.ClientTop { return h.top }
+
+// Now is the handler's clock's now.
+func (h *Handler) Now() time.Time { return h.gate.Clock.Now() }
 
 // Counts are the handler's refusals and shadowed refusals by reason.
 func (h *Handler) Counts() *Counts { return h.counts }
@@ -361,6 +365,19 @@ func (w *refusingWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// WriteString is Write without a copy: refusals are written by it.
+func (w *refusingWriter) WriteString(p string) (int, error) {
+	if w.intercept() {
+		return len(p), nil
+	}
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	n, err := io.WriteString(w.ResponseWriter, p)
+	w.written += int64(n)
+	return n, err
+}
+
 // finish answers the body's refusal if the handler returned without
 // writing anything.
 func (w *refusingWriter) finish() { w.intercept() }
@@ -389,6 +406,11 @@ func (r *recorder) WriteHeader(code int) {
 }
 func (r *recorder) Write(p []byte) (int, error) {
 	n, err := r.w.ResponseWriter.Write(p)
+	r.w.written += int64(n)
+	return n, err
+}
+func (r *recorder) WriteString(p string) (int, error) {
+	n, err := io.WriteString(r.w.ResponseWriter, p)
 	r.w.written += int64(n)
 	return n, err
 }

@@ -2,6 +2,7 @@ package limits
 
 import (
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -37,7 +38,13 @@ type Rule struct {
 	Policy ratelimit.Policy
 	Reason string
 	Store  Store
+	// headers are the net/http values of the last refusal's RateLimit
+	// fields (see HTTPHeaders); nil until the rule first refuses.
+	headers atomic.Pointer[httpValues]
 }
+
+// httpValues are a rule's RateLimit fields as net/http header values.
+type httpValues struct{ policy, rateLimit []string }
 
 // GCRA is a configured rate and burst (0: derived) as a GCRA limit; the
 // zero Limit when the rate is off.
@@ -155,10 +162,27 @@ func ScaleRate(l ratelimit.Limit, f float64) ratelimit.Limit {
 }
 
 // HTTPHeaders sets the IETF RateLimit fields of rule's refusal d on a
-// net/http header map (as fresh []string values).
+// net/http header map. The values are shared with the rule's other
+// refusals that read the same (most, under overload: they differ only in
+// the seconds until the next request is let through), so a refusal
+// allocates only when its value changes, and they must not be modified,
+// as package reply's are not.
 func (rule *Rule) HTTPHeaders(h http.Header, d ratelimit.Decision) {
-	h.Set("RateLimit-Policy", rule.Policy.Header())
-	h.Set("RateLimit", string(rule.Policy.AppendRateLimit(nil, d)))
+	var buf [64]byte
+	b := rule.Policy.AppendRateLimit(buf[:0], d)
+	v := rule.headers.Load()
+	if v == nil || v.rateLimit[0] != string(b) {
+		nv := &httpValues{rateLimit: []string{string(b)}}
+		if v != nil {
+			nv.policy = v.policy
+		} else {
+			nv.policy = []string{rule.Policy.Header()}
+		}
+		rule.headers.Store(nv)
+		v = nv
+	}
+	h["Ratelimit-Policy"] = v.policy
+	h["Ratelimit"] = v.rateLimit
 }
 
 // FastHeaders sets the same fields on a fasthttp response, allocating

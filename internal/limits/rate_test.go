@@ -591,12 +591,18 @@ func TestRuleHTTPHeaders(t *testing.T) {
 			t.Errorf("HTTPHeaders(%+v) = %v, want %v", tc.d, h, want)
 		}
 	}
-	// Fresh values: a handler editing one response's header edits no other.
+	// Shared values: a refusal that reads as the last allocates nothing,
+	// and one that reads otherwise gets its own.
 	h1, h2 := http.Header{}, http.Header{}
 	rule.HTTPHeaders(h1, o.Decision)
-	rule.HTTPHeaders(h2, o.Decision)
-	h1["Ratelimit"][0], h1["Ratelimit-Policy"][0] = "x", "x"
-	if h2.Get("RateLimit") != `"app";r=0;t=1` || h2.Get("RateLimit-Policy") != `"app";q=10;w=1;levee-burst=1` {
-		t.Fatalf("headers share their values: %v", h2)
+	if n := testing.AllocsPerRun(100, func() { rule.HTTPHeaders(h2, o.Decision) }); n != 0 {
+		t.Errorf("a refusal as the last: %v allocations; want 0", n)
+	}
+	later := o.Decision
+	later.RetryAfter += 5 * time.Second
+	rule.HTTPHeaders(h2, later)
+	if h1.Get("RateLimit") != `"app";r=0;t=1` || h2.Get("RateLimit") != `"app";r=0;t=6` ||
+		h2.Get("RateLimit-Policy") != `"app";q=10;w=1;levee-burst=1` {
+		t.Fatalf("headers: %v and %v", h1, h2)
 	}
 }

@@ -224,11 +224,26 @@ func ViolationFast(ctx *fasthttp.RequestCtx, v *shape.Violation, closeConn bool)
 	resp.AppendBodyString("\n")
 }
 
-// ViolationHTTP is ViolationFast for net/http.
+// violationV are the Levee-Reject values of the shape reasons, prebuilt.
+var violationV = func() map[shape.Reason][]string {
+	m := map[shape.Reason][]string{}
+	for _, r := range []shape.Reason{shape.HeaderBytes, shape.HeaderCount, shape.URLLength, shape.QueryValues,
+		shape.BatchItems, shape.BatchJSON, shape.BatchShape} {
+		m[r] = []string{string(r)}
+	}
+	return m
+}()
+
+// ViolationHTTP is ViolationFast for net/http. It allocates nothing when
+// w has a WriteString (net/http's own writers do).
 func ViolationHTTP(w http.ResponseWriter, v *shape.Violation, closeConn bool) {
 	h := w.Header()
 	h["Content-Type"] = textPlain
-	h.Set(Reject, string(v.Reason))
+	if rv, ok := violationV[v.Reason]; ok {
+		h[Reject] = rv
+	} else {
+		h.Set(Reject, string(v.Reason))
+	}
 	h["X-Content-Type-Options"] = nosniff
 	if closeConn {
 		h["Connection"] = closeV

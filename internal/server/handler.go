@@ -246,6 +246,16 @@ func (rec *recorder) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// WriteString is Write without a copy: refusals are written by it.
+func (rec *recorder) WriteString(s string) (int, error) {
+	if rec.code == 0 {
+		rec.code = http.StatusOK
+	}
+	n, err := io.WriteString(rec.ResponseWriter, s)
+	rec.written += int64(n)
+	return n, err
+}
+
 func (rec *recorder) Unwrap() http.ResponseWriter { return rec.ResponseWriter }
 
 // Status is the status written so far (0: none), for the balancer.

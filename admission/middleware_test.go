@@ -1,0 +1,262 @@
+package admission_test
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/leveeproxy/levee/admission"
+)
+
+func mustLimits(t testing.TB, yaml string) admission.Limits {
+	t.Helper()
+	l, err := admission.ParseLimits([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func TestParseLimitsRefusesWhatItCannotApply(t *testing.T) {
+	for yaml, want := range map[string]string{
+		"bandwidth: 10MB/s":     "limits.bandwidth: not applied",
+		"rate: lots":            "limits.rate",
+		"concurrency: -1":       "limits.concurrency",
+		"client: {key: cookie}": "limits.client.key",
+		"no_such_limit: 1":      "no_such_limit",
+	} {
+		if _, err := admission.ParseLimits([]byte(yaml)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseLimits(%q) = %v; want an error naming %s", yaml, err, want)
+		}
+	}
+	if _, err := admission.ParseLimits(nil); err != nil {
+		t.Errorf("empty limits (levee's defaults): %v", err)
+	}
+}
+
+func TestZeroValuesPanic(t *testing.T) {
+	for name, f := range map[string]func(){
+		"NewGate(Limits{})":    func() { admission.NewGate(admission.Limits{}) },
+		"Middleware(Limits{})": func() { admission.Middleware(admission.Limits{}) },
+		"(*Gate)(nil).Wrap":    func() { (*admission.Gate)(nil).Wrap(http.NotFoundHandler()) },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s did not panic", name)
+				}
+			}()
+			f()
+		}()
+	}
+}
+
+// echoBody answers what it read, or, when the read fails, its own 400
+// (which the gate replaces with levee's refusal).
+func echoBody(readErr *error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if readErr != nil {
+			*readErr = err
+		}
+		if err != nil {
+			http.Error(w, "handler: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.Write(b)
+	})
+}
+
+func post(t *testing.T, url, body string, chunked bool) *http.Response {
+	t.Helper()
+	var rd io.Reader = strings.NewReader(body)
+	if chunked {
+		rd = io.MultiReader(rd)
+	}
+	resp, err := http.Post(url, "application/json", rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+// A body over a limit fails the handler's read with a *Rejection of the
+// limit's reason, and the client gets levee's refusal, not the handler's
+// answer to the failed read.
+func TestBodyRefusalReplacesTheHandlersAnswer(t *testing.T) {
+	var readErr error
+	g := admission.NewGate(mustLimits(t, "{body: 100B, batch: {json_field: items, max: 2}}"))
+	srv := httptest.NewServer(g.Wrap(echoBody(&readErr)))
+	defer srv.Close()
+	for _, c := range []struct {
+		body    string
+		chunked bool
+		status  int
+		reason  admission.Reason
+	}{
+		{`{"items": [1, 2]}`, true, 200, ""},
+		{`{"items": [1, 2, 3]}`, false, 422, admission.BatchItems},
+		{`{"items": [1, 2, 3]}`, true, 422, admission.BatchItems},
+		{`{"items": [` + strings.Repeat(" ", 120) + `]}`, true, 413, "body"},
+		{`{"items": [` + strings.Repeat(" ", 120) + `]}`, false, 413, "body"}, // refused before the handler
+	} {
+		readErr = nil
+		resp := post(t, srv.URL, c.body, c.chunked)
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != c.status || admission.Reason(resp.Header.Get("Levee-Reject")) != c.reason {
+			t.Errorf("%q chunked %v: %d %q %q; want %d %q", c.body, c.chunked, resp.StatusCode,
+				resp.Header.Get("Levee-Reject"), b, c.status, c.reason)
+		}
+		if strings.Contains(string(b), "handler:") {
+			t.Errorf("%q: the handler's own answer got out: %q", c.body, b)
+		}
+		var rej *admission.Rejection
+		if c.status == 200 || (c.reason == "body" && !c.chunked) {
+			continue // no read failed (or none ran)
+		}
+		if !errors.As(readErr, &rej) || rej.Reason != c.reason {
+			t.Errorf("%q chunked %v: the handler's read failed with %v; want a *Rejection (%s)", c.body, c.chunked, readErr, c.reason)
+		}
+	}
+	st := g.Stats()
+	if st.Rejected[admission.BatchItems] != 2 || st.Rejected["body"] != 2 {
+		t.Errorf("stats %+v; want 2 batch-items and 2 body refusals", st.Rejected)
+	}
+}
+
+// A handler that answers before it reads the body keeps its answer: the
+// gate can only refuse what has not been sent.
+func TestBodyRefusalAfterTheAnswerLeavesIt(t *testing.T) {
+	g := admission.NewGate(mustLimits(t, "{body: 10B}"))
+	srv := httptest.NewServer(g.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusAccepted)
+		_, err := io.ReadAll(r.Body)
+		var rej *admission.Rejection
+		if !errors.As(err, &rej) {
+			t.Errorf("read = %v; want a *Rejection", err)
+		}
+	})))
+	defer srv.Close()
+	if resp := post(t, srv.URL, strings.Repeat("x", 50), true); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("%d; want the handler's 202", resp.StatusCode)
+	}
+}
+
+func TestTopNamesTheHeavyClient(t *testing.T) {
+	g := admission.NewGate(mustLimits(t, "{client: {key: 'header:X-Api-Key', top_k: 4, rate: 1000/s}}"))
+	srv := httptest.NewServer(g.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	defer srv.Close()
+	for i := range 30 {
+		key := "light"
+		if i%3 != 0 {
+			key = "heavy"
+		}
+		req, _ := http.NewRequest("GET", srv.URL, nil)
+		req.Header.Set("X-Api-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	rep, err := g.Top("requests", "10s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Clients) != 2 || rep.Clients[0].Client != "heavy" || rep.Clients[0].Count != 20 || rep.Clients[1].Count != 10 {
+		t.Fatalf("top %+v; want heavy 20, light 10", rep)
+	}
+	if _, err := g.Top("weight", "10s"); err == nil {
+		t.Error("Top by an unknown measure: no error")
+	}
+	if _, err := g.Top("requests", "1h"); err == nil {
+		t.Error("Top over an unknown window: no error")
+	}
+	top := httptest.NewServer(g.TopHandler())
+	defer top.Close()
+	resp, err := http.Get(top.URL + "?by=requests&window=1m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got admission.TopReport
+	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil || resp.StatusCode != 200 || got.Clients[0].Client != "heavy" {
+		t.Fatalf("TopHandler: %d %+v %v", resp.StatusCode, got, err)
+	}
+	resp.Body.Close()
+	if resp, _ = http.Get(top.URL + "?by=nope"); resp.StatusCode != 400 {
+		t.Errorf("TopHandler with a bad measure: %d; want 400", resp.StatusCode)
+	}
+	resp.Body.Close()
+
+	off := admission.NewGate(mustLimits(t, "{client: {top_k: 0}}"))
+	if _, err := off.Top("requests", "10s"); err == nil {
+		t.Error("Top with top_k 0: no error")
+	}
+}
+
+// discard is a ResponseWriter that keeps nothing, for allocation counts.
+type discard struct{ h http.Header }
+
+func (d *discard) Header() http.Header         { return d.h }
+func (d *discard) WriteHeader(int)             {}
+func (d *discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// WriteString, as net/http's own writers have it.
+func (d *discard) WriteString(s string) (int, error) { return len(s), nil }
+
+// A refusal is most of the traffic under overload: it allocates nothing.
+func TestGateRefusalAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under -race (sync.Pool drops items)")
+	}
+	h := admission.NewGate(mustLimits(t, "{rate: 1/m, burst: 1, url_length: 64}")).Wrap(http.NotFoundHandler())
+	w := &discard{h: http.Header{}}
+	for name, r := range map[string]*http.Request{
+		"rate":       httptest.NewRequest("GET", "/", nil),
+		"url-length": httptest.NewRequest("GET", "/"+strings.Repeat("a", 100), nil),
+	} {
+		h.ServeHTTP(w, r) // the bucket's first and only request, and warm-up
+		clear(w.h)
+		if n := testing.AllocsPerRun(100, func() { clear(w.h); h.ServeHTTP(w, r) }); n != 0 {
+			t.Errorf("%s refusal: %v allocations; want 0", name, n)
+		}
+		if got := w.h.Get("Levee-Reject"); got != name {
+			t.Errorf("refused %q; want %q", got, name)
+		}
+	}
+}
+
+func BenchmarkGateRefusal(b *testing.B) {
+	h := admission.NewGate(mustLimits(b, "{rate: 1/m, burst: 1}")).Wrap(http.NotFoundHandler())
+	w, r := &discard{h: http.Header{}}, httptest.NewRequest("GET", "/", nil)
+	h.ServeHTTP(w, r)
+	b.ReportAllocs()
+	for b.Loop() {
+		clear(w.h)
+		h.ServeHTTP(w, r)
+	}
+}
+
+func BenchmarkGateAdmitted(b *testing.B) {
+	h := admission.NewGate(mustLimits(b, "{concurrency: 64, rate: 1000000/s}")).Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	w, r := &discard{h: http.Header{}}, httptest.NewRequest("GET", "/", nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		h.ServeHTTP(w, r)
+	}
+}
+
+func BenchmarkGateShapeRefusal(b *testing.B) {
+	h := admission.NewGate(mustLimits(b, "{url_length: 64}")).Wrap(http.NotFoundHandler())
+	w, r := &discard{h: http.Header{}}, httptest.NewRequest("GET", "/"+strings.Repeat("a", 100), nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		clear(w.h)
+		h.ServeHTTP(w, r)
+	}
+}
