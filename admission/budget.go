@@ -12,8 +12,10 @@ import (
 // Budget bounds the tasks that run at once across every Group made from it:
 // one Budget for the process, shared by every request's fan-out, so that a
 // thousand concurrent requests of 20,000 items each still run at most Limit
-// tasks, in at most Limit goroutines (a goroutine that has just given its
-// slot back may be counted for an instant while it exits).
+// tasks, in at most Limit goroutines. The Budget owns those goroutines: it
+// starts one when a task finds none idle, reuses it for later tasks, and
+// lets it end after a second with no task, so a busy Budget starts none
+// per task and an idle one holds none.
 //
 // While tasks wait for room, each key (a client) that has work gets its fair
 // share of the budget: Limit ÷ keys holding or waiting for a slot, at least
@@ -23,11 +25,12 @@ import (
 // Tasks of the key "" are not counted as a client and never wait for a share.
 //
 // A Budget is safe for concurrent use. Make one with NewBudget; the zero
-// Budget and a nil *Budget are not usable (Group panics). A Budget starts
-// no goroutine and needs no Close.
+// Budget and a nil *Budget are not usable (Group panics). NewBudget starts
+// no goroutine, and a Budget needs no Close: its goroutines end by
+// themselves once idle.
 type Budget struct {
-	l     *admit.Limiter
-	limit int
+	l    *admit.Limiter
+	pool pool // its limit is n of NewBudget
 }
 
 // NewBudget returns a Budget of n slots: at most n tasks of its Groups run
@@ -36,11 +39,11 @@ func NewBudget(n int) *Budget {
 	if n < 1 {
 		panic(fmt.Sprintf("admission: NewBudget(%d): a budget needs at least one slot", n))
 	}
-	return &Budget{l: admit.NewPatient(n), limit: n}
+	return &Budget{l: admit.NewPatient(n), pool: pool{limit: n, idle: workerIdle}}
 }
 
 // Limit returns the number of slots, n of NewBudget.
-func (b *Budget) Limit() int { return b.limit }
+func (b *Budget) Limit() int { return b.pool.limit }
 
 // Running returns the number of tasks running now (read without locking).
 func (b *Budget) Running() int { return b.l.InFlight() }
@@ -154,10 +157,11 @@ func (g *Group) claim() error {
 	return nil
 }
 
-// Go runs f in a new goroutine once it may run: when the group is under its
-// WithGroupLimit cap, the budget has a free slot and the group's key is
-// within its fair share (or no key under its share waits). It blocks the
-// caller until then, so no goroutine exists for a task that waits.
+// Go runs f, in one of the budget's goroutines, once it may run: when the
+// group is under its WithGroupLimit cap, the budget has a free slot and the
+// group's key is within its fair share (or no key under its share waits).
+// It blocks the caller until then, so no goroutine exists for a task that
+// waits, and returns once f is handed over, without waiting for a goroutine.
 //
 // Go does not run f, and returns at once or as soon as it knows, when the
 // group's context ends (a task of the group failed, the context given to
@@ -196,18 +200,11 @@ func (g *Group) Go(f func(ctx context.Context) error) {
 		return
 	}
 	g.wg.Add(1)
-	go g.run(f)
+	g.b.pool.run(g, f)
 }
 
-// run runs one task on the slot Go took for it, and gives the slot back.
-func (g *Group) run(f func(ctx context.Context) error) {
-	defer g.wg.Done()
-	defer func() {
-		g.b.l.ReleaseFor(g.ticket)
-		if g.sem != nil {
-			<-g.sem
-		}
-	}()
+// call runs one task, recording its error or recovering its panic.
+func (g *Group) call(f func(ctx context.Context) error) {
 	defer func() {
 		if v := recover(); v != nil {
 			g.panic(&PanicError{Value: v, Stack: debug.Stack()})
@@ -216,6 +213,16 @@ func (g *Group) run(f func(ctx context.Context) error) {
 	if err := f(g.ctx); err != nil {
 		g.fail(err)
 	}
+}
+
+// done gives back the slot Go took for a task that has ended, then counts
+// it done for Wait, so that Wait returns with the task's slot free.
+func (g *Group) done() {
+	g.b.l.ReleaseFor(g.ticket)
+	if g.sem != nil {
+		<-g.sem
+	}
+	g.wg.Done()
 }
 
 // fail records err as the group's error if it is the first, and cancels the group.

@@ -18,8 +18,8 @@
 //		if err := g.Wait(); err != nil { ... }
 //	}
 //
-// Go blocks until its task may run, then starts one goroutine for it: at
-// most Limit goroutines run the budget's tasks, however many items are
+// Go blocks until its task may run, then hands it to one of the budget's
+// goroutines: there are at most Limit of them, however many items are
 // submitted, and a loop over 20,000 items waits in Go rather than parking
 // 20,000 goroutines. While tasks wait, each key gets its fair share of the
 // budget (Limit ÷ keys with work, at least 1), so one client's huge batches
@@ -39,9 +39,10 @@
 //     of a group (a task's, a context's, a refusal) cancels the group's
 //     context, so the remaining Go calls return at once and running tasks
 //     see ctx.Done; Wait returns that first error, as errgroup does.
-//   - Panics: a task's panic is recovered in its goroutine, its slot given
-//     back, its group cancelled, and Wait panics with a *PanicError (value
-//     and stack) once the group's other tasks have returned.
+//   - Panics: a task's panic is recovered in the goroutine that ran it, its
+//     slot given back, its group cancelled, and Wait panics with a
+//     *PanicError (value and stack) once the group's other tasks have
+//     returned.
 //   - Refusals are typed: a *Rejection with a Reason that levee also uses
 //     (BatchItems from WithMaxItems), found with errors.As.
 //   - Zero values: a nil or zero Budget, and a zero Group, are not usable:
@@ -49,8 +50,11 @@
 //     options given a bound < 1. These are programming errors, not load.
 //   - Goroutine safety: a Budget is safe for concurrent use; a Group's Go
 //     and Expect may be called concurrently, and Wait once after the last Go.
-//   - Goroutines: a Budget starts none and needs no Close; a Group starts
-//     one per task that runs, each ended by its task and joined by Wait.
+//   - Goroutines: a Budget has at most Limit, which run its tasks one
+//     after another: started when a task finds none idle, and each ended
+//     after a second with no task, so NewBudget starts none and an idle
+//     Budget holds none and needs no Close. A Group starts none of its own;
+//     Wait returns once its tasks have returned, not their goroutines.
 //   - Deadlock: a task must not call Go on a Group of the same Budget and
 //     wait for it; if every slot were held by such tasks, none could run.
 //
