@@ -159,7 +159,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.next.ServeHTTP(&ex.rec, r)
 	ex.rec.finish()
 	released = true
-	forward.Release(slot, ex.rec.status(r))
+	forward.Release(slot, ex.rec.Final(r))
 }
 
 // done counts the request in the top clients and recycles ex.
@@ -187,7 +187,7 @@ var exchanges = sync.Pool{New: func() any { return new(exchange) }}
 
 func (ex *exchange) start(w http.ResponseWriter, r *http.Request) {
 	ex.r, ex.body = r, nil
-	ex.rec = refusingWriter{ResponseWriter: w}
+	ex.rec = refusingWriter{Recorder: Recorder{ResponseWriter: w}}
 }
 
 func (ex *exchange) free() {
@@ -201,7 +201,7 @@ func (ex *exchange) bytes() uint64 {
 	if ex.body != nil {
 		n = ex.body.read()
 	}
-	return uint64(n + ex.rec.written)
+	return uint64(n + ex.rec.Written)
 }
 
 // guardBody enforces on r's body, as the handler reads it, what could not
@@ -300,15 +300,13 @@ func (b *guardedBody) refuse(ref *bodyRefusal, reason string) error {
 
 func (b *guardedBody) Close() error { return b.rc.Close() }
 
-// refusingWriter is the response writer the wrapped handler gets: it
-// records the status and bytes written and, once the body's reader has
-// refused the body, answers that refusal instead of the handler's
-// response, if the handler has written nothing yet.
+// refusingWriter is the response writer the wrapped handler gets: a
+// Recorder that, once the body's reader has refused the body, answers that
+// refusal instead of the handler's response, if the handler has written
+// nothing yet.
 type refusingWriter struct {
-	http.ResponseWriter
+	Recorder
 	body    *guardedBody
-	code    int
-	written int64
 	swallow bool // the body's refusal was answered: the handler's writes go nowhere
 }
 
@@ -318,7 +316,7 @@ func (w *refusingWriter) intercept() bool {
 	if w.swallow {
 		return true
 	}
-	if w.code != 0 || w.body == nil {
+	if w.Code != 0 || w.body == nil {
 		return false
 	}
 	ref := w.body.refused.Load()
@@ -326,91 +324,38 @@ func (w *refusingWriter) intercept() bool {
 		return false
 	}
 	w.swallow = true
-	w.answer(ref)
-	return true
-}
-
-func (w *refusingWriter) answer(ref *bodyRefusal) {
 	h := w.ResponseWriter.Header()
 	for k := range h { // what the handler set was for its own answer
 		delete(h, k)
 	}
-	rec := recorder{w: w}
 	if ref.v != nil {
-		reply.ViolationHTTP(&rec, ref.v, true) // the rest of the body is unread
+		reply.ViolationHTTP(&w.Recorder, ref.v, true) // the rest of the body is unread
 	} else {
-		ref.reply.HTTP(&rec, 0)
+		ref.reply.HTTP(&w.Recorder, 0)
 	}
+	return true
 }
 
 func (w *refusingWriter) WriteHeader(code int) {
-	if w.intercept() {
-		return
+	if !w.intercept() {
+		w.Recorder.WriteHeader(code)
 	}
-	if w.code == 0 || (w.code >= 100 && w.code < 200 && w.code != http.StatusSwitchingProtocols) {
-		w.code = code
-	}
-	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *refusingWriter) Write(p []byte) (int, error) {
 	if w.intercept() {
 		return len(p), nil
 	}
-	if w.code == 0 {
-		w.code = http.StatusOK
-	}
-	n, err := w.ResponseWriter.Write(p)
-	w.written += int64(n)
-	return n, err
+	return w.Recorder.Write(p)
 }
 
-// WriteString is Write without a copy: refusals are written by it.
 func (w *refusingWriter) WriteString(p string) (int, error) {
 	if w.intercept() {
 		return len(p), nil
 	}
-	if w.code == 0 {
-		w.code = http.StatusOK
-	}
-	n, err := io.WriteString(w.ResponseWriter, p)
-	w.written += int64(n)
-	return n, err
+	return w.Recorder.WriteString(p)
 }
 
 // finish answers the body's refusal if the handler returned without
 // writing anything.
 func (w *refusingWriter) finish() { w.intercept() }
-
-func (w *refusingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// status is the code to record: what was written, or 499 if the client
-// left before anything was.
-func (w *refusingWriter) status(r *http.Request) int {
-	if w.code == 0 {
-		if r.Context().Err() != nil {
-			return StatusClientClosed
-		}
-		return http.StatusOK
-	}
-	return w.code
-}
-
-// recorder writes a refusal through w, bypassing the interception.
-type recorder struct{ w *refusingWriter }
-
-func (r *recorder) Header() http.Header { return r.w.ResponseWriter.Header() }
-func (r *recorder) WriteHeader(code int) {
-	r.w.code = code
-	r.w.ResponseWriter.WriteHeader(code)
-}
-func (r *recorder) Write(p []byte) (int, error) {
-	n, err := r.w.ResponseWriter.Write(p)
-	r.w.written += int64(n)
-	return n, err
-}
-func (r *recorder) WriteString(p string) (int, error) {
-	n, err := io.WriteString(r.w.ResponseWriter, p)
-	r.w.written += int64(n)
-	return n, err
-}

@@ -36,7 +36,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	e := httpExchanges.Get().(*httpExchange)
 	e.held.Reset(w)
-	e.rec.ResponseWriter, e.rec.code, e.rec.written, e.R, e.conn = &e.held, 0, 0, r, hc
+	e.rec.ResponseWriter, e.rec.Code, e.rec.Written, e.R, e.conn = &e.held, 0, 0, r, hc
 	e.nItems = 0
 	defer e.free()
 	serve(s, e)
@@ -148,7 +148,7 @@ func (e *httpExchange) forward(rt *route, sh *limits.PathShape, slot forward.Rel
 	released := false
 	defer func() { // deferred: ReverseProxy aborts with a panic mid-body
 		if !released {
-			forward.Release(slot, e.rec.code)
+			forward.Release(slot, e.rec.Code)
 		}
 	}()
 	r := e.R
@@ -172,7 +172,7 @@ func (e *httpExchange) forward(rt *route, sh *limits.PathShape, slot forward.Rel
 	// The backend is done: its slot goes back before a held response is
 	// written to the client, however slowly that reads.
 	released = true
-	forward.Release(slot, e.rec.code)
+	forward.Release(slot, e.rec.Code)
 	e.held.Send()
 }
 
@@ -205,7 +205,7 @@ func (e *httpExchange) describe(sp *trace.Span) spanView {
 	return v
 }
 
-func (e *httpExchange) status() int    { return e.rec.status(e.R) }
+func (e *httpExchange) status() int    { return e.rec.Final(e.R) }
 func (e *httpExchange) rejected() bool { return len(e.rec.Header()[reply.Reject]) > 0 }
 
 func (e *httpExchange) bytes() uint64 {
@@ -215,63 +215,16 @@ func (e *httpExchange) bytes() uint64 {
 		n = int64(b.head.Len()) + b.paced.N
 		b.mu.Unlock()
 	}
-	return uint64(n + e.rec.written)
+	return uint64(n + e.rec.Written)
 }
 
 func (e *httpExchange) items() uint64 { return uint64(e.nItems) }
 
 func (e *httpExchange) rejectReason() string { return e.rec.Header().Get(reply.Reject) }
 
-// recorder remembers the status code a handler wrote, for metrics.
-// Unwrap lets http.ResponseController reach Flush and Hijack underneath.
-type recorder struct {
-	http.ResponseWriter
-	code    int
-	written int64 // body bytes
-}
-
-func (rec *recorder) WriteHeader(code int) {
-	if rec.code == 0 || (rec.code >= 100 && rec.code < 200 && rec.code != http.StatusSwitchingProtocols) {
-		rec.code = code
-	}
-	rec.ResponseWriter.WriteHeader(code)
-}
-
-func (rec *recorder) Write(p []byte) (int, error) {
-	if rec.code == 0 {
-		rec.code = http.StatusOK
-	}
-	n, err := rec.ResponseWriter.Write(p)
-	rec.written += int64(n)
-	return n, err
-}
-
-// WriteString is Write without a copy: refusals are written by it.
-func (rec *recorder) WriteString(s string) (int, error) {
-	if rec.code == 0 {
-		rec.code = http.StatusOK
-	}
-	n, err := io.WriteString(rec.ResponseWriter, s)
-	rec.written += int64(n)
-	return n, err
-}
-
-func (rec *recorder) Unwrap() http.ResponseWriter { return rec.ResponseWriter }
-
-// Status is the status written so far (0: none), for the balancer.
-func (rec *recorder) Status() int { return rec.code }
-
-// status is the code to record: what was written, or 499 if the client
-// left before anything was.
-func (rec *recorder) status(r *http.Request) int {
-	if rec.code == 0 {
-		if r.Context().Err() != nil {
-			return StatusClientClosed
-		}
-		return http.StatusOK
-	}
-	return rec.code
-}
+// recorder remembers the status code a handler wrote (package limits,
+// shared with the admission middleware).
+type recorder = limits.Recorder
 
 // aheadBody is a request body read ahead: head, then the rest from r (nil:
 // head is all of it). Close closes the original body. free gives the head
