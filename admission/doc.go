@@ -76,7 +76,8 @@
 // refuses as the levee proxy does, with the same code (the proxy's gate,
 // internal/limits): the same status, Levee-Reject, Retry-After, RateLimit
 // headers and body, so a client, a dashboard or a runbook reads a refusal
-// the same way from either. Gate.Stats counts refusals by reason;
+// the same way from either. Gate.Stats counts refusals by reason, and
+// Gate.Collector exports them to Prometheus under levee's own metric names;
 // Gate.Top and Gate.TopHandler report the heaviest clients, as levee's
 // admin API does (limits.client.top_k).
 //

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/limits"
 	"github.com/leveeproxy/levee/internal/observe"
@@ -109,17 +111,35 @@ type Stats struct {
 // Stats returns the gate's counts now. It allocates; it takes no lock a
 // request waits on.
 func (g *Gate) Stats() Stats {
-	l, c := g.h.Limiter(), g.h.Counts()
-	rej, sh := c.Snapshot()
-	s := Stats{Running: l.InFlight(), Queued: l.Queued(), Limit: l.Limits().Concurrency, Waited: c.Waited(),
+	c := g.counts()
+	s := Stats{Running: c.InFlight, Queued: c.Queued, Limit: c.Limit, Waited: g.h.Counts().Waited(),
 		Rejected: map[Reason]uint64{}, Shadowed: map[Reason]uint64{}}
-	for r, n := range rej {
+	for r, n := range c.Rejected {
 		s.Rejected[Reason(r)] = n
 	}
-	for r, n := range sh {
+	for r, n := range c.Shadowed {
 		s.Shadowed[Reason(r)] = n
 	}
 	return s
+}
+
+// counts is what Stats and Collector report.
+func (g *Gate) counts() observe.GateCounts {
+	l := g.h.Limiter()
+	rej, sh := g.h.Counts().Snapshot()
+	return observe.GateCounts{InFlight: l.InFlight(), Queued: l.Queued(), Limit: l.Limits().Concurrency,
+		Rejected: rej, Shadowed: sh}
+}
+
+// Collector returns a Prometheus collector of the gate under levee's own
+// metric names, labelled app="name": levee_inflight, levee_queue_length,
+// levee_concurrency_limit, and levee_rejected_total and
+// levee_shadow_rejected_total by reason, so a dashboard or an alert written
+// for levee reads the service's gate unchanged. Register it once per gate:
+//
+//	prometheus.MustRegister(gate.Collector("checkout"))
+func (g *Gate) Collector(name string) prometheus.Collector {
+	return observe.GateCollector(name, g.counts)
 }
 
 // TopReport is the heaviest clients of one measure over one window, as

@@ -102,7 +102,7 @@ func NewMetrics(gauges AppGauges) *Metrics {
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 		}, []string{"app"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "levee_rejected_total", Help: "Requests refused by a limit, by app and reason (the Levee-Reject header).",
+			Name: "levee_rejected_total", Help: rejectedHelp,
 		}, []string{"app", "reason"}),
 		shadowed: newShadowVec(),
 		backendRequests: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -13,7 +13,7 @@ import (
 func newShadowVec() *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "levee_shadow_rejected_total",
-		Help: "Requests a shadowed limit (limits.shadow) would have refused and let through, by app and reason.",
+		Help: shadowedHelp,
 	}, []string{"app", "reason"})
 }
 
