@@ -131,6 +131,23 @@ func TestBodyRefusalReplacesTheHandlersAnswer(t *testing.T) {
 	}
 }
 
+// A shadowed body limit lets a chunked body over it through to the
+// handler, counted once.
+func TestShadowedBodyIsCountedWhileRead(t *testing.T) {
+	g := admission.NewGate(mustLimits(t, "{body: 10B, shadow: [body]}"))
+	srv := httptest.NewServer(g.Wrap(echoBody(nil)))
+	defer srv.Close()
+	for _, chunked := range []bool{true, false} {
+		resp := post(t, srv.URL, strings.Repeat("x", 50), chunked)
+		if b, _ := io.ReadAll(resp.Body); resp.StatusCode != 200 || len(b) != 50 {
+			t.Fatalf("chunked %v: %d, %d bytes; want 200 and the whole body", chunked, resp.StatusCode, len(b))
+		}
+	}
+	if st := g.Stats(); st.Shadowed[admission.Body] != 2 || len(st.Rejected) != 0 {
+		t.Fatalf("stats %+v; want 2 shadowed body refusals and no refusal", st)
+	}
+}
+
 // A handler that answers before it reads the body keeps its answer: the
 // gate can only refuse what has not been sent.
 func TestBodyRefusalAfterTheAnswerLeavesIt(t *testing.T) {

@@ -216,7 +216,10 @@ func (ex *exchange) guardBody(g *Gate, sh *PathShape, r *http.Request) {
 	// Not pooled with the exchange: a handler may hand the body on (to a
 	// goroutine that outlives it, say), and it must never read another
 	// request's state.
-	ex.body = &guardedBody{rc: r.Body, limit: limit, batch: bc, gate: g}
+	ex.body = &guardedBody{rc: r.Body, limit: limit, batch: bc, gate: g, shadowAt: -1}
+	if limit == UnlimitedBody && r.ContentLength < 0 {
+		ex.body.shadowAt = sh.Body // limits.body shadowed: counted when crossed
+	}
 	ex.rec.body = ex.body
 	r.Body = ex.body
 }
@@ -231,11 +234,12 @@ type guardedBody struct {
 	gate    *Gate
 	refused atomic.Pointer[bodyRefusal] // set once
 
-	mu    sync.Mutex // Read and the top's count may run at once
-	n     int64
-	batch *shape.BatchCounter // nil: not counted (off, or shadowed and over)
-	items int
-	eof   bool
+	mu       sync.Mutex // Read and the top's count may run at once
+	n        int64
+	shadowAt int64               // a shadowed limits.body, counted once when n crosses it; -1: none
+	batch    *shape.BatchCounter // nil: not counted (off, or shadowed and over)
+	items    int
+	eof      bool
 }
 
 // read is the bytes read so far, and the items counted.
@@ -270,6 +274,10 @@ func (b *guardedBody) Read(p []byte) (int, error) {
 	b.n += int64(n)
 	if b.n > b.limit {
 		return 0, b.refuse(bodyTooLarge, ReasonBody)
+	}
+	if b.shadowAt >= 0 && b.n > b.shadowAt {
+		b.gate.Shadows(ReasonBody)
+		b.shadowAt = -1
 	}
 	if b.batch == nil {
 		return n, err
