@@ -43,16 +43,18 @@ type Gate struct {
 	RateFactor *atomic.Uint64    // the float64 bits rate limits are scaled by now; nil: 1
 	ClientKey  forward.KeySource // limits.client.key
 	Classes    Classifier        // limits.priority
-	FairShare  bool              // limits.fair_share: tickets carry the client key
 	Shapes     Shapes            // body, header, URL, query and batch limits, per path
-	Shadow     ShadowSet         // limits.shadow: reasons counted, not refused
 	Limiter    *admit.Limiter    // limits.concurrency and limits.queue
 	Adaptive   *Adaptive         // nil for a static concurrency limit
+	Count      Counter
+	Clock      clock.Clock
+	// The small fields together, so that a gate, one per app of a large
+	// catalog, has no padding between them.
+	Shadow    ShadowSet // limits.shadow: reasons counted, not refused
+	FairShare bool      // limits.fair_share: tickets carry the client key
 	// ReadClient: the owner reads Passed.Client itself (the proxy's
 	// backend_limits), so Check reads the key even if no limit here does.
 	ReadClient bool
-	Count      Counter
-	Clock      clock.Clock
 }
 
 // Request is what the gate reads of a request, from either engine (or
