@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -157,13 +156,9 @@ type TopShare = observe.TopShare
 // that is a header the request has, else the peer's address. It returns an
 // error for an unknown measure or window, or when limits.client.top_k is 0.
 func (g *Gate) Top(by, window string) (TopReport, error) {
-	d := slices.Index(observe.Dimensions[:], by)
-	if d < 0 {
-		return TopReport{}, fmt.Errorf("admission: top by %q: want one of %v", by, observe.Dimensions)
-	}
-	w := slices.Index(observe.WindowNames[:], window)
-	if w < 0 {
-		return TopReport{}, fmt.Errorf("admission: top window %q: want one of %v", window, observe.WindowNames)
+	d, w, err := observe.TopIndex(by, window)
+	if err != nil {
+		return TopReport{}, fmt.Errorf("admission: top: %w", err)
 	}
 	top := g.h.Top()
 	if top == nil {

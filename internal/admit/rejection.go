@@ -24,6 +24,9 @@ const (
 	ClientShare Reason = "client-share"
 )
 
+// Reasons are all the reasons this package gives, in the order above.
+var Reasons = [...]Reason{QueueFull, QueueTimeout, Shed, ClientShare}
+
 // Rejection is a request refused by a limit. RetryAfter is a hint for the
 // client (the Retry-After header): never zero for this package's reasons,
 // zero for a refusal that the same request would get again (the public

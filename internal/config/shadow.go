@@ -66,8 +66,7 @@ func (s *Shadow) decodeYAML(n *yaml.Node, path string, errs *Errors) {
 // the protocol cannot be shadowed.
 var neverShadowed = func() map[string]string {
 	m := map[string]string{}
-	admission := []admit.Reason{admit.QueueFull, admit.QueueTimeout, admit.Shed, admit.ClientShare}
-	for _, r := range admission {
+	for _, r := range admit.Reasons {
 		m[string(r)] = whyAdmission
 		m[backendPrefix+string(r)] = whyBackend // internal/protect's reasons
 	}

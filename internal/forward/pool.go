@@ -207,10 +207,7 @@ func (p *Pool) ServeHTTP(w http.ResponseWriter, r *http.Request) { p.Serve(w, r,
 // items, if set, gets the number of batch items once the request is done.
 func (p *Pool) Serve(w http.ResponseWriter, r *http.Request, sh *shape.Checker, shadow string, items *int) {
 	// On r, not in Rewrite: ReverseProxy clones r's header for each try.
-	delete(r.Header, ShadowHeader)
-	if shadow != "" {
-		r.Header[ShadowHeader] = []string{shadow}
-	}
+	MarkShadow(r.Header, shadow)
 	if r.Body != nil && r.Body != http.NoBody {
 		if p.bw != nil {
 			r.Body = batchBody{Reader: p.bw.Reader(r.Context(), r.Body), Closer: r.Body}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/leveeproxy/levee/internal/admit"
 	"github.com/leveeproxy/levee/internal/config"
-	"github.com/leveeproxy/levee/internal/shape"
 )
 
 // Counts is a Counter in memory: refusals and shadowed refusals by reason,
@@ -19,16 +18,12 @@ type Counts struct {
 	waits              atomic.Uint64
 }
 
-// countedReasons are the reasons a Gate refuses with.
+// countedReasons are the reasons a Gate refuses with: the shadowable
+// ones (shape, rate, body, batch) and the slot's.
 var countedReasons = func() []string {
 	r := slices.Clone(config.ShadowableReasons)
-	for _, a := range []admit.Reason{admit.QueueFull, admit.QueueTimeout, admit.Shed, admit.ClientShare} {
+	for _, a := range admit.Reasons {
 		r = append(r, string(a))
-	}
-	for _, v := range []shape.Reason{shape.BatchJSON, shape.BatchShape} {
-		if !slices.Contains(r, string(v)) {
-			r = append(r, string(v))
-		}
 	}
 	return append(r, "other")
 }()

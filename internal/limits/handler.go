@@ -19,7 +19,7 @@ import (
 
 // The replies of the limits applied here, in package reply's one table.
 func init() {
-	for _, r := range []admit.Reason{admit.QueueFull, admit.QueueTimeout, admit.Shed, admit.ClientShare} {
+	for _, r := range admit.Reasons {
 		reply.Register(reply.Reply{Status: http.StatusServiceUnavailable, Reason: string(r)})
 	}
 	for _, r := range []string{ReasonRate, ReasonClientRate} {
@@ -27,8 +27,8 @@ func init() {
 	}
 }
 
-// Admit is the concurrency limit and queue of validated limits.
-func Admit(l config.Limits) admit.Limits {
+// AdmitLimits is the concurrency limit and queue of validated limits.
+func AdmitLimits(l config.Limits) admit.Limits {
 	return admit.Limits{
 		Concurrency: l.Concurrency.Limit,
 		MaxLen:      l.Queue.MaxLen,
@@ -47,11 +47,6 @@ func NewStore(maxKeys int) *ratelimit.LocalStore {
 	return st
 }
 
-// ShadowHeader is the header a request let through by a shadowed limit
-// carries to the backend (the proxy) or the wrapped handler (the
-// middleware); a client's own is dropped.
-const ShadowHeader = "Levee-Shadow"
-
 // Handler applies validated limits to the requests of a net/http handler
 // through a Gate, in the proxy's order, and refuses as the proxy's
 // net/http engine does: Check (shape, rate, a declared body), then Admit
@@ -59,10 +54,9 @@ const ShadowHeader = "Levee-Shadow"
 // own limits (limits.body without a declared length, limits.batch) as the
 // handler reads it. It is safe for concurrent use; it starts no goroutine.
 type Handler struct {
-	gate   *Gate
-	next   http.Handler
-	top    *observe.ClientTop
-	counts *Counts
+	gate *Gate // its Count is a *Counts
+	next http.Handler
+	top  *observe.ClientTop
 }
 
 // NewHandler returns next behind l, on clk (nil: the real clock); name
@@ -72,7 +66,7 @@ func NewHandler(name string, l config.Limits, clk clock.Clock, next http.Handler
 		clk = clock.Real{}
 	}
 	counts := NewCounts()
-	lim := Admit(l)
+	lim := AdmitLimits(l)
 	limiter := admit.NewLimiter(lim, clk)
 	var shapes ShapeCache
 	g := &Gate{
@@ -96,7 +90,7 @@ func NewHandler(name string, l config.Limits, clk clock.Clock, next http.Handler
 	if g.ClientRate != nil {
 		g.ClientRate.Store = NewStore(l.Client.MaxKeys)
 	}
-	return &Handler{gate: g, next: next, top: observe.NewClientTop(l.Client.TopK), counts: counts}
+	return &Handler{gate: g, next: next, top: observe.NewClientTop(l.Client.TopK)}
 }
 
 // With returns a handler of next sharing h's limits and their state.
@@ -116,7 +110,7 @@ func (h *Handler) Top() *observe.ClientTop { return h.top }
 func (h *Handler) Now() time.Time { return h.gate.Clock.Now() }
 
 // Counts are the handler's refusals and shadowed refusals by reason.
-func (h *Handler) Counts() *Counts { return h.counts }
+func (h *Handler) Counts() *Counts { return h.gate.Count.(*Counts) }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g := h.gate
@@ -137,12 +131,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Body != nil && r.Body != http.NoBody {
 		ex.guardBody(g, p.Shape, r)
 	}
-	if r.Header[ShadowHeader] != nil || p.Shadow != 0 {
-		r.Header.Del(ShadowHeader)
-		if p.Shadow != 0 {
-			r.Header.Set(ShadowHeader, p.Shadow.Header())
-		}
-	}
+	forward.MarkShadow(r.Header, p.Shadow.Header()) // as a backend gets it
 	slot, ref, ok := g.Admit(r.Context(), g.Ticket(r.URL.Path, p.Client), nil)
 	if !ok {
 		if ref.Code != 0 {
@@ -166,11 +155,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) done(ex *exchange) {
 	if h.top != nil {
 		key := HTTPRequest{R: ex.r}.TopKey(h.gate.ClientKey)
-		var items int
-		if ex.body != nil {
-			items = ex.body.counted()
-		}
-		h.top.Observe(key, len(ex.rec.Header()[reply.Reject]) > 0, ex.bytes(), uint64(items), h.gate.Clock.Now())
+		bytes, items := ex.counted()
+		h.top.Observe(key, len(ex.rec.Header()[reply.Reject]) > 0, bytes, uint64(items), h.gate.Clock.Now())
 	}
 	ex.free()
 }
@@ -195,13 +181,14 @@ func (ex *exchange) free() {
 	exchanges.Put(ex)
 }
 
-// bytes is the request's body bytes as read, and the response's written.
-func (ex *exchange) bytes() uint64 {
+// counted is the request's body bytes (as read, when guarded) and the
+// response's written, and the batch items counted.
+func (ex *exchange) counted() (bytes uint64, items int) {
 	n := max(ex.r.ContentLength, 0)
 	if ex.body != nil {
-		n = ex.body.read()
+		n, items = ex.body.progress()
 	}
-	return uint64(n + ex.rec.Written)
+	return uint64(n + ex.rec.Written), items
 }
 
 // guardBody enforces on r's body, as the handler reads it, what could not
@@ -242,17 +229,11 @@ type guardedBody struct {
 	eof      bool
 }
 
-// read is the bytes read so far, and the items counted.
-func (b *guardedBody) read() int64 {
+// progress is the bytes read so far, and the items counted.
+func (b *guardedBody) progress() (int64, int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.n
-}
-
-func (b *guardedBody) counted() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.items
+	return b.n, b.items
 }
 
 // bodyRefusal is the answer to a body over a limit.
@@ -332,10 +313,7 @@ func (w *refusingWriter) intercept() bool {
 		return false
 	}
 	w.swallow = true
-	h := w.ResponseWriter.Header()
-	for k := range h { // what the handler set was for its own answer
-		delete(h, k)
-	}
+	clear(w.ResponseWriter.Header()) // what the handler set was for its own answer
 	if ref.v != nil {
 		reply.ViolationHTTP(&w.Recorder, ref.v, true) // the rest of the body is unread
 	} else {

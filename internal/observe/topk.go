@@ -1,6 +1,7 @@
 package observe
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -503,6 +504,24 @@ func b2u(b bool) uint64 {
 		return 1
 	}
 	return 0
+}
+
+// The errors of TopIndex: a bad top parameter, named.
+var (
+	ErrTopBy     = fmt.Errorf("by must be one of %v", Dimensions)
+	ErrTopWindow = fmt.Errorf("window must be one of %v", WindowNames)
+)
+
+// TopIndex returns the indexes of a dimension and a window named as in
+// Dimensions and WindowNames, for Report; an error names a bad one.
+func TopIndex(by, window string) (d, w int, err error) {
+	if d = slices.Index(Dimensions[:], by); d < 0 {
+		return 0, 0, ErrTopBy
+	}
+	if w = slices.Index(WindowNames[:], window); w < 0 {
+		return 0, 0, ErrTopWindow
+	}
+	return d, w, nil
 }
 
 // TopReport is the heaviest clients of one dimension over one window.

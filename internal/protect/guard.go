@@ -87,7 +87,7 @@ type Guard struct {
 }
 
 // slotReasons are admit's refusals of a slot, as refuseSlot holds them prefixed.
-var slotReasons = [...]admit.Reason{admit.QueueFull, admit.QueueTimeout, admit.Shed, admit.ClientShare}
+var slotReasons = admit.Reasons
 
 // New returns a Guard, or nil when both limits are off.
 func New(o Options) *Guard {

@@ -216,23 +216,13 @@ func (s *Server) why(v *appView, strict, over float64) []string {
 	return why
 }
 
-// errBadBy and errBadWindow name a bad top parameter.
-var (
-	errBadBy     = fmt.Errorf("by must be one of %v", observe.Dimensions)
-	errBadWindow = fmt.Errorf("window must be one of %v", observe.WindowNames)
-)
-
 // Top is the heaviest clients of app by a dimension over a window, the
 // names as in observe.Dimensions and observe.WindowNames. ok false: no
 // such app; err: a bad parameter.
 func (s *Server) Top(app, by, window string) (observe.TopReport, bool, error) {
-	d := slices.Index(observe.Dimensions[:], by)
-	if d < 0 {
-		return observe.TopReport{}, true, errBadBy
-	}
-	w := slices.Index(observe.WindowNames[:], window)
-	if w < 0 {
-		return observe.TopReport{}, true, errBadWindow
+	d, w, err := observe.TopIndex(by, window)
+	if err != nil {
+		return observe.TopReport{}, true, err
 	}
 	v, ok := s.view(app)
 	if !ok {

@@ -34,10 +34,10 @@ type exchange interface {
 	// limits read (limits.Request).
 	limits.Request
 	host() string
-	// topKey is who the request is for the top clients: the client key if
+	// TopKey is who the request is for the top clients: the client key if
 	// it is a header the request has, else the peer's address. A view, valid
 	// until the request is observed.
-	topKey(k forward.KeySource) string
+	TopKey(k forward.KeySource) string
 	// ctx ends when the client has gone or the server shuts down.
 	ctx() context.Context
 	// readBody reads the request body ahead, up to the route's
@@ -175,7 +175,7 @@ func account[E exchange](s *Server, snap *snapshot, rt *route, e E, start time.T
 		bytes = e.bytes()
 	}
 	if rt.top != nil {
-		rt.top.Observe(e.topKey(rt.ClientKey), rejected, bytes, e.items(), end)
+		rt.top.Observe(e.TopKey(rt.ClientKey), rejected, bytes, e.items(), end)
 	}
 	var reason string // read only for a line that is written: it may allocate
 	if rejected && logged {
@@ -241,7 +241,7 @@ func (s *Server) bodyRefusal(rt *route, sh *limits.PathShape, declared int64, go
 func init() {
 	// The app's concurrency and rate limits register theirs in package
 	// limits (shared with the admission middleware).
-	for _, r := range []admit.Reason{admit.QueueFull, admit.QueueTimeout, admit.Shed, admit.ClientShare} {
+	for _, r := range admit.Reasons {
 		reply.Register(reply.Reply{Status: http.StatusServiceUnavailable, Reason: protect.Prefix + string(r)})
 	}
 	for _, r := range []admit.Reason{protect.ReasonRate, protect.ReasonShare} {

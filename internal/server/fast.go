@@ -132,7 +132,7 @@ type fastExchange struct {
 	c    *fasthttp.RequestCtx
 	left bool // gone: no one to answer
 	pc   peerCtx
-	// ip holds the peer's address written out, for topKey's view.
+	// ip holds the peer's address written out, for TopKey's view.
 	ip [net.IPv6len * 4]byte
 	// The request body as readBody left it: read ahead (body), whole or
 	// not; the rest, paced at min_rate, from paced.
@@ -163,7 +163,7 @@ func (e *fastExchange) ContentLength() int64 {
 
 func (e *fastExchange) ClientKey(k forward.KeySource) string { return k.Fast(e.c) }
 
-func (e *fastExchange) topKey(k forward.KeySource) string {
+func (e *fastExchange) TopKey(k forward.KeySource) string {
 	if k.IsHeader() {
 		if v := k.FastView(e.c); len(v) > 0 {
 			return b2s(v) // a view: the sketch copies a key only when it keeps it

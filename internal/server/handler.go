@@ -71,8 +71,6 @@ func (e *httpExchange) host() string   { return e.R.Host }
 func (e *httpExchange) method() string { return e.R.Method }
 func (e *httpExchange) remote() string { return e.R.RemoteAddr }
 
-func (e *httpExchange) topKey(k forward.KeySource) string { return e.TopKey(k) }
-
 func (e *httpExchange) ctx() context.Context { return e.R.Context() }
 
 func (e *httpExchange) refuse(ref refusal) { ref.HTTP(&e.rec) }

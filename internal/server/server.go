@@ -360,7 +360,7 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 	if a != nil && a.stored != nil && cfg.Apps[name] == ac {
 		a.stored = nil // a file app now has the name of a stored one: the file wins
 	}
-	lim := limits.Admit(ac.Limits)
+	lim := limits.AdmitLimits(ac.Limits)
 	if a == nil {
 		a = &app{name: name, limiter: admit.NewLimiter(lim, s.clk), metrics: s.metrics.App(name), alert: new(atomic.Bool)}
 		s.apps[name] = a
