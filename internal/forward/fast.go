@@ -30,8 +30,12 @@ import (
 // a body read that gets no byte for that long fails, however long the whole
 // body takes (see backendConn). At most MaxIdlePerBackend connections go
 // back to the idle pool (see idleConns); idle ones close after IdleTimeout.
-func NewFastClient(addr string, u config.Upstream) *fasthttp.HostClient {
-	return &fasthttp.HostClient{
+//
+// The exchange on each connection is levee's (exchange): a connection goes
+// back to the pool only after a clean one; those closed otherwise are
+// counted in unclean (nil: not counted).
+func NewFastClient(addr string, u config.Upstream, unclean *Unclean) *fasthttp.HostClient {
+	hc := &fasthttp.HostClient{
 		Addr:                addr,
 		Dial:                newFastDialer(u).Dial,
 		MaxConns:            u.MaxConnsPerBackend,
@@ -55,6 +59,8 @@ func NewFastClient(addr string, u config.Upstream) *fasthttp.HostClient {
 				(errors.Is(err, fasthttp.ErrConnectionClosed) || errors.Is(err, io.EOF))
 		},
 	}
+	hc.Transport = newExchange(addr, unclean, hc.AcquireConn, hc.CloseConn, hc.ReleaseConn)
+	return hc
 }
 
 // Releaser gives back an admission slot; *admit.Limiter is one.

@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -33,6 +34,11 @@ func (d *fastDialer) Dial(addr string) (net.Conn, error) {
 	}
 	c := &backendConn{Conn: nc, idle: d.idle, timeout: d.timeout}
 	c.local = connAddr{Addr: nc.LocalAddr(), c: c}
+	if sc, ok := nc.(syscall.Conn); ok {
+		if raw, err := sc.SyscallConn(); err == nil {
+			c.raw, c.peekFD = raw, c.peekFunc
+		}
+	}
 	return c, nil
 }
 
@@ -40,9 +46,9 @@ func (d *fastDialer) Dial(addr string) (net.Conn, error) {
 // upstream.max_idle_per_backend. Safe for concurrent use.
 //
 // fasthttp has no such cap: every connection it gets back stays in its pool
-// until upstream.idle_timeout. So levee decides, when a response body ends,
-// whether its connection goes back at all (releaseBody), and a connection
-// leaves the count when it is next written to (fasthttp took it from the
+// until upstream.idle_timeout. So levee decides, when an exchange ends,
+// whether its connection goes back at all (exchange.release), and a
+// connection leaves the count when it is next written to (fasthttp took it from the
 // pool for a request) or closed.
 type idleConns struct {
 	max int64
@@ -79,6 +85,55 @@ type backendConn struct {
 	local     connAddr    // what LocalAddr returns
 	streaming atomic.Bool // a response body is being read: each Read has its own deadline
 	pooled    atomic.Bool // counted in idle
+
+	// The exchange's state (see exchange): only the request that holds
+	// the connection touches these; the pool's lock orders the holders.
+	used   bool // an exchange ended on it: it came back from the pool
+	writes int  // writes of the current request
+	early  bool // response bytes were readable while the request was written
+	raw    syscall.RawConn
+	peekFD func(fd uintptr) bool // peekFunc, made once
+	peeked peekState
+}
+
+// peekState is what a look at a connection's socket found.
+type peekState uint8
+
+const (
+	peekEmpty  peekState = iota // nothing to read
+	peekData                    // bytes to read
+	peekClosed                  // the backend closed (or the socket failed)
+)
+
+// peek looks, without blocking or consuming anything, at whether the
+// socket has bytes or the backend's close to read: one recvfrom with
+// MSG_PEEK|MSG_DONTWAIT.
+func (c *backendConn) peek() peekState {
+	if c.raw == nil {
+		return peekEmpty
+	}
+	if err := c.raw.Read(c.peekFD); err != nil {
+		return peekClosed
+	}
+	return c.peeked
+}
+
+func (c *backendConn) peekFunc(fd uintptr) bool {
+	c.peeked = peekSocket(fd)
+	return true // never wait for readability
+}
+
+// startRequest marks the start of a request's writes.
+func (c *backendConn) startRequest() { c.writes, c.early = 0, false }
+
+// wrote notes one write of the request: from the second on, response
+// bytes already readable mean the backend answered before it had the
+// whole request, and may read the rest as a request of its own.
+func (c *backendConn) wrote() {
+	if c.writes > 0 && !c.early && c.peek() == peekData {
+		c.early = true
+	}
+	c.writes++
 }
 
 func (c *backendConn) Read(p []byte) (int, error) {
@@ -92,6 +147,7 @@ func (c *backendConn) Read(p []byte) (int, error) {
 
 func (c *backendConn) Write(p []byte) (int, error) {
 	c.unpool() // fasthttp took it from the pool for a request
+	c.wrote()
 	return c.Conn.Write(p)
 }
 
@@ -100,16 +156,14 @@ func (c *backendConn) Close() error {
 	return c.Conn.Close()
 }
 
-// ReadFrom keeps the TCP connection's own ReadFrom reachable: bufio.Writer
-// passes a streamed request body on through it, in reads of 32 KiB rather
-// than of its 4 KiB buffer (which would also change how a bandwidth limit
-// chunks the body).
+// ReadFrom copies as the TCP connection's own ReadFrom does (bufio.Writer
+// passes a streamed request body on through it), in reads of 32 KiB rather
+// than of bufio's 4 KiB (which would also change how a bandwidth limit
+// chunks the body), each through Write, which looks for an early response.
 func (c *backendConn) ReadFrom(r io.Reader) (int64, error) {
 	c.unpool()
-	if rf, ok := c.Conn.(io.ReaderFrom); ok {
-		return rf.ReadFrom(r)
-	}
-	return io.Copy(struct{ io.Writer }{c.Conn}, r)
+	c.wrote()
+	return io.Copy(struct{ io.Writer }{c}, r)
 }
 
 func (c *backendConn) SetReadDeadline(t time.Time) error {
@@ -151,24 +205,12 @@ func connOf(resp *fasthttp.Response) *backendConn {
 }
 
 // releaseBody closes resp's body stream, cut off by err (nil: passed on
-// whole), which gives its connection back to fasthttp: to the idle pool if
-// the body was read to its end and the pool has room, else closed. A
-// response without a body stream (HEAD, 204, 304) gave its connection back
-// inside Do, uncounted; releaseBody does nothing for it.
+// whole). The exchange gave the connection back when the body ended, if
+// it was clean (exchange.release); a body closed before its end closes it.
 func releaseBody(resp *fasthttp.Response, err error) {
 	bs := resp.BodyStream()
 	if bs == nil {
 		return
-	}
-	if c := connOf(resp); c != nil && err == nil && !resp.ConnectionClose() {
-		if c.idle.reserve() {
-			// Counted before fasthttp has it back, so that whoever reuses
-			// it next counts it out. If fasthttp closes it instead (the body
-			// was not read to its end), Close counts it out.
-			c.pooled.Store(true)
-		} else {
-			resp.SetConnectionClose() // fasthttp closes rather than pools it
-		}
 	}
 	if rc, ok := bs.(fasthttp.ReadCloserWithError); ok {
 		rc.CloseWithError(err)

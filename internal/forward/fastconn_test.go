@@ -68,7 +68,7 @@ func TestFastIdleCountFollowsThePool(t *testing.T) {
 	defer srv.Close()
 	u := config.Default().Upstream
 	u.MaxIdlePerBackend = maxIdle
-	hc := NewFastClient(strings.TrimPrefix(srv.URL, "http://"), u)
+	hc := NewFastClient(strings.TrimPrefix(srv.URL, "http://"), u, nil)
 
 	type result struct {
 		resp *fasthttp.Response
@@ -124,19 +124,19 @@ func TestFastIdleCountFollowsThePool(t *testing.T) {
 	check("after CloseIdleConnections", 0)
 }
 
-// A response without a body stream gives its connection back inside Do:
-// releaseBody does not count it (see idleConns).
-func TestFastBodylessResponseNotCounted(t *testing.T) {
+// A response without a body (HEAD) gives its connection back inside Do,
+// counted against max_idle_per_backend like any other (exchange.release).
+func TestFastBodylessResponseCounted(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "body")
 	}))
 	defer srv.Close()
-	hc := NewFastClient(strings.TrimPrefix(srv.URL, "http://"), config.Default().Upstream)
+	hc := NewFastClient(strings.TrimPrefix(srv.URL, "http://"), config.Default().Upstream, nil)
 	resp := fastGet(t, hc, fasthttp.MethodHead, "/")
 	idle := connOf(resp).idle
 	drain(t, resp)
-	if n, pooled := idle.n.Load(), hc.IdleConnsCount(); n != 0 || pooled != 1 {
-		t.Fatalf("after a HEAD: counted %d idle, fasthttp pools %d; want 0 and 1", n, pooled)
+	if n, pooled := idle.n.Load(), hc.IdleConnsCount(); n != 1 || pooled != 1 {
+		t.Fatalf("after a HEAD: counted %d idle, fasthttp pools %d; want 1 and 1", n, pooled)
 	}
 	drain(t, fastGet(t, hc, fasthttp.MethodGet, "/")) // reuses it, and counts it
 	if n, pooled := idle.n.Load(), hc.IdleConnsCount(); n != 1 || pooled != 1 {

@@ -23,6 +23,11 @@ import (
 // pool's idle connections (those in use finish their requests). The zero
 // value is ready to use; it is safe for concurrent use and starts nothing.
 type Upstreams struct {
+	// Unclean counts the backend connections closed after an exchange
+	// that did not end cleanly, on every pool (set its Log before the
+	// first Acquire).
+	Unclean Unclean
+
 	mu    sync.Mutex
 	pools map[upstreamKey]*Upstream
 }
@@ -52,7 +57,7 @@ func (us *Upstreams) Acquire(addr string, u config.Upstream) *Upstream {
 		if us.pools == nil {
 			us.pools = map[upstreamKey]*Upstream{}
 		}
-		p = &Upstream{key: k, Transport: NewTransport(u), Fast: NewFastClient(addr, u)}
+		p = &Upstream{key: k, Transport: NewTransport(u), Fast: NewFastClient(addr, u, &us.Unclean)}
 		us.pools[k] = p
 	}
 	p.refs++

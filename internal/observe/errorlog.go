@@ -21,6 +21,9 @@ const (
 	EventClientTooSlow      = "client too slow"
 	EventCatalogLoad        = "catalog load failed"
 	EventRefused            = "refused"
+	// EventBackendUnclean: a backend connection closed after an exchange
+	// that did not end cleanly (bytes left on it); its app is "".
+	EventBackendUnclean = "backend connection unclean"
 )
 
 // OtherApps is the app of a key merged because MaxLogKeys keys were live.

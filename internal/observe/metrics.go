@@ -331,6 +331,19 @@ func b2f(b bool) float64 {
 	return 0
 }
 
+// BackendUnclean registers levee_backend_conns_unclean_total: backend
+// connections closed after an exchange that did not end cleanly, by reason
+// (forward.UncleanReasons), read through count.
+func (m *Metrics) BackendUnclean(reasons []string, count func(reason string) uint64) {
+	for _, r := range reasons {
+		m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "levee_backend_conns_unclean_total",
+			Help:        "Backend connections closed, not reused, because an exchange did not end cleanly: bytes left after a response (after-end, bodiless-body), unsolicited bytes on an idle connection, a response before the whole request was written (early-response), a 101 to a request without Upgrade (unasked-switch).",
+			ConstLabels: prometheus.Labels{"reason": r},
+		}, func() float64 { return float64(count(r)) }))
+	}
+}
+
 // Buffers registers the metrics of server.buffer_memory: the bytes held in
 // request and response buffers, the budget, and how often a buffer could
 // not grow (its request streamed instead).

@@ -239,6 +239,12 @@ func New(cfg *config.Config, o Options) *Server {
 	s.unrouted = s.metrics.App("")
 	s.buffers = membuf.NewBudget(int64(cfg.Server.BufferMemory))
 	s.metrics.Buffers(s.buffers.Used, s.buffers.Max, s.buffers.Short)
+	s.upstreams.Unclean.Log = func(reason, addr string) {
+		if l, ok := s.errlog.Take(slog.LevelWarn, observe.EventBackendUnclean, ""); ok {
+			l.Log("reason", reason, "backend", addr)
+		}
+	}
+	s.metrics.BackendUnclean(forward.UncleanReasons[:], s.upstreams.Unclean.Count)
 	s.exporter = trace.NewExporter(trace.ExporterOptions{})
 	s.metrics.TraceSpans(s.exporter.Stats)
 	s.cluster = s.newCluster(cfg.Cluster)

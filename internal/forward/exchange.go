@@ -1,0 +1,517 @@
+package forward
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// exchange is the fasthttp engine's RoundTripper: fasthttp's HostClient
+// keeps the pool (max_conns_per_backend, the wait for a connection, the
+// idle timeout) and exchange does the request on a connection, so that a
+// connection goes back to the pool only after a clean exchange
+// (docs/http.md, "Backend connections"):
+//
+//   - the whole request was written before the response began;
+//   - the response was framed unambiguously and read to its end;
+//   - nothing is left to read, neither in levee's buffer nor on the socket,
+//     when it goes back, and nothing is readable when it is taken again
+//     (a backend's unsolicited bytes, or its close);
+//   - a 101 to a request that asked for no upgrade is a 502.
+//
+// Otherwise the connection is closed, counted by reason in the pool's
+// Unclean and logged at the error log's rate. The bytes left behind are
+// what would answer the next request on the connection, perhaps another
+// client's: a backend that answers before it reads a body, then reads the
+// body as a request (a request smuggled in it), or a body on a HEAD, 204
+// or 304 response.
+//
+// HostClient's pooled connection type is unexported, so exchange is generic
+// over it (CC), with the HostClient's methods that take one.
+type exchange[CC interface{ Conn() net.Conn }] struct {
+	unclean     *Unclean
+	addr        string
+	acquireConn func(timeout time.Duration, connClose bool) (CC, error)
+	closeConn   func(CC)
+	releaseConn func(CC)
+}
+
+// newExchange is the exchange of hc, a client of backend addr.
+func newExchange[CC interface{ Conn() net.Conn }](addr string, unclean *Unclean,
+	acquire func(time.Duration, bool) (CC, error), closeConn, releaseConn func(CC)) *exchange[CC] {
+	return &exchange[CC]{unclean: unclean, addr: addr, acquireConn: acquire, closeConn: closeConn, releaseConn: releaseConn}
+}
+
+// Reasons a backend connection is closed after an exchange that did not
+// end cleanly, as levee_backend_conns_unclean_total counts them.
+const (
+	// UncleanUnsolicited: bytes (or the backend's close) were readable on
+	// an idle connection when a request took it.
+	UncleanUnsolicited = "unsolicited"
+	// UncleanAfterEnd: bytes followed the end of a response's body.
+	UncleanAfterEnd = "after-end"
+	// UncleanBodiless: a HEAD, 204 or 304 response was followed by bytes
+	// (a body it may not have).
+	UncleanBodiless = "bodiless-body"
+	// UncleanEarly: the response began before the request was written.
+	UncleanEarly = "early-response"
+	// UncleanSwitch: a 101 to a request that asked for no upgrade.
+	UncleanSwitch = "unasked-switch"
+)
+
+// UncleanReasons are the reasons of Unclean, in its order.
+var UncleanReasons = [...]string{UncleanUnsolicited, UncleanAfterEnd, UncleanBodiless, UncleanEarly, UncleanSwitch}
+
+// Unclean counts backend connections closed by reason (UncleanReasons), and
+// logs each through Log when set. Safe for concurrent use.
+type Unclean struct {
+	n [len(UncleanReasons)]atomic.Uint64
+	// Log, if set, is told of each (reason, backend address); it should
+	// write at a bounded rate (observe.ErrorLog).
+	Log func(reason, addr string)
+}
+
+// Count returns the connections closed for reason.
+func (u *Unclean) Count(reason string) uint64 {
+	for i, r := range UncleanReasons {
+		if r == reason {
+			return u.n[i].Load()
+		}
+	}
+	return 0
+}
+
+func (u *Unclean) add(i int, addr string) {
+	if u == nil {
+		return
+	}
+	u.n[i].Add(1)
+	if u.Log != nil {
+		u.Log(UncleanReasons[i], addr)
+	}
+}
+
+const (
+	iUnsolicited = iota
+	iAfterEnd
+	iBodiless
+	iEarly
+	iSwitch
+)
+
+// errUnaskedSwitch is a 101 to a request that did not ask to upgrade: the
+// backend now speaks another protocol on the connection, so it is a 502.
+var errUnaskedSwitch = errors.New("forward: backend switched protocols unasked (101 to a request without Upgrade)")
+
+// maxInterim bounds the interim (1xx) responses before a final one.
+const maxInterim = 8
+
+// errTooManyInterim is a backend that sent more than maxInterim interim
+// responses to one request.
+var errTooManyInterim = errors.New("forward: backend sent more than 8 interim (1xx) responses")
+
+// RoundTrip is fasthttp.RoundTripper's: retry tells HostClient.Do it may
+// try again (its RetryIfErr decides), as fasthttp's own transport does.
+func (x *exchange[CC]) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) (retry bool, err error) {
+	skipBody := resp.SkipBody || req.Header.IsHead()
+	cc, c, err := x.acquire(req)
+	if err != nil {
+		return false, err
+	}
+	resp.ParseNetConn(c)
+	c.startRequest()
+	bw := hc.AcquireWriter(c)
+	err = req.Write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	hc.ReleaseWriter(bw)
+	if err != nil {
+		if isTimeout(err) {
+			err = fasthttp.ErrTimeout
+		}
+		x.closeConn(cc)
+		return true, err
+	}
+	var deadline time.Time
+	if hc.ReadTimeout > 0 {
+		deadline = time.Now().Add(hc.ReadTimeout)
+	}
+	if err := c.SetReadDeadline(deadline); err != nil {
+		x.closeConn(cc)
+		return true, err
+	}
+	resp.Header.DisableNormalizing()
+	br := hc.AcquireReader(c)
+	if err := readHead(resp, br); err != nil {
+		hc.ReleaseReader(br)
+		if errors.Is(err, errUnaskedSwitch) {
+			x.unclean.add(iSwitch, x.addr)
+		}
+		x.closeConn(cc)
+		return !errors.Is(err, errTooManyInterim) && !errors.Is(err, errUnaskedSwitch), err
+	}
+	keep := !req.ConnectionClose() && !resp.ConnectionClose()
+	code := resp.StatusCode()
+	if skipBody || code == fasthttp.StatusNoContent || code == fasthttp.StatusNotModified {
+		x.release(hc, cc, c, br, keep, iBodiless)
+		return false, nil
+	}
+	b := &h1Body[CC]{x: x, hc: hc, cc: cc, held: true, c: c, br: br, keep: keep}
+	switch n := resp.Header.ContentLength(); {
+	case n >= 0:
+		b.left = int64(n)
+		if n == 0 {
+			b.end()
+		}
+		resp.SetBodyStream(b, n)
+	case n == -1: // chunked
+		b.chunked = true
+		resp.SetBodyStream(b, -1)
+	default: // -2: neither, so the body runs to the backend's close
+		b.left, b.keep = -1, false
+		resp.SetBodyStream(b, -1)
+	}
+	return false, nil
+}
+
+// acquire takes a connection from hc for req, closing those that a
+// request must not be written on: an idle connection with bytes to read
+// (or closed by the backend). Nothing of req has been written yet, so the
+// next connection (in the end a new one) serves it as well, whatever req is.
+func (x *exchange[CC]) acquire(req *fasthttp.Request) (cc CC, c *backendConn, err error) {
+	for {
+		cc, err = x.acquireConn(0, req.ConnectionClose())
+		if err != nil {
+			return cc, nil, err
+		}
+		c = cc.Conn().(*backendConn)
+		if !c.used {
+			return cc, c, nil
+		}
+		switch c.peek() {
+		case peekEmpty:
+			return cc, c, nil
+		case peekData:
+			x.unclean.add(iUnsolicited, x.addr)
+		}
+		x.closeConn(cc)
+	}
+}
+
+// readHead reads a response header from br into resp, past interim
+// responses (1xx but 101: at most maxInterim, as RFC 9110 §15.2 lets a
+// client skip them). A 101 is refused: levee upgrades only on a
+// connection of its own (Pool.tunnel), never on one of the pool.
+func readHead(resp *fasthttp.Response, br *bufio.Reader) error {
+	for n := 0; ; n++ {
+		if err := resp.Header.Read(br); err != nil {
+			return err
+		}
+		code := resp.Header.StatusCode()
+		if code == fasthttp.StatusSwitchingProtocols {
+			return errUnaskedSwitch
+		}
+		if code >= 200 || code < 100 {
+			return nil
+		}
+		if n == maxInterim {
+			return errTooManyInterim
+		}
+	}
+}
+
+// release gives c back to hc after an exchange that ended where its
+// framing said it would, if keep and nothing is left to read (else closes
+// it, counted under reason), and if the idle pool has room.
+func (x *exchange[CC]) release(hc *fasthttp.HostClient, cc CC, c *backendConn, br *bufio.Reader, keep bool, reason int) {
+	state := peekData
+	if br.Buffered() == 0 {
+		state = c.peek()
+	}
+	hc.ReleaseReader(br)
+	switch {
+	case state == peekData:
+		x.unclean.add(reason, x.addr)
+	case c.early:
+		x.unclean.add(iEarly, x.addr)
+	case keep && state == peekEmpty && c.idle.reserve():
+		c.used = true
+		c.pooled.Store(true)
+		x.releaseConn(cc)
+		return
+	}
+	x.closeConn(cc)
+}
+
+// h1Body is a backend's response body, framed by Content-Length (left
+// bytes), by chunks, or by the backend's close (left -1). At its end it
+// gives its connection back through exchange.release; closed before that
+// (CloseWithError), it closes the connection.
+type h1Body[CC interface{ Conn() net.Conn }] struct {
+	x       *exchange[CC]
+	hc      *fasthttp.HostClient
+	cc      CC
+	held    bool // cc is still this body's
+	c       *backendConn
+	br      *bufio.Reader
+	keep    bool
+	chunked bool
+	left    int64 // bytes left of the body, or of the chunk; -1: to the close
+	chunk   chunkReader
+	eof     bool
+	err     error
+}
+
+func (b *h1Body[CC]) Read(p []byte) (int, error) {
+	if b.eof {
+		return 0, io.EOF
+	}
+	if b.err != nil {
+		return 0, b.err
+	}
+	var n int
+	var err error
+	switch {
+	case b.chunked:
+		n, err = b.chunk.read(b.br, p)
+	case b.left < 0:
+		n, err = b.br.Read(p)
+	default:
+		if int64(len(p)) > b.left {
+			p = p[:b.left]
+		}
+		n, err = b.br.Read(p)
+		b.left -= int64(n)
+		if b.left == 0 {
+			err = io.EOF
+		} else if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+	}
+	if err == io.EOF {
+		b.end()
+		return n, io.EOF
+	}
+	if err != nil {
+		b.err = err
+	}
+	return n, err
+}
+
+// end is the body read to its end: the connection goes back if clean.
+func (b *h1Body[CC]) end() {
+	b.eof = true
+	if b.held {
+		b.held = false
+		b.x.release(b.hc, b.cc, b.c, b.br, b.keep, iAfterEnd)
+	}
+}
+
+// CloseWithError is fasthttp.ReadCloserWithError's: a body closed before
+// its end closes its connection.
+func (b *h1Body[CC]) CloseWithError(error) error {
+	if b.held {
+		b.held = false
+		b.hc.ReleaseReader(b.br)
+		b.x.closeConn(b.cc)
+	}
+	return nil
+}
+
+// Bounds of a chunked response's framing lines, as of a request's.
+const (
+	maxChunkLine    = 4 << 10 // a chunk-size line, extensions included
+	maxTrailerBytes = 16 << 10
+	maxTrailers     = 64
+)
+
+// errBadChunk is a chunked response body framed otherwise than RFC 9112
+// §7.1 says, to the letter: levee cannot know where such a body ends as
+// every reader would, so the response is cut there and the connection closed.
+type errBadChunk string
+
+func (e errBadChunk) Error() string { return "forward: backend's chunked body: " + string(e) }
+
+// chunkReader decodes a chunked body strictly: a size line of hex digits
+// (no white space), extensions without control bytes, every line ending
+// in CRLF (a bare LF is refused), trailer fields without obs-fold, all
+// within bounds. Trailers are read and dropped.
+type chunkReader struct {
+	left  int64 // bytes left of the current chunk
+	inSeq bool  // within a chunk (left bytes, then CRLF)
+}
+
+func (r *chunkReader) read(br *bufio.Reader, p []byte) (int, error) {
+	if !r.inSeq {
+		size, err := readChunkSize(br)
+		if err != nil {
+			return 0, err
+		}
+		if size == 0 {
+			if err := readTrailers(br); err != nil {
+				return 0, err
+			}
+			return 0, io.EOF
+		}
+		r.left, r.inSeq = size, true
+	}
+	if int64(len(p)) > r.left {
+		p = p[:r.left]
+	}
+	n, err := br.Read(p)
+	r.left -= int64(n)
+	if err == io.EOF {
+		return n, io.ErrUnexpectedEOF
+	}
+	if err != nil {
+		return n, err
+	}
+	if r.left == 0 {
+		if err := readCRLF(br); err != nil {
+			return n, err
+		}
+		r.inSeq = false
+	}
+	return n, nil
+}
+
+// readLine reads one framing line ending in CRLF, at most max bytes, and
+// returns it without the CRLF; it is valid until br's next read.
+func readLine(br *bufio.Reader, max int) ([]byte, error) {
+	line, err := br.ReadSlice('\n')
+	switch {
+	case err == bufio.ErrBufferFull || len(line) > max:
+		return nil, errBadChunk("line too long")
+	case err == io.EOF:
+		return nil, io.ErrUnexpectedEOF
+	case err != nil:
+		return nil, err
+	case len(line) < 2 || line[len(line)-2] != '\r':
+		return nil, errBadChunk("bare LF")
+	}
+	line = line[:len(line)-2]
+	for _, c := range line {
+		if c == '\r' {
+			return nil, errBadChunk("bare CR")
+		}
+	}
+	return line, nil
+}
+
+func readChunkSize(br *bufio.Reader) (int64, error) {
+	line, err := readLine(br, maxChunkLine)
+	if err != nil {
+		return 0, err
+	}
+	var size int64
+	i := 0
+	for ; i < len(line); i++ {
+		d := unhex(line[i])
+		if d < 0 {
+			break
+		}
+		if i == 15 { // 16 hex digits could overflow int64
+			return 0, errBadChunk("chunk size too large")
+		}
+		size = size<<4 | int64(d)
+	}
+	if i == 0 {
+		return 0, errBadChunk("no chunk size")
+	}
+	if i < len(line) {
+		if line[i] != ';' {
+			return 0, errBadChunk("bytes after the chunk size")
+		}
+		for _, c := range line[i+1:] {
+			if c < ' ' && c != '\t' || c == 0x7f {
+				return 0, errBadChunk("control byte in a chunk extension")
+			}
+		}
+	}
+	return size, nil
+}
+
+func unhex(c byte) int {
+	switch {
+	case '0' <= c && c <= '9':
+		return int(c - '0')
+	case 'a' <= c && c <= 'f':
+		return int(c-'a') + 10
+	case 'A' <= c && c <= 'F':
+		return int(c-'A') + 10
+	}
+	return -1
+}
+
+func readCRLF(br *bufio.Reader) error {
+	b, err := br.Peek(2)
+	if err != nil {
+		if err == io.EOF {
+			return io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	if b[0] != '\r' || b[1] != '\n' {
+		return errBadChunk("chunk data not followed by CRLF")
+	}
+	br.Discard(2)
+	return nil
+}
+
+// readTrailers reads the trailer section after the last chunk, through its
+// empty line, and drops it (levee passes no response trailers on).
+func readTrailers(br *bufio.Reader) error {
+	total := 0
+	for n := 0; ; n++ {
+		line, err := readLine(br, maxTrailerBytes)
+		if err != nil {
+			return err
+		}
+		if len(line) == 0 {
+			return nil
+		}
+		total += len(line) + 2
+		switch {
+		case n == maxTrailers || total > maxTrailerBytes:
+			return errBadChunk("trailer section too large")
+		case line[0] == ' ' || line[0] == '\t':
+			return errBadChunk("obs-fold in a trailer")
+		}
+		colon := -1
+		for i, c := range line {
+			if c == ':' {
+				colon = i
+				break
+			}
+			if !isTokenByte(c) {
+				return errBadChunk("bad trailer field name")
+			}
+		}
+		if colon <= 0 {
+			return errBadChunk("trailer line without a field name")
+		}
+		for _, c := range line[colon+1:] {
+			if c < ' ' && c != '\t' || c == 0x7f {
+				return errBadChunk("control byte in a trailer value")
+			}
+		}
+	}
+}
+
+// isTokenByte reports whether c may appear in a token (RFC 9110 §5.6.2).
+func isTokenByte(c byte) bool {
+	if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' {
+		return true
+	}
+	switch c {
+	case '!', '#', '$', '%', '&', '\'', '*', '+', '-', '.', '^', '_', '`', '|', '~':
+		return true
+	}
+	return false
+}
