@@ -154,7 +154,7 @@ func (x *exchange[CC]) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request,
 			x.unclean.add(iSwitch, x.addr)
 		}
 		x.closeConn(cc)
-		return !errors.Is(err, errTooManyInterim) && !errors.Is(err, errUnaskedSwitch), err
+		return !refusedHead(err), err
 	}
 	keep := !req.ConnectionClose() && !resp.ConnectionClose()
 	code := resp.StatusCode()
@@ -162,21 +162,15 @@ func (x *exchange[CC]) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request,
 		x.release(hc, cc, c, br, keep, iBodiless)
 		return false, nil
 	}
-	b := &h1Body[CC]{x: x, hc: hc, cc: cc, held: true, c: c, br: br, keep: keep}
-	switch n := resp.Header.ContentLength(); {
-	case n >= 0:
-		b.left = int64(n)
-		if n == 0 {
-			b.end()
-		}
-		resp.SetBodyStream(b, n)
-	case n == -1: // chunked
-		b.chunked = true
-		resp.SetBodyStream(b, -1)
-	default: // -2: neither, so the body runs to the backend's close
-		b.left, b.keep = -1, false
-		resp.SetBodyStream(b, -1)
+	b := &h1Body[CC]{x: x, hc: hc, cc: cc, held: true, c: c, keep: keep}
+	n := b.frame.init(resp, br)
+	if b.frame.left < 0 {
+		b.keep = false // to the backend's close
 	}
+	if n == 0 {
+		b.end()
+	}
+	resp.SetBodyStream(b, n)
 	return false, nil
 }
 
@@ -209,12 +203,23 @@ func (x *exchange[CC]) acquire(req *fasthttp.Request) (cc CC, c *backendConn, er
 // client skip them). A 101 is refused: levee upgrades only on a
 // connection of its own (Pool.tunnel), never on one of the pool.
 func readHead(resp *fasthttp.Response, br *bufio.Reader) error {
+	return readFinalHead(resp, br, false)
+}
+
+// readFinalHead is readHead, taking a 101 as final if upgrading.
+func readFinalHead(resp *fasthttp.Response, br *bufio.Reader, upgrading bool) error {
 	for n := 0; ; n++ {
+		if err := checkHead(br); err != nil {
+			return err
+		}
 		if err := resp.Header.Read(br); err != nil {
 			return err
 		}
 		code := resp.Header.StatusCode()
 		if code == fasthttp.StatusSwitchingProtocols {
+			if upgrading {
+				return nil
+			}
 			return errUnaskedSwitch
 		}
 		if code >= 200 || code < 100 {
@@ -224,6 +229,12 @@ func readHead(resp *fasthttp.Response, br *bufio.Reader) error {
 			return errTooManyInterim
 		}
 	}
+}
+
+// refusedHead reports a head readFinalHead refused for what the backend
+// sent, rather than for a failed read: not worth a retry on the same backend.
+func refusedHead(err error) bool {
+	return errors.Is(err, errTooManyInterim) || errors.Is(err, errUnaskedSwitch) || errors.As(err, new(*BadHeadError))
 }
 
 // release gives c back to hc after an exchange that ended where its
@@ -249,23 +260,67 @@ func (x *exchange[CC]) release(hc *fasthttp.HostClient, cc CC, c *backendConn, b
 	x.closeConn(cc)
 }
 
-// h1Body is a backend's response body, framed by Content-Length (left
-// bytes), by chunks, or by the backend's close (left -1). At its end it
-// gives its connection back through exchange.release; closed before that
-// (CloseWithError), it closes the connection.
-type h1Body[CC interface{ Conn() net.Conn }] struct {
-	x       *exchange[CC]
-	hc      *fasthttp.HostClient
-	cc      CC
-	held    bool // cc is still this body's
-	c       *backendConn
+// bodyFrame reads a response body as its head frames it: by
+// Content-Length (left bytes), by chunks, or to the backend's close (left
+// -1); read returns io.EOF at its end.
+type bodyFrame struct {
 	br      *bufio.Reader
-	keep    bool
 	chunked bool
 	left    int64 // bytes left of the body, or of the chunk; -1: to the close
 	chunk   chunkReader
-	eof     bool
-	err     error
+}
+
+// init frames the body of resp, read from br, and returns its length as
+// SetBodyStream takes it (-1: unknown).
+func (f *bodyFrame) init(resp *fasthttp.Response, br *bufio.Reader) int {
+	f.br = br
+	switch n := resp.Header.ContentLength(); {
+	case n >= 0:
+		f.left = int64(n)
+		return n
+	case n == -1:
+		f.chunked = true
+	default: // -2: neither, so the body runs to the backend's close
+		f.left = -1
+	}
+	return -1
+}
+
+func (f *bodyFrame) read(p []byte) (int, error) {
+	switch {
+	case f.chunked:
+		return f.chunk.read(f.br, p)
+	case f.left < 0:
+		return f.br.Read(p)
+	case f.left == 0:
+		return 0, io.EOF
+	}
+	if int64(len(p)) > f.left {
+		p = p[:f.left]
+	}
+	n, err := f.br.Read(p)
+	f.left -= int64(n)
+	if f.left == 0 {
+		err = io.EOF
+	} else if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
+// h1Body is a backend's response body on a pooled connection. At its end
+// it gives its connection back through exchange.release; closed before
+// that (CloseWithError), it closes the connection.
+type h1Body[CC interface{ Conn() net.Conn }] struct {
+	x     *exchange[CC]
+	hc    *fasthttp.HostClient
+	cc    CC
+	held  bool // cc is still this body's
+	c     *backendConn
+	keep  bool
+	frame bodyFrame
+	eof   bool
+	err   error
 }
 
 func (b *h1Body[CC]) Read(p []byte) (int, error) {
@@ -275,25 +330,7 @@ func (b *h1Body[CC]) Read(p []byte) (int, error) {
 	if b.err != nil {
 		return 0, b.err
 	}
-	var n int
-	var err error
-	switch {
-	case b.chunked:
-		n, err = b.chunk.read(b.br, p)
-	case b.left < 0:
-		n, err = b.br.Read(p)
-	default:
-		if int64(len(p)) > b.left {
-			p = p[:b.left]
-		}
-		n, err = b.br.Read(p)
-		b.left -= int64(n)
-		if b.left == 0 {
-			err = io.EOF
-		} else if err == io.EOF {
-			err = io.ErrUnexpectedEOF
-		}
-	}
+	n, err := b.frame.read(p)
 	if err == io.EOF {
 		b.end()
 		return n, io.EOF
@@ -309,7 +346,7 @@ func (b *h1Body[CC]) end() {
 	b.eof = true
 	if b.held {
 		b.held = false
-		b.x.release(b.hc, b.cc, b.c, b.br, b.keep, iAfterEnd)
+		b.x.release(b.hc, b.cc, b.c, b.frame.br, b.keep, iAfterEnd)
 	}
 }
 
@@ -318,7 +355,7 @@ func (b *h1Body[CC]) end() {
 func (b *h1Body[CC]) CloseWithError(error) error {
 	if b.held {
 		b.held = false
-		b.hc.ReleaseReader(b.br)
+		b.hc.ReleaseReader(b.frame.br)
 		b.x.closeConn(b.cc)
 	}
 	return nil

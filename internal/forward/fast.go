@@ -662,43 +662,52 @@ func (f fastHeader) first(name string) string {
 // tunnel passes an upgrade request to the backend over a connection of its
 // own and, if the backend switches protocols, joins the client's connection
 // to it until either side closes. The slot is held while the tunnel is open.
+// Interim responses before the answer are skipped (at most maxInterim); an
+// answer other than 101 is an ordinary response, streamed under the same
+// buffer budget as any other (passBody), its connection closed at its end.
 func (p *Pool) tunnel(ctx *fasthttp.RequestCtx, be *backend, out *fasthttp.Request, pk *pick) {
-	conn, err := net.DialTimeout("tcp", be.addr, p.upstream.DialTimeout.D())
+	nc, err := be.fast.Dial(be.addr)
 	if err != nil {
 		p.fastError(ctx, be, err, nil)
 		pk.finish(ctx)
 		return
 	}
+	conn := nc.(*backendConn)
 	conn.SetDeadline(time.Now().Add(p.upstream.ResponseHeaderTimeout.D()))
 	bw := bufio.NewWriter(conn)
 	br := bufio.NewReader(conn)
 	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseResponse(resp)
+	resp.Header.DisableNormalizing()
+	resp.ParseNetConn(conn) // connOf finds conn: each body read is bounded
 	if err = out.Write(bw); err == nil {
 		err = bw.Flush()
 	}
 	if err == nil {
-		err = resp.Header.Read(br)
-	}
-	if err == nil && resp.StatusCode() != fasthttp.StatusSwitchingProtocols {
-		err = resp.ReadBody(br, 0)
-		if err == nil {
-			copyResponse(&ctx.Response, resp)
-			ctx.Response.SetBody(resp.Body())
-		}
-		conn.Close()
-		if err != nil {
-			p.fastError(ctx, be, err, nil)
-		}
-		pk.finish(ctx)
-		return
+		err = readFinalHead(resp, br, true)
 	}
 	if err != nil {
+		fasthttp.ReleaseResponse(resp)
 		conn.Close()
 		p.fastError(ctx, be, err, nil)
 		pk.finish(ctx)
 		return
 	}
+	if code := resp.StatusCode(); code != fasthttp.StatusSwitchingProtocols {
+		conn.SetDeadline(time.Time{})
+		copyResponse(&ctx.Response, resp)
+		body := &ownBody{conn: conn}
+		n := body.frame.init(resp, br)
+		if code == fasthttp.StatusNoContent || code == fasthttp.StatusNotModified || n == 0 || ctx.IsHead() {
+			conn.Close()
+			fasthttp.ReleaseResponse(resp)
+			pk.finish(ctx)
+			return
+		}
+		resp.SetBodyStream(body, n)
+		p.passBody(ctx, be, resp, body, pk)
+		return
+	}
+	defer fasthttp.ReleaseResponse(resp)
 	conn.SetDeadline(time.Time{})
 	var sw fasthttp.Response
 	copyResponse(&sw, resp)
@@ -711,6 +720,7 @@ func (p *Pool) tunnel(ctx *fasthttp.RequestCtx, be *backend, out *fasthttp.Reque
 	}
 	pk.code = fasthttp.StatusSwitchingProtocols
 	ctx.HijackSetNoResponse(true)
+	tcp := conn.Conn // the tunnel's bytes are not HTTP: no exchange bookkeeping on them
 	ctx.Hijack(func(client net.Conn) {
 		defer pk.Release()
 		defer conn.Close()
@@ -720,13 +730,42 @@ func (p *Pool) tunnel(ctx *fasthttp.RequestCtx, be *backend, out *fasthttp.Reque
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			io.Copy(client, conn)
+			io.Copy(client, tcp)
 			client.Close()
 		}()
-		io.Copy(conn, client)
+		io.Copy(tcp, client)
 		conn.Close()
 		<-done
 	})
+}
+
+// ownBody is a response body on a connection of its own (an upgrade the
+// backend answered without switching): the connection closes at the
+// body's end or when the body is closed, never pooled.
+type ownBody struct {
+	conn  net.Conn
+	frame bodyFrame
+	done  bool
+}
+
+func (b *ownBody) Read(p []byte) (int, error) {
+	if b.done {
+		return 0, io.EOF
+	}
+	n, err := b.frame.read(p)
+	if err != nil {
+		b.CloseWithError(err)
+	}
+	return n, err
+}
+
+// CloseWithError is fasthttp.ReadCloserWithError's.
+func (b *ownBody) CloseWithError(error) error {
+	if !b.done {
+		b.done = true
+		b.conn.Close()
+	}
+	return nil
 }
 
 // isIdempotent is isIdempotentMethod for a fasthttp request (the short
