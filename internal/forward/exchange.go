@@ -35,6 +35,7 @@ import (
 // over it (CC), with the HostClient's methods that take one.
 type exchange[CC interface{ Conn() net.Conn }] struct {
 	unclean     *Unclean
+	watches     *watches // the net/http engine's request contexts
 	addr        string
 	acquireConn func(timeout time.Duration, connClose bool) (CC, error)
 	closeConn   func(CC)
@@ -42,9 +43,15 @@ type exchange[CC interface{ Conn() net.Conn }] struct {
 }
 
 // newExchange is the exchange of hc, a client of backend addr.
-func newExchange[CC interface{ Conn() net.Conn }](addr string, unclean *Unclean,
+func newExchange[CC interface{ Conn() net.Conn }](addr string, unclean *Unclean, w *watches,
 	acquire func(time.Duration, bool) (CC, error), closeConn, releaseConn func(CC)) *exchange[CC] {
-	return &exchange[CC]{unclean: unclean, addr: addr, acquireConn: acquire, closeConn: closeConn, releaseConn: releaseConn}
+	return &exchange[CC]{unclean: unclean, watches: w, addr: addr, acquireConn: acquire, closeConn: closeConn, releaseConn: releaseConn}
+}
+
+// close closes c (held as cc), ending its request's watch.
+func (x *exchange[CC]) close(cc CC, c *backendConn) {
+	c.unwatch()
+	x.closeConn(cc)
 }
 
 // Reasons a backend connection is closed after an exchange that did not
@@ -123,6 +130,13 @@ func (x *exchange[CC]) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request,
 	if err != nil {
 		return false, err
 	}
+	if ctx := x.watches.of(req); ctx != nil {
+		if err := ctx.Err(); err != nil {
+			x.closeConn(cc)
+			return false, err
+		}
+		c.watch(ctx)
+	}
 	resp.ParseNetConn(c)
 	c.startRequest()
 	bw := hc.AcquireWriter(c)
@@ -135,7 +149,7 @@ func (x *exchange[CC]) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request,
 		if isTimeout(err) {
 			err = fasthttp.ErrTimeout
 		}
-		x.closeConn(cc)
+		x.close(cc, c)
 		return true, err
 	}
 	var deadline time.Time
@@ -143,7 +157,7 @@ func (x *exchange[CC]) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request,
 		deadline = time.Now().Add(hc.ReadTimeout)
 	}
 	if err := c.SetReadDeadline(deadline); err != nil {
-		x.closeConn(cc)
+		x.close(cc, c)
 		return true, err
 	}
 	resp.Header.DisableNormalizing()
@@ -153,7 +167,7 @@ func (x *exchange[CC]) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request,
 		if errors.Is(err, errUnaskedSwitch) {
 			x.unclean.add(iSwitch, x.addr)
 		}
-		x.closeConn(cc)
+		x.close(cc, c)
 		return !refusedHead(err), err
 	}
 	keep := !req.ConnectionClose() && !resp.ConnectionClose()
@@ -246,7 +260,11 @@ func (x *exchange[CC]) release(hc *fasthttp.HostClient, cc CC, c *backendConn, b
 		state = c.peek()
 	}
 	hc.ReleaseReader(br)
+	watched := c.unwatch()
 	switch {
+	case !watched:
+		// The request ended while its response was read: the connection
+		// was aborted mid-read, whatever is left on it.
 	case state == peekData:
 		x.unclean.add(reason, x.addr)
 	case c.early:
@@ -356,7 +374,7 @@ func (b *h1Body[CC]) CloseWithError(error) error {
 	if b.held {
 		b.held = false
 		b.hc.ReleaseReader(b.frame.br)
-		b.x.closeConn(b.cc)
+		b.x.close(b.cc, b.c)
 	}
 	return nil
 }

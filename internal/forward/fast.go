@@ -21,8 +21,8 @@ import (
 	"github.com/leveeproxy/levee/internal/shape"
 )
 
-// NewFastClient returns the fasthttp client for one backend address, bounded
-// like the net/http Transport: at most MaxConnsPerBackend connections, a
+// NewFastClient returns the fasthttp client for one backend address, the
+// pool of both engines: at most MaxConnsPerBackend connections, a
 // request beyond that waiting up to response_header_timeout for one.
 //
 // response_header_timeout bounds the wait for the response header, from the
@@ -35,6 +35,12 @@ import (
 // back to the pool only after a clean one; those closed otherwise are
 // counted in unclean (nil: not counted).
 func NewFastClient(addr string, u config.Upstream, unclean *Unclean) *fasthttp.HostClient {
+	return newFastClient(addr, u, unclean, nil)
+}
+
+// newFastClient is NewFastClient whose exchange finds the contexts of the
+// net/http engine's requests in w (nil: none).
+func newFastClient(addr string, u config.Upstream, unclean *Unclean, w *watches) *fasthttp.HostClient {
 	hc := &fasthttp.HostClient{
 		Addr:                addr,
 		Dial:                newFastDialer(u).Dial,
@@ -59,7 +65,7 @@ func NewFastClient(addr string, u config.Upstream, unclean *Unclean) *fasthttp.H
 				(errors.Is(err, fasthttp.ErrConnectionClosed) || errors.Is(err, io.EOF))
 		},
 	}
-	hc.Transport = newExchange(addr, unclean, hc.AcquireConn, hc.CloseConn, hc.ReleaseConn)
+	hc.Transport = newExchange(addr, unclean, w, hc.AcquireConn, hc.CloseConn, hc.ReleaseConn)
 	return hc
 }
 
@@ -304,7 +310,7 @@ func (p *Pool) fastError(ctx *fasthttp.RequestCtx, be *backend, err error, body 
 	case body != nil && body.err != nil:
 		// The client's body broke off or was badly framed (invalid chunking).
 		reply.BadRequestBodyReply.Fast(ctx, 0)
-	case errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, fasthttp.ErrNoFreeConns) || isTimeout(err):
+	case backendTimedOut(err):
 		p.logBackendFailed(true, be.addr, err)
 		reply.BackendTimeoutReply.Fast(ctx, 0)
 	default:

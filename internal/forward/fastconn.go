@@ -1,6 +1,8 @@
 package forward
 
 import (
+	"context"
+	"errors"
 	"io"
 	"net"
 	"sync/atomic"
@@ -94,7 +96,55 @@ type backendConn struct {
 	raw    syscall.RawConn
 	peekFD func(fd uintptr) bool // peekFunc, made once
 	peeked peekState
+
+	// A request's context on the net/http engine (watch): its end aborts
+	// the connection's reads and writes, and the connection is closed.
+	stop    func() bool // ends the watch; nil: none
+	abortFn func()      // abort, made once
+	aborted atomic.Bool
 }
+
+// aLongTimeAgo is a deadline that has passed: it fails a blocked read or
+// write at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// watch aborts the connection's reads and writes when ctx ends, until
+// unwatch.
+func (c *backendConn) watch(ctx context.Context) {
+	if c.abortFn == nil {
+		c.abortFn = c.abort
+	}
+	c.stop = context.AfterFunc(ctx, c.abortFn)
+}
+
+// unwatch ends a watch, false if it fired: the connection was aborted (or
+// is being) and must be closed, never pooled.
+func (c *backendConn) unwatch() bool {
+	if c.stop == nil {
+		return !c.aborted.Load()
+	}
+	stopped := c.stop()
+	c.stop = nil
+	return stopped && !c.aborted.Load()
+}
+
+func (c *backendConn) abort() {
+	c.aborted.Store(true) // before the deadline: see keepAborted
+	c.Conn.SetDeadline(aLongTimeAgo)
+}
+
+// keepAborted sets the passed deadline again after a deadline was set: an
+// abort between the two would otherwise be undone.
+func (c *backendConn) keepAborted() error {
+	if c.aborted.Load() {
+		c.Conn.SetDeadline(aLongTimeAgo)
+		return errAborted
+	}
+	return nil
+}
+
+// errAborted is a read or write on a connection whose request ended.
+var errAborted = errors.New("forward: the request ended (its client reset or left)")
 
 // peekState is what a look at a connection's socket found.
 type peekState uint8
@@ -141,6 +191,9 @@ func (c *backendConn) Read(p []byte) (int, error) {
 		if err := c.Conn.SetReadDeadline(time.Now().Add(c.timeout)); err != nil {
 			return 0, err
 		}
+		if err := c.keepAborted(); err != nil {
+			return 0, err
+		}
 	}
 	return c.Conn.Read(p)
 }
@@ -168,12 +221,18 @@ func (c *backendConn) ReadFrom(r io.Reader) (int64, error) {
 
 func (c *backendConn) SetReadDeadline(t time.Time) error {
 	c.streaming.Store(false)
-	return c.Conn.SetReadDeadline(t)
+	if err := c.Conn.SetReadDeadline(t); err != nil {
+		return err
+	}
+	return c.keepAborted()
 }
 
 func (c *backendConn) SetDeadline(t time.Time) error {
 	c.streaming.Store(false)
-	return c.Conn.SetDeadline(t)
+	if err := c.Conn.SetDeadline(t); err != nil {
+		return err
+	}
+	return c.keepAborted()
 }
 
 // LocalAddr returns the connection's local address, which fasthttp keeps

@@ -104,8 +104,8 @@ type Pool struct {
 }
 
 type backend struct {
-	addr      string
-	transport *http.Transport
+	addr string
+	leg  *httpLeg // the net/http engine's way to fast
 	// proxy is the net/http engine's proxy to the backend, made on its
 	// first request (see Pool.proxy): an app served over fasthttp alone
 	// never makes one.
@@ -154,7 +154,7 @@ func NewPool(o Options) *Pool {
 	p.backends = make([]*backend, len(o.Backends))
 	for i, b := range o.Backends {
 		p.backends[i] = &backend{addr: b.Addr, requests: o.Metrics.BackendCounter(b.Addr),
-			transport: o.Conns[i].Transport, fast: o.Conns[i].Fast}
+			leg: newHTTPLeg(o.Conns[i], o.Upstream.MaxIdlePerBackend == 0), fast: o.Conns[i].Fast}
 	}
 	return p
 }
@@ -173,7 +173,7 @@ func (p *Pool) proxy(be *backend) *httputil.ReverseProxy {
 			dropH2CUpgrade(pr.Out.Header)
 			delete(pr.Out.Header, "Proxy") // httpoxy: see isProxy
 		},
-		Transport:      be.transport,
+		Transport:      be.leg,
 		BufferPool:     bufferPool{},
 		ErrorHandler:   p.errorHandler(be),
 		ModifyResponse: p.modifyResponse,
@@ -187,11 +187,10 @@ func (p *Pool) proxy(be *backend) *httputil.ReverseProxy {
 	return rp
 }
 
-// modifyResponse is ReverseProxy's ModifyResponse: each read of the body
-// is bounded (also retryStatus's, of a dropped one), and a listed status
-// may be dropped for a retry.
+// modifyResponse is ReverseProxy's ModifyResponse: a listed status may be
+// dropped for a retry. (Each read of the body is bounded by the connection:
+// see backendConn.)
 func (p *Pool) modifyResponse(res *http.Response) error {
-	boundBodyReads(res, p.upstream.ResponseHeaderTimeout.D())
 	if p.retry.statuses != [3]bool{} {
 		return p.retryStatus(res)
 	}
@@ -326,7 +325,7 @@ func (p *Pool) errorHandler(be *backend) func(http.ResponseWriter, *http.Request
 			reply.MinRateReply.HTTP(w, 0)
 		case errors.As(err, new(*BadBodyError)):
 			reply.BadRequestBodyReply.HTTP(w, 0)
-		case isTimeout(err):
+		case backendTimedOut(err):
 			p.logBackendFailed(true, be.addr, err)
 			reply.BackendTimeoutReply.HTTP(w, 0)
 		default:
@@ -383,6 +382,12 @@ func (b *guardedBody) Read(p []byte) (int, error) {
 		err = &BadBodyError{Err: err}
 	}
 	return n, err
+}
+
+// backendTimedOut reports a backend that did not answer in time, or a
+// request that waited too long for one of its connections: a 504.
+func backendTimedOut(err error) bool {
+	return errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, fasthttp.ErrNoFreeConns) || isTimeout(err)
 }
 
 func isTimeout(err error) bool {

@@ -1,7 +1,6 @@
 package forward
 
 import (
-	"net/http"
 	"sync"
 
 	"github.com/valyala/fasthttp"
@@ -11,7 +10,8 @@ import (
 
 // Upstreams are the connection pools to backends, shared by every app with
 // a backend at the same address under the same upstream settings: one
-// http.Transport and one fasthttp.HostClient per address and settings, so
+// fasthttp.HostClient per address and settings, both engines' (the net/http
+// engine reaches it through httpLeg), so
 // upstream.max_conns_per_backend and max_idle_per_backend bound the
 // connections to a backend address across all the apps that use it (what
 // the backend can take), and an app composed on a known backend builds no
@@ -38,12 +38,13 @@ type upstreamKey struct {
 }
 
 // Upstream is the connection pool of one backend address under one set of
-// upstream settings: Transport for the net/http engine, Fast for fasthttp.
+// upstream settings: Fast, with levee's exchange on each connection, for
+// both engines.
 type Upstream struct {
-	key       upstreamKey
-	refs      int // guarded by Upstreams.mu
-	Transport *http.Transport
-	Fast      *fasthttp.HostClient
+	key     upstreamKey
+	refs    int // guarded by Upstreams.mu
+	Fast    *fasthttp.HostClient
+	watches *watches // the net/http engine's requests in flight on Fast
 }
 
 // Acquire returns the pool of backend addr under settings u, made on its
@@ -57,7 +58,8 @@ func (us *Upstreams) Acquire(addr string, u config.Upstream) *Upstream {
 		if us.pools == nil {
 			us.pools = map[upstreamKey]*Upstream{}
 		}
-		p = &Upstream{key: k, Transport: NewTransport(u), Fast: NewFastClient(addr, u, &us.Unclean)}
+		w := new(watches)
+		p = &Upstream{key: k, Fast: newFastClient(addr, u, &us.Unclean, w), watches: w}
 		us.pools[k] = p
 	}
 	p.refs++
@@ -103,8 +105,5 @@ func (us *Upstreams) CloseIdle() {
 	}
 }
 
-// CloseIdle closes the pool's idle connections on both engines.
-func (p *Upstream) CloseIdle() {
-	p.Transport.CloseIdleConnections()
-	p.Fast.CloseIdleConnections()
-}
+// CloseIdle closes the pool's idle connections.
+func (p *Upstream) CloseIdle() { p.Fast.CloseIdleConnections() }

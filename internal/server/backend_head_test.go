@@ -37,7 +37,6 @@ func TestBackendHeadThatReadsTwoWaysIs502(t *testing.T) {
 		{"larger than the buffer", "HTTP/1.1 200 OK\r\nInjected: yes\r\nX-Big: " + strings.Repeat("b", 5000) + "\r\nContent-Length: 0\r\n\r\n"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			skipOnH2C(t, "the net/http engine reads backends through Go's parser until one upstream leg")
 			be := startNaiveBackend(t, func(_, _ string) (string, string) { return c.head, "" }, 0)
 			p := startProxy(t, photosApp(be.addr, "", ""))
 			resp := p.get("photos.test", "/")
@@ -73,7 +72,6 @@ func TestBackendHeadStrictButNotPicky(t *testing.T) {
 func TestInterimFloodIs502(t *testing.T) {
 	for _, n := range []int{8, 9, 10_000} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			skipOnH2C(t, "the net/http engine reads backends through Go's parser until one upstream leg")
 			interim := strings.Repeat("HTTP/1.1 102 Processing\r\n\r\n", n)
 			be := startNaiveBackend(t, func(_, path string) (string, string) { return interim + lengthAnswer(path), "" }, 0)
 			p := startProxy(t, photosApp(be.addr, "", ""))

@@ -514,12 +514,6 @@ func framingProxy(t testing.TB, h2c bool) (addr string, be *wireBackend) {
 	t.Helper()
 	be = newWireBackend(t)
 	cfg := fmt.Sprintf("listen: [{addr: 127.0.0.1:0, h2c: %v}]\n", h2c)
-	if h2c {
-		// net/http's Transport keeps, as idle, a connection it dialled for a
-		// request that was reset meanwhile; with no idle pool it closes it,
-		// and the backend is not left waiting on an empty connection.
-		cfg += "upstream: {max_idle_per_backend: 0}\n"
-	}
 	p := startProxy(t, cfg+"apps:\n  framing:\n    hosts: ["+framingHost+"]\n    backends: ["+be.addr()+"]\n")
 	return strings.TrimPrefix(p.URL, "http://"), be
 }

@@ -217,7 +217,6 @@ func TestEarlyAnswerNeverReachesTheNextRequest(t *testing.T) {
 	// The net/http engine forwards through http.Transport, whose read loop
 	// buffers an idle connection's bytes and races a new request for them:
 	// the one upstream leg (issue 19) carries the rule there.
-	skipOnH2C(t, "the reuse rule is the fasthttp engine's until one upstream leg")
 	for _, form := range smugglingForms {
 		t.Run(form.name, func(t *testing.T) {
 			b := startNaiveBackend(t, earlyAnswer, 0)
@@ -262,7 +261,6 @@ func TestBytesAfterTheEndNeverReachTheNextRequest(t *testing.T) {
 	// The net/http engine forwards through http.Transport, whose read loop
 	// buffers an idle connection's bytes and races a new request for them:
 	// the one upstream leg (issue 19) carries the rule there.
-	skipOnH2C(t, "the reuse rule is the fasthttp engine's until one upstream leg")
 	forms := []struct {
 		name   string
 		method string
@@ -342,7 +340,6 @@ func TestNoAnswerReachesAnotherClientUnderConcurrency(t *testing.T) {
 	// The net/http engine forwards through http.Transport, whose read loop
 	// buffers an idle connection's bytes and races a new request for them:
 	// the one upstream leg (issue 19) carries the rule there.
-	skipOnH2C(t, "the reuse rule is the fasthttp engine's until one upstream leg")
 	answer := func(method, path string) (string, string) {
 		switch {
 		case strings.HasPrefix(path, "/nocontent"):

@@ -209,6 +209,9 @@ func TestSlowReaderHoldsNoSlot(t *testing.T) {
 	c := slowReader(t, p)
 	fmt.Fprintf(c, "GET /big HTTP/1.1\r\nHost: photos.test\r\n\r\n")
 	waitFor(t, "the backend to answer the slow reader", func() bool { return be.requests.Load() == 1 })
+	// The answer is read whole into the buffer, then the slot goes back
+	// (on a loaded machine, later than the queue's 20 ms wait).
+	waitFor(t, "the slot back", func() bool { return p.metric("levee_inflight", map[string]string{"app": "photos"}) == 0 })
 	expectServed(t, p, 5, "while a client reads its response slowly")
 	c.(*net.TCPConn).SetReadBuffer(1 << 20) // now read it at loopback speed
 	c.SetReadDeadline(time.Now().Add(guard))
