@@ -1,11 +1,12 @@
 // Package h2guard bounds what one HTTP/2 client may make a server do
 // without asking for anything: resetting streams as fast as it opens them,
-// and floods of PING, SETTINGS, empty DATA, WINDOW_UPDATE, PRIORITY,
-// unknown and CONTINUATION frames. It wraps the connection beneath the
-// HTTP/2 server, reads the frame headers that pass through it, and
-// counts them (Meter); a connection that crosses a bound gets a GOAWAY
-// with ENHANCE_YOUR_CALM and is closed, and the server reads nothing more
-// from it. It knows nothing of HTTP or of the server it guards.
+// or making the server reset them (stream errors), and floods of PING,
+// SETTINGS, empty DATA, WINDOW_UPDATE, PRIORITY, unknown and CONTINUATION
+// frames. It wraps the connection beneath the HTTP/2 server, reads the
+// frame headers that pass through it both ways, and counts them (Meter);
+// a connection that crosses a bound gets a GOAWAY with ENHANCE_YOUR_CALM
+// and is closed, and the server reads nothing more from it. It knows
+// nothing of HTTP or of the server it guards.
 package h2guard
 
 import (
@@ -65,11 +66,12 @@ type Conn struct {
 
 	sent Sent // the writer adds, the meter reads
 
-	// wmu is held by a Write (or the GOAWAY) from start to end: out and
-	// wrote are its.
-	wmu   sync.Mutex
-	out   scanner
-	wrote bool
+	// wmu is held by a Write (or the GOAWAY) from start to end: out,
+	// faults and wrote are its.
+	wmu    sync.Mutex
+	out    scanner
+	faults faults
+	wrote  bool
 
 	mu     sync.Mutex
 	reason Reason        // the bound crossed; "" until then
@@ -81,7 +83,7 @@ type Conn struct {
 // Wrap puts c, whose client preface has not yet been read, under the
 // guard. o is shared and must not change.
 func Wrap(c net.Conn, o *Options) *Conn {
-	g := &Conn{Conn: c, opts: o, in: scanner{skip: prefaceLen, prefixes: true}}
+	g := &Conn{Conn: c, opts: o, in: scanner{skip: prefaceLen, prefixes: true}, out: scanner{prefixes: true}}
 	g.meter.init(&o.Limits, o.Clock, &g.sent)
 	return g
 }
@@ -113,8 +115,10 @@ func (c *Conn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Resets is how many RST_STREAM frames the server has read from the
-// client, or is reading. Safe for concurrent use.
+// Resets is how many of the client's streams have been reset: by the
+// client (RST_STREAM frames the server has read, or is reading), or by the
+// server for the client's stream errors (written). Safe for concurrent
+// use.
 func (c *Conn) Resets() uint64 { return c.resets.Load() }
 
 // enforce closes the connection for r: a GOAWAY at the first frame
@@ -219,8 +223,13 @@ func (c *Conn) count(p []byte) {
 	for len(p) > 0 {
 		n, f, ok := c.out.next(p)
 		p = p[n:]
-		if ok {
-			c.sent.frame(f)
+		if !ok {
+			continue
+		}
+		c.sent.frame(f)
+		if f.Type == typeRSTStream && c.faults.reset(f.Stream, f.errCode(), c.opts.Limits.InFlightResets) {
+			c.sent.Resets.Add(1)
+			c.resets.Add(1)
 		}
 	}
 }
