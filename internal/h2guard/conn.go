@@ -12,6 +12,7 @@ package h2guard
 import (
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,6 +64,9 @@ type Conn struct {
 	delivered uint32 // the highest stream the server has been given
 	readErr   error
 	resets    atomic.Uint64
+	// streamMark and frameMark are the streams opened and the frames
+	// sent when awaitWriter last looked.
+	streamMark, frameMark uint64
 
 	sent Sent // the writer adds, the meter reads
 
@@ -95,6 +99,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 	if c.readErr != nil {
 		return 0, c.readErr
 	}
+	c.awaitWriter()
 	n, err := c.Conn.Read(p)
 	for q := p[:n]; len(q) > 0; {
 		m, f, ok := c.in.next(q)
@@ -113,6 +118,33 @@ func (c *Conn) Read(p []byte) (int, error) {
 	}
 	c.delivered = c.meter.MaxStream()
 	return n, err
+}
+
+// behind is how many streams the client opens between two looks at
+// whether the server's output keeps up (awaitWriter).
+const behind = 32
+
+// yields is how many times awaitWriter yields at most, for a server that
+// has nothing to write (its handlers wait on slow backends).
+const yields = 4
+
+// awaitWriter yields to the server's other goroutines when the server
+// wrote fewer frames than the client opened streams over the last behind
+// streams. A server that takes stream after stream and answers few has
+// its answers (resets among them) waiting for a writer that its reader and
+// frame loop, passing each frame between them, keep from running; the
+// guard counts the resets only once written.
+func (c *Conn) awaitWriter() {
+	s := c.meter.Streams()
+	if s-c.streamMark < behind {
+		return
+	}
+	w := c.sent.Frames.Load()
+	for i := 0; i < yields && w-c.frameMark < s-c.streamMark; i++ {
+		runtime.Gosched()
+		w = c.sent.Frames.Load()
+	}
+	c.streamMark, c.frameMark = s, w
 }
 
 // Resets is how many of the client's streams have been reset: by the

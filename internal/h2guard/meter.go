@@ -110,6 +110,7 @@ type Clock interface{ Now() time.Time }
 // Sent counts what the server has written on a connection. The writer
 // adds, the meter reads: its fields are atomic.
 type Sent struct {
+	Frames  atomic.Uint64 // all frames
 	Data    atomic.Uint64 // DATA frames
 	Headers atomic.Uint64 // HEADERS frames
 	// Resets are RST_STREAM frames for the client's stream errors: the
@@ -119,6 +120,7 @@ type Sent struct {
 
 // frame counts an outbound frame.
 func (s *Sent) frame(f Frame) {
+	s.Frames.Add(1)
 	switch f.Type {
 	case typeData:
 		s.Data.Add(1)
@@ -162,6 +164,9 @@ func NewMeter(lim *Limits, clk Clock, sent *Sent) *Meter {
 func (m *Meter) init(lim *Limits, clk Clock, sent *Sent) {
 	*m = Meter{lim: lim, clk: clk, start: clk.Now(), sent: sent}
 }
+
+// Streams is how many streams the client has opened.
+func (m *Meter) Streams() uint64 { return m.streams }
 
 // MaxStream is the highest stream id the client has opened.
 func (m *Meter) MaxStream() uint32 { return m.maxStream }
