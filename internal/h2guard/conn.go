@@ -1,16 +1,18 @@
 // Package h2guard bounds what one HTTP/2 client may make a server do
 // without asking for anything: resetting streams as fast as it opens them,
-// and floods of PING, SETTINGS, empty DATA, WINDOW_UPDATE, PRIORITY,
-// unknown and CONTINUATION frames. It wraps the connection beneath the
-// HTTP/2 server, reads the frame headers that pass through it, and
-// counts them (Meter); a connection that crosses a bound gets a GOAWAY
-// with ENHANCE_YOUR_CALM and is closed, and the server reads nothing more
-// from it. It knows nothing of HTTP or of the server it guards.
+// or making the server reset them (stream errors), and floods of PING,
+// SETTINGS, empty DATA, WINDOW_UPDATE, PRIORITY, unknown and CONTINUATION
+// frames. It wraps the connection beneath the HTTP/2 server, reads the
+// frame headers that pass through it both ways, and counts them (Meter);
+// a connection that crosses a bound gets a GOAWAY with ENHANCE_YOUR_CALM
+// and is closed, and the server reads nothing more from it. It knows
+// nothing of HTTP or of the server it guards.
 package h2guard
 
 import (
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,14 +64,18 @@ type Conn struct {
 	delivered uint32 // the highest stream the server has been given
 	readErr   error
 	resets    atomic.Uint64
+	// streamMark and frameMark are the streams opened and the frames
+	// sent when awaitWriter last looked.
+	streamMark, frameMark uint64
 
 	sent Sent // the writer adds, the meter reads
 
-	// wmu is held by a Write (or the GOAWAY) from start to end: out and
-	// wrote are its.
-	wmu   sync.Mutex
-	out   scanner
-	wrote bool
+	// wmu is held by a Write (or the GOAWAY) from start to end: out,
+	// faults and wrote are its.
+	wmu    sync.Mutex
+	out    scanner
+	faults faults
+	wrote  bool
 
 	mu     sync.Mutex
 	reason Reason        // the bound crossed; "" until then
@@ -81,7 +87,7 @@ type Conn struct {
 // Wrap puts c, whose client preface has not yet been read, under the
 // guard. o is shared and must not change.
 func Wrap(c net.Conn, o *Options) *Conn {
-	g := &Conn{Conn: c, opts: o, in: scanner{skip: prefaceLen, prefixes: true}}
+	g := &Conn{Conn: c, opts: o, in: scanner{skip: prefaceLen, prefixes: true}, out: scanner{prefixes: true}}
 	g.meter.init(&o.Limits, o.Clock, &g.sent)
 	return g
 }
@@ -93,6 +99,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 	if c.readErr != nil {
 		return 0, c.readErr
 	}
+	c.awaitWriter()
 	n, err := c.Conn.Read(p)
 	for q := p[:n]; len(q) > 0; {
 		m, f, ok := c.in.next(q)
@@ -113,8 +120,37 @@ func (c *Conn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Resets is how many RST_STREAM frames the server has read from the
-// client, or is reading. Safe for concurrent use.
+// behind is how many streams the client opens between two looks at
+// whether the server's output keeps up (awaitWriter).
+const behind = 32
+
+// yields is how many times awaitWriter yields at most, for a server that
+// has nothing to write (its handlers wait on slow backends).
+const yields = 4
+
+// awaitWriter yields to the server's other goroutines when the server
+// wrote fewer frames than the client opened streams over the last behind
+// streams. A server that takes stream after stream and answers few has
+// its answers (resets among them) waiting for a writer that its reader and
+// frame loop, passing each frame between them, keep from running; the
+// guard counts the resets only once written.
+func (c *Conn) awaitWriter() {
+	s := c.meter.Streams()
+	if s-c.streamMark < behind {
+		return
+	}
+	w := c.sent.Frames.Load()
+	for i := 0; i < yields && w-c.frameMark < s-c.streamMark; i++ {
+		runtime.Gosched()
+		w = c.sent.Frames.Load()
+	}
+	c.streamMark, c.frameMark = s, w
+}
+
+// Resets is how many of the client's streams have been reset: by the
+// client (RST_STREAM frames the server has read, or is reading), or by the
+// server for the client's stream errors (written). Safe for concurrent
+// use.
 func (c *Conn) Resets() uint64 { return c.resets.Load() }
 
 // enforce closes the connection for r: a GOAWAY at the first frame
@@ -219,8 +255,13 @@ func (c *Conn) count(p []byte) {
 	for len(p) > 0 {
 		n, f, ok := c.out.next(p)
 		p = p[n:]
-		if ok {
-			c.sent.frame(f)
+		if !ok {
+			continue
+		}
+		c.sent.frame(f)
+		if f.Type == typeRSTStream && c.faults.reset(f.Stream, f.errCode(), c.opts.Limits.InFlightResets) {
+			c.sent.Resets.Add(1)
+			c.resets.Add(1)
 		}
 	}
 }

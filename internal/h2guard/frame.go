@@ -38,7 +38,8 @@ type Frame struct {
 	Stream      uint32
 	Length      uint32 // payload bytes
 	// Prefix holds the first prefixLen payload bytes: the pad length of a
-	// padded DATA frame, a WINDOW_UPDATE's increment.
+	// padded DATA frame, a WINDOW_UPDATE's increment, a RST_STREAM's error
+	// code.
 	Prefix [4]byte
 }
 
@@ -46,7 +47,7 @@ type Frame struct {
 func (f *Frame) prefixLen() int {
 	var n uint32
 	switch {
-	case f.Type == typeWindowUpdate:
+	case f.Type == typeWindowUpdate, f.Type == typeRSTStream:
 		n = 4
 	case f.Type == typeData && f.Flags&flagPadded != 0:
 		n = 1
@@ -60,6 +61,14 @@ func (f *Frame) increment() uint32 {
 		return 0
 	}
 	return binary.BigEndian.Uint32(f.Prefix[:]) & 0x7fffffff
+}
+
+// errCode is a RST_STREAM's error code (0, NO_ERROR, if it is short).
+func (f *Frame) errCode() uint32 {
+	if f.Length < 4 {
+		return 0
+	}
+	return binary.BigEndian.Uint32(f.Prefix[:])
 }
 
 // emptyData reports whether f is a DATA frame that carries no data (none,

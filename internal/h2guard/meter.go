@@ -20,12 +20,13 @@ const (
 	ReasonPriority     Reason = "priority"            // CVE-2019-9513
 	ReasonUnknown      Reason = "unknown_frame"       // frames of extension types
 	ReasonContinuation Reason = "continuation"        // CONTINUATION flood (CVE-2023-45288)
+	ReasonStreamError  Reason = "stream_error"        // streams the server reset for the client's errors: MadeYouReset (CVE-2025-8671)
 )
 
 // Reasons returns every Reason, for metrics that want all label values.
 func Reasons() []Reason {
-	return []Reason{ReasonReset, ReasonPing, ReasonSettings, ReasonEmptyData, ReasonWindowUpdate,
-		ReasonSmallWindow, ReasonPriority, ReasonUnknown, ReasonContinuation}
+	return []Reason{ReasonReset, ReasonStreamError, ReasonPing, ReasonSettings, ReasonEmptyData,
+		ReasonWindowUpdate, ReasonSmallWindow, ReasonPriority, ReasonUnknown, ReasonContinuation}
 }
 
 // Rate is a token bucket: Burst frames at once, then one more each Every.
@@ -37,10 +38,18 @@ type Rate struct {
 // Limits are the bounds of one connection; Default returns levee's. A
 // zero Rate bounds nothing; a zero count lets no frame of its kind pass.
 type Limits struct {
-	// Resets bounds RST_STREAM frames from the client. Each response the
-	// server starts (a HEADERS frame it sends) gives one back: a client
-	// may cancel as many streams as it lets be answered.
+	// Resets bounds the client's streams that end in a reset: RST_STREAM
+	// frames from the client (ReasonReset), and those the server writes
+	// for the client's stream errors (Sent.Resets, ReasonStreamError),
+	// which cost it the same. Each response the server starts (a HEADERS
+	// frame it sends) gives one back: a client may cancel as many streams
+	// as it lets be answered.
 	Resets Rate
+	// InFlightResets is how many of the server's STREAM_CLOSED resets on a
+	// stream it ended on its own (RST_STREAM NO_ERROR, CANCEL or
+	// INTERNAL_ERROR) are not counted in Resets: they answer the DATA the
+	// client had in flight. It holds for the last 8 streams so ended.
+	InFlightResets int
 	// Pings bounds PING frames (not ACKs) that arrive before the server
 	// has sent any DATA or HEADERS since the previous one; a PING that
 	// follows some is free (the client is measuring a live transfer).
@@ -80,6 +89,7 @@ func Default(maxHeaderBytes int) Limits {
 	block := 2*maxHeaderBytes + 16<<10
 	return Limits{
 		Resets:               Rate{Burst: 1000, Every: 30 * time.Millisecond}, // nghttp2: 1000, 33/s
+		InFlightResets:       256,                                             // net/http's 1 MiB stream window in 4 KiB DATA frames (clients send 16 KiB)
 		Pings:                Rate{Burst: 100, Every: 100 * time.Millisecond},
 		Settings:             Rate{Burst: 100, Every: 100 * time.Millisecond},
 		EmptyData:            Rate{Burst: 100, Every: 100 * time.Millisecond},
@@ -100,12 +110,17 @@ type Clock interface{ Now() time.Time }
 // Sent counts what the server has written on a connection. The writer
 // adds, the meter reads: its fields are atomic.
 type Sent struct {
+	Frames  atomic.Uint64 // all frames
 	Data    atomic.Uint64 // DATA frames
 	Headers atomic.Uint64 // HEADERS frames
+	// Resets are RST_STREAM frames for the client's stream errors: the
+	// server ended a stream because of what the client sent on it.
+	Resets atomic.Uint64
 }
 
 // frame counts an outbound frame.
 func (s *Sent) frame(f Frame) {
+	s.Frames.Add(1)
 	switch f.Type {
 	case typeData:
 		s.Data.Add(1)
@@ -128,6 +143,7 @@ type Meter struct {
 
 	pingMark  uint64 // sent frames at the last PING
 	resetMark uint64 // sent HEADERS already given back as resets
+	faultMark uint64 // sent resets already counted
 
 	streams, updates uint64
 	maxStream        uint32 // the highest stream the client opened
@@ -149,13 +165,28 @@ func (m *Meter) init(lim *Limits, clk Clock, sent *Sent) {
 	*m = Meter{lim: lim, clk: clk, start: clk.Now(), sent: sent}
 }
 
+// Streams is how many streams the client has opened.
+func (m *Meter) Streams() uint64 { return m.streams }
+
 // MaxStream is the highest stream id the client has opened.
 func (m *Meter) MaxStream() uint32 { return m.maxStream }
 
-// Frame counts one frame from the client and returns the bound it
-// crossed, or "" if none. It reads the clock only for the kinds of frame
-// that have a rate.
+// Frame counts one frame from the client, and the resets the server has
+// written for the client's errors since the previous frame, and returns
+// the bound it crossed, or "" if none. It reads the clock only for the
+// kinds of frame that have a rate, and for new resets.
 func (m *Meter) Frame(f Frame) Reason {
+	if n := m.sent.Resets.Load(); n != m.faultMark {
+		// Counted as the client's next frame arrives: the reset answered
+		// an earlier one, and a client that sends nothing more costs
+		// nothing more.
+		m.giveBackResets()
+		k := n - m.faultMark
+		m.faultMark = n
+		if !m.resets.takeN(int64(m.clk.Now().Sub(m.start)), m.lim.Resets, k) {
+			return ReasonStreamError
+		}
+	}
 	switch f.Type {
 	case typeData:
 		if f.emptyData() {
@@ -184,10 +215,7 @@ func (m *Meter) Frame(f Frame) Reason {
 	case typePriority:
 		return m.take(&m.priority, m.lim.Priority, ReasonPriority)
 	case typeRSTStream:
-		if h := m.sent.Headers.Load(); h > m.resetMark {
-			m.resets.giveBack(h-m.resetMark, m.lim.Resets.Every)
-			m.resetMark = h
-		}
+		m.giveBackResets()
 		return m.take(&m.resets, m.lim.Resets, ReasonReset)
 	case typeSettings:
 		if f.Flags&flagAck == 0 {
@@ -220,6 +248,15 @@ func (m *Meter) Frame(f Frame) Reason {
 	return ""
 }
 
+// giveBackResets gives back a reset per response started since the last
+// call.
+func (m *Meter) giveBackResets() {
+	if h := m.sent.Headers.Load(); h > m.resetMark {
+		m.resets.giveBack(h-m.resetMark, m.lim.Resets.Every)
+		m.resetMark = h
+	}
+}
+
 // take spends one token of b at rate r, or returns why it cannot.
 func (m *Meter) take(b *bucket, r Rate, why Reason) Reason {
 	if b.take(int64(m.clk.Now().Sub(m.start)), r) {
@@ -233,9 +270,12 @@ func (m *Meter) take(b *bucket, r Rate, why Reason) Reason {
 type bucket struct{ tat int64 }
 
 // take spends one token at now if there is one.
-func (b *bucket) take(now int64, r Rate) bool {
+func (b *bucket) take(now int64, r Rate) bool { return b.takeN(now, r, 1) }
+
+// takeN spends n tokens at now if there are as many, and none if not.
+func (b *bucket) takeN(now int64, r Rate, n uint64) bool {
 	every := int64(r.Every)
-	t := max(b.tat, now) + every
+	t := max(b.tat, now) + int64(min(n, 1<<20))*every
 	if t-now > int64(r.Burst)*every {
 		return false
 	}

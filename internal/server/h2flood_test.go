@@ -41,6 +41,11 @@ type floodRig struct {
 	bigBody []byte
 	client  *http.Client // the bystander's
 
+	// made counts the requests for /made the backend saw, each held until
+	// levee cancels it (madeLeft) or the test ends (madeServed).
+	made, madeLeft, madeServed atomic.Int64
+	hold                       *gate
+
 	stopBy context.CancelFunc
 	byDone chan struct{}
 	byErr  atomic.Value // error: the bystander's first failure
@@ -48,10 +53,19 @@ type floodRig struct {
 
 func newFloodRig(t *testing.T) *floodRig {
 	t.Helper()
-	rig := &floodRig{bigBody: bytes.Repeat([]byte("b"), 1<<20)}
+	rig := &floodRig{bigBody: bytes.Repeat([]byte("b"), 1<<20), hold: newGate()}
 	backend := newBackend(t, func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/reset" {
+		switch r.URL.Path {
+		case "/reset":
 			rig.resets.Add(1)
+		case "/made":
+			rig.made.Add(1)
+			if rig.hold.wait(r) {
+				rig.madeServed.Add(1)
+			} else {
+				rig.madeLeft.Add(1)
+			}
+			return
 		}
 		io.Copy(io.Discard, r.Body)
 		if r.URL.Path == "/big" {
@@ -60,6 +74,7 @@ func newFloodRig(t *testing.T) *floodRig {
 		}
 		io.WriteString(w, "ok")
 	})
+	t.Cleanup(rig.hold.open) // before the backend closes, which waits for its handlers
 	rig.p = startProxy(t, photosApp(backend, "", "listen: [{addr: 127.0.0.1:0, h2c: true}]\n"))
 	rig.addr = rig.p.srv.Addrs()[0].String()
 	rig.client = newClient(t, &http.Transport{Protocols: h2cOnly()})
@@ -135,6 +150,7 @@ type h2Client struct {
 	pingAcks  atomic.Int64
 	responses atomic.Int64 // HEADERS frames
 	data      atomic.Int64 // DATA frames
+	rsts      atomic.Int64 // RST_STREAM frames
 }
 
 // dialH2 opens a connection, exchanges SETTINGS (settings are the
@@ -186,6 +202,8 @@ func (c *h2Client) read() {
 			c.responses.Add(1)
 		case *http2.DataFrame:
 			c.data.Add(1)
+		case *http2.RSTStreamFrame:
+			c.rsts.Add(1)
 		}
 	}
 }
@@ -197,8 +215,13 @@ func (c *h2Client) flush() error {
 
 // request writes a HEADERS frame for method path on stream.
 func (c *h2Client) request(stream uint32, method, path string, endStream bool) error {
+	return c.requestTo(stream, method, "photos.test", path, endStream)
+}
+
+// requestTo is request for another host.
+func (c *h2Client) requestTo(stream uint32, method, host, path string, endStream bool) error {
 	c.hbuf.Reset()
-	for _, hf := range [][2]string{{":method", method}, {":scheme", "http"}, {":authority", "photos.test"}, {":path", path}} {
+	for _, hf := range [][2]string{{":method", method}, {":scheme", "http"}, {":authority", host}, {":path", path}} {
 		c.henc.WriteField(hpack.HeaderField{Name: hf[0], Value: hf[1]})
 	}
 	return c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: stream, BlockFragment: c.hbuf.Bytes(),
@@ -208,7 +231,12 @@ func (c *h2Client) request(stream uint32, method, path string, endStream bool) e
 // flood calls frame(i) for i up to floodFrames, flushing now and then,
 // until the server's GOAWAY arrives or the connection fails.
 func (c *h2Client) flood(frame func(i int) error) int {
-	for i := range floodFrames {
+	return c.floodN(floodFrames, frame)
+}
+
+// floodN is flood for up to n frames.
+func (c *h2Client) floodN(n int, frame func(i int) error) int {
+	for i := range n {
 		if c.gotGoAway.Load() {
 			return i
 		}
@@ -220,7 +248,7 @@ func (c *h2Client) flood(frame func(i int) error) int {
 		}
 	}
 	c.flush()
-	return floodFrames
+	return n
 }
 
 // wantGoAway waits for the GOAWAY and checks it is the guard's.
@@ -411,6 +439,7 @@ func TestH2FloodBoundary(t *testing.T) {
 		waitFor(t, "responses", func() bool { return c.responses.Load() >= n })
 	}
 	var want int64
+	chunk := make([]byte, 4<<10) // three uploads' 64 frames fit the connection's 1 MiB window
 	for round := range 20 {
 		// Ten requests, a PING, a SETTINGS now and then, an empty DATA
 		// frame on an upload, a window update.
@@ -434,6 +463,18 @@ func TestH2FloodBoundary(t *testing.T) {
 			s := next()
 			c.request(s, http.MethodGet, "/", true)
 			c.fr.WriteRSTStream(s, http2.ErrCodeCancel)
+		}
+		// Uploads answered before their body is read (here levee's 404
+		// for a host it does not serve): the server ends each stream with
+		// RST_STREAM NO_ERROR, and answers each DATA frame still in
+		// flight, up to a whole stream window of them, with STREAM_CLOSED.
+		for range 3 {
+			up := next()
+			c.requestTo(up, http.MethodPost, "nobody.test", "/upload", false)
+			for i := range 64 {
+				c.fr.WriteData(up, i == 63, chunk)
+			}
+			want++
 		}
 	}
 	// Thirty pings in a row with nothing in between: a keepalive burst.

@@ -132,7 +132,8 @@ func (e *httpExchange) readAhead() ([]byte, bool) {
 
 func (e *httpExchange) forward(rt *route, sh *limits.PathShape, slot forward.Releaser, out toBackend) {
 	if e.conn != nil && e.conn.Resets() > 0 {
-		// The client resets streams. Its RST_STREAM for this one may be
+		// The client resets streams, or makes the server reset them
+		// (h2guard.Conn.Resets). The frame that resets this one may be
 		// read already, waiting for the server's frame loop: let that run
 		// first, so that the reset stops this request here.
 		runtime.Gosched()

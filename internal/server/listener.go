@@ -110,7 +110,7 @@ type h2Conn struct {
 type h2ConnKey struct{}
 
 // h2ConnContext gives each request its connection: its TLS state, and
-// how many streams its client has reset.
+// how many of its streams have been reset.
 func h2ConnContext(ctx context.Context, c net.Conn) context.Context {
 	if hc, ok := c.(*h2Conn); ok {
 		return context.WithValue(ctx, h2ConnKey{}, hc)
