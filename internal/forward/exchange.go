@@ -220,7 +220,7 @@ func readHead(resp *fasthttp.Response, br *bufio.Reader) error {
 			return errUnaskedSwitch
 		}
 		if code >= 200 || code < 100 {
-			return nil
+			return checkHead(&resp.Header)
 		}
 		if n == maxInterim {
 			return errTooManyInterim
