@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/leveeproxy/levee/internal/chunked"
 )
 
 // exchange is the fasthttp engine's RoundTripper: fasthttp's HostClient
@@ -285,7 +287,7 @@ type bodyFrame struct {
 	br      *bufio.Reader
 	chunked bool
 	left    int64 // bytes left of the body, or of the chunk; -1: to the close
-	chunk   chunkReader
+	chunk   chunked.Reader
 }
 
 // init frames the body of resp, read from br, and returns its length as
@@ -307,7 +309,7 @@ func (f *bodyFrame) init(resp *fasthttp.Response, br *bufio.Reader) int {
 func (f *bodyFrame) read(p []byte) (int, error) {
 	switch {
 	case f.chunked:
-		return f.chunk.read(f.br, p)
+		return f.chunk.Read(f.br, p)
 	case f.left < 0:
 		return f.br.Read(p)
 	case f.left == 0:
@@ -377,196 +379,4 @@ func (b *h1Body[CC]) CloseWithError(error) error {
 		b.x.close(b.cc, b.c)
 	}
 	return nil
-}
-
-// Bounds of a chunked response's framing lines, as of a request's.
-const (
-	maxChunkLine    = 4 << 10 // a chunk-size line, extensions included
-	maxTrailerBytes = 16 << 10
-	maxTrailers     = 64
-)
-
-// errBadChunk is a chunked response body framed otherwise than RFC 9112
-// §7.1 says, to the letter: levee cannot know where such a body ends as
-// every reader would, so the response is cut there and the connection closed.
-type errBadChunk string
-
-func (e errBadChunk) Error() string { return "forward: backend's chunked body: " + string(e) }
-
-// chunkReader decodes a chunked body strictly: a size line of hex digits
-// (no white space), extensions without control bytes, every line ending
-// in CRLF (a bare LF is refused), trailer fields without obs-fold, all
-// within bounds. Trailers are read and dropped.
-type chunkReader struct {
-	left  int64 // bytes left of the current chunk
-	inSeq bool  // within a chunk (left bytes, then CRLF)
-}
-
-func (r *chunkReader) read(br *bufio.Reader, p []byte) (int, error) {
-	if !r.inSeq {
-		size, err := readChunkSize(br)
-		if err != nil {
-			return 0, err
-		}
-		if size == 0 {
-			if err := readTrailers(br); err != nil {
-				return 0, err
-			}
-			return 0, io.EOF
-		}
-		r.left, r.inSeq = size, true
-	}
-	if int64(len(p)) > r.left {
-		p = p[:r.left]
-	}
-	n, err := br.Read(p)
-	r.left -= int64(n)
-	if err == io.EOF {
-		return n, io.ErrUnexpectedEOF
-	}
-	if err != nil {
-		return n, err
-	}
-	if r.left == 0 {
-		if err := readCRLF(br); err != nil {
-			return n, err
-		}
-		r.inSeq = false
-	}
-	return n, nil
-}
-
-// readLine reads one framing line ending in CRLF, at most max bytes, and
-// returns it without the CRLF; it is valid until br's next read.
-func readLine(br *bufio.Reader, max int) ([]byte, error) {
-	line, err := br.ReadSlice('\n')
-	switch {
-	case err == bufio.ErrBufferFull || len(line) > max:
-		return nil, errBadChunk("line too long")
-	case err == io.EOF:
-		return nil, io.ErrUnexpectedEOF
-	case err != nil:
-		return nil, err
-	case len(line) < 2 || line[len(line)-2] != '\r':
-		return nil, errBadChunk("bare LF")
-	}
-	line = line[:len(line)-2]
-	for _, c := range line {
-		if c == '\r' {
-			return nil, errBadChunk("bare CR")
-		}
-	}
-	return line, nil
-}
-
-func readChunkSize(br *bufio.Reader) (int64, error) {
-	line, err := readLine(br, maxChunkLine)
-	if err != nil {
-		return 0, err
-	}
-	var size int64
-	i := 0
-	for ; i < len(line); i++ {
-		d := unhex(line[i])
-		if d < 0 {
-			break
-		}
-		if i == 15 { // 16 hex digits could overflow int64
-			return 0, errBadChunk("chunk size too large")
-		}
-		size = size<<4 | int64(d)
-	}
-	if i == 0 {
-		return 0, errBadChunk("no chunk size")
-	}
-	if i < len(line) {
-		if line[i] != ';' {
-			return 0, errBadChunk("bytes after the chunk size")
-		}
-		for _, c := range line[i+1:] {
-			if c < ' ' && c != '\t' || c == 0x7f {
-				return 0, errBadChunk("control byte in a chunk extension")
-			}
-		}
-	}
-	return size, nil
-}
-
-func unhex(c byte) int {
-	switch {
-	case '0' <= c && c <= '9':
-		return int(c - '0')
-	case 'a' <= c && c <= 'f':
-		return int(c-'a') + 10
-	case 'A' <= c && c <= 'F':
-		return int(c-'A') + 10
-	}
-	return -1
-}
-
-func readCRLF(br *bufio.Reader) error {
-	b, err := br.Peek(2)
-	if err != nil {
-		if err == io.EOF {
-			return io.ErrUnexpectedEOF
-		}
-		return err
-	}
-	if b[0] != '\r' || b[1] != '\n' {
-		return errBadChunk("chunk data not followed by CRLF")
-	}
-	br.Discard(2)
-	return nil
-}
-
-// readTrailers reads the trailer section after the last chunk, through its
-// empty line, and drops it (levee passes no response trailers on).
-func readTrailers(br *bufio.Reader) error {
-	total := 0
-	for n := 0; ; n++ {
-		line, err := readLine(br, maxTrailerBytes)
-		if err != nil {
-			return err
-		}
-		if len(line) == 0 {
-			return nil
-		}
-		total += len(line) + 2
-		switch {
-		case n == maxTrailers || total > maxTrailerBytes:
-			return errBadChunk("trailer section too large")
-		case line[0] == ' ' || line[0] == '\t':
-			return errBadChunk("obs-fold in a trailer")
-		}
-		colon := -1
-		for i, c := range line {
-			if c == ':' {
-				colon = i
-				break
-			}
-			if !isTokenByte(c) {
-				return errBadChunk("bad trailer field name")
-			}
-		}
-		if colon <= 0 {
-			return errBadChunk("trailer line without a field name")
-		}
-		for _, c := range line[colon+1:] {
-			if c < ' ' && c != '\t' || c == 0x7f {
-				return errBadChunk("control byte in a trailer value")
-			}
-		}
-	}
-}
-
-// isTokenByte reports whether c may appear in a token (RFC 9110 §5.6.2).
-func isTokenByte(c byte) bool {
-	if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' {
-		return true
-	}
-	switch c {
-	case '!', '#', '$', '%', '&', '\'', '*', '+', '-', '.', '^', '_', '`', '|', '~':
-		return true
-	}
-	return false
 }

@@ -28,7 +28,7 @@ var (
 	errHeadName       = &BadHeadError{"a field name that is not a token (white space or a control byte in or after it)"}
 	errHeadNoColon    = &BadHeadError{"a field line without a colon"}
 	errHeadValue      = &BadHeadError{"a control byte (NUL, CR, LF or another) in a field value"}
-	errHeadStatus     = &BadHeadError{"a control byte in the status line"}
+	errHeadStatus     = &BadHeadError{"a status line other than HTTP/1.x, a status of 100 to 599 and a reason without control bytes"}
 	errHeadFields     = &BadHeadError{"more than 100 fields"}
 	errHeadTooLarge   = &BadHeadError{"larger than the read buffer"}
 	errHeadTwoLengths = &BadHeadError{"Content-Length twice"}
@@ -89,7 +89,7 @@ func scanHead(b []byte) (int, error) {
 		}
 		switch {
 		case first:
-			if hasCTL(line) {
+			if !statusLine(line) {
 				return 0, errHeadStatus
 			}
 			continue
@@ -127,6 +127,21 @@ func scanHead(b []byte) (int, error) {
 	}
 }
 
+// statusLine reports whether line is HTTP/1.0 or 1.1, a status of 100 to
+// 599 and an optional reason without control bytes (RFC 9112 §4; fasthttp
+// reads a status of 000 as 200, and takes any version).
+func statusLine(line []byte) bool {
+	if len(line) < 12 || string(line[:7]) != "HTTP/1." || line[7] != '0' && line[7] != '1' || line[8] != ' ' {
+		return false
+	}
+	for i, c := range line[9:12] {
+		if c < '0' || c > '9' || i == 0 && (c < '1' || c > '5') {
+			return false
+		}
+	}
+	return len(line) == 12 || line[12] == ' ' && !hasCTL(line[13:])
+}
+
 // hasCTL reports a control byte other than HTAB (RFC 9110 §5.5: a field
 // value has none; CR, LF and NUL MUST be refused or replaced).
 func hasCTL(b []byte) bool {
@@ -145,4 +160,16 @@ func isToken(b []byte) bool {
 		}
 	}
 	return true
+}
+
+// isTokenByte reports whether c may appear in a token (RFC 9110 §5.6.2).
+func isTokenByte(c byte) bool {
+	if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' {
+		return true
+	}
+	switch c {
+	case '!', '#', '$', '%', '&', '\'', '*', '+', '-', '.', '^', '_', '`', '|', '~':
+		return true
+	}
+	return false
 }

@@ -13,7 +13,7 @@ const module = "github.com/leveeproxy/levee"
 
 // dataPath are the packages a request passes through.
 var dataPath = []string{
-	"admission", "internal/admit", "internal/admit/limit", "internal/balance", "internal/catalog", "internal/catalog/sqlitestore", "internal/catalog/pgstore", "internal/clock",
+	"admission", "internal/admit", "internal/admit/limit", "internal/balance", "internal/catalog", "internal/chunked", "internal/catalog/sqlitestore", "internal/catalog/pgstore", "internal/clock",
 	"internal/cluster", "internal/config", "internal/forward", "internal/framing", "internal/h2guard", "internal/health", "internal/limits", "internal/membuf", "internal/netlimit", "internal/observe", "internal/overload", "internal/protect", "internal/ratelimit", "internal/reply", "internal/server", "internal/shape",
 }
 

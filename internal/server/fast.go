@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"io"
 	"math"
 	"net"
 	"net/netip"
@@ -117,13 +118,19 @@ func (s *Server) serveFast(ctx *fasthttp.RequestCtx) {
 	e.c, e.left, e.pc.c = ctx, false, ctx
 	e.whole, e.paced.R, e.nItems = false, nil, 0
 	serve(s, e)
+	if ctx.Request.Header.ContentLength() == -1 && !e.chunk.done {
+		// A chunked body levee did not read to its end (refused before
+		// it was read, or answered early) is not left to fasthttp's
+		// lenient decoder to skip: where it ends is levee's to say.
+		ctx.SetConnectionClose()
+	}
 	if ctx.Response.ConnectionClose() {
 		// A refusal that closes leaves part of the request unread.
 		linger(ctx.Conn())
 	}
 	e.pc.finish()
 	e.body.Free()
-	e.c, e.paced = nil, netlimit.PacedReader{}
+	e.c, e.paced, e.chunk = nil, netlimit.PacedReader{}, strictChunked{}
 	fastExchanges.Put(e)
 }
 
@@ -139,7 +146,8 @@ type fastExchange struct {
 	body   membuf.Buffer
 	whole  bool
 	paced  netlimit.PacedReader
-	nItems int // batch items, as forward counted them
+	chunk  strictChunked // a chunked body's decoder
+	nItems int           // batch items, as forward counted them
 	tr     trace.Request
 	in     trace.Incoming // incomingTrace's
 }
@@ -197,9 +205,13 @@ func (e *fastExchange) gone() {
 // if any, streams later from e.paced, which keeps timing the client.
 func (e *fastExchange) readBody(s *Server, rt *route, sh *limits.PathShape) (refusal, bool) {
 	declared := int64(e.c.Request.Header.ContentLength()) // -1: chunked
-	bs := e.c.RequestBodyStream()
+	var bs io.Reader = e.c.RequestBodyStream()
 	if declared == 0 || bs == nil {
 		return refusal{}, true
+	}
+	if declared < 0 { // chunked: decoded by levee, strictly
+		e.chunk.start(bs)
+		bs = &e.chunk
 	}
 	now := time.Now()
 	e.paced = netlimit.PacedReader{R: bs, Conn: e.c.Conn(), Rate: rt.body.rate, Start: now,

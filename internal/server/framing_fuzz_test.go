@@ -19,6 +19,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/leveeproxy/levee/internal/chunked"
 	"github.com/leveeproxy/levee/internal/framing"
 )
 
@@ -49,13 +50,18 @@ func sentRequests(raw []byte) []sentRequest {
 		}
 		s := sentRequest{method: string(req.Header.Method()), target: string(req.Header.RequestURI()), host: string(req.Header.Host())}
 		var berr error
-		if n := req.Header.ContentLength(); n > 0 || n == -1 { // a length, or chunked
+		switch n := req.Header.ContentLength(); {
+		case n == -1: // chunked: levee's decoder, not fasthttp's
+			s.body, berr = io.ReadAll(chunkedBody{br, &chunked.Reader{RefuseTrailer: framing.RefusedTrailer}})
+			s.bodyKnown = berr == nil
+		case n > 0:
 			// Bounded by the input: fasthttp allocates a declared length
 			// up front (levee's server streams instead).
-			berr = req.ContinueReadBody(br, len(raw))
-		}
-		if berr == nil {
-			s.body, s.bodyKnown = append([]byte(nil), req.Body()...), true
+			if berr = req.ContinueReadBody(br, len(raw)); berr == nil {
+				s.body, s.bodyKnown = append([]byte(nil), req.Body()...), true
+			}
+		default:
+			s.bodyKnown = true
 		}
 		out = append(out, s)
 		if berr != nil || req.Header.ConnectionClose() {
@@ -63,6 +69,14 @@ func sentRequests(raw []byte) []sentRequest {
 		}
 	}
 }
+
+// chunkedBody reads a chunked body from br.
+type chunkedBody struct {
+	br  *bufio.Reader
+	dec *chunked.Reader
+}
+
+func (b chunkedBody) Read(p []byte) (int, error) { return b.dec.Read(b.br, p) }
 
 // strictRequests reads raw as parseClient does, request after request,
 // up to the first it cannot read: what a strict parser in front of levee

@@ -93,6 +93,14 @@ func passed(name, raw string, f fwd) framingCase {
 
 const chunkedHello = "5\r\nhello\r\n0\r\n\r\n"
 
+const (
+	teChunked = "Transfer-Encoding: chunked"
+	bodyBad   = "bad-request-body"
+	// smuggledGET is a request hidden behind a body, which must never
+	// reach the backend.
+	smuggledGET = "GET /smuggled HTTP/1.1\r\nHost: framing.test\r\n\r\n"
+)
+
 var (
 	// A chunked body within limits.request_buffer is read whole before
 	// admission and goes on with its length.
@@ -278,7 +286,7 @@ var framingCases = []framingCase{
 		fwd{method: "POST", framing: "length", body: "hello world"}),
 	passed("chunked, extension (dropped: levee re-chunks)", post("5;ext=1\r\nhello\r\n0\r\n\r\n", "Transfer-Encoding: chunked"), helloChunked),
 	passed("chunked, size with leading zeros", post("005\r\nhello\r\n0\r\n\r\n", "Transfer-Encoding: chunked"), helloChunked),
-	passed("chunked, whitespace after size (fasthttp)", post("5  \r\nhello\r\n0\r\n\r\n", "Transfer-Encoding: chunked"), helloChunked),
+	bad("chunked, whitespace after size (fasthttp read it)", post("5  \r\nhello\r\n0\r\n\r\n", "Transfer-Encoding: chunked"), "bad-request-body"),
 	passed("chunked, trailer (dropped, RFC 9110 §6.5.1)", post("5\r\nhello\r\n0\r\nX-Sum: 1\r\n\r\n", "Transfer-Encoding: chunked"),
 		fwd{method: "POST", framing: "length", body: "hello", not: []string{"X-Sum"}}),
 	passed("chunked, trailer looks like a request (garden 39)", post("0\r\nX:POST / HTTP/1.1\r\n\r\n", "Transfer-Encoding: chunked"),
@@ -300,6 +308,43 @@ var framingCases = []framingCase{
 	bad("chunked, trailer names Host", post("0\r\nHost: evil.test\r\n\r\n", "Transfer-Encoding: chunked"), "bad-request-body"),
 	bad("chunked, trailer names Transfer-Encoding", post("0\r\nTransfer-Encoding: chunked\r\n\r\n", "Transfer-Encoding: chunked"), "bad-request-body"),
 	{name: "CL, body cut short", raw: post("hel", "Content-Length: 5"), status: 400, reason: parseBad, halfClose: true},
+
+	// Chunked framing and trailers as strict as the header section (issue 24
+	// point 6; RFC 9112 §2.2, §7.1, §7.1.1, §7.1.2): fasthttp's decoder read
+	// each of these, and ended the body at a bare LF after the last chunk.
+	bad("chunked, SP after the size", post("5 \r\nhello\r\n0\r\n\r\n", teChunked), bodyBad),
+	bad("chunked, HTAB after the size", post("5\t\r\nhello\r\n0\r\n\r\n", teChunked), bodyBad),
+	bad("chunked, SP before the size", post(" 5\r\nhello\r\n0\r\n\r\n", teChunked), bodyBad),
+	bad("chunked, HTAB before the size", post("\t5\r\nhello\r\n0\r\n\r\n", teChunked), bodyBad),
+	bad("chunked, SP after the last chunk's size", post("5\r\nhello\r\n0 \r\n\r\n", teChunked), bodyBad),
+	bad("chunked, HTAB before ;", post("5\t;a\r\nhello\r\n0\r\n\r\n", teChunked), bodyBad),
+	bad("chunked, bare LF after the size line", post("5\nhello\r\n0\r\n\r\n", teChunked), bodyBad),
+	bad("chunked, bare LF after the data", post("5\r\nhello\n0\r\n\r\n", teChunked), bodyBad),
+	bad("chunked, bare LF after the last chunk", post("5\r\nhello\r\n0\n\r\n", teChunked), bodyBad),
+	bad("chunked, bare LF ends the trailer section", post("5\r\nhello\r\n0\r\n\n", teChunked), bodyBad),
+	bad("chunked, bare LF ends a trailer line", post("0\r\nX-Sum: 1\n\r\n", teChunked), bodyBad),
+	bad("chunked, bare LF ends a trailer line and the section", post("0\r\nX-Sum: 1\n\n", teChunked), bodyBad),
+	bad("chunked, bare CR in a trailer line", post("0\r\nX-Sum: 1\rX: 2\r\n\r\n", teChunked), bodyBad),
+	bad("chunked, obs-fold trailer", post("0\r\nX-Sum: 1\r\n 2\r\n\r\n", teChunked), bodyBad),
+	bad("chunked, obs-fold trailer with a tab", post("0\r\nX-Sum: 1\r\n\t2\r\n\r\n", teChunked), bodyBad),
+	bad("chunked, NUL in a trailer value", post("0\r\nX-Sum: 1\x002\r\n\r\n", teChunked), bodyBad),
+	bad("chunked, NUL in an extension", post("5;a\x00b\r\nhello\r\n0\r\n\r\n", teChunked), bodyBad),
+	bad("chunked, DEL in an extension", post("5;a=\x7f\r\nhello\r\n0\r\n\r\n", teChunked), bodyBad),
+	bad("chunked, VT in an extension", post("5;a=\x0b\r\nhello\r\n0\r\n\r\n", teChunked), bodyBad),
+	bad("chunked, NUL in the last chunk's extension", post("5\r\nhello\r\n0;\x00\r\n\r\n", teChunked), bodyBad),
+	bad("chunked, a request pipelined behind 0\\n\\n", post("5\r\nhello\r\n0\n\n"+smuggledGET, teChunked), bodyBad),
+	bad("chunked, a request pipelined behind 0\\r\\n\\n", post("5\r\nhello\r\n0\r\n\n"+smuggledGET, teChunked), bodyBad),
+	bad("chunked, a request pipelined behind a trailer and \\n\\n", post("0\r\nX: y\n\n"+smuggledGET, teChunked), bodyBad),
+	{name: "chunked to no app, a request pipelined behind 0\\r\\n\\n (closed unread)",
+		raw: rq("POST / HTTP/1.1", []string{"Host: nowhere.test", teChunked}, "0\r\n\n"+smuggledGET), status: http.StatusNotFound, closed: true},
+	passed("chunked, extensions on every chunk", post("5;a=1;b=\"x\ty\"\r\nhello\r\n0;c\r\n\r\n", teChunked), helloChunked),
+	passed("chunked, trailers (dropped)", post("5\r\nhello\r\n0\r\nX-Sum: 1\r\nX-Other: a b\r\n\r\n", teChunked),
+		fwd{method: "POST", framing: "length", body: "hello", not: []string{"X-Sum", "X-Other"}}),
+	{name: "chunked, then a pipelined GET", raw: post(chunkedHello, teChunked) + get(),
+		status: 200, then: []int{200}, fwds: []fwd{helloChunked, {}}},
+	{name: "chunked with extensions and trailers, then a pipelined GET",
+		raw:    post("5;a=b\r\nhello\r\n0;c\r\nX-Sum: 1\r\n\r\n", teChunked) + get(),
+		status: 200, then: []int{200}, fwds: []fwd{helloChunked, {}}},
 	bad("Trailer announces Content-Length (fasthttp)", post(chunkedHello, "Transfer-Encoding: chunked", "Trailer: Content-Length"), parseBad),
 	bad("Trailer announces Host (fasthttp)", post(chunkedHello, "Transfer-Encoding: chunked", "Trailer: Host"), parseBad),
 	passed("Trailer announces X-Sum (dropped, hop-by-hop)", post(chunkedHello, "Transfer-Encoding: chunked", "Trailer: X-Sum"),
@@ -498,6 +543,23 @@ var preReadCases = []framingCase{
 	bad("chunked, trailer names Content-Length", post("5\r\nhello\r\n0\r\nContent-Length: 5\r\n\r\n", "Transfer-Encoding: chunked"), "bad-request-body"),
 	{name: "chunked, cut short", raw: post("5\r\nhel", "Transfer-Encoding: chunked"), status: 400, reason: "bad-request-body", halfClose: true},
 	{name: "chunked, bare LF at the end (Go TestInvalidChunkedBodies)", raw: post("1\r\na\r\n0\r\n\n", "Transfer-Encoding: chunked"), status: 400, reason: "bad-request-body", halfClose: true},
+}
+
+// TestFramingH2CListenerChunked: on a listener with h2c, an HTTP/1.1
+// connection (one that does not open with the HTTP/2 preface), an
+// "Upgrade: h2c" among them, is fasthttp's, so its chunked body is read by
+// levee's strict decoder; net/http's HTTP/1.1 reader is never reached.
+func TestFramingH2CListenerChunked(t *testing.T) {
+	addr, be := framingProxy(t, true)
+	h2cUpgrade := []string{"Connection: Upgrade, HTTP2-Settings", "Upgrade: h2c", "HTTP2-Settings: AAMAAABkAAQAAP__", teChunked}
+	for _, c := range []framingCase{
+		bad("bare LF after the last chunk", post("5\r\nhello\r\n0\r\n\n"+smuggledGET, teChunked), bodyBad),
+		bad("Upgrade: h2c, bare LF after the last chunk", post("5\r\nhello\r\n0\r\n\n"+smuggledGET, h2cUpgrade...), bodyBad),
+		bad("Upgrade: h2c, SP after the size", post("5 \r\nhello\r\n0\r\n\r\n", h2cUpgrade...), bodyBad),
+		bad("Upgrade: h2c, obs-fold trailer", post("5\r\nhello\r\n0\r\nX: 1\r\n 2\r\n\r\n", h2cUpgrade...), bodyBad),
+	} {
+		t.Run(c.name, func(t *testing.T) { runFraming(t, addr, be, c) })
+	}
 }
 
 func TestFramingHTTP1PreRead(t *testing.T) {
