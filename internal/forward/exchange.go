@@ -141,6 +141,7 @@ func (x *exchange[CC]) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request,
 	}
 	resp.ParseNetConn(c)
 	c.startRequest()
+	c.stats.exchanges.Add(1)
 	bw := hc.AcquireWriter(c)
 	err = req.Write(bw)
 	if err == nil {
@@ -271,7 +272,7 @@ func (x *exchange[CC]) release(hc *fasthttp.HostClient, cc CC, c *backendConn, b
 		x.unclean.add(reason, x.addr)
 	case c.early:
 		x.unclean.add(iEarly, x.addr)
-	case keep && state == peekEmpty && c.idle.reserve():
+	case keep && state == peekEmpty && c.stats.reserve():
 		c.used = true
 		c.pooled.Store(true)
 		x.releaseConn(cc)

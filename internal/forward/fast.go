@@ -28,30 +28,32 @@ import (
 // response_header_timeout bounds the wait for the response header, from the
 // end of the request (HostClient.ReadTimeout), then each read of the body:
 // a body read that gets no byte for that long fails, however long the whole
-// body takes (see backendConn). At most MaxIdlePerBackend connections go
-// back to the idle pool (see idleConns); idle ones close after IdleTimeout.
+// body takes (see backendConn). Every connection that ends an exchange
+// cleanly goes back to the idle pool (see PoolStats); idle ones close after
+// IdleTimeout.
 //
 // The exchange on each connection is levee's (exchange): a connection goes
 // back to the pool only after a clean one; those closed otherwise are
 // counted in unclean (nil: not counted).
 func NewFastClient(addr string, u config.Upstream, unclean *Unclean) *fasthttp.HostClient {
-	return newFastClient(addr, u, unclean, nil)
+	hc, _ := newFastClient(addr, u, unclean, nil)
+	return hc
 }
 
 // newFastClient is NewFastClient whose exchange finds the contexts of the
-// net/http engine's requests in w (nil: none).
-func newFastClient(addr string, u config.Upstream, unclean *Unclean, w *watches) *fasthttp.HostClient {
+// net/http engine's requests in w (nil: none), and its pool's stats.
+func newFastClient(addr string, u config.Upstream, unclean *Unclean, w *watches) (*fasthttp.HostClient, *PoolStats) {
+	d := newFastDialer(u)
 	hc := &fasthttp.HostClient{
 		Addr:                addr,
-		Dial:                newFastDialer(u).Dial,
+		Dial:                d.Dial,
 		MaxConns:            u.MaxConnsPerBackend,
 		MaxConnWaitTimeout:  u.ResponseHeaderTimeout.D(),
 		MaxIdleConnDuration: u.IdleTimeout.D(),
 		ReadTimeout:         u.ResponseHeaderTimeout.D(),
-		// FIFO (the default): idle connections are reused in turn, so those
-		// a HEAD, 204 or 304 gave back past the cap (releaseBody) are counted,
-		// or closed, at their next release.
-		ConnPoolStrategy:              fasthttp.FIFO,
+		// LIFO: the most recently used idle connection is reused first, so
+		// those a past burst left idle are the ones idle_timeout closes.
+		ConnPoolStrategy:              fasthttp.LIFO,
 		DisablePathNormalizing:        true,
 		DisableHeaderNamesNormalizing: true,
 		NoDefaultUserAgentHeader:      true,
@@ -66,7 +68,7 @@ func newFastClient(addr string, u config.Upstream, unclean *Unclean, w *watches)
 		},
 	}
 	hc.Transport = newExchange(addr, unclean, w, hc.AcquireConn, hc.CloseConn, hc.ReleaseConn)
-	return hc
+	return hc, d.stats
 }
 
 // Releaser gives back an admission slot; *admit.Limiter is one.
@@ -679,6 +681,7 @@ func (p *Pool) tunnel(ctx *fasthttp.RequestCtx, be *backend, out *fasthttp.Reque
 		return
 	}
 	conn := nc.(*backendConn)
+	conn.stats.exchanges.Add(1)
 	conn.SetDeadline(time.Now().Add(p.upstream.ResponseHeaderTimeout.D()))
 	bw := bufio.NewWriter(conn)
 	br := bufio.NewReader(conn)

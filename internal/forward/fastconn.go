@@ -12,29 +12,33 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/observe"
 )
 
 // fastDialer dials one backend's connections for its fasthttp.HostClient.
 // The connections bound each read of a response body and count themselves
-// into the backend's idle pool; see backendConn.
+// in the pool's stats; see backendConn.
 type fastDialer struct {
 	d       *net.Dialer
-	idle    *idleConns
+	stats   *PoolStats
 	timeout time.Duration // upstream.response_header_timeout
 }
 
 func newFastDialer(u config.Upstream) *fastDialer {
-	return &fastDialer{d: newDialer(u), idle: &idleConns{max: int64(u.MaxIdlePerBackend)},
+	return &fastDialer{d: newDialer(u), stats: &PoolStats{reuse: u.MaxIdlePerBackend > 0},
 		timeout: u.ResponseHeaderTimeout.D()}
 }
 
 // Dial is a fasthttp.DialFunc.
 func (d *fastDialer) Dial(addr string) (net.Conn, error) {
+	d.stats.dials.Add(1)
 	nc, err := d.d.Dial("tcp", addr)
 	if err != nil {
+		d.stats.dialErrors.Add(1)
 		return nil, err
 	}
-	c := &backendConn{Conn: nc, idle: d.idle, timeout: d.timeout}
+	d.stats.open.Add(1)
+	c := &backendConn{Conn: nc, stats: d.stats, timeout: d.timeout}
 	c.local = connAddr{Addr: nc.LocalAddr(), c: c}
 	if sc, ok := nc.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
@@ -44,25 +48,40 @@ func (d *fastDialer) Dial(addr string) (net.Conn, error) {
 	return c, nil
 }
 
-// idleConns counts one backend's idle connections against
-// upstream.max_idle_per_backend. Safe for concurrent use.
+// PoolStats count one backend pool's connections. Safe for concurrent use.
 //
-// fasthttp has no such cap: every connection it gets back stays in its pool
-// until upstream.idle_timeout. So levee decides, when an exchange ends,
-// whether its connection goes back at all (exchange.release), and a
-// connection leaves the count when it is next written to (fasthttp took it from the
-// pool for a request) or closed.
-type idleConns struct {
-	max int64
-	n   atomic.Int64 // connections given back and not yet reused or closed
+// A connection that ends an exchange cleanly always goes back to the pool
+// (exchange.release): the idle pool is never smaller than the connections
+// in use, so a burst past any idle cap never closes connections only to
+// dial them again (each close a TIME_WAIT socket; at a few thousand a
+// second the ephemeral ports to one backend run out). A connection closes
+// when it breaks, when the backend asks, or when it has been idle for
+// upstream.idle_timeout; the pool reuses the most recently used first
+// (LIFO), so the connections a past burst left idle are those that age
+// out. With max_idle_per_backend 0, no connection is reused.
+type PoolStats struct {
+	reuse      bool
+	idle       atomic.Int64 // given back and not yet reused or closed
+	open       atomic.Int64 // dialled and not yet closed
+	dials      atomic.Uint64
+	dialErrors atomic.Uint64
+	exchanges  atomic.Uint64 // requests written on the pool's connections
 }
 
-// reserve takes a place in the idle pool, false if it is full.
-func (p *idleConns) reserve() bool {
-	if p.n.Add(1) > p.max {
-		p.n.Add(-1)
+// Counts returns the stats now: connections open (in use and idle) and
+// idle, and since the pool was made, dials, failed dials and exchanges.
+func (s *PoolStats) Counts() observe.ConnCounts {
+	return observe.ConnCounts{Open: s.open.Load(), Idle: s.idle.Load(), Dials: s.dials.Load(),
+		DialErrors: s.dialErrors.Load(), Exchanges: s.exchanges.Load()}
+}
+
+// reserve counts a connection going back to the idle pool, false if
+// connections are not reused.
+func (s *PoolStats) reserve() bool {
+	if !s.reuse {
 		return false
 	}
+	s.idle.Add(1)
 	return true
 }
 
@@ -82,11 +101,12 @@ func (p *idleConns) reserve() bool {
 // on; a load costs what a plain one does on amd64 and arm64.
 type backendConn struct {
 	net.Conn
-	idle      *idleConns
+	stats     *PoolStats
 	timeout   time.Duration
 	local     connAddr    // what LocalAddr returns
 	streaming atomic.Bool // a response body is being read: each Read has its own deadline
 	pooled    atomic.Bool // counted in idle
+	closed    atomic.Bool
 
 	// The exchange's state (see exchange): only the request that holds
 	// the connection touches these; the pool's lock orders the holders.
@@ -206,6 +226,9 @@ func (c *backendConn) Write(p []byte) (int, error) {
 
 func (c *backendConn) Close() error {
 	c.unpool()
+	if c.closed.CompareAndSwap(false, true) {
+		c.stats.open.Add(-1)
+	}
 	return c.Conn.Close()
 }
 
@@ -244,7 +267,7 @@ func (c *backendConn) streamBody() { c.streaming.Store(true) }
 
 func (c *backendConn) unpool() {
 	if c.pooled.Load() && c.pooled.CompareAndSwap(true, false) {
-		c.idle.n.Add(-1)
+		c.stats.idle.Add(-1)
 	}
 }
 

@@ -49,10 +49,12 @@ func drain(t *testing.T, resp *fasthttp.Response) {
 	fasthttp.ReleaseResponse(resp)
 }
 
-// The idle count that caps the pool follows fasthttp's own pool through
-// every way a connection leaves it: reused, closed for an unread body,
-// closed by CloseIdleConnections. A count that drifted up would close every
-// connection after its response; one that drifted down would lift the cap.
+// Every connection of a burst goes back to the pool, whatever
+// max_idle_per_backend says (the pool is never smaller than the
+// connections in use: nothing is closed only to be dialled again), and the
+// idle count follows fasthttp's own pool through every way a connection
+// leaves it: reused, closed for an unread body, closed by
+// CloseIdleConnections.
 func TestFastIdleCountFollowsThePool(t *testing.T) {
 	const maxIdle, burst = 3, 8
 	var arrived sync.WaitGroup
@@ -90,35 +92,39 @@ func TestFastIdleCountFollowsThePool(t *testing.T) {
 		t.Fatalf("answered before the burst was released: %v", r.err)
 	}
 	close(release)
-	var idle *idleConns
+	var idle *PoolStats
 	for range burst {
 		r := <-results
 		if r.err != nil {
 			t.Fatal(r.err)
 		}
-		idle = connOf(r.resp).idle
+		idle = connOf(r.resp).stats
 		drain(t, r.resp)
 	}
 	check := func(when string, want int64) {
 		t.Helper()
-		if n, pooled := idle.n.Load(), hc.IdleConnsCount(); n != want || int64(pooled) != want {
+		if n, pooled := idle.idle.Load(), hc.IdleConnsCount(); n != want || int64(pooled) != want {
 			t.Fatalf("%s: counted %d idle, fasthttp pools %d; want %d", when, n, pooled, want)
 		}
 	}
-	check("after the burst", maxIdle)
+	check("after the burst", burst)
+	dials := idle.dials.Load()
 
-	for range 2 * maxIdle {
+	for range 2 * burst {
 		drain(t, fastGet(t, hc, fasthttp.MethodGet, "/"))
 	}
-	check("after reusing them", maxIdle)
-	if conns := hc.ConnsCount(); conns != maxIdle {
-		t.Fatalf("%d connections after reusing the idle ones, want %d: some were dialled", conns, maxIdle)
+	check("after reusing them", burst)
+	if conns := hc.ConnsCount(); conns != burst || idle.dials.Load() != dials {
+		t.Fatalf("%d connections, %d dials after reusing the idle ones, want %d and none", conns, idle.dials.Load()-dials, burst)
 	}
 
 	resp := fastGet(t, hc, fasthttp.MethodGet, "/") // its body left unread: fasthttp closes it
 	releaseBody(resp, nil)
 	fasthttp.ReleaseResponse(resp)
-	check("after an unread body", maxIdle-1)
+	check("after an unread body", burst-1)
+	if c := idle.Counts(); c.Open != burst-1 || c.Exchanges != uint64(burst+2*burst+1) {
+		t.Fatalf("counts %+v: want %d open and %d exchanges", c, burst-1, 3*burst+1)
+	}
 
 	hc.CloseIdleConnections()
 	check("after CloseIdleConnections", 0)
@@ -133,13 +139,13 @@ func TestFastBodylessResponseCounted(t *testing.T) {
 	defer srv.Close()
 	hc := NewFastClient(strings.TrimPrefix(srv.URL, "http://"), config.Default().Upstream, nil)
 	resp := fastGet(t, hc, fasthttp.MethodHead, "/")
-	idle := connOf(resp).idle
+	idle := connOf(resp).stats
 	drain(t, resp)
-	if n, pooled := idle.n.Load(), hc.IdleConnsCount(); n != 1 || pooled != 1 {
+	if n, pooled := idle.idle.Load(), hc.IdleConnsCount(); n != 1 || pooled != 1 {
 		t.Fatalf("after a HEAD: counted %d idle, fasthttp pools %d; want 1 and 1", n, pooled)
 	}
 	drain(t, fastGet(t, hc, fasthttp.MethodGet, "/")) // reuses it, and counts it
-	if n, pooled := idle.n.Load(), hc.IdleConnsCount(); n != 1 || pooled != 1 {
+	if n, pooled := idle.idle.Load(), hc.IdleConnsCount(); n != 1 || pooled != 1 {
 		t.Fatalf("after a GET on it: counted %d idle, fasthttp pools %d; want 1 and 1", n, pooled)
 	}
 }

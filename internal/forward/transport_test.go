@@ -22,7 +22,7 @@ func TestPoolCarriesTheUpstreamBounds(t *testing.T) {
 		got, want any
 	}{
 		{"MaxConns", hc.MaxConns, 17},
-		{"idle cap", d.idle.max, int64(9)},
+		{"reuse", d.stats.reuse, true},
 		{"MaxIdleConnDuration", hc.MaxIdleConnDuration, 11 * time.Second},
 		{"ReadTimeout (response header)", hc.ReadTimeout, 7 * time.Second},
 		{"MaxConnWaitTimeout", hc.MaxConnWaitTimeout, 7 * time.Second},

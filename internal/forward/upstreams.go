@@ -6,6 +6,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/observe"
 )
 
 // Upstreams are the connection pools to backends, shared by every app with
@@ -45,7 +46,14 @@ type Upstream struct {
 	refs    int // guarded by Upstreams.mu
 	Fast    *fasthttp.HostClient
 	watches *watches // the net/http engine's requests in flight on Fast
+	stats   *PoolStats
 }
+
+// Addr is the pool's backend address.
+func (p *Upstream) Addr() string { return p.key.addr }
+
+// Counts are the pool's connection stats now.
+func (p *Upstream) Counts() observe.ConnCounts { return p.stats.Counts() }
 
 // Acquire returns the pool of backend addr under settings u, made on its
 // first use, and counts one more user of it.
@@ -59,7 +67,8 @@ func (us *Upstreams) Acquire(addr string, u config.Upstream) *Upstream {
 			us.pools = map[upstreamKey]*Upstream{}
 		}
 		w := new(watches)
-		p = &Upstream{key: k, Fast: newFastClient(addr, u, &us.Unclean, w), watches: w}
+		p = &Upstream{key: k, watches: w}
+		p.Fast, p.stats = newFastClient(addr, u, &us.Unclean, w)
 		us.pools[k] = p
 	}
 	p.refs++
@@ -82,6 +91,15 @@ func (us *Upstreams) Release(p *Upstream) {
 	us.mu.Unlock()
 	if last {
 		p.CloseIdle()
+	}
+}
+
+// Each calls f with each pool in use (under a lock: f must not call us).
+func (us *Upstreams) Each(f func(*Upstream)) {
+	us.mu.Lock()
+	defer us.mu.Unlock()
+	for _, p := range us.pools {
+		f(p)
 	}
 }
 

@@ -245,6 +245,9 @@ func New(cfg *config.Config, o Options) *Server {
 		}
 	}
 	s.metrics.BackendUnclean(forward.UncleanReasons[:], s.upstreams.Unclean.Count)
+	s.metrics.BackendConns(func(f func(string, observe.ConnCounts)) {
+		s.upstreams.Each(func(p *forward.Upstream) { f(p.Addr(), p.Counts()) })
+	})
 	s.exporter = trace.NewExporter(trace.ExporterOptions{})
 	s.metrics.TraceSpans(s.exporter.Stats)
 	s.cluster = s.newCluster(cfg.Cluster)
