@@ -16,7 +16,6 @@ import (
 	"github.com/leveeproxy/levee/internal/bandwidth"
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/membuf"
-	"github.com/leveeproxy/levee/internal/netlimit"
 	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/shape"
 )
@@ -295,30 +294,11 @@ func (p *Pool) passBody(ctx *fasthttp.RequestCtx, be *backend, resp *fasthttp.Re
 }
 
 func (p *Pool) fastError(ctx *fasthttp.RequestCtx, be *backend, err error, body *limitedBody) {
-	var v *shape.Violation
-	switch {
-	case errors.Is(err, bandwidth.ErrTooSlow) || body != nil && errors.Is(body.err, bandwidth.ErrTooSlow):
-		p.onReject(reasonBandwidth)
-		reply.BandwidthReply.Fast(ctx, 0)
-	case errors.As(err, &v):
-		p.onReject(string(v.Reason))
-		reply.ViolationFast(ctx, v, true) // the rest of the body is unread
-	case body != nil && errors.Is(body.err, netlimit.ErrTooSlow):
-		p.tooSlow(body.err)
-		reply.MinRateReply.Fast(ctx, 0)
-	case body != nil && errors.Is(body.err, errBodyTooLarge):
-		p.onReject(reply.Body)
-		reply.BodyCutReply.Fast(ctx, 0)
-	case body != nil && body.err != nil:
-		// The client's body broke off or was badly framed (invalid chunking).
-		reply.BadRequestBodyReply.Fast(ctx, 0)
-	case backendTimedOut(err):
-		p.logBackendFailed(true, be.addr, err)
-		reply.BackendTimeoutReply.Fast(ctx, 0)
-	default:
-		p.logBackendFailed(false, be.addr, err)
-		reply.BackendUnreachableReply.Fast(ctx, 0)
+	var bodyErr error
+	if body != nil {
+		bodyErr = body.err
 	}
+	p.fail(be.addr, err, bodyErr).fast(ctx)
 }
 
 // limitedBody passes a request body on, failing once more than left bytes

@@ -304,33 +304,13 @@ func outcomeOf(code int) balance.Outcome {
 
 func (p *Pool) errorHandler(be *backend) func(http.ResponseWriter, *http.Request, error) {
 	return func(w http.ResponseWriter, r *http.Request, err error) {
-		var tooBig *http.MaxBytesError
-		var v *shape.Violation
 		switch {
-		case errors.As(err, &tooBig):
-			p.onReject(reply.Body)
-			reply.BodyCutReply.HTTP(w, 0)
-		case errors.Is(err, bandwidth.ErrTooSlow):
-			p.onReject(reasonBandwidth)
-			reply.BandwidthReply.HTTP(w, 0)
-		case errors.As(err, &v):
-			p.onReject(string(v.Reason))
-			reply.ViolationHTTP(w, v, true) // the rest of the body is unread
 		case r.Context().Err() != nil:
 			// The client went away; there is no one to answer and nothing to log.
 		case p.retryError(r, err):
 			// Tried again on another backend: this try answers nothing.
-		case errors.Is(err, netlimit.ErrTooSlow):
-			p.tooSlow(err)
-			reply.MinRateReply.HTTP(w, 0)
-		case errors.As(err, new(*BadBodyError)):
-			reply.BadRequestBodyReply.HTTP(w, 0)
-		case backendTimedOut(err):
-			p.logBackendFailed(true, be.addr, err)
-			reply.BackendTimeoutReply.HTTP(w, 0)
 		default:
-			p.logBackendFailed(false, be.addr, err)
-			reply.BackendUnreachableReply.HTTP(w, 0)
+			p.fail(be.addr, err, nil).http(w)
 		}
 	}
 }
