@@ -81,6 +81,29 @@ type BackendStats struct {
 	Latency  time.Duration `json:"latency_ns"` // decaying average
 	Share    float64       `json:"share"`      // of the app's requests in the window
 	Requests uint64        `json:"requests"`   // in the window
+	// Conns are the connections to the backend's address now, shared by
+	// every app with a backend there (the pool is per address).
+	Conns ConnStats `json:"conns"`
+}
+
+// ConnStats are a backend address's connection pool, as the API shows it.
+type ConnStats struct {
+	Active    int64  `json:"active"` // carrying an exchange
+	Idle      int64  `json:"idle"`
+	Dials     uint64 `json:"dials"`     // since the pool was made
+	Exchanges uint64 `json:"exchanges"` // requests written, since the pool was made
+	// ReuseRatio is 1 - dials/exchanges: the share of requests that found
+	// a connection open (0 before any exchange).
+	ReuseRatio float64 `json:"reuse_ratio"`
+}
+
+// NewConnStats is c as the API shows it.
+func NewConnStats(c ConnCounts) ConnStats {
+	s := ConnStats{Active: max(c.Open-c.Idle, 0), Idle: c.Idle, Dials: c.Dials, Exchanges: c.Exchanges}
+	if c.Exchanges > 0 {
+		s.ReuseRatio = max(1-float64(c.Dials)/float64(c.Exchanges), 0)
+	}
+	return s
 }
 
 // NewMetrics registers levee's metrics. gauges may be nil.

@@ -11,6 +11,7 @@ import (
 	"github.com/leveeproxy/levee/internal/admit"
 	"github.com/leveeproxy/levee/internal/balance"
 	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/forward"
 	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/leveeproxy/levee/internal/overload"
 	"github.com/leveeproxy/levee/internal/protect"
@@ -36,6 +37,7 @@ type appView struct {
 	window  *balance.Window
 	set     *balance.Set
 	alert   *atomic.Bool // the imbalance alert
+	conns   []*forward.Upstream
 	// adaptive: the concurrency limit follows the backends' latency.
 	adaptive bool
 }
@@ -45,7 +47,7 @@ type appView struct {
 func (s *Server) publish(a *app, ac *config.App, rt *route) {
 	v := &appView{name: a.name, hosts: ac.Hosts, stored: a.stored != nil, limiter: a.limiter, conf: a.conf,
 		limits: &ac.Limits, metrics: a.metrics, top: a.top, guard: rt.guard, window: a.window, set: a.backends,
-		alert: a.alert, adaptive: a.adaptive != nil}
+		alert: a.alert, adaptive: a.adaptive != nil, conns: a.conns}
 	s.views.Store(a.name, v)
 }
 
@@ -187,7 +189,7 @@ func (s *Server) App(name string) (AppDetail, bool) {
 	strict, over := s.factors()
 	shares, imbalance := v.window.Observe(v.set, now)
 	d := AppDetail{AppSummary: s.summary(v, now, imbalance), TopK: v.top.K(), TopClients: []observe.TopShare{},
-		Backends: backendStats(shares), BackendLimits: v.poolStats()}
+		Backends: v.backendStats(shares), BackendLimits: v.poolStats()}
 	d.Configured = LimitView{Concurrency: v.conf.Concurrency, QueueMaxLen: v.conf.MaxLen, QueueWait: v.conf.MaxWait,
 		Rate: v.limits.Rate.PerSecond(), ClientRate: v.limits.Client.Rate.PerSecond()}
 	in := v.limiter.Limits()

@@ -609,7 +609,7 @@ func (v *appView) stats(now time.Time) observe.AppStats {
 	st.Pool = v.poolStats()
 	var shares []balance.Share
 	shares, st.Imbalance = v.window.Observe(v.set, now)
-	st.Backends = backendStats(shares)
+	st.Backends = v.backendStats(shares)
 	return st
 }
 
@@ -622,11 +622,18 @@ func (v *appView) poolStats() *observe.PoolStats {
 	return &observe.PoolStats{InFlight: g.InFlight, Queued: g.Queued, InflightLimit: g.InflightLimit, Rate: g.Rate}
 }
 
-func backendStats(shares []balance.Share) []observe.BackendStats {
+func (v *appView) backendStats(shares []balance.Share) []observe.BackendStats {
 	out := make([]observe.BackendStats, 0, len(shares))
 	for _, sh := range shares {
-		out = append(out, observe.BackendStats{Addr: sh.ID, Weight: sh.Weight, Healthy: sh.Healthy,
-			InFlight: sh.InFlight, Latency: sh.Latency, Share: sh.Share, Requests: sh.Requests})
+		b := observe.BackendStats{Addr: sh.ID, Weight: sh.Weight, Healthy: sh.Healthy,
+			InFlight: sh.InFlight, Latency: sh.Latency, Share: sh.Share, Requests: sh.Requests}
+		for _, c := range v.conns {
+			if c.Addr() == sh.ID {
+				b.Conns = observe.NewConnStats(c.Counts())
+				break
+			}
+		}
+		out = append(out, b)
 	}
 	return out
 }

@@ -1,8 +1,8 @@
 package server
 
 // End-to-end tests of levee's upstream connections (docs/architecture.md,
-// "Upstream connections"): how long a backend may take, and how many idle
-// connections stay open to it. They run on both engines.
+// "Upstream connections"): how long a backend may take, and that the pool
+// keeps its connections rather than churn them. They run on both engines.
 
 import (
 	"bufio"
@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/leveeproxy/levee/internal/observe"
 )
 
 // sseBackend sends an event stream of n events, gap apart, flushing each.
@@ -222,6 +224,13 @@ func TestBurstConnectionsAreKeptAndReused(t *testing.T) {
 			if n := p.metric("levee_backend_dials_total", map[string]string{"backend": be.addr}); n != burst {
 				t.Errorf("levee_backend_dials_total %v, want %d", n, burst)
 			}
+			// The API (and the dashboard's backend table) shows the same.
+			st, _ := p.srv.AppStats("photos")
+			want := observe.ConnStats{Idle: burst, Dials: burst, Exchanges: 4 * burst, ReuseRatio: 0.75}
+			waitFor(t, "the connections idle in the API", func() bool {
+				st, _ = p.srv.AppStats("photos")
+				return len(st.Backends) == 1 && st.Backends[0].Conns == want
+			})
 		})
 	}
 }

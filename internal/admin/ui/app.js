@@ -267,6 +267,8 @@
         el('td', 'num', String(b.inflight)),
         el('td', 'num', fmtMs(b.latency_ns / 1e6)),
         el('td', 'num', fmtNum(b.requests)),
+        el('td', 'num', b.conns ? b.conns.active + ' / ' + b.conns.idle : '–'),
+        el('td', 'num', b.conns && b.conns.exchanges ? fmtPct(b.conns.reuse_ratio) : '–'),
       ]));
     }
   }
