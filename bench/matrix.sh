@@ -1,0 +1,240 @@
+#!/usr/bin/env bash
+# bench/matrix.sh — levee beside nginx and haproxy at every operating point, as ratios.
+#
+# Usage:  bash bench/matrix.sh [--write]
+#   --write   also replace the "matrix.sh" section of docs/benchmarks.md (only if levee ran)
+# Environment (defaults in brackets):
+#   DURATION [5s]   load per point and peer       WARMUP [1s]  before each point and peer
+#   CONNS [64 256 1024]  client connections       PROTOS [h1 h1tls h2tls]
+#   PINS [alone shared]  alone: the proxy alone on CPU 0, backend + load on CPU 1;
+#                        shared: proxy and backend on CPU 0, load alone on CPU 1
+#   BACKEND_PORT [9101]   PORT_BASE [18080]: nginx on it (TLS +100), haproxy +1, levee +2, admin +12
+#
+# The points: protocol (HTTP/1.1, HTTP/1.1 over TLS, h2 over TLS) × client connections × pinning.
+# At each, the same backend (bench/backend, 100-byte answers, GOMAXPROCS=1) is loaded through levee,
+# nginx and haproxy in turn, each with one worker thread and a config as its users write it:
+#   levee    the config a new user writes: one plain and one TLS listener, default limits
+#   nginx    worker_processes 1, upstream keepalive 1024 over HTTP/1.1, listen ssl http2
+#   haproxy  nbthread 1, http-reuse always, bind ssl alpn h2,http/1.1
+# Load: wrk -t1 for HTTP/1.1 (plain and TLS), h2load -t1 -m1 for h2 (one stream at a time per
+# connection, so N connections are N requests in flight, as with wrk). One ECDSA P-256 certificate.
+# Figures per point and peer: requests/s, proxy CPU µs per request (utime+stime of the proxy from
+# /proc, over the run), p99 (wrk's; h2load's from its per-request log), and backend dials per 1,000
+# requests (connections the backend accepted during the run, from its /__conns, ÷ requests × 1,000).
+# The table gives levee ÷ nginx and levee ÷ haproxy; the summary the WORST ratio over all points
+# (the lowest throughput ratio, the highest CPU ratio), never the best. Run it alone on the machine.
+# Runtime at defaults: 2 pinnings × 3 protocols × 3 sizes × 3 peers × 6 s ≈ 6 min, plus builds.
+set -euo pipefail
+
+BENCH_NAME=matrix.sh
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
+bench_parse_args 27 "$@"
+
+DURATION=${DURATION:-5s}
+WARMUP=${WARMUP:-1s}
+read -r -a CONN_LIST <<<"${CONNS:-64 256 1024}"
+read -r -a PROTO_LIST <<<"${PROTOS:-h1 h1tls h2tls}"
+read -r -a PIN_LIST <<<"${PINS:-alone shared}"
+BACKEND_PORT=${BACKEND_PORT:-9101}
+BASE=${PORT_BASE:-18080}
+NGINX_PORT=$BASE; NGINX_TLS=$((BASE + 100))
+HAPROXY_PORT=$((BASE + 1)); HAPROXY_TLS=$((BASE + 101))
+LEVEE_PORT=$((BASE + 2)); LEVEE_TLS=$((BASE + 102)); LEVEE_ADMIN_PORT=$((BASE + 12))
+PEERS=(levee nginx haproxy)
+
+bench_init levee-matrix
+bench_need_tools wrk h2load nginx haproxy curl openssl
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+check_ports backend "$BACKEND_PORT" $NGINX_PORT $NGINX_TLS $HAPROXY_PORT $HAPROXY_TLS $LEVEE_PORT $LEVEE_TLS $LEVEE_ADMIN_PORT
+
+log "building bench/backend and levee"
+build_bench backend
+build_levee || die "levee does not build"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+  -subj /CN=bench.local -addext subjectAltName=DNS:bench.local,IP:127.0.0.1 \
+  -keyout "$tmp/key.pem" -out "$tmp/cert.pem" >/dev/null 2>&1 || die "openssl could not make a certificate"
+cat "$tmp/cert.pem" "$tmp/key.pem" >"$tmp/both.pem"
+NGINX_BIN=$(command -v nginx); HAPROXY_BIN=$(command -v haproxy)
+
+# start_all — the backend, levee, nginx and haproxy pinned as PIN_MODE says; sets PID[...]
+start_all() {
+  bench_pinning "proxy on CPU $PROXY_CPU, backend + load on CPU $LOAD_CPU"
+  GOMAXPROCS=1 "${ON_BACKEND_CPU[@]}" "$tmp/backend" -count -listen "127.0.0.1:$BACKEND_PORT" >"$tmp/backend.log" 2>&1 &
+  PIDS+=("$!")
+  wait_http "http://127.0.0.1:$BACKEND_PORT/" 10 || die "backend not ready"
+  cat >"$tmp/levee.yaml" <<EOF
+listen:
+  - 127.0.0.1:$LEVEE_PORT
+  - {addr: 127.0.0.1:$LEVEE_TLS, tls: {cert: $tmp/cert.pem, key: $tmp/key.pem}}
+admin: {addr: 127.0.0.1:$LEVEE_ADMIN_PORT, pprof: true}
+apps:
+  bench:
+    hosts: [bench.local]
+    backends: [127.0.0.1:$BACKEND_PORT]
+EOF
+  GOMAXPROCS=1 "${ON_PROXY_CPU[@]}" "$tmp/levee" serve --config "$tmp/levee.yaml" >"$tmp/levee.log" 2>&1 &
+  PID[levee]=$!; PIDS+=("${PID[levee]}")
+  wait_http "http://127.0.0.1:$LEVEE_ADMIN_PORT/readyz" 10 || { tail "$tmp/levee.log" >&2; die "levee not ready"; }
+  mkdir -p "$tmp/nginx/logs"
+  {
+    nginx_conf_head warn 8192 "worker_rlimit_nofile 65536;"
+    cat <<EOF
+  upstream bench_backend {
+    server 127.0.0.1:$BACKEND_PORT;
+    keepalive 1024;
+    keepalive_requests 1000000;
+  }
+  server {
+    listen 127.0.0.1:$NGINX_PORT;
+    listen 127.0.0.1:$NGINX_TLS ssl http2;
+    ssl_certificate $tmp/cert.pem;
+    ssl_certificate_key $tmp/key.pem;
+    location / {
+      proxy_pass http://bench_backend;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
+}
+EOF
+  } >"$tmp/nginx.conf"
+  nginx_check || { cat "$tmp/nginx-t.log" >&2; die "nginx config"; }
+  nginx_start; PID[nginx]=${PIDS[-1]}
+  {
+    haproxy_cfg_head
+    echo "frontend fe_bench"
+    echo "  bind 127.0.0.1:$HAPROXY_PORT"
+    echo "  bind 127.0.0.1:$HAPROXY_TLS ssl crt $tmp/both.pem alpn h2,http/1.1"
+    echo "  default_backend be_bench"
+    echo "backend be_bench"
+    echo "  server b1 127.0.0.1:$BACKEND_PORT"
+  } >"$tmp/haproxy.cfg"
+  haproxy_check || { cat "$tmp/haproxy-c.log" >&2; die "haproxy config"; }
+  haproxy_start; PID[haproxy]=${PIDS[-1]}
+  wait_http "http://127.0.0.1:$NGINX_PORT/" 10 || die "nginx not ready"
+  wait_http "http://127.0.0.1:$HAPROXY_PORT/" 10 || die "haproxy not ready"
+  wait_http "https://127.0.0.1:$LEVEE_TLS/" 10 -k -H 'Host: bench.local' || die "levee TLS not ready"
+}
+
+# url PEER PROTO — where the load goes
+url() {
+  local scheme=http port
+  [[ $2 != h1 ]] && scheme=https
+  case $1/$2 in
+    levee/h1) port=$LEVEE_PORT ;; levee/*) port=$LEVEE_TLS ;;
+    nginx/h1) port=$NGINX_PORT ;; nginx/*) port=$NGINX_TLS ;;
+    haproxy/h1) port=$HAPROXY_PORT ;; haproxy/*) port=$HAPROXY_TLS ;;
+  esac
+  echo "$scheme://127.0.0.1:$port/"
+}
+
+backend_conns() { curl -s -m 2 "http://127.0.0.1:$BACKEND_PORT/__conns" || echo 0; }
+
+# load PEER PROTO CONNS DURATION OUT — run the load; prints "requests p99_ms errors"
+load() {
+  local peer=$1 proto=$2 n=$3 d=$4 out=$5 limit
+  limit=$(( $(to_secs "$d") + 30 ))
+  if [[ $proto == h2tls ]]; then
+    "${ON_LOAD_CPU[@]}" timeout -k 5 "$limit" h2load -t1 -c"$n" -m1 -D "$(to_secs "$d")" \
+      -H ':authority: bench.local' --log-file="$out.log" "$(url "$peer" "$proto")" >"$out" 2>&1 || true
+    awk '/^requests:/ { req=$8; err=$10+$12 } END { printf "%d ", req+0 }' "$out"
+    # h2load's log: start time, status, latency (µs) per request
+    if [[ -s $out.log ]]; then
+      awk '{print $3}' "$out.log" | sort -n | awk '{a[NR]=$1} END { i=int(NR*0.99); if(i<1)i=1; printf "%.3f ", a[i]/1000 }'
+    else
+      printf "nan "
+    fi
+    awk '/^requests:/ { print $10+$12 }' "$out"
+  else
+    "${ON_LOAD_CPU[@]}" timeout -k 5 "$limit" wrk -t1 -c"$n" -d"$d" --latency -H 'Host: bench.local' \
+      "$(url "$peer" "$proto")" >"$out" 2>&1 || true
+    awk '
+      function ms(v,   x,u){ x=v+0; u=v; sub(/^[0-9.]+/,"",u)
+        if(u=="us") return x/1000; if(u=="ms") return x; if(u=="s") return x*1000; return x }
+      / requests in /              { reqs=$1 }
+      /^ +99%/                     { p99=ms($2) }
+      /Non-2xx or 3xx responses:/  { err+=$NF }
+      /Socket errors:/             { for(i=1;i<=NF;i++) if($i ~ /^[0-9]+,?$/) { v=$i; sub(/,/,"",v); err+=v } }
+      END { printf "%d %.3f %d\n", reqs+0, p99+0, err }' "$out"
+  fi
+}
+
+CLK_TCK=$(getconf CLK_TCK)
+declare -A PID
+results="$tmp/results.tsv"   # pin proto conns peer rps cpu_us p99 dials_per_k errors
+: >"$results"
+for pin in "${PIN_LIST[@]}"; do
+  PIN_MODE=$pin
+  start_all
+  for proto in "${PROTO_LIST[@]}"; do
+    for n in "${CONN_LIST[@]}"; do
+      for peer in "${PEERS[@]}"; do
+        out="$tmp/$pin-$proto-$n-$peer"
+        load "$peer" "$proto" "$n" "$WARMUP" "$out.warm" >/dev/null
+        c0=$(cpu_ticks "${PID[$peer]}"); b0=$(backend_conns)
+        t0=$(date +%s.%N)
+        read -r reqs p99 errs < <(load "$peer" "$proto" "$n" "$DURATION" "$out")
+        t1=$(date +%s.%N)
+        c1=$(cpu_ticks "${PID[$peer]}"); b1=$(backend_conns)
+        awk -v pin="$pin" -v proto="$proto" -v n="$n" -v peer="$peer" -v reqs="$reqs" -v p99="$p99" \
+            -v errs="$errs" -v dc=$((c1 - c0)) -v hz="$CLK_TCK" -v db=$((b1 - b0 - 1)) -v t0="$t0" -v t1="$t1" 'BEGIN {
+          if (db < 0) db = 0
+          if (reqs > 0) printf "%s\t%s\t%s\t%s\t%.0f\t%.1f\t%s\t%.2f\t%d\n", pin, proto, n, peer, reqs/(t1-t0), dc/hz*1e6/reqs, p99, db*1000/reqs, errs
+          else printf "%s\t%s\t%s\t%s\tnan\tnan\tnan\tnan\t%d\n", pin, proto, n, peer, errs }' >>"$results"
+        log "$(tail -1 "$results")"
+      done
+    done
+  done
+  stop_all
+done
+
+bench_versions
+H2LOAD_VER=$(h2load --version 2>&1 | awk 'NR==1{print $2}')
+table="$tmp/table.md"
+awk -F'\t' '
+  { k=$1 FS $2 FS $3; keys[k]=1; order[++n]=k
+    rps[k,$4]=$5; cpu[k,$4]=$6; p99[k,$4]=$7; dials[k,$4]=$8; err[k,$4]+=$9 }
+  function r(a,b){ return (b+0==0 || a=="nan" || b=="nan") ? "n/a" : sprintf("%.2f", a/b) }
+  END {
+    print "| pinning | protocol | conns | req/s levee / nginx / haproxy | levee ÷ nginx | levee ÷ haproxy | CPU µs/req levee / nginx / haproxy | CPU levee ÷ nginx | p99 ms levee / nginx / haproxy | dials per 1,000 req levee / nginx / haproxy | errors |"
+    print "|---|---|---:|---|---:|---:|---|---:|---|---|---:|"
+    worst_rps=1e9; worst_cpu=0
+    for (i=1; i<=n; i++) { k=order[i]; if (seen[k]++) continue
+      split(k, f, FS)
+      rn=r(rps[k,"levee"], rps[k,"nginx"]); rh=r(rps[k,"levee"], rps[k,"haproxy"]); cn=r(cpu[k,"levee"], cpu[k,"nginx"])
+      if (rn != "n/a" && rn+0 < worst_rps) { worst_rps=rn+0; wr=k }
+      if (rh != "n/a" && rh+0 < worst_rps) { worst_rps=rh+0; wr=k " (haproxy)" }
+      if (cn != "n/a" && cn+0 > worst_cpu) { worst_cpu=cn+0; wc=k }
+      printf "| %s | %s | %s | %s / %s / %s | %s | %s | %s / %s / %s | %s | %s / %s / %s | %s / %s / %s | %d |\n", f[1], f[2], f[3],
+        rps[k,"levee"], rps[k,"nginx"], rps[k,"haproxy"], rn, rh, cpu[k,"levee"], cpu[k,"nginx"], cpu[k,"haproxy"], cn,
+        p99[k,"levee"], p99[k,"nginx"], p99[k,"haproxy"], dials[k,"levee"], dials[k,"nginx"], dials[k,"haproxy"],
+        err[k,"levee"]+err[k,"nginx"]+err[k,"haproxy"]
+    }
+    gsub(FS, " ", wr); gsub(FS, " ", wc)
+    printf "\n- worst throughput ratio: **%.2f** (%s)\n- worst CPU per request ratio (levee ÷ nginx): **%.2f** (%s)\n", worst_rps, wr, worst_cpu, wc
+  }' "$results" >"$table"
+
+CMD="DURATION=$DURATION bash bench/matrix.sh"
+{
+  echo "Operating-point matrix — $DURATION per point and peer after $WARMUP warm-up; wrk -t1 (HTTP/1.1), h2load -t1 -m1 (h2); 100-byte answers"
+  echo "machine: $(nproc) CPUs, ${CPU_MODEL:-unknown CPU}; levee $LEVEE_REV ($GO_VER), nginx $NGINX_VER, haproxy $HAPROXY_VER, wrk $WRK_VER, h2load $H2LOAD_VER"
+  echo
+  cat "$table"
+}
+
+if ((WRITE)); then
+  {
+    echo "## Every operating point (bench/matrix.sh)"
+    echo
+    echo "- command: \`$CMD --write\`"
+    echo "- date: $DATE"
+    echo "- machine: $(nproc) CPUs, ${CPU_MODEL:-unknown CPU}, $(uname -sr)"
+    echo "- versions: levee $LEVEE_REV ($GO_VER), nginx $NGINX_VER, haproxy $HAPROXY_VER, wrk $WRK_VER, h2load $H2LOAD_VER"
+    echo "- setup: one worker thread per proxy; levee's config as a new user writes it (default limits), nginx upstream keepalive 1024, haproxy http-reuse always; ECDSA P-256 certificate; pinning alone: proxy on CPU 0, backend + load on CPU 1; shared: proxy + backend on CPU 0, load on CPU 1"
+    echo "- figures: requests/s over the run; proxy CPU per request from /proc; p99 (h2load's from its per-request log); backend dials per 1,000 requests from the backend's accepted connections"
+    echo
+    cat "$table"
+  } >"$tmp/section.body"
+  write_doc_section "$tmp/section.body" '^## '
+fi
