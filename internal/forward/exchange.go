@@ -255,24 +255,24 @@ func refusedHead(err error) bool {
 }
 
 // release gives c back to hc after an exchange that ended where its
-// framing said it would, if keep and nothing is left to read (else closes
-// it, counted under reason), and if the idle pool has room.
+// framing said it would, if keep and nothing is left in levee's buffer
+// (else closes it, counted under reason). Bytes on the socket beyond the
+// buffer are not looked for here: acquire looks before the connection's
+// next request is written, which sees them too, and those that arrive
+// later; one look a request, not two (a recvfrom each).
 func (x *exchange[CC]) release(hc *fasthttp.HostClient, cc CC, c *backendConn, br *bufio.Reader, keep bool, reason int) {
-	state := peekData
-	if br.Buffered() == 0 {
-		state = c.peek()
-	}
+	left := br.Buffered() > 0
 	hc.ReleaseReader(br)
 	watched := c.unwatch()
 	switch {
 	case !watched:
 		// The request ended while its response was read: the connection
 		// was aborted mid-read, whatever is left on it.
-	case state == peekData:
+	case left:
 		x.unclean.add(reason, x.addr)
 	case c.early:
 		x.unclean.add(iEarly, x.addr)
-	case keep && state == peekEmpty && c.stats.reserve():
+	case keep && c.stats.reserve():
 		c.used = true
 		c.pooled.Store(true)
 		x.releaseConn(cc)
