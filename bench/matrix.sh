@@ -20,7 +20,8 @@
 # connection, so N connections are N requests in flight, as with wrk). One ECDSA P-256 certificate.
 # Figures per point and peer: requests/s, proxy CPU µs per request (utime+stime of the proxy from
 # /proc, over the run), p99 (wrk's; h2load's from its per-request log), and backend dials per 1,000
-# requests (connections the backend accepted during the run, from its /__conns, ÷ requests × 1,000).
+# requests (connections the backend accepted from 1 s into the run to its end, from its /__conns,
+# ÷ the requests of that window × 1,000). DURATION must be at least 2s.
 # The table gives levee ÷ nginx and levee ÷ haproxy; the summary the WORST ratio over all points
 # (the lowest throughput ratio, the highest CPU ratio), never the best. Run it alone on the machine.
 # Runtime at defaults: 2 pinnings × 3 protocols × 3 sizes × 3 peers × 6 s ≈ 6 min, plus builds.
@@ -172,15 +173,25 @@ for pin in "${PIN_LIST[@]}"; do
       for peer in "${PEERS[@]}"; do
         out="$tmp/$pin-$proto-$n-$peer"
         load "$peer" "$proto" "$n" "$WARMUP" "$out.warm" >/dev/null
-        c0=$(cpu_ticks "${PID[$peer]}"); b0=$(backend_conns)
+        c0=$(cpu_ticks "${PID[$peer]}")
         t0=$(date +%s.%N)
-        read -r reqs p99 errs < <(load "$peer" "$proto" "$n" "$DURATION" "$out")
+        load "$peer" "$proto" "$n" "$DURATION" "$out" >"$out.sum" &
+        LOAD_PID=$!
+        # Dials are counted from 1 s into the run: a run's end closes client connections with
+        # requests in flight, whose backend connections then close too (levee's h2 engine aborts
+        # the exchange; an HTTP/1.1 proxy may not), and are dialled again at the next run's start.
+        sleep 1; b0=$(backend_conns)
+        wait "$LOAD_PID" || true; LOAD_PID=""
+        b1=$(backend_conns)
         t1=$(date +%s.%N)
-        c1=$(cpu_ticks "${PID[$peer]}"); b1=$(backend_conns)
+        c1=$(cpu_ticks "${PID[$peer]}")
+        read -r reqs p99 errs <"$out.sum"
         awk -v pin="$pin" -v proto="$proto" -v n="$n" -v peer="$peer" -v reqs="$reqs" -v p99="$p99" \
-            -v errs="$errs" -v dc=$((c1 - c0)) -v hz="$CLK_TCK" -v db=$((b1 - b0 - 1)) -v t0="$t0" -v t1="$t1" 'BEGIN {
+            -v errs="$errs" -v dc=$((c1 - c0)) -v hz="$CLK_TCK" -v db=$((b1 - b0 - 1)) -v t0="$t0" -v t1="$t1" \
+            -v d="$(to_secs "$DURATION")" 'BEGIN {
           if (db < 0) db = 0
-          if (reqs > 0) printf "%s\t%s\t%s\t%s\t%.0f\t%.1f\t%s\t%.2f\t%d\n", pin, proto, n, peer, reqs/(t1-t0), dc/hz*1e6/reqs, p99, db*1000/reqs, errs
+          counted = reqs * (d - 1) / d  # the requests of the window dials are counted in
+          if (reqs > 0) printf "%s\t%s\t%s\t%s\t%.0f\t%.1f\t%s\t%.2f\t%d\n", pin, proto, n, peer, reqs/(t1-t0), dc/hz*1e6/reqs, p99, db*1000/counted, errs
           else printf "%s\t%s\t%s\t%s\tnan\tnan\tnan\tnan\t%d\n", pin, proto, n, peer, errs }' >>"$results"
         log "$(tail -1 "$results")"
       done
