@@ -88,7 +88,11 @@ type Server struct {
 // Upstream holds the connection settings toward backends.
 type Upstream struct {
 	// MaxConnsPerBackend bounds connections (idle and active) to one backend address.
-	MaxConnsPerBackend    int      `yaml:"max_conns_per_backend"`
+	MaxConnsPerBackend int `yaml:"max_conns_per_backend"`
+	// MaxIdlePerBackend 0 turns connection reuse off (a connection per
+	// request); any other value keeps every connection that ends an
+	// exchange cleanly until IdleTimeout (forward.PoolStats: the pool never
+	// churns).
 	MaxIdlePerBackend     int      `yaml:"max_idle_per_backend"`
 	DialTimeout           Duration `yaml:"dial_timeout"`
 	ResponseHeaderTimeout Duration `yaml:"response_header_timeout"`
