@@ -93,7 +93,12 @@ type Upstream struct {
 	// request); any other value keeps every connection that ends an
 	// exchange cleanly until IdleTimeout (forward.PoolStats: the pool never
 	// churns).
-	MaxIdlePerBackend     int      `yaml:"max_idle_per_backend"`
+	MaxIdlePerBackend int `yaml:"max_idle_per_backend"`
+	// DialRate is the budget of new connections to one backend address:
+	// MaxConnsPerBackend at once, then DialRate; a dial beyond it waits
+	// for a token or for a connection given back, so client cancels or a
+	// backend restart cannot become a dial storm.
+	DialRate              Rate     `yaml:"dial_rate"`
 	DialTimeout           Duration `yaml:"dial_timeout"`
 	ResponseHeaderTimeout Duration `yaml:"response_header_timeout"`
 	IdleTimeout           Duration `yaml:"idle_timeout"`
@@ -387,6 +392,7 @@ const (
 	MaxRequestBuffer             = 16 << 20
 	DefaultMaxConnsPerBackend    = 256
 	DefaultMaxIdlePerBackend     = 64
+	DefaultDialRate              = 256 // a second
 	DefaultDialTimeout           = 2 * time.Second
 	DefaultResponseHeaderTimeout = 30 * time.Second
 	DefaultUpstreamIdleTimeout   = 90 * time.Second
@@ -451,6 +457,7 @@ func Default() Config {
 		Upstream: Upstream{
 			MaxConnsPerBackend:    DefaultMaxConnsPerBackend,
 			MaxIdlePerBackend:     DefaultMaxIdlePerBackend,
+			DialRate:              Rate{Events: DefaultDialRate, Per: time.Second},
 			DialTimeout:           Duration(DefaultDialTimeout),
 			ResponseHeaderTimeout: Duration(DefaultResponseHeaderTimeout),
 			IdleTimeout:           Duration(DefaultUpstreamIdleTimeout),

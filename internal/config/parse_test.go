@@ -98,6 +98,7 @@ func TestParseExampleGetsDefaults(t *testing.T) {
 	wantUpstream := Upstream{
 		MaxConnsPerBackend:    DefaultMaxConnsPerBackend,
 		MaxIdlePerBackend:     DefaultMaxIdlePerBackend,
+		DialRate:              Rate{Events: DefaultDialRate, Per: time.Second},
 		DialTimeout:           Duration(DefaultDialTimeout),
 		ResponseHeaderTimeout: Duration(DefaultResponseHeaderTimeout),
 		IdleTimeout:           Duration(DefaultUpstreamIdleTimeout),

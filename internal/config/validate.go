@@ -172,6 +172,9 @@ func (u *Upstream) validate(errs *Errors) {
 	if u.MaxConnsPerBackend >= 1 && u.MaxConnsPerBackend <= 1_000_000 {
 		within(errs, "upstream.max_idle_per_backend", u.MaxIdlePerBackend, 0, u.MaxConnsPerBackend)
 	}
+	if u.DialRate.PerSecond() == 0 {
+		errs.add("upstream.dial_rate", "must be set (e.g. 256/s)")
+	}
 	positive(errs, "upstream.dial_timeout", u.DialTimeout)
 	positive(errs, "upstream.response_header_timeout", u.ResponseHeaderTimeout)
 	positive(errs, "upstream.idle_timeout", u.IdleTimeout)

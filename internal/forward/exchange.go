@@ -37,7 +37,8 @@ import (
 // over it (CC), with the HostClient's methods that take one.
 type exchange[CC interface{ Conn() net.Conn }] struct {
 	unclean     *Unclean
-	watches     *watches // the net/http engine's request contexts
+	watches     *watches      // the net/http engine's request contexts
+	wait        time.Duration // the longest wait for a connection (response_header_timeout)
 	addr        string
 	acquireConn func(timeout time.Duration, connClose bool) (CC, error)
 	closeConn   func(CC)
@@ -45,9 +46,10 @@ type exchange[CC interface{ Conn() net.Conn }] struct {
 }
 
 // newExchange is the exchange of hc, a client of backend addr.
-func newExchange[CC interface{ Conn() net.Conn }](addr string, unclean *Unclean, w *watches,
+func newExchange[CC interface{ Conn() net.Conn }](addr string, unclean *Unclean, w *watches, wait time.Duration,
 	acquire func(time.Duration, bool) (CC, error), closeConn, releaseConn func(CC)) *exchange[CC] {
-	return &exchange[CC]{unclean: unclean, watches: w, addr: addr, acquireConn: acquire, closeConn: closeConn, releaseConn: releaseConn}
+	return &exchange[CC]{unclean: unclean, watches: w, wait: wait, addr: addr, acquireConn: acquire,
+		closeConn: closeConn, releaseConn: releaseConn}
 }
 
 // close closes c (held as cc), ending its request's watch.
@@ -196,8 +198,19 @@ func (x *exchange[CC]) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request,
 // (or closed by the backend). Nothing of req has been written yet, so the
 // next connection (in the end a new one) serves it as well, whatever req is.
 func (x *exchange[CC]) acquire(req *fasthttp.Request) (cc CC, c *backendConn, err error) {
+	var deadline time.Time
 	for {
 		cc, err = x.acquireConn(0, req.ConnectionClose())
+		if errors.Is(err, errDialDeferred) {
+			// A connection came back while the dial waited for the budget:
+			// take it, within one wait for a connection in all.
+			if deadline.IsZero() {
+				deadline = time.Now().Add(x.wait)
+			} else if time.Now().After(deadline) {
+				return cc, nil, errDialBudget
+			}
+			continue
+		}
 		if err != nil {
 			return cc, nil, err
 		}
@@ -276,6 +289,7 @@ func (x *exchange[CC]) release(hc *fasthttp.HostClient, cc CC, c *backendConn, b
 		c.used = true
 		c.pooled.Store(true)
 		x.releaseConn(cc)
+		c.budget.gaveBack()
 		return
 	}
 	x.closeConn(cc)

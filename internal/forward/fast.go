@@ -40,8 +40,9 @@ func NewFastClient(addr string, u config.Upstream, unclean *Unclean) *fasthttp.H
 }
 
 // newFastClient is NewFastClient whose exchange finds the contexts of the
-// net/http engine's requests in w (nil: none), and its pool's stats.
-func newFastClient(addr string, u config.Upstream, unclean *Unclean, w *watches) (*fasthttp.HostClient, *PoolStats) {
+// net/http engine's requests in w (nil: none), and its dialer (the pool's
+// stats and dial budget).
+func newFastClient(addr string, u config.Upstream, unclean *Unclean, w *watches) (*fasthttp.HostClient, *fastDialer) {
 	d := newFastDialer(u)
 	hc := &fasthttp.HostClient{
 		Addr:                addr,
@@ -66,8 +67,8 @@ func newFastClient(addr string, u config.Upstream, unclean *Unclean, w *watches)
 				(errors.Is(err, fasthttp.ErrConnectionClosed) || errors.Is(err, io.EOF))
 		},
 	}
-	hc.Transport = newExchange(addr, unclean, w, hc.AcquireConn, hc.CloseConn, hc.ReleaseConn)
-	return hc, d.stats
+	hc.Transport = newExchange(addr, unclean, w, u.ResponseHeaderTimeout.D(), hc.AcquireConn, hc.CloseConn, hc.ReleaseConn)
+	return hc, d
 }
 
 // Releaser gives back an admission slot; *admit.Limiter is one.
@@ -654,13 +655,12 @@ func (f fastHeader) first(name string) string {
 // answer other than 101 is an ordinary response, streamed under the same
 // buffer budget as any other (passBody), its connection closed at its end.
 func (p *Pool) tunnel(ctx *fasthttp.RequestCtx, be *backend, out *fasthttp.Request, pk *pick) {
-	nc, err := be.fast.Dial(be.addr)
+	conn, err := be.dialer.dialOwn(be.addr)
 	if err != nil {
 		p.fastError(ctx, be, err, nil)
 		pk.finish(ctx)
 		return
 	}
-	conn := nc.(*backendConn)
 	conn.stats.exchanges.Add(1)
 	conn.SetDeadline(time.Now().Add(p.upstream.ResponseHeaderTimeout.D()))
 	bw := bufio.NewWriter(conn)

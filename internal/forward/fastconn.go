@@ -21,16 +21,37 @@ import (
 type fastDialer struct {
 	d       *net.Dialer
 	stats   *PoolStats
-	timeout time.Duration // upstream.response_header_timeout
+	budget  *dialBudget   // upstream.dial_rate
+	timeout time.Duration // upstream.response_header_timeout: each body read, and the wait for a dial
 }
 
 func newFastDialer(u config.Upstream) *fastDialer {
 	return &fastDialer{d: newDialer(u), stats: &PoolStats{reuse: u.MaxIdlePerBackend > 0},
+		budget:  newDialBudget(u.DialRate.PerSecond(), u.MaxConnsPerBackend),
 		timeout: u.ResponseHeaderTimeout.D()}
 }
 
-// Dial is a fasthttp.DialFunc.
-func (d *fastDialer) Dial(addr string) (net.Conn, error) {
+// Dial is a fasthttp.DialFunc: the pool's dials, within the dial budget
+// (a wait for it ends early, errDialDeferred, when a connection comes back).
+func (d *fastDialer) Dial(addr string) (net.Conn, error) { return d.dial(addr, true) }
+
+// dialOwn dials a connection of its own (an upgrade's), within the budget.
+func (d *fastDialer) dialOwn(addr string) (*backendConn, error) {
+	c, err := d.dial(addr, false)
+	if err != nil {
+		return nil, err
+	}
+	return c.(*backendConn), nil
+}
+
+func (d *fastDialer) dial(addr string, pooled bool) (net.Conn, error) {
+	waited, err := d.budget.await(d.timeout, pooled)
+	if waited {
+		d.stats.dialWaits.Add(1)
+	}
+	if err != nil {
+		return nil, err
+	}
 	d.stats.dials.Add(1)
 	nc, err := d.d.Dial("tcp", addr)
 	if err != nil {
@@ -38,7 +59,7 @@ func (d *fastDialer) Dial(addr string) (net.Conn, error) {
 		return nil, err
 	}
 	d.stats.open.Add(1)
-	c := &backendConn{Conn: nc, stats: d.stats, timeout: d.timeout}
+	c := &backendConn{Conn: nc, stats: d.stats, budget: d.budget, timeout: d.timeout}
 	c.local = connAddr{Addr: nc.LocalAddr(), c: c}
 	if sc, ok := nc.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
@@ -65,6 +86,7 @@ type PoolStats struct {
 	open       atomic.Int64 // dialled and not yet closed
 	dials      atomic.Uint64
 	dialErrors atomic.Uint64
+	dialWaits  atomic.Uint64 // dials that waited for upstream.dial_rate
 	exchanges  atomic.Uint64 // requests written on the pool's connections
 }
 
@@ -72,7 +94,7 @@ type PoolStats struct {
 // idle, and since the pool was made, dials, failed dials and exchanges.
 func (s *PoolStats) Counts() observe.ConnCounts {
 	return observe.ConnCounts{Open: s.open.Load(), Idle: s.idle.Load(), Dials: s.dials.Load(),
-		DialErrors: s.dialErrors.Load(), Exchanges: s.exchanges.Load()}
+		DialErrors: s.dialErrors.Load(), DialWaits: s.dialWaits.Load(), Exchanges: s.exchanges.Load()}
 }
 
 // reserve counts a connection going back to the idle pool, false if
@@ -102,6 +124,7 @@ func (s *PoolStats) reserve() bool {
 type backendConn struct {
 	net.Conn
 	stats     *PoolStats
+	budget    *dialBudget
 	timeout   time.Duration
 	local     connAddr    // what LocalAddr returns
 	streaming atomic.Bool // a response body is being read: each Read has its own deadline

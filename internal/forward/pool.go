@@ -104,8 +104,9 @@ type Pool struct {
 }
 
 type backend struct {
-	addr string
-	leg  *httpLeg // the net/http engine's way to fast
+	addr   string
+	leg    *httpLeg    // the net/http engine's way to fast
+	dialer *fastDialer // fast's, for an upgrade's own connection
 	// proxy is the net/http engine's proxy to the backend, made on its
 	// first request (see Pool.proxy): an app served over fasthttp alone
 	// never makes one.
@@ -154,7 +155,7 @@ func NewPool(o Options) *Pool {
 	p.backends = make([]*backend, len(o.Backends))
 	for i, b := range o.Backends {
 		p.backends[i] = &backend{addr: b.Addr, requests: o.Metrics.BackendCounter(b.Addr),
-			leg: newHTTPLeg(o.Conns[i], o.Upstream.MaxIdlePerBackend == 0), fast: o.Conns[i].Fast}
+			leg: newHTTPLeg(o.Conns[i], o.Upstream.MaxIdlePerBackend == 0), fast: o.Conns[i].Fast, dialer: o.Conns[i].dialer}
 	}
 	return p
 }

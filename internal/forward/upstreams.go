@@ -45,15 +45,15 @@ type Upstream struct {
 	key     upstreamKey
 	refs    int // guarded by Upstreams.mu
 	Fast    *fasthttp.HostClient
-	watches *watches // the net/http engine's requests in flight on Fast
-	stats   *PoolStats
+	watches *watches    // the net/http engine's requests in flight on Fast
+	dialer  *fastDialer // Fast's: the pool's stats and dial budget
 }
 
 // Addr is the pool's backend address.
 func (p *Upstream) Addr() string { return p.key.addr }
 
 // Counts are the pool's connection stats now.
-func (p *Upstream) Counts() observe.ConnCounts { return p.stats.Counts() }
+func (p *Upstream) Counts() observe.ConnCounts { return p.dialer.stats.Counts() }
 
 // Acquire returns the pool of backend addr under settings u, made on its
 // first use, and counts one more user of it.
@@ -68,7 +68,7 @@ func (us *Upstreams) Acquire(addr string, u config.Upstream) *Upstream {
 		}
 		w := new(watches)
 		p = &Upstream{key: k, watches: w}
-		p.Fast, p.stats = newFastClient(addr, u, &us.Unclean, w)
+		p.Fast, p.dialer = newFastClient(addr, u, &us.Unclean, w)
 		us.pools[k] = p
 	}
 	p.refs++

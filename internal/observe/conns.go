@@ -4,8 +4,8 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // ConnCounts are one backend connection pool's counts at a scrape.
 type ConnCounts struct {
-	Open, Idle                   int64
-	Dials, DialErrors, Exchanges uint64
+	Open, Idle                              int64
+	Dials, DialErrors, DialWaits, Exchanges uint64
 }
 
 // BackendConns registers the metrics of the backend connection pools, read
@@ -14,7 +14,8 @@ type ConnCounts struct {
 // upstream settings, are summed):
 //
 //   - levee_backend_conns{backend,state}: connections now, active or idle;
-//   - levee_backend_dials_total{backend}, levee_backend_dial_errors_total;
+//   - levee_backend_dials_total{backend}, levee_backend_dial_errors_total,
+//     levee_backend_dial_waits_total (dials that waited for upstream.dial_rate);
 //   - levee_backend_exchanges_total{backend}: requests written on them.
 //
 // The reuse ratio is 1 - dials/exchanges over any window: at steady state
@@ -31,6 +32,9 @@ var (
 		"Connections levee tried to open to a backend address (upgrades included).", []string{"backend"}, nil)
 	dialErrorsDesc = prometheus.NewDesc("levee_backend_dial_errors_total",
 		"Connections to a backend address that failed to open.", []string{"backend"}, nil)
+	dialWaitsDesc = prometheus.NewDesc("levee_backend_dial_waits_total",
+		"Dials to a backend address that waited for upstream.dial_rate (then dialled, took a connection given back, or gave up with 504).",
+		[]string{"backend"}, nil)
 	exchangesDesc = prometheus.NewDesc("levee_backend_exchanges_total",
 		"Requests written to a backend address, on new and reused connections; 1 - dials/exchanges is the reuse ratio.",
 		[]string{"backend"}, nil)
@@ -44,6 +48,7 @@ func (c *connCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- connsDesc
 	ch <- dialsDesc
 	ch <- dialErrorsDesc
+	ch <- dialWaitsDesc
 	ch <- exchangesDesc
 }
 
@@ -55,6 +60,7 @@ func (c *connCollector) Collect(ch chan<- prometheus.Metric) {
 		s.Idle += n.Idle
 		s.Dials += n.Dials
 		s.DialErrors += n.DialErrors
+		s.DialWaits += n.DialWaits
 		s.Exchanges += n.Exchanges
 		sums[addr] = s
 	})
@@ -63,6 +69,7 @@ func (c *connCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(connsDesc, prometheus.GaugeValue, float64(s.Idle), addr, "idle")
 		ch <- prometheus.MustNewConstMetric(dialsDesc, prometheus.CounterValue, float64(s.Dials), addr)
 		ch <- prometheus.MustNewConstMetric(dialErrorsDesc, prometheus.CounterValue, float64(s.DialErrors), addr)
+		ch <- prometheus.MustNewConstMetric(dialWaitsDesc, prometheus.CounterValue, float64(s.DialWaits), addr)
 		ch <- prometheus.MustNewConstMetric(exchangesDesc, prometheus.CounterValue, float64(s.Exchanges), addr)
 	}
 }
