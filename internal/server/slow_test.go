@@ -224,13 +224,14 @@ func TestSlowReaderHoldsNoSlot(t *testing.T) {
 	}
 }
 
-// A response longer than response_buffer streams, holding the slot, and a
-// client reading it slower than min_rate is cut off, counted, and the slot
-// given back.
+// A response longer than response_buffer, with the spill off, streams,
+// holding the slot, and a client reading it slower than min_rate is cut
+// off, counted, and the slot given back (TestSlowReaderOfASpillIsCutAtMinRate
+// is the spilled case).
 func TestSlowReaderPastTheBufferIsCutAtMinRate(t *testing.T) {
 	const size = 8 << 20
 	be := newLengthBackend(t, size)
-	p := startProxy(t, oneSlot(be.addr(), ", response_buffer: 64KiB")+
+	p := startProxy(t, oneSlot(be.addr(), ", response_buffer: 64KiB, response_spill: 0")+
 		"server: {min_rate: 64KiB/s, min_rate_grace: 300ms}\n")
 	c := slowReader(t, p)
 	fmt.Fprintf(c, "GET /big HTTP/1.1\r\nHost: photos.test\r\n\r\n")

@@ -66,6 +66,24 @@ func NewBudget(dir string, max int64) *Budget {
 	return &Budget{dir: dir, max: max}
 }
 
+// Check makes a file in the budget's directory and removes it, so that a
+// directory levee cannot use is found at start rather than counted on each
+// response; with a budget of 0 it checks nothing.
+func (b *Budget) Check() error {
+	if b.max <= 0 {
+		return nil
+	}
+	f, err := os.CreateTemp(b.dir, "levee-spill-")
+	if err != nil {
+		return fmt.Errorf("spill: %w", err)
+	}
+	f.Close()
+	if err := os.Remove(f.Name()); err != nil {
+		return fmt.Errorf("spill: %w", err)
+	}
+	return nil
+}
+
 // Dir is where the files are made.
 func (b *Budget) Dir() string { return b.dir }
 
