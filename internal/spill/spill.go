@@ -90,7 +90,7 @@ func (b *Budget) Dir() string { return b.dir }
 // Max is the budget's size in bytes.
 func (b *Budget) Max() int64 { return b.max }
 
-// Used is the bytes the open files are charged now.
+// Used is the bytes the open files are charged now (see MinCharge).
 func (b *Budget) Used() int64 { return b.used.Load() }
 
 // Spilled counts the files Open has made.
@@ -117,18 +117,25 @@ func (b *Budget) Refuse(reason string) {
 	}
 }
 
-// Open returns an empty file for exactly size bytes, charged to b, for a
-// response whose whole length is total; limit is the per-response cap
-// (limits.response_spill; 0: off). It makes the file and unlinks it at
-// once. On failure it returns a *Refusal, counts it, and leaves b
-// unchanged. The caller must Close the file.
+// MinCharge is the least a file is charged, however few bytes it holds:
+// each open file holds a descriptor, so a budget of B bytes keeps at most
+// B / MinCharge files open at once (16,384 for 1 GiB), whatever the
+// responses' lengths.
+const MinCharge = 64 << 10
+
+// Open returns an empty file for exactly size bytes, charged to b (at
+// least MinCharge), for a response whose whole length is total; limit is
+// the per-response cap (limits.response_spill; 0: off). It makes the file
+// and unlinks it at once. On failure it returns a *Refusal, counts it, and
+// leaves b unchanged. The caller must Close the file.
 func (b *Budget) Open(size, total, limit int64) (*File, error) {
+	charge := max(size, MinCharge)
 	switch {
 	case b.max <= 0 || limit <= 0:
 		return nil, b.refuse(ReasonOff, nil)
 	case total > limit:
 		return nil, b.refuse(ReasonSize, nil)
-	case !b.take(size):
+	case !b.take(charge):
 		return nil, b.refuse(ReasonBudget, nil)
 	}
 	f, err := os.CreateTemp(b.dir, "levee-spill-")
@@ -138,11 +145,11 @@ func (b *Budget) Open(size, total, limit int64) (*File, error) {
 		}
 	}
 	if err != nil {
-		b.used.Add(-size)
+		b.used.Add(-charge)
 		return nil, b.refuse(ReasonError, err)
 	}
 	b.spilled.Add(1)
-	return &File{f: f, b: b, size: size}, nil
+	return &File{f: f, b: b, size: size, charge: charge}, nil
 }
 
 func (b *Budget) refuse(reason string, err error) error {
@@ -167,6 +174,7 @@ type File struct {
 	f       *os.File // nil once closed
 	b       *Budget
 	size    int64
+	charge  int64 // to b: size, at least MinCharge
 	written int64
 	read    int64
 }
@@ -244,7 +252,7 @@ func (f *File) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Close closes the file, which frees its disk space, and gives its size
+// Close closes the file, which frees its disk space, and gives its charge
 // back to the budget. It may be called more than once.
 func (f *File) Close() error {
 	if f.f == nil {
@@ -252,6 +260,6 @@ func (f *File) Close() error {
 	}
 	err := f.f.Close()
 	f.f = nil
-	f.b.used.Add(-f.size)
+	f.b.used.Add(-f.charge)
 	return err
 }

@@ -21,16 +21,16 @@ func dirEntries(t *testing.T, dir string) int {
 
 func TestOpenUnlinksAndCloseGivesBack(t *testing.T) {
 	dir := t.TempDir()
-	b := NewBudget(dir, 100)
-	f, err := b.Open(60, 70, 1000)
+	b := NewBudget(dir, 100<<20)
+	f, err := b.Open(60<<20, 70<<20, 1000<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n := dirEntries(t, dir); n != 0 {
 		t.Fatalf("%d files in the spill dir after Open; want 0 (unlinked at creation)", n)
 	}
-	if b.Used() != 60 || b.Spilled() != 1 {
-		t.Fatalf("Used %d, Spilled %d; want 60, 1", b.Used(), b.Spilled())
+	if b.Used() != 60<<20 || b.Spilled() != 1 {
+		t.Fatalf("Used %d, Spilled %d; want 60MiB, 1", b.Used(), b.Spilled())
 	}
 	if _, err := f.Write([]byte("hello")); err != nil {
 		t.Fatal(err)
@@ -47,8 +47,9 @@ func TestOpenUnlinksAndCloseGivesBack(t *testing.T) {
 
 func TestOpenRefusesAndCounts(t *testing.T) {
 	dir := t.TempDir()
-	b := NewBudget(dir, 100)
-	held, err := b.Open(80, 80, 1000)
+	const k = MinCharge
+	b := NewBudget(dir, 100*k)
+	held, err := b.Open(80*k, 80*k, 1000*k)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,9 +62,11 @@ func TestOpenRefusesAndCounts(t *testing.T) {
 	}{
 		{"cap off", b, 10, 10, 0, ReasonOff},
 		{"budget off", NewBudget(dir, 0), 10, 10, 1000, ReasonOff},
-		{"over the cap", b, 10, 1001, 1000, ReasonSize},
-		{"budget spent", b, 30, 30, 1000, ReasonBudget},
-		{"no such dir", NewBudget(dir+"/missing", 100), 10, 10, 1000, ReasonError},
+		{"over the cap", b, 10, 1001 * k, 1000 * k, ReasonSize},
+		{"budget spent", b, 30 * k, 30 * k, 1000 * k, ReasonBudget},
+		// 10 bytes are charged MinCharge: each file holds a descriptor.
+		{"budget spent by small files", NewBudget(dir, k-1), 10, 10, 1000, ReasonBudget},
+		{"no such dir", NewBudget(dir+"/missing", 100*k), 10, 10, 1000, ReasonError},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			used := tc.b.Used()
@@ -133,7 +136,7 @@ func TestFillFailsOnAShortOrBrokenBody(t *testing.T) {
 }
 
 func TestWritePastSizeOverflows(t *testing.T) {
-	b := NewBudget(t.TempDir(), 100)
+	b := NewBudget(t.TempDir(), MinCharge)
 	f, err := b.Open(4, 4, 100)
 	if err != nil {
 		t.Fatal(err)
