@@ -83,6 +83,20 @@ type Server struct {
 	// BufferMemory bounds the bytes held, across all requests, in request
 	// and response buffers (limits.request_buffer, limits.response_buffer).
 	BufferMemory ByteSize `yaml:"buffer_memory"`
+	// Spill is where responses longer than limits.response_buffer are held
+	// for slow clients (limits.response_spill), and how much disk they
+	// may take.
+	Spill Spill `yaml:"spill"`
+}
+
+// Spill is the process's on-disk hold for responses (see package spill).
+type Spill struct {
+	// Dir is where the files are made (and unlinked at once); "" is the
+	// system's temporary directory.
+	Dir string `yaml:"dir"`
+	// Budget bounds the bytes all spilled responses hold on disk at once;
+	// 0 spills nothing.
+	Budget ByteSize `yaml:"budget"`
 }
 
 // Upstream holds the connection settings toward backends.
@@ -240,6 +254,10 @@ type Limits struct {
 	// from the backend before it is sent on, so the slot is given back when
 	// the backend is done rather than when a slow client is.
 	ResponseBuffer ByteSize `yaml:"response_buffer"`
+	// ResponseSpill is the largest response (by Content-Length) held on
+	// disk, past its first response_buffer bytes, when it is longer than
+	// response_buffer (server.spill); 0 holds none on disk.
+	ResponseSpill ByteSize `yaml:"response_spill"`
 	// HeaderBytes bounds the request header block (names and values; 431).
 	HeaderBytes ByteSize `yaml:"header_bytes"`
 	// HeaderCount bounds the number of request header fields (431).
@@ -389,6 +407,10 @@ const (
 	DefaultBufferMemory          = 256 << 20
 	DefaultRequestBuffer         = 1 << 20
 	DefaultResponseBuffer        = 64 << 10
+	DefaultResponseSpill         = 8 << 20
+	MaxResponseSpill             = 1 << 40
+	DefaultSpillBudget           = 1 << 30
+	MaxSpillBudget               = 1 << 40
 	MaxRequestBuffer             = 16 << 20
 	DefaultMaxConnsPerBackend    = 256
 	DefaultMaxIdlePerBackend     = 64
@@ -453,6 +475,7 @@ func Default() Config {
 			MinRate:           DefaultMinRate,
 			MinRateGrace:      Duration(DefaultMinRateGrace),
 			BufferMemory:      DefaultBufferMemory,
+			Spill:             Spill{Budget: DefaultSpillBudget},
 		},
 		Upstream: Upstream{
 			MaxConnsPerBackend:    DefaultMaxConnsPerBackend,
@@ -488,6 +511,7 @@ func DefaultApp() *App {
 			Body:           DefaultBody,
 			RequestBuffer:  DefaultRequestBuffer,
 			ResponseBuffer: DefaultResponseBuffer,
+			ResponseSpill:  DefaultResponseSpill,
 			HeaderBytes:    DefaultHeaderBytes,
 			HeaderCount:    DefaultHeaderCount,
 			URLLength:      DefaultURLLength,

@@ -91,6 +91,7 @@ func TestParseExampleGetsDefaults(t *testing.T) {
 		MinRate:           DefaultMinRate,
 		MinRateGrace:      Duration(DefaultMinRateGrace),
 		BufferMemory:      DefaultBufferMemory,
+		Spill:             Spill{Budget: DefaultSpillBudget},
 	}
 	if !reflect.DeepEqual(cfg.Server, wantServer) {
 		t.Errorf("Server = %+v, want %+v", cfg.Server, wantServer)
@@ -135,6 +136,7 @@ func TestParseExampleGetsDefaults(t *testing.T) {
 			Body:           DefaultBody,
 			RequestBuffer:  DefaultRequestBuffer,
 			ResponseBuffer: DefaultResponseBuffer,
+			ResponseSpill:  DefaultResponseSpill,
 			HeaderBytes:    DefaultHeaderBytes,
 			HeaderCount:    DefaultHeaderCount,
 			URLLength:      DefaultURLLength,
@@ -302,6 +304,8 @@ func TestValidationRules(t *testing.T) {
 		{"min_rate not a rate", "server: {min_rate: 1KiB}", "server.min_rate", "is not a byte rate"},
 		{"min_rate_grace", "server: {min_rate_grace: 0s}", "server.min_rate_grace", "must be > 0"},
 		{"buffer_memory low", "server: {buffer_memory: 1000KiB}", "server.buffer_memory", "must be 1MiB..1024GiB"},
+		{"spill budget high", "server: {spill: {budget: 1025GiB}}", "server.spill.budget", "must be 0..1024GiB"},
+		{"spill dir relative", "server: {spill: {dir: tmp/spill}}", "server.spill.dir", `must be an absolute path (got "tmp/spill")`},
 		{"trusted_proxies", "server: {trusted_proxies: [10.0.0.0/8, nope]}", "server.trusted_proxies[1]", `"nope" is not an IP or CIDR`},
 		{"trusted_proxies bad prefix", "server: {trusted_proxies: [1.2.3.4/33]}", "server.trusted_proxies[0]", `"1.2.3.4/33" is not an IP or CIDR`},
 		// upstream
@@ -345,6 +349,7 @@ func TestValidationRules(t *testing.T) {
 		{"body high", appWith("limits: {body: 1100GB}"), "apps.a.limits.body", "must be 0..1TiB"},
 		{"request_buffer high", appWith("limits: {request_buffer: 17MiB}"), "apps.a.limits.request_buffer", "must be 0..16MiB"},
 		{"response_buffer high", appWith("limits: {response_buffer: 17MiB}"), "apps.a.limits.response_buffer", "must be 0..16MiB"},
+		{"response_spill high", appWith("limits: {response_spill: 1025GiB}"), "apps.a.limits.response_spill", "must be 0..1024GiB"},
 		{"top_k negative", appWith("limits: {client: {top_k: -1}}"), "apps.a.limits.client.top_k", "must be 0..1000 (got -1)"},
 		{"top_k high", appWith("limits: {client: {top_k: 1001}}"), "apps.a.limits.client.top_k", "must be 0..1000"},
 	}
@@ -374,6 +379,10 @@ func TestValidationAccepts(t *testing.T) {
 		"server: {max_conns_per_ip: 1, min_rate: 1B/s, min_rate_grace: 1ms, buffer_memory: 1MiB}",
 		"server: {max_conns_per_ip: 10000000, min_rate: 1GiB/s, buffer_memory: 1024GiB}",
 		"server: {min_rate: off}",
+		"server: {spill: {dir: /var/tmp, budget: 0}}",
+		"server: {spill: {budget: 1024GiB}}",
+		appWith("limits: {response_spill: 0}"),
+		appWith("limits: {response_spill: 1024GiB}"),
 		appWith("limits: {request_buffer: 0, response_buffer: 0}"),
 		appWith("limits: {request_buffer: 16MiB, response_buffer: 16MiB}"),
 		"upstream: {max_conns_per_backend: 1, max_idle_per_backend: 0}",

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -132,6 +133,12 @@ func (s *Server) validate(errs *Errors) {
 	positive(errs, "server.min_rate_grace", s.MinRateGrace)
 	if s.BufferMemory < 1<<20 || s.BufferMemory > 1<<40 {
 		errs.add("server.buffer_memory", "must be 1MiB..1024GiB (got %d)", s.BufferMemory)
+	}
+	if s.Spill.Budget < 0 || s.Spill.Budget > MaxSpillBudget {
+		errs.add("server.spill.budget", "must be 0..1024GiB (got %d)", s.Spill.Budget)
+	}
+	if d := s.Spill.Dir; d != "" && !filepath.IsAbs(d) {
+		errs.add("server.spill.dir", "must be an absolute path (got %q)", d)
 	}
 	for i, p := range s.TrustedProxies {
 		if _, err := parsePrefix(p); err != nil {
@@ -318,6 +325,9 @@ func validateShape(errs *Errors, p string, l Limits) {
 	}
 	if l.ResponseBuffer < 0 || l.ResponseBuffer > MaxRequestBuffer {
 		errs.add(p+".response_buffer", "must be 0..16MiB (got %d)", l.ResponseBuffer)
+	}
+	if l.ResponseSpill < 0 || l.ResponseSpill > MaxResponseSpill {
+		errs.add(p+".response_spill", "must be 0..1024GiB (got %d)", l.ResponseSpill)
 	}
 	if l.HeaderBytes < 1 || l.HeaderBytes > 16<<20 {
 		errs.add(p+".header_bytes", "must be 1..16MiB (got %d)", l.HeaderBytes)

@@ -18,6 +18,7 @@ import (
 	"github.com/leveeproxy/levee/internal/membuf"
 	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/shape"
+	"github.com/leveeproxy/levee/internal/spill"
 )
 
 // NewFastClient returns the fasthttp client for one backend address, the
@@ -268,30 +269,85 @@ func (p *Pool) passBody(ctx *fasthttp.RequestCtx, be *backend, resp *fasthttp.Re
 		// ends the body with an error.
 		fb.r, fb.onCut = p.bw.Reader(ctx, bs), p.onReject
 	}
-	if n >= 0 && int64(n) <= p.respBuffer {
+	switch {
+	case n >= 0 && int64(n) <= p.respBuffer:
 		fb.head.Init(p.buffers)
 		fb.head.Reserve(n)
 		done, err := fb.head.Fill(fb.r, n)
 		if err != nil {
-			// The backend failed (or was paced too long) mid-body, before
-			// the client has had a byte: it gets levee's answer instead of
-			// a truncated one.
-			fb.head.Free()
-			releaseBody(resp, err)
-			fasthttp.ReleaseResponse(resp)
-			ctx.Response.Reset()
-			p.fastError(ctx, be, err, nil)
-			pk.finish(ctx)
+			p.bodyFailed(ctx, be, fb, pk, err)
 			return
 		}
 		if done || fb.head.Len() == n {
 			fb.backendDone(nil)
+		}
+	case n > 0 && p.spill != nil:
+		if err := p.spillBody(fb, n); err != nil {
+			p.bodyFailed(ctx, be, fb, pk, err)
+			return
 		}
 	}
 	if n < 0 {
 		n = -1 // chunked to the client, whatever the backend's framing
 	}
 	ctx.Response.SetBodyStream(fb, n)
+}
+
+// spillBody holds a body of n bytes, longer than response_buffer, for a
+// slow client: its first response_buffer bytes in memory (if
+// server.buffer_memory gives them), the rest in a spill file, all read
+// from the backend now, as fast as it sends; then the backend connection
+// and the slot go back. A body that cannot spill (counted by the spill
+// budget, with its reason) is left to stream as it would without one. An
+// error is the backend's body failing (or paced too long) mid-way.
+func (p *Pool) spillBody(fb *fastBody, n int) error {
+	head := 0
+	if p.respBuffer > 0 && p.buffers != nil {
+		fb.head.Init(p.buffers)
+		if fb.head.Reserve(int(p.respBuffer)) {
+			head = int(p.respBuffer)
+		} else {
+			fb.head.Free() // all of it on disk
+		}
+	}
+	f, err := p.spill.Open(int64(n-head), int64(n), p.respSpill)
+	if err != nil {
+		fb.head.Free()
+		return nil // streams, holding the slot; counted
+	}
+	fb.file = f
+	if head > 0 {
+		if _, err := fb.head.Fill(fb.r, head); err != nil {
+			return err
+		}
+		if fb.head.Len() < head {
+			return io.ErrUnexpectedEOF
+		}
+	}
+	if err := f.Fill(fb.r); err != nil {
+		return err
+	}
+	fb.backendDone(nil)
+	// The client's min_rate counts from its first byte, not the backend's.
+	fb.start = time.Now()
+	return nil
+}
+
+// bodyFailed answers ctx when the backend failed (or was paced too long)
+// mid-body while levee held the body, before the client has had a byte:
+// it gets levee's answer instead of a truncated one.
+func (p *Pool) bodyFailed(ctx *fasthttp.RequestCtx, be *backend, fb *fastBody, pk *pick, err error) {
+	fb.head.Free()
+	if fb.file != nil {
+		fb.file.Close()
+		fb.file = nil
+	}
+	releaseBody(fb.resp, err)
+	fasthttp.ReleaseResponse(fb.resp)
+	fb.resp = nil
+	ctx.Response.Reset()
+	p.fastError(ctx, be, err, nil)
+	pk.finish(ctx)
 }
 
 func (p *Pool) fastError(ctx *fasthttp.RequestCtx, be *backend, err error, body *limitedBody) {
@@ -340,14 +396,16 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 }
 
 // fastBody passes a backend's response body to the client: first what was
-// read ahead (head), then the rest from the backend (r). The backend's
-// response and the slot are given back at the backend's end, or at Close
-// (fasthttp closes the body after writing it, or when it fails).
+// read ahead (head), then what was spilled to disk (file), then the rest
+// from the backend (r). The backend's response and the slot are given back
+// at the backend's end, or at Close (fasthttp closes the body after writing
+// it, or when it fails); the file at Close.
 type fastBody struct {
 	p     *Pool
 	resp  *fasthttp.Response // nil once the backend's part is done
 	head  membuf.Buffer
 	off   int
+	file  *spill.File  // nil: none
 	r     io.Reader    // the backend's body, paced when bandwidth is limited
 	onCut func(string) // counts a bandwidth cut; nil when unpaced
 	slot  Releaser     // nil once released
@@ -373,9 +431,11 @@ func (b *fastBody) Read(p []byte) (int, error) {
 	case b.off < b.head.Len():
 		n = copy(p, b.head.Bytes()[b.off:])
 		b.off += n
-		if b.resp == nil && b.off == b.head.Len() {
+		if b.resp == nil && b.file == nil && b.off == b.head.Len() {
 			err = io.EOF
 		}
+	case b.file != nil:
+		n, err = b.file.Read(p)
 	case b.resp != nil:
 		n, err = b.r.Read(p)
 		if b.onCut != nil && errors.Is(err, bandwidth.ErrTooSlow) {
@@ -420,6 +480,9 @@ func (b *fastBody) CloseWithError(err error) error {
 	b.once.Do(func() {
 		b.backendDone(err)
 		b.head.Free()
+		if b.file != nil {
+			b.file.Close()
+		}
 		if err != nil && b.paced && isTimeout(err) && (b.limit.IsZero() || time.Now().Before(b.limit)) {
 			b.p.onReject(reply.MinRate)
 			b.p.logTooSlow("response", int64(b.sent), b.conn.RemoteAddr().String(), err)

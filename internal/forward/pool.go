@@ -21,6 +21,7 @@ import (
 	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/shape"
+	"github.com/leveeproxy/levee/internal/spill"
 	"github.com/valyala/fasthttp"
 )
 
@@ -65,6 +66,12 @@ type Options struct {
 	// passed on (0, or a nil Buffers: none).
 	Buffers        *membuf.Budget
 	ResponseBuffer int64
+	// Spill holds on disk, past its first ResponseBuffer bytes, a response
+	// longer than ResponseBuffer and at most ResponseSpill bytes long (by
+	// Content-Length), so that its slot is given back when the backend is
+	// done; nil or 0: none, such responses stream.
+	Spill         *spill.Budget
+	ResponseSpill int64
 	// MinRate and WriteTimeout (server.min_rate, server.write_timeout)
 	// bound how slowly a client may read a response.
 	MinRate      netlimit.MinRate
@@ -98,7 +105,9 @@ type Pool struct {
 	clk      clock.Clock
 	// Response buffering and client pacing (see Options).
 	buffers      *membuf.Budget
-	respBuffer   int64 // -1: none
+	respBuffer   int64         // -1: none
+	spill        *spill.Budget // nil: none
+	respSpill    int64
 	minRate      netlimit.MinRate
 	writeTimeout time.Duration
 }
@@ -124,7 +133,8 @@ func NewPool(o Options) *Pool {
 	set := balance.NewSet(specs, o.Prev, time.Now())
 	p := &Pool{app: o.App, errlog: o.ErrorLog, trust: o.Trust,
 		upstream: o.Upstream, onReject: o.OnReject, outcomes: o.Outcomes, bw: o.Bandwidth,
-		buffers: o.Buffers, minRate: o.MinRate, writeTimeout: o.WriteTimeout}
+		buffers: o.Buffers, minRate: o.MinRate, writeTimeout: o.WriteTimeout,
+		spill: o.Spill, respSpill: o.ResponseSpill}
 	if o.Buffers != nil {
 		p.respBuffer = o.ResponseBuffer
 	} else {

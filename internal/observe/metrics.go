@@ -367,6 +367,37 @@ func (m *Metrics) BackendUnclean(reasons []string, count func(reason string) uin
 	}
 }
 
+// SpillStats is what the spill metrics read; *spill.Budget is one.
+type SpillStats interface {
+	Used() int64
+	Max() int64
+	Spilled() uint64
+	Refused(reason string) uint64
+}
+
+// Spill registers the metrics of server.spill: the bytes spilled responses
+// hold on disk now, the budget, the responses spilled, and those that
+// streamed instead, by reason (see package spill).
+func (m *Metrics) Spill(st SpillStats, reasons []string) {
+	m.Registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "levee_spill_bytes",
+			Help: "Bytes held now on disk for responses spilled for slow clients (limits.response_spill)."},
+			func() float64 { return float64(st.Used()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "levee_spill_budget_bytes",
+			Help: "server.spill.budget: the most bytes all spilled responses may hold on disk at once."},
+			func() float64 { return float64(st.Max()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "levee_spilled_total",
+			Help: "Responses longer than limits.response_buffer held on disk, so that their slot and backend connection went back when the backend finished."},
+			func() float64 { return float64(st.Spilled()) }))
+	for _, r := range reasons {
+		m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "levee_spill_refused_total",
+			Help:        "Responses longer than limits.response_buffer that streamed, holding their slot, instead of spilling: off (no budget or response_spill 0), size (over limits.response_spill), budget (server.spill.budget spent), error (the file could not be made or written).",
+			ConstLabels: prometheus.Labels{"reason": r},
+		}, func() float64 { return float64(st.Refused(r)) }))
+	}
+}
+
 // Buffers registers the metrics of server.buffer_memory: the bytes held in
 // request and response buffers, the budget, and how often a buffer could
 // not grow (its request streamed instead).

@@ -31,6 +31,7 @@ import (
 	"github.com/leveeproxy/levee/internal/overload"
 	"github.com/leveeproxy/levee/internal/protect"
 	"github.com/leveeproxy/levee/internal/ratelimit"
+	"github.com/leveeproxy/levee/internal/spill"
 	"github.com/leveeproxy/levee/internal/trace"
 )
 
@@ -100,6 +101,8 @@ type Server struct {
 	// buffers is server.buffer_memory: every request and response buffer
 	// is charged to it.
 	buffers *membuf.Budget
+	// spill is server.spill: every response held on disk is charged to it.
+	spill *spill.Budget
 
 	// bg is the context of the server's own background work (health
 	// checks); stopBg ends it at shutdown.
@@ -239,6 +242,8 @@ func New(cfg *config.Config, o Options) *Server {
 	s.unrouted = s.metrics.App("")
 	s.buffers = membuf.NewBudget(int64(cfg.Server.BufferMemory))
 	s.metrics.Buffers(s.buffers.Used, s.buffers.Max, s.buffers.Short)
+	s.spill = spill.NewBudget(cfg.Server.Spill.Dir, int64(cfg.Server.Spill.Budget))
+	s.metrics.Spill(s.spill, spill.Reasons[:])
 	s.upstreams.Unclean.Log = func(reason, addr string) {
 		if l, ok := s.errlog.Take(slog.LevelWarn, observe.EventBackendUnclean, ""); ok {
 			l.Log("reason", reason, "backend", addr)
@@ -391,6 +396,7 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 		Bandwidth: s.applyBandwidth(a, ac.Limits.Bandwidth),
 		Retry:     ac.Retry, Clock: s.clk,
 		Buffers: s.buffers, ResponseBuffer: int64(ac.Limits.ResponseBuffer),
+		Spill: s.spill, ResponseSpill: int64(ac.Limits.ResponseSpill),
 		MinRate: clientRate(cfg.Server), WriteTimeout: cfg.Server.WriteTimeout.D(),
 	})}
 	rt.body = bodyRead{ahead: int64(ac.Limits.RequestBuffer), rate: clientRate(cfg.Server),
@@ -700,6 +706,9 @@ func parseLevel(s string) slog.Level {
 // nothing, if any address cannot be bound.
 func (s *Server) Listen() error {
 	cfg := s.Config()
+	if err := s.spill.Check(); err != nil {
+		return fmt.Errorf("server: server.spill.dir: %w", err)
+	}
 	var bound []*listener
 	for _, lc := range cfg.Listen {
 		ln, err := net.Listen("tcp", lc.Addr)

@@ -22,6 +22,7 @@ import (
 	"github.com/leveeproxy/levee/internal/drill"
 	"github.com/leveeproxy/levee/internal/netlimit"
 	"github.com/leveeproxy/levee/internal/reply"
+	"github.com/leveeproxy/levee/internal/spill"
 )
 
 // Issue 11 point 1: a slot belongs to the backend, not to the client. Each
@@ -224,13 +225,14 @@ func TestSlowReaderHoldsNoSlot(t *testing.T) {
 	}
 }
 
-// A response longer than response_buffer streams, holding the slot, and a
-// client reading it slower than min_rate is cut off, counted, and the slot
-// given back.
+// A response longer than response_buffer, with the spill off, streams,
+// holding the slot, and a client reading it slower than min_rate is cut
+// off, counted, and the slot given back (TestSlowReaderOfASpillIsCutAtMinRate
+// is the spilled case).
 func TestSlowReaderPastTheBufferIsCutAtMinRate(t *testing.T) {
 	const size = 8 << 20
 	be := newLengthBackend(t, size)
-	p := startProxy(t, oneSlot(be.addr(), ", response_buffer: 64KiB")+
+	p := startProxy(t, oneSlot(be.addr(), ", response_buffer: 64KiB, response_spill: 0")+
 		"server: {min_rate: 64KiB/s, min_rate_grace: 300ms}\n")
 	c := slowReader(t, p)
 	fmt.Fprintf(c, "GET /big HTTP/1.1\r\nHost: photos.test\r\n\r\n")
@@ -418,8 +420,20 @@ func TestSlowClientsLeaveOthersServed(t *testing.T) {
 		}
 	}
 	t.Logf("attack: %s", strings.Join(held, "; "))
+	t.Logf("victim: %d of %d served; %v slow reads spilled", requests-len(failed), requests, p.metric("levee_spilled_total", nil))
 	if len(failed)*1000 > requests { // more than 0.1%
 		t.Fatalf("%d of %d victim requests failed under the attack (first: %s); want at most 0.1%%", len(failed), requests, failed[0])
+	}
+	// Every slow reader's 1 MiB response goes to disk on the default
+	// config (server.spill.budget takes all 1,000), so none holds a slot.
+	// On loopback the sockets' buffers take most of 1 MiB too, so this,
+	// not the victim's success alone, is what fails without the spill.
+	// (Under -race the last slow reads may still be on their way.)
+	waitFor(t, "every one of the 1,000 slow reads spilled", func() bool { return p.metric("levee_spilled_total", nil) >= 1000 })
+	for _, r := range spill.Reasons {
+		if got := p.metric("levee_spill_refused_total", map[string]string{"reason": r}); got != 0 {
+			t.Fatalf("levee_spill_refused_total{reason=%q} = %v; want 0 on the default config", r, got)
+		}
 	}
 }
 
