@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -282,10 +283,11 @@ func (p *Pool) passBody(ctx *fasthttp.RequestCtx, be *backend, resp *fasthttp.Re
 			fb.backendDone(nil)
 		}
 	case n > 0 && p.spill != nil:
-		if err := p.spillBody(fb, n); err != nil {
-			p.bodyFailed(ctx, be, fb, pk, err)
-			return
-		}
+		// Streamed, and spilled only if the client turns out slow: a
+		// write to it that takes spillAfter (see fastBody.spillLate).
+		fb.total = int64(n)
+		fb.spillTimer = time.AfterFunc(time.Hour, fb.spillLate)
+		fb.spillTimer.Stop()
 	}
 	if n < 0 {
 		n = -1 // chunked to the client, whatever the backend's framing
@@ -293,44 +295,48 @@ func (p *Pool) passBody(ctx *fasthttp.RequestCtx, be *backend, resp *fasthttp.Re
 	ctx.Response.SetBodyStream(fb, n)
 }
 
-// spillBody holds a body of n bytes, longer than response_buffer, for a
-// slow client: its first response_buffer bytes in memory (if
-// server.buffer_memory gives them), the rest in a spill file, all read
-// from the backend now, as fast as it sends; then the backend connection
-// and the slot go back. A body that cannot spill (counted by the spill
-// budget, with its reason) is left to stream as it would without one. An
-// error is the backend's body failing (or paced too long) mid-way.
-func (p *Pool) spillBody(fb *fastBody, n int) error {
-	head := 0
-	if p.respBuffer > 0 && p.buffers != nil {
-		fb.head.Init(p.buffers)
-		if fb.head.Reserve(int(p.respBuffer)) {
-			head = int(p.respBuffer)
-		} else {
-			fb.head.Free() // all of it on disk
-		}
+// spillAfter is how long a write of a response to its client may take
+// before the rest of the body is spilled: a write that long is waiting
+// for a client that reads slower than the backend sends (a socket's send
+// buffer full), while one to a client that keeps up returns at once.
+const spillAfter = 20 * time.Millisecond
+
+// Spill states of a fastBody (state).
+const (
+	spillIdle    int32 = iota // between reads: the timer may spill
+	spillReading              // a Read is under way
+	spillRunning              // spillLate fills the file
+	spillDone                 // spilled, refused, or closed: nothing more to do
+)
+
+// spillLate runs when a write to the client has taken spillAfter: it
+// reads the rest of the body from the backend into a spill file, as fast
+// as the backend sends it, and gives back the backend connection and the
+// slot; the client reads the file from then on. A body the spill budget
+// refuses (counted, with its reason) goes on streaming as before. It runs
+// on the timer's goroutine, while the client's write waits; mu keeps Read
+// and CloseWithError out until it is done.
+func (b *fastBody) spillLate() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.state.CompareAndSwap(spillIdle, spillRunning) {
+		return // a Read is under way (it re-arms the timer), or done
 	}
-	f, err := p.spill.Open(int64(n-head), int64(n), p.respSpill)
+	defer b.state.Store(spillDone)
+	rest := b.total - b.sent
+	f, err := b.p.spill.Open(rest, b.total, b.p.respSpill)
 	if err != nil {
-		fb.head.Free()
-		return nil // streams, holding the slot; counted
+		return // streams, holding the slot; counted
 	}
-	fb.file = f
-	if head > 0 {
-		if _, err := fb.head.Fill(fb.r, head); err != nil {
-			return err
-		}
-		if fb.head.Len() < head {
-			return io.ErrUnexpectedEOF
-		}
+	if err := f.Fill(b.r); err != nil {
+		// The backend failed mid-body after the client had some of it:
+		// its response is cut, never ended as if complete.
+		f.Close()
+		b.spillErr = err
+		return
 	}
-	if err := f.Fill(fb.r); err != nil {
-		return err
-	}
-	fb.backendDone(nil)
-	// The client's min_rate counts from its first byte, not the backend's.
-	fb.start = time.Now()
-	return nil
+	b.file = f
+	b.backendDone(nil)
 }
 
 // bodyFailed answers ctx when the backend failed (or was paced too long)
@@ -411,6 +417,15 @@ type fastBody struct {
 	slot  Releaser     // nil once released
 	once  sync.Once
 
+	// A body of known length (total) may spill once its client is slow:
+	// spillTimer runs spillLate if a write takes spillAfter; state and mu
+	// keep it and Read apart (nil timer: no spill).
+	total      int64
+	spillTimer *time.Timer
+	state      atomic.Int32
+	mu         sync.Mutex
+	spillErr   error
+
 	// server.min_rate, on the client's writes: each read sets the write
 	// deadline of the bytes it returns.
 	conn         net.Conn
@@ -425,6 +440,16 @@ type fastBody struct {
 const unpacedBytes = 16 << 10
 
 func (b *fastBody) Read(p []byte) (int, error) {
+	if b.spillTimer != nil {
+		b.spillTimer.Stop()
+		if !b.state.CompareAndSwap(spillIdle, spillReading) {
+			b.mu.Lock() // spillLate may be under way: wait for its end
+			b.mu.Unlock()
+			if b.spillErr != nil {
+				return 0, b.spillErr
+			}
+		}
+	}
 	var n int
 	var err error
 	switch {
@@ -448,6 +473,11 @@ func (b *fastBody) Read(p []byte) (int, error) {
 		err = io.EOF
 	}
 	b.sent += int64(n)
+	if b.spillTimer != nil && b.state.CompareAndSwap(spillReading, spillIdle) {
+		if b.resp != nil && err == nil {
+			b.spillTimer.Reset(spillAfter) // the write of these n bytes comes next
+		}
+	}
 	if rate := b.p.minRate; rate.Rate > 0 && b.sent > unpacedBytes && b.conn != nil && n > 0 {
 		// The write of what this read returns comes next (fasthttp's
 		// buffer flushes before its next read).
@@ -478,6 +508,12 @@ func (b *fastBody) backendDone(err error) {
 // without the error.
 func (b *fastBody) CloseWithError(err error) error {
 	b.once.Do(func() {
+		if b.spillTimer != nil {
+			b.spillTimer.Stop()
+			b.mu.Lock() // spillLate may be under way: wait for its end
+			b.state.Store(spillDone)
+			b.mu.Unlock()
+		}
 		b.backendDone(err)
 		b.head.Free()
 		if b.file != nil {

@@ -166,7 +166,7 @@ func (e *httpExchange) forward(rt *route, sh *limits.PathShape, slot forward.Rel
 	if e.body != nil {
 		e.body.paced.Start, e.body.paced.N = time.Now(), 0
 	}
-	e.held.Hold(rt.pool, r)
+	e.held.Hold(rt.pool)
 	rt.pool.Serve(&e.rec, r, out.check, out.shadow.Header(), &e.nItems)
 	// The backend is done: its slot goes back before a held response is
 	// written to the client, however slowly that reads.
