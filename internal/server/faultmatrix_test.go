@@ -298,10 +298,10 @@ func TestFaultMatrix(t *testing.T) {
 			allowed: onlyServed, requests: 15,
 		},
 		{
-			// A fifth of the connections are reset (RST) instead of carrying
+			// Half the connections are reset (RST) instead of carrying
 			// their first answer: no head has come, so levee answers.
 			name:    "reset-before-response",
-			toxics:  []string{`{"type":"reset_peer","stream":"downstream","toxicity":0.2,"attributes":{"timeout":0}}`},
+			toxics:  []string{`{"type":"reset_peer","stream":"downstream","toxicity":0.5,"attributes":{"timeout":0}}`},
 			mix:     plainMix,
 			allowed: func(int, frame) []outcome { return []outcome{served, leveeError} },
 			faulty:  true, requests: 25,
@@ -326,11 +326,11 @@ func TestFaultMatrix(t *testing.T) {
 			faulty: true, requests: 25,
 		},
 		{
-			// A quarter of the connections go silent (toxiproxy's timeout
+			// Half the connections go silent (toxiproxy's timeout
 			// toxic: the answer is dropped, nothing closes): 504 at the
 			// response_header_timeout.
 			name:    "silent",
-			toxics:  []string{`{"type":"timeout","stream":"downstream","toxicity":0.25,"attributes":{"timeout":0}}`},
+			toxics:  []string{`{"type":"timeout","stream":"downstream","toxicity":0.5,"attributes":{"timeout":0}}`},
 			mix:     plainMix,
 			allowed: func(int, frame) []outcome { return []outcome{served, leveeError} },
 			faulty:  true, requests: 12,
