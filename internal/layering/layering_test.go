@@ -32,12 +32,18 @@ func TestDataPathDoesNotImportAdminOrCmd(t *testing.T) {
 	}
 }
 
-// TestBinaryDoesNotLinkTheBrowserDriver: chromedp drives the dashboard's
-// browser test only; the levee binary must not carry it.
-func TestBinaryDoesNotLinkTheBrowserDriver(t *testing.T) {
+// testOnly are modules only tests use: chromedp drives the dashboard's
+// browser test, toxiproxy (and its logger, zerolog) the fault matrix.
+var testOnly = []string{"github.com/chromedp/", "github.com/Shopify/toxiproxy/", "github.com/rs/zerolog"}
+
+// TestBinaryDoesNotLinkTestOnlyModules: the levee binary carries none of
+// testOnly.
+func TestBinaryDoesNotLinkTestOnlyModules(t *testing.T) {
 	for _, dep := range listDeps(t, "cmd/levee") {
-		if strings.HasPrefix(dep, "github.com/chromedp/") {
-			t.Errorf("cmd/levee links %s, a test-only dependency", dep)
+		for _, m := range testOnly {
+			if strings.HasPrefix(dep, m) {
+				t.Errorf("cmd/levee links %s, a test-only dependency", dep)
+			}
 		}
 	}
 }

@@ -13,6 +13,7 @@
 package pgtest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -50,6 +52,7 @@ type Server struct {
 	mu     sync.Mutex
 	proc   *os.Process     // nil while stopped
 	exited <-chan struct{} // closed when proc has been waited for
+	paused []int           // the processes Pause stopped, the postmaster first
 	dbs    int             // databases made, for their names
 }
 
@@ -214,6 +217,7 @@ func (s *Server) stop(sig syscall.Signal) {
 	if s.proc == nil {
 		return
 	}
+	s.resume() // a stopped process would take the signal only once continued
 	_ = s.proc.Signal(sig)
 	select {
 	case <-s.exited:
@@ -222,6 +226,79 @@ func (s *Server) stop(sig syscall.Signal) {
 		<-s.exited
 	}
 	s.proc = nil
+}
+
+// Pause freezes the server with SIGSTOP, by PID: the postmaster first (so
+// it forks no more), then every process it forked (the backends, each a
+// session of its own, and its auxiliary processes; found by their parent
+// in /proc), so nothing started by anyone else. Its socket still accepts
+// connections, and nothing answers, as with a PostgreSQL stalled by a
+// full disk, swapping or a stuck storage volume. Resume (also run when t
+// ends) lets it go on. Linux only.
+func (s *Server) Pause(t testing.TB) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil || s.paused != nil {
+		return
+	}
+	t.Cleanup(s.Resume)
+	if err := s.proc.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatalf("pgtest: SIGSTOP postgres: %v", err)
+	}
+	s.paused = []int{s.proc.Pid}
+	kids, err := children(s.proc.Pid)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	for _, pid := range kids {
+		if syscall.Kill(pid, syscall.SIGSTOP) == nil {
+			s.paused = append(s.paused, pid)
+		}
+	}
+}
+
+// children are the PIDs whose parent is pid, from /proc/*/stat.
+func children(pid int) ([]int, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, e := range ents {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue // gone since ReadDir
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			out = append(out, child)
+		}
+	}
+	return out, nil
+}
+
+// Resume continues a paused server with SIGCONT. Idempotent.
+func (s *Server) Resume() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.resume()
+}
+
+func (s *Server) resume() {
+	for _, pid := range s.paused {
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+	}
+	s.paused = nil
 }
 
 // Close stops the server at once (immediate shutdown) and removes its

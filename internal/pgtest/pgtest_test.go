@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -57,5 +58,32 @@ func run(t *testing.T, dsn, sql string) {
 	defer c.Close(context.Background())
 	if _, err := c.Exec(context.Background(), sql); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A paused server keeps its connections and answers none of them, through
+// a connection opened before the pause (its backend is frozen too) or
+// after; once resumed, both are served.
+func TestPauseFreezesEveryBackend(t *testing.T) {
+	ctx := context.Background()
+	s := Start(t)
+	dsn := s.Database(t)
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	s.Pause(t)
+	qctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := c.Exec(qctx, "SELECT 1"); err == nil {
+		t.Fatal("a backend of a paused server answered")
+	}
+	if err := ping(qctx, dsn); err == nil {
+		t.Fatal("a paused server took a new connection")
+	}
+	s.Resume()
+	if err := ping(ctx, dsn); err != nil {
+		t.Fatalf("after Resume: %v", err)
 	}
 }

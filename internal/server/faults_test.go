@@ -459,3 +459,99 @@ func TestFaultRedisStalls(t *testing.T) {
 	}
 	t.Logf("Redis back: admitted %d of %d", shared, 3*burst)
 }
+
+// Redis killed (SIGKILL by PID) under a running load on two servers
+// sharing a limit, then started again, empty: every request is answered,
+// 200 or 429, within cluster.redis.timeout (+ a margin), before, during
+// and after; while Redis is gone both servers say they are degraded and go
+// on admitting (their fair share, docs/cluster.md); once it is back they
+// share the limit again.
+func TestFaultRedisKilledUnderLoad(t *testing.T) {
+	leaktest.Check(t)
+	const timeout = 300 * time.Millisecond
+	r := redistest.Start(t)
+	ps, clk := clusterProxiesTimeout(t, r, 2, "{rate: 100/s, burst: 20}", timeout)
+	untilFake(t, clk, "both servers counting two live", func() bool {
+		return ps[0].srv.cluster.Live() == 2 && ps[1].srv.cluster.Live() == 2
+	})
+
+	// counts are the answers of a phase: [0] 200, [1] 429.
+	type counts [2]atomic.Int64
+	var phases [3]counts
+	var phase atomic.Int32
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for c := range 8 {
+		p := ps[c%2]
+		wg.Go(func() {
+			for !stop.Load() {
+				req, _ := http.NewRequest(http.MethodGet, p.URL+"/", nil)
+				req.Host = "a.test"
+				ph := phase.Load()
+				start := time.Now()
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Errorf("phase %d: no answer: %v", ph, err)
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if took := time.Since(start); took > timeout+faultMargin {
+					t.Errorf("phase %d: answered after %v; want within cluster.redis.timeout %v (+ at most %v)", ph, took, timeout, faultMargin)
+				}
+				switch resp.StatusCode {
+				case http.StatusOK:
+					phases[ph][0].Add(1)
+				case http.StatusTooManyRequests:
+					phases[ph][1].Add(1)
+				default:
+					t.Errorf("phase %d: status %d; want 200 or 429", ph, resp.StatusCode)
+					return
+				}
+			}
+		})
+	}
+	defer func() { stop.Store(true); wg.Wait() }()
+	// run waits for n answers in phase ph, moving the fake clock 50 ms on
+	// between polls (the limit refills, heartbeats run).
+	run := func(ph int32, n int64) {
+		t.Helper()
+		phase.Store(ph)
+		deadline := time.Now().Add(guard)
+		for phases[ph][0].Load()+phases[ph][1].Load() < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("phase %d: %d answers within %v; want %d", ph, phases[ph][0].Load()+phases[ph][1].Load(), guard, n)
+			}
+			clk.Advance(50 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	run(0, 200)
+
+	r.Stop()
+	run(1, 300)
+	for i, p := range ps {
+		if got := p.metric("levee_cluster_degraded", nil); got != 1 {
+			t.Errorf("server %d: levee_cluster_degraded = %v with Redis killed; want 1", i, got)
+		}
+	}
+
+	r.Restart()
+	untilFake(t, clk, "both servers back to the shared limit", func() bool {
+		return ps[0].metric("levee_cluster_degraded", nil) == 0 && ps[1].metric("levee_cluster_degraded", nil) == 0
+	})
+	phase.Store(2)
+	for i := range phases[2] {
+		phases[2][i].Store(0) // answers from before the servers were back
+	}
+	run(2, 200)
+	stop.Store(true)
+	wg.Wait()
+	for ph, name := range []string{"Redis up", "Redis killed", "Redis restarted"} {
+		ok, limited := phases[ph][0].Load(), phases[ph][1].Load()
+		if ok == 0 {
+			t.Errorf("%s: nothing admitted of %d; want serving to go on", name, ok+limited)
+		}
+		t.Logf("%s: %d answered 200, %d 429", name, ok, limited)
+	}
+}
