@@ -105,6 +105,10 @@ func (h *HeldResponse) Send() {
 	h.p = nil
 }
 
+// Holding reports whether h holds a response none of which has reached
+// the client.
+func (h *HeldResponse) Holding() bool { return h.holding }
+
 // Free drops what h holds (a response aborted before Send).
 func (h *HeldResponse) Free() {
 	h.holding = false

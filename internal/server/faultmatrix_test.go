@@ -250,16 +250,9 @@ func onlyServed(int, frame) []outcome { return []outcome{served} }
 
 // cutHeld is how a response levee holds whole (a small body of known
 // length) ends when the backend fails before its end: levee's own 502 or
-// 504 on HTTP/1.1; on HTTP/2 the stream is reset before any head
-// (ReverseProxy aborts the handler; what it held is dropped), so the
-// client gets no answer at all. Both are bounded, and neither looks like
-// a response.
-func cutHeld() []outcome {
-	if testH2C() {
-		return []outcome{leveeError, noHead}
-	}
-	return []outcome{leveeError}
-}
+// 504, on both engines (on HTTP/2, ReverseProxy aborts the handler and
+// serveHeld answers what it held with a 502).
+func cutHeld() []outcome { return []outcome{leveeError} }
 
 const matrixClients = 16
 

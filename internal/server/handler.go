@@ -167,12 +167,32 @@ func (e *httpExchange) forward(rt *route, sh *limits.PathShape, slot forward.Rel
 		e.body.paced.Start, e.body.paced.N = time.Now(), 0
 	}
 	e.held.Hold(rt.pool)
-	rt.pool.Serve(&e.rec, r, out.check, out.shadow.Header(), &e.nItems)
+	e.serveHeld(rt, r, out)
 	// The backend is done: its slot goes back before a held response is
 	// written to the client, however slowly that reads.
 	released = true
 	forward.Release(slot, e.rec.Code)
 	e.held.Send()
+}
+
+// serveHeld forwards r. ReverseProxy aborts the handler (panics with
+// http.ErrAbortHandler) when the backend fails mid-body; if the response
+// is still held whole, none of it has reached the client, which then gets
+// levee's 502 as on HTTP/1.1 rather than a reset stream. Any other panic
+// goes on.
+func (e *httpExchange) serveHeld(rt *route, r *http.Request, out toBackend) {
+	defer func() {
+		if v := recover(); v != nil {
+			if v != http.ErrAbortHandler || !e.held.Holding() { //nolint:errorlint // ReverseProxy panics with the value itself
+				panic(v)
+			}
+			e.held.Free()
+			clear(e.held.Header())
+			e.rec.Code = 0
+			reply.BackendUnreachableReply.HTTP(&e.rec, 0)
+		}
+	}()
+	rt.pool.Serve(&e.rec, r, out.check, out.shadow.Header(), &e.nItems)
 }
 
 func (e *httpExchange) traceState() *trace.Request { return &e.tr }
