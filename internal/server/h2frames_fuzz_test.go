@@ -36,7 +36,8 @@ const (
 	h2fzReserved   = 0x08 // set the stream id's reserved bit
 	h2fzRequest    = 0x10 // append a header block: a GET of the stream's own path
 	h2fzOversized  = 0x20 // the length field says 2^24-1 bytes: the last frame
-	h2fzLoop       = 0x40 // repeat the frames since the previous loop (this one included)
+	h2fzLoop       = 0x40 // repeat the frames since the previous loop or mark (this one included)
+	h2fzMark       = 0x80 // the next loop starts after this frame
 )
 
 // Stream selectors (sel & h2fzStreamMask); the others are 1, 3 and 5.
@@ -172,16 +173,19 @@ func h2fzExpand(ops []h2fzOp, nonce string) *h2fzPlan {
 		bytes += 9 + len(f.payload)
 		return !f.oversized
 	}
-	start := 0 // the first op of the current loop
+	start := 0 // the first op of the next loop
 	for i, o := range ops {
 		if !emit(o) {
 			return p
+		}
+		if o.sel&h2fzMark != 0 {
+			start = i + 1
 		}
 		if o.sel&h2fzLoop == 0 {
 			continue
 		}
 		for range h2fzLoops - 1 {
-			for _, r := range ops[start : i+1] {
+			for _, r := range ops[min(start, i) : i+1] {
 				if !emit(r) {
 					return p
 				}
