@@ -274,21 +274,24 @@ func h2fzRun(t *testing.T, addr string, plan *h2fzPlan) *h2fzResult {
 	}
 	conn.SetDeadline(time.Now().Add(guard))
 	r := &h2fzResult{streams: map[uint32]*h2fzStream{}, lastID: math.MaxUint32, lastRead: time.Now()}
-	notify, readDone := make(chan struct{}, 1), make(chan struct{})
+	hang := time.NewTimer(h2fzHang)
+	defer hang.Stop()
+	notify, readDone, writeDone := make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(readDone)
 		h2fzRead(conn, plan, r, notify)
 	}()
+	// Written whole while the reader reads. A server that stops reading
+	// after its GOAWAY can block the write: closing the connection ends it.
+	go func() {
+		defer close(writeDone)
+		conn.Write(plan.bytes())
+	}()
 	defer func() {
 		conn.Close()
 		<-readDone
+		<-writeDone
 	}()
-	// Written whole while the reader reads; a server that closes early
-	// makes it fail, which is its right.
-	conn.Write(plan.bytes())
-
-	hang := time.NewTimer(h2fzHang)
-	defer hang.Stop()
 	idle := time.NewTimer(h2fzIdle)
 	defer idle.Stop()
 	for {
