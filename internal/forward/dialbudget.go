@@ -38,8 +38,9 @@ func newDialBudget(perSecond float64, burst int) *dialBudget {
 // (exchange.acquire asks the pool again) rather than a new one.
 var errDialDeferred = errors.New("forward: dial deferred: a connection came back to the pool")
 
-// errDialBudget is a dial that could not get a token within its wait: the
-// request gets a 504, as one that waited too long for a connection.
+// errDialBudget is a dial that could not get a token within its wait
+// (upstream.dial_timeout): the request gets a 504, as one that waited too
+// long for a connection.
 var errDialBudget = errors.Join(fasthttp.ErrNoFreeConns,
 	errors.New("forward: upstream.dial_rate spent: no new connection to the backend within the wait"))
 
@@ -56,6 +57,15 @@ func (b *dialBudget) take(now time.Time) time.Duration {
 	}
 	b.tat = tat.Add(b.interval)
 	return 0
+}
+
+// refund gives back a token taken for a dial that opened nothing (refused,
+// unreachable): the budget bounds the connections made, and a failed dial
+// leaves no socket behind.
+func (b *dialBudget) refund() {
+	b.mu.Lock()
+	b.tat = b.tat.Add(-b.interval)
+	b.mu.Unlock()
 }
 
 // await waits for a token, up to wait; a pool's dial (yield) also ends,

@@ -31,6 +31,11 @@ func TestDialBudgetTake(t *testing.T) {
 	if d := b.take(now.Add(100 * time.Millisecond)); d != 100*time.Millisecond {
 		t.Fatalf("then none: wait %v", d)
 	}
+	// A dial that opened nothing gives its token back.
+	b.refund()
+	if d := b.take(now.Add(100 * time.Millisecond)); d != 0 {
+		t.Fatalf("after a refund: wait %v", d)
+	}
 	// Idle long enough, the whole burst is back, and no more.
 	later := now.Add(time.Hour)
 	for range 3 {

@@ -203,7 +203,8 @@ func (x *exchange[CC]) acquire(req *fasthttp.Request) (cc CC, c *backendConn, er
 		cc, err = x.acquireConn(0, req.ConnectionClose())
 		if errors.Is(err, errDialDeferred) {
 			// A connection came back while the dial waited for the budget:
-			// take it, within one wait for a connection in all.
+			// take it, within one wait for a connection (as HostClient's
+			// MaxConnWaitTimeout) in all.
 			if deadline.IsZero() {
 				deadline = time.Now().Add(x.wait)
 			} else if time.Now().After(deadline) {

@@ -45,7 +45,7 @@ func (d *fastDialer) dialOwn(addr string) (*backendConn, error) {
 }
 
 func (d *fastDialer) dial(addr string, pooled bool) (net.Conn, error) {
-	waited, err := d.budget.await(d.timeout, pooled)
+	waited, err := d.budget.await(d.d.Timeout, pooled)
 	if waited {
 		d.stats.dialWaits.Add(1)
 	}
@@ -56,6 +56,7 @@ func (d *fastDialer) dial(addr string, pooled bool) (net.Conn, error) {
 	nc, err := d.d.Dial("tcp", addr)
 	if err != nil {
 		d.stats.dialErrors.Add(1)
+		d.budget.refund()
 		return nil, err
 	}
 	d.stats.open.Add(1)
