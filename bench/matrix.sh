@@ -247,5 +247,5 @@ if ((WRITE)); then
     echo
     cat "$table"
   } >"$tmp/section.body"
-  write_doc_section "$tmp/section.body" '^## '
+  write_doc_section "$tmp/section.body" '^# Benchmarks'
 fi
