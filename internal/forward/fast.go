@@ -215,7 +215,7 @@ func (p *Pool) serveFast(ctx *fasthttp.RequestCtx, be *backend, in Body, sh *sha
 	}
 	resp := fasthttp.AcquireResponse()
 	for {
-		err := be.fast.Do(out, resp)
+		err := be.up.Fast.Do(out, resp)
 		if !retrying || !p.fastRetry(ctx, resp, err, body, pk, &t) {
 			if streamed != nil {
 				countItems(in.Items, streamed)
@@ -754,7 +754,7 @@ func (f fastHeader) first(name string) string {
 // answer other than 101 is an ordinary response, streamed under the same
 // buffer budget as any other (passBody), its connection closed at its end.
 func (p *Pool) tunnel(ctx *fasthttp.RequestCtx, be *backend, out *fasthttp.Request, pk *pick) {
-	conn, err := be.dialer.dialOwn(be.addr)
+	conn, err := be.up.dialer.dialOwn(be.addr)
 	if err != nil {
 		p.fastError(ctx, be, err, nil)
 		pk.finish(ctx)

@@ -23,16 +23,12 @@ import (
 //
 // The request's context reaches the exchange through watch: a request
 // that ends (its stream reset, its client gone) aborts the read or write
-// it is in, and its connection is closed, never pooled.
+// it is in, and its connection is closed, never pooled. There is one per
+// pool (Upstream), shared by every app with a backend there.
 type httpLeg struct {
 	hc      *fasthttp.HostClient
 	watches *watches
 	noIdle  bool // max_idle_per_backend 0: the backend closes after answering
-}
-
-// newHTTPLeg is the leg of u's pool.
-func newHTTPLeg(u *Upstream, noIdle bool) *httpLeg {
-	return &httpLeg{hc: u.Fast, watches: u.watches, noIdle: noIdle}
 }
 
 // RoundTrip sends r (ReverseProxy's outgoing request) on a connection of

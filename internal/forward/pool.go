@@ -113,14 +113,12 @@ type Pool struct {
 }
 
 type backend struct {
-	addr   string
-	leg    *httpLeg    // the net/http engine's way to fast
-	dialer *fastDialer // fast's, for an upgrade's own connection
+	addr string
+	up   *Upstream // the connection pool, shared with every app at addr
 	// proxy is the net/http engine's proxy to the backend, made on its
 	// first request (see Pool.proxy): an app served over fasthttp alone
 	// never makes one.
 	proxy    atomic.Pointer[httputil.ReverseProxy]
-	fast     *fasthttp.HostClient
 	requests *observe.Counter
 }
 
@@ -165,7 +163,7 @@ func NewPool(o Options) *Pool {
 	p.backends = make([]*backend, len(o.Backends))
 	for i, b := range o.Backends {
 		p.backends[i] = &backend{addr: b.Addr, requests: o.Metrics.BackendCounter(b.Addr),
-			leg: newHTTPLeg(o.Conns[i], o.Upstream.MaxIdlePerBackend == 0), fast: o.Conns[i].Fast, dialer: o.Conns[i].dialer}
+			up: o.Conns[i]}
 	}
 	return p
 }
@@ -184,7 +182,7 @@ func (p *Pool) proxy(be *backend) *httputil.ReverseProxy {
 			dropH2CUpgrade(pr.Out.Header)
 			delete(pr.Out.Header, "Proxy") // httpoxy: see isProxy
 		},
-		Transport:      be.leg,
+		Transport:      be.up.leg,
 		BufferPool:     bufferPool{},
 		ErrorHandler:   p.errorHandler(be),
 		ModifyResponse: p.modifyResponse,

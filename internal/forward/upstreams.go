@@ -47,6 +47,7 @@ type Upstream struct {
 	Fast    *fasthttp.HostClient
 	watches *watches    // the net/http engine's requests in flight on Fast
 	dialer  *fastDialer // Fast's: the pool's stats and dial budget
+	leg     *httpLeg    // the net/http engine's way to Fast
 }
 
 // Addr is the pool's backend address.
@@ -69,6 +70,7 @@ func (us *Upstreams) Acquire(addr string, u config.Upstream) *Upstream {
 		w := new(watches)
 		p = &Upstream{key: k, watches: w}
 		p.Fast, p.dialer = newFastClient(addr, u, &us.Unclean, w)
+		p.leg = &httpLeg{hc: p.Fast, watches: w, noIdle: u.MaxIdlePerBackend == 0}
 		us.pools[k] = p
 	}
 	p.refs++
