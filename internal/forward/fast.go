@@ -157,7 +157,7 @@ func (p *Pool) serveFast(ctx *fasthttp.RequestCtx, be *backend, in Body, sh *sha
 		p.tunnel(ctx, be, out, pk)
 		return
 	}
-	if p.upstream.MaxIdlePerBackend == 0 {
+	if p.noIdle {
 		// No idle pool: the backend closes after answering, so that not
 		// even a response without a body leaves its connection idle.
 		out.Header.SetConnectionClose()
@@ -761,7 +761,7 @@ func (p *Pool) tunnel(ctx *fasthttp.RequestCtx, be *backend, out *fasthttp.Reque
 		return
 	}
 	conn.stats.exchanges.Add(1)
-	conn.SetDeadline(time.Now().Add(p.upstream.ResponseHeaderTimeout.D()))
+	conn.SetDeadline(time.Now().Add(p.headerTimeout))
 	bw := bufio.NewWriter(conn)
 	br := bufio.NewReader(conn)
 	resp := fasthttp.AcquireResponse()

@@ -99,10 +99,13 @@ type Pool struct {
 	key      KeySource
 	errlog   *observe.ErrorLog
 	trust    Trust
-	upstream config.Upstream
-	onReject func(reason string)
-	retry    retryPolicy
-	clk      clock.Clock
+	// Of upstream's settings (the pool has the rest): the wait for an
+	// upgrade's answer, and no connection reuse.
+	headerTimeout time.Duration
+	noIdle        bool
+	onReject      func(reason string)
+	retry         retryPolicy
+	clk           clock.Clock
 	// Response buffering and client pacing (see Options).
 	buffers      *membuf.Budget
 	respBuffer   int64         // -1: none
@@ -130,7 +133,8 @@ func NewPool(o Options) *Pool {
 	}
 	set := balance.NewSet(specs, o.Prev, time.Now())
 	p := &Pool{app: o.App, errlog: o.ErrorLog, trust: o.Trust,
-		upstream: o.Upstream, onReject: o.OnReject, outcomes: o.Outcomes, bw: o.Bandwidth,
+		headerTimeout: o.Upstream.ResponseHeaderTimeout.D(), noIdle: o.Upstream.MaxIdlePerBackend == 0,
+		onReject: o.OnReject, outcomes: o.Outcomes, bw: o.Bandwidth,
 		buffers: o.Buffers, minRate: o.MinRate, writeTimeout: o.WriteTimeout,
 		spill: o.Spill, respSpill: o.ResponseSpill}
 	if o.Buffers != nil {
