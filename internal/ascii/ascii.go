@@ -22,3 +22,16 @@ func Lower(c byte) byte {
 	}
 	return c
 }
+
+// IsTokenByte reports whether c may appear in a token (RFC 9110 §5.6.2):
+// a field name, a chunk extension's name, a method.
+func IsTokenByte(c byte) bool {
+	if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' {
+		return true
+	}
+	switch c {
+	case '!', '#', '$', '%', '&', '\'', '*', '+', '-', '.', '^', '_', '`', '|', '~':
+		return true
+	}
+	return false
+}

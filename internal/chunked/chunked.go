@@ -13,6 +13,8 @@ import (
 	"bufio"
 	"bytes"
 	"io"
+
+	"github.com/leveeproxy/levee/internal/ascii"
 )
 
 // Bounds of a chunked body's framing lines, each counted with its CRLF.
@@ -209,7 +211,7 @@ func readTrailers(br *bufio.Reader, refuse func([]byte) bool) error {
 				colon = i
 				break
 			}
-			if !isTokenByte(c) {
+			if !ascii.IsTokenByte(c) {
 				return Error("bad trailer field name")
 			}
 		}
@@ -225,16 +227,4 @@ func readTrailers(br *bufio.Reader, refuse func([]byte) bool) error {
 			return Error("trailer field not allowed")
 		}
 	}
-}
-
-// isTokenByte reports whether c may appear in a token (RFC 9110 §5.6.2).
-func isTokenByte(c byte) bool {
-	if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' {
-		return true
-	}
-	switch c {
-	case '!', '#', '$', '%', '&', '\'', '*', '+', '-', '.', '^', '_', '`', '|', '~':
-		return true
-	}
-	return false
 }

@@ -8,6 +8,8 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/leveeproxy/levee/internal/ascii"
 )
 
 // FuzzReader decodes any bytes, read in pieces of any size, and checks
@@ -155,7 +157,7 @@ func walk(in []byte) (body []byte, n int, err error) {
 		switch {
 		case lines == MaxTrailers || total > MaxTrailerBytes:
 			return nil, n, errors.New("too many trailers")
-		case !ok || name == "" || strings.IndexFunc(name, func(c rune) bool { return c > 0x7f || !isTokenByte(byte(c)) }) >= 0:
+		case !ok || name == "" || strings.IndexFunc(name, func(c rune) bool { return c > 0x7f || !ascii.IsTokenByte(byte(c)) }) >= 0:
 			return nil, n, errors.New("bad trailer name")
 		case strings.ContainsFunc(value, func(c rune) bool { return c < ' ' && c != '\t' || c == 0x7f }):
 			return nil, n, errors.New("control byte in a trailer")

@@ -68,7 +68,7 @@ func FuzzReadHead(f *testing.F) {
 		var te []string
 		for k, v := range h.All() {
 			for _, c := range k {
-				if !isTokenByte(c) {
+				if !ascii.IsTokenByte(c) {
 					t.Fatalf("field name %q", k)
 				}
 			}

@@ -155,21 +155,9 @@ func hasCTL(b []byte) bool {
 
 func isToken(b []byte) bool {
 	for _, c := range b {
-		if !isTokenByte(c) {
+		if !ascii.IsTokenByte(c) {
 			return false
 		}
 	}
 	return true
-}
-
-// isTokenByte reports whether c may appear in a token (RFC 9110 §5.6.2).
-func isTokenByte(c byte) bool {
-	if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' {
-		return true
-	}
-	switch c {
-	case '!', '#', '$', '%', '&', '\'', '*', '+', '-', '.', '^', '_', '`', '|', '~':
-		return true
-	}
-	return false
 }
