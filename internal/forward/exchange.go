@@ -39,6 +39,7 @@ type exchange[CC interface{ Conn() net.Conn }] struct {
 	unclean     *Unclean
 	watches     *watches      // the net/http engine's request contexts
 	wait        time.Duration // the longest wait for a connection (response_header_timeout)
+	reuse       bool          // max_idle_per_backend > 0
 	addr        string
 	acquireConn func(timeout time.Duration, connClose bool) (CC, error)
 	closeConn   func(CC)
@@ -46,9 +47,9 @@ type exchange[CC interface{ Conn() net.Conn }] struct {
 }
 
 // newExchange is the exchange of hc, a client of backend addr.
-func newExchange[CC interface{ Conn() net.Conn }](addr string, unclean *Unclean, w *watches, wait time.Duration,
+func newExchange[CC interface{ Conn() net.Conn }](addr string, unclean *Unclean, w *watches, wait time.Duration, reuse bool,
 	acquire func(time.Duration, bool) (CC, error), closeConn, releaseConn func(CC)) *exchange[CC] {
-	return &exchange[CC]{unclean: unclean, watches: w, wait: wait, addr: addr, acquireConn: acquire,
+	return &exchange[CC]{unclean: unclean, watches: w, wait: wait, reuse: reuse, addr: addr, acquireConn: acquire,
 		closeConn: closeConn, releaseConn: releaseConn}
 }
 
@@ -130,6 +131,12 @@ var errTooManyInterim = errors.New("forward: backend sent more than 8 interim (1
 // try again (its RetryIfErr decides), as fasthttp's own transport does.
 func (x *exchange[CC]) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) (retry bool, err error) {
 	skipBody := resp.SkipBody || req.Header.IsHead()
+	if !x.reuse {
+		// No reuse (max_idle_per_backend 0): the backend closes after
+		// answering, so that not even a response without a body leaves
+		// its connection idle. Here, for both engines' requests.
+		req.Header.SetConnectionClose()
+	}
 	cc, c, err := x.acquire(req)
 	if err != nil {
 		return false, err

@@ -69,7 +69,7 @@ func newFastClient(addr string, u config.Upstream, unclean *Unclean, w *watches)
 				(errors.Is(err, fasthttp.ErrConnectionClosed) || errors.Is(err, io.EOF))
 		},
 	}
-	hc.Transport = newExchange(addr, unclean, w, u.ResponseHeaderTimeout.D(), hc.AcquireConn, hc.CloseConn, hc.ReleaseConn)
+	hc.Transport = newExchange(addr, unclean, w, u.ResponseHeaderTimeout.D(), d.stats.reuse, hc.AcquireConn, hc.CloseConn, hc.ReleaseConn)
 	return hc, d
 }
 
@@ -156,11 +156,6 @@ func (p *Pool) serveFast(ctx *fasthttp.RequestCtx, be *backend, in Body, sh *sha
 	if upgrading {
 		p.tunnel(ctx, be, out, pk)
 		return
-	}
-	if p.noIdle {
-		// No idle pool: the backend closes after answering, so that not
-		// even a response without a body leaves its connection idle.
-		out.Header.SetConnectionClose()
 	}
 	var body *limitedBody
 	var streamed *shape.BatchReader // counts a body as it streams
@@ -599,18 +594,7 @@ func copyResponse(out, in *fasthttp.Response) {
 	out.Header.DisableNormalizing()
 	out.Header.SetNoDefaultContentType(true)
 	out.SetStatusCode(in.StatusCode())
-	var conn connTokens
-	for k, v := range in.Header.All() {
-		if ascii.EqualFold(k, "Connection") {
-			conn.add(v)
-		}
-	}
-	for k, v := range in.Header.All() {
-		if isHopByHop(k) || conn.has(k) || ascii.EqualFold(k, "Content-Length") {
-			continue
-		}
-		out.Header.AddBytesKV(k, v)
-	}
+	endToEnd(&in.Header, out.Header.AddBytesKV)
 	if n := in.Header.ContentLength(); n >= 0 {
 		out.Header.SetContentLength(n)
 	}

@@ -28,7 +28,6 @@ import (
 type httpLeg struct {
 	hc      *fasthttp.HostClient
 	watches *watches
-	noIdle  bool // max_idle_per_backend 0: the backend closes after answering
 }
 
 // RoundTrip sends r (ReverseProxy's outgoing request) on a connection of
@@ -59,7 +58,7 @@ func (l *httpLeg) RoundTrip(r *http.Request) (*http.Response, error) {
 			h.Add(k, v)
 		}
 	}
-	if l.noIdle || r.Close {
+	if r.Close {
 		h.SetConnectionClose()
 	}
 	var body *errBody

@@ -100,9 +100,8 @@ type Pool struct {
 	errlog   *observe.ErrorLog
 	trust    Trust
 	// Of upstream's settings (the pool has the rest): the wait for an
-	// upgrade's answer, and no connection reuse.
+	// upgrade's answer.
 	headerTimeout time.Duration
-	noIdle        bool
 	onReject      func(reason string)
 	retry         retryPolicy
 	clk           clock.Clock
@@ -133,8 +132,8 @@ func NewPool(o Options) *Pool {
 	}
 	set := balance.NewSet(specs, o.Prev, time.Now())
 	p := &Pool{app: o.App, errlog: o.ErrorLog, trust: o.Trust,
-		headerTimeout: o.Upstream.ResponseHeaderTimeout.D(), noIdle: o.Upstream.MaxIdlePerBackend == 0,
-		onReject: o.OnReject, outcomes: o.Outcomes, bw: o.Bandwidth,
+		headerTimeout: o.Upstream.ResponseHeaderTimeout.D(),
+		onReject:      o.OnReject, outcomes: o.Outcomes, bw: o.Bandwidth,
 		buffers: o.Buffers, minRate: o.MinRate, writeTimeout: o.WriteTimeout,
 		spill: o.Spill, respSpill: o.ResponseSpill}
 	if o.Buffers != nil {

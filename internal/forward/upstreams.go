@@ -70,7 +70,7 @@ func (us *Upstreams) Acquire(addr string, u config.Upstream) *Upstream {
 		w := new(watches)
 		p = &Upstream{key: k, watches: w}
 		p.Fast, p.dialer = newFastClient(addr, u, &us.Unclean, w)
-		p.leg = &httpLeg{hc: p.Fast, watches: w, noIdle: u.MaxIdlePerBackend == 0}
+		p.leg = &httpLeg{hc: p.Fast, watches: w}
 		us.pools[k] = p
 	}
 	p.refs++
