@@ -130,39 +130,45 @@ type TraceHeaders struct {
 // when the upgraded connection has closed; perhaps after ServeFast returns.
 // sh counts batch items (nil counts nothing).
 func (p *Pool) ServeFast(ctx *fasthttp.RequestCtx, body Body, sh *shape.Checker, slot Releaser) {
+	p.serve(fastDown{ctx}, body, sh, slot)
+}
+
+// serve is the forward core of both engines: it picks a backend for d's
+// request and forwards it (see ServeFast).
+func (p *Pool) serve(d downstream, body Body, sh *shape.Checker, slot Releaser) {
 	start := time.Now()
-	key := p.key.Fast(ctx)
+	key := d.key(p.key)
 	bal := p.balancer(key)
 	i := bal.Pick(key, start)
 	if i == balance.NoBackend {
 		p.onReject(reasonNoBackend)
-		reply.NoBackendReply.Fast(ctx, 0)
+		d.fail(failure{rep: reply.NoBackendReply})
 		Release(slot, fasthttp.StatusServiceUnavailable)
 		return
 	}
 	be := p.backends[i]
 	be.requests.Inc()
 	pk := newPick(p, bal, i, start, slot)
-	p.serveFast(ctx, be, body, sh, pk)
+	p.forward(d, be, body, sh, pk)
 }
 
-func (p *Pool) serveFast(ctx *fasthttp.RequestCtx, be *backend, in Body, sh *shape.Checker, pk *pick) {
+func (p *Pool) forward(d downstream, be *backend, in Body, sh *shape.Checker, pk *pick) {
 	out := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(out)
-	upgrading := p.copyRequestTraced(ctx, &out.Header, in.Trace)
+	upgrading := d.copyHead(p, &out.Header, in.Trace)
 	if in.Shadow != "" {
 		out.Header.Set(ShadowHeader, in.Shadow)
 	}
 	if upgrading {
-		p.tunnel(ctx, be, out, pk)
+		p.tunnel(d.(fastDown).c, be, out, pk) // only fasthttp's requests upgrade
 		return
 	}
 	var body *limitedBody
 	var streamed *shape.BatchReader // counts a body as it streams
-	bs := ctx.RequestBodyStream()
+	bs, n, readWhole := d.stream()
 	whole := in.Head
 	if bs == nil && !in.Whole {
-		whole = ctx.Request.Body() // read whole by fasthttp (tests)
+		whole = readWhole
 	}
 	switch {
 	case in.Whole || bs == nil:
@@ -172,8 +178,8 @@ func (p *Pool) serveFast(ctx *fasthttp.RequestCtx, be *backend, in Body, sh *sha
 				_, err := io.Copy(io.Discard, br)
 				countItems(in.Items, br)
 				if err != nil {
-					p.fastError(ctx, be, err, nil)
-					pk.finish(ctx)
+					p.failed(d, be, err, nil)
+					pk.finish(d)
 					return
 				}
 			}
@@ -182,7 +188,7 @@ func (p *Pool) serveFast(ctx *fasthttp.RequestCtx, be *backend, in Body, sh *sha
 				break
 			}
 			// Read ahead, but paced to the backend all the same.
-			body = &limitedBody{r: p.bw.Reader(ctx, bytes.NewReader(b)), left: in.Limit, want: int64(len(b))}
+			body = &limitedBody{r: p.bw.Reader(d.context(), bytes.NewReader(b)), left: in.Limit, want: int64(len(b))}
 			out.SetBodyStream(body, len(b))
 		}
 	case bs != nil:
@@ -193,14 +199,14 @@ func (p *Pool) serveFast(ctx *fasthttp.RequestCtx, be *backend, in Body, sh *sha
 			bs = io.MultiReader(bytes.NewReader(in.Head), bs)
 		}
 		if p.bw != nil {
-			bs = p.bw.Reader(ctx, bs)
+			bs = p.bw.Reader(d.context(), bs)
 		}
-		body = &limitedBody{r: bs, left: in.Limit, want: int64(ctx.Request.Header.ContentLength())}
+		body = &limitedBody{r: bs, left: in.Limit, want: int64(n)}
 		var r io.Reader = body
 		if br := sh.BatchReader(body); br != nil {
 			r, streamed = br, br
 		}
-		out.SetBodyStream(r, ctx.Request.Header.ContentLength())
+		out.SetBodyStream(r, n)
 	}
 	var t tries
 	retrying := p.retry.enabled(len(p.backends))
@@ -209,16 +215,28 @@ func (p *Pool) serveFast(ctx *fasthttp.RequestCtx, be *backend, in Body, sh *sha
 		t.add(pk.i)
 	}
 	resp := fasthttp.AcquireResponse()
+	watched := d.watch()
+	if watched != nil && watched.Done() == nil {
+		watched = nil // cannot end
+	}
 	for {
+		if watched != nil {
+			be.up.watches.add(out, watched)
+		}
 		err := be.up.Fast.Do(out, resp)
-		if !retrying || !p.fastRetry(ctx, resp, err, body, pk, &t) {
+		if watched != nil {
+			be.up.watches.remove(out)
+		}
+		if !retrying || !p.retryTry(d, resp, err, body, pk, &t) {
 			if streamed != nil {
 				countItems(in.Items, streamed)
 			}
 			if err != nil {
 				fasthttp.ReleaseResponse(resp)
-				p.fastError(ctx, be, err, body)
-				pk.finish(ctx)
+				if watched == nil || watched.Err() == nil {
+					p.failed(d, be, err, body)
+				} // else the client is gone: no one to answer, nothing to log
+				pk.finish(d)
 				return
 			}
 			break
@@ -226,14 +244,15 @@ func (p *Pool) serveFast(ctx *fasthttp.RequestCtx, be *backend, in Body, sh *sha
 		be = p.backends[pk.i]
 		be.requests.Inc()
 	}
-	copyResponse(&ctx.Response, resp)
-	if bs := resp.BodyStream(); bs != nil && !ctx.IsHead() {
-		p.passBody(ctx, be, resp, bs, pk)
+	d.respond(resp)
+	if bs := resp.BodyStream(); bs != nil && !d.head() {
+		p.passBody(d, be, resp, bs, pk)
 		return
 	}
 	releaseBody(resp, nil)
 	fasthttp.ReleaseResponse(resp)
-	pk.finish(ctx)
+	d.send(nil, 0)
+	pk.finish(d)
 }
 
 // countItems stores the items br counted in dst, if set.
@@ -249,11 +268,11 @@ func countItems(dst *int, br *shape.BatchReader) {
 // a longer one, or one without a length, streams through, holding both
 // until the backend's end. Either way a client that reads slower than
 // server.min_rate is cut off.
-func (p *Pool) passBody(ctx *fasthttp.RequestCtx, be *backend, resp *fasthttp.Response, bs io.Reader, pk *pick) {
+func (p *Pool) passBody(d downstream, be *backend, resp *fasthttp.Response, bs io.Reader, pk *pick) {
 	n := resp.Header.ContentLength()
 	pk.code = resp.StatusCode()
 	now := time.Now()
-	fb := &fastBody{p: p, resp: resp, r: bs, slot: pk, conn: ctx.Conn(), start: now}
+	fb := &fastBody{p: p, resp: resp, r: bs, slot: pk, d: d, start: now}
 	if wt := p.writeTimeout; wt > 0 {
 		fb.limit = now.Add(wt)
 	}
@@ -263,7 +282,7 @@ func (p *Pool) passBody(ctx *fasthttp.RequestCtx, be *backend, resp *fasthttp.Re
 	if p.bw != nil {
 		// Paced as it is read from the backend (into the buffer too); a cut
 		// ends the body with an error.
-		fb.r, fb.onCut = p.bw.Reader(ctx, bs), p.onReject
+		fb.r, fb.onCut = p.bw.Reader(d.context(), bs), p.onReject
 	}
 	switch {
 	case n >= 0 && int64(n) <= p.respBuffer:
@@ -271,7 +290,7 @@ func (p *Pool) passBody(ctx *fasthttp.RequestCtx, be *backend, resp *fasthttp.Re
 		fb.head.Reserve(n)
 		done, err := fb.head.Fill(fb.r, n)
 		if err != nil {
-			p.bodyFailed(ctx, be, fb, pk, err)
+			p.bodyFailed(d, be, fb, pk, err)
 			return
 		}
 		if done || fb.head.Len() == n {
@@ -287,7 +306,7 @@ func (p *Pool) passBody(ctx *fasthttp.RequestCtx, be *backend, resp *fasthttp.Re
 	if n < 0 {
 		n = -1 // chunked to the client, whatever the backend's framing
 	}
-	ctx.Response.SetBodyStream(fb, n)
+	d.send(fb, n)
 }
 
 // spillAfter is how long a write of a response to its client may take
@@ -334,10 +353,10 @@ func (b *fastBody) spillLate() {
 	b.backendDone(nil)
 }
 
-// bodyFailed answers ctx when the backend failed (or was paced too long)
+// bodyFailed answers d when the backend failed (or was paced too long)
 // mid-body while levee held the body, before the client has had a byte:
 // it gets levee's answer instead of a truncated one.
-func (p *Pool) bodyFailed(ctx *fasthttp.RequestCtx, be *backend, fb *fastBody, pk *pick, err error) {
+func (p *Pool) bodyFailed(d downstream, be *backend, fb *fastBody, pk *pick, err error) {
 	fb.head.Free()
 	if fb.file != nil {
 		fb.file.Close()
@@ -346,17 +365,17 @@ func (p *Pool) bodyFailed(ctx *fasthttp.RequestCtx, be *backend, fb *fastBody, p
 	releaseBody(fb.resp, err)
 	fasthttp.ReleaseResponse(fb.resp)
 	fb.resp = nil
-	ctx.Response.Reset()
-	p.fastError(ctx, be, err, nil)
-	pk.finish(ctx)
+	p.failed(d, be, err, nil)
+	pk.finish(d)
 }
 
-func (p *Pool) fastError(ctx *fasthttp.RequestCtx, be *backend, err error, body *limitedBody) {
+// failed answers d for a request whose exchange with be failed with err.
+func (p *Pool) failed(d downstream, be *backend, err error, body *limitedBody) {
 	var bodyErr error
 	if body != nil {
 		bodyErr = body.err
 	}
-	p.fail(be.addr, err, bodyErr).fast(ctx)
+	d.fail(p.fail(be.addr, err, bodyErr))
 }
 
 // limitedBody passes a request body on, failing once more than left bytes
@@ -423,7 +442,7 @@ type fastBody struct {
 
 	// server.min_rate, on the client's writes: each read sets the write
 	// deadline of the bytes it returns.
-	conn         net.Conn
+	d            downstream
 	start, limit time.Time
 	sent         int64
 	paced        bool // a write deadline of min_rate's is set
@@ -473,10 +492,10 @@ func (b *fastBody) Read(p []byte) (int, error) {
 			b.spillTimer.Reset(spillAfter) // the write of these n bytes comes next
 		}
 	}
-	if rate := b.p.minRate; rate.Rate > 0 && b.sent > unpacedBytes && b.conn != nil && n > 0 {
-		// The write of what this read returns comes next (fasthttp's
+	if rate := b.p.minRate; rate.Rate > 0 && b.sent > unpacedBytes && n > 0 {
+		// The write of what this read returns comes next (the engine's
 		// buffer flushes before its next read).
-		b.conn.SetWriteDeadline(rate.WriteDeadline(b.start, time.Now(), int64(n), b.limit))
+		b.d.setWriteDeadline(rate.WriteDeadline(b.start, time.Now(), int64(n), b.limit))
 		b.paced = true
 	}
 	return n, err
@@ -516,7 +535,7 @@ func (b *fastBody) CloseWithError(err error) error {
 		}
 		if err != nil && b.paced && isTimeout(err) && (b.limit.IsZero() || time.Now().Before(b.limit)) {
 			b.p.onReject(reply.MinRate)
-			b.p.logTooSlow("response", int64(b.sent), b.conn.RemoteAddr().String(), err)
+			b.p.logTooSlow("response", int64(b.sent), b.d.remote(), err)
 		}
 	})
 	return nil
@@ -600,12 +619,30 @@ func copyResponse(out, in *fasthttp.Response) {
 	}
 }
 
+// endToEnd calls f with each end-to-end field of a backend's response
+// head: not hop-by-hop, not named by its Connection fields, not
+// Content-Length (the caller frames the body).
+func endToEnd(in *fasthttp.ResponseHeader, f func(k, v []byte)) {
+	var conn connTokens
+	for k, v := range in.All() {
+		if ascii.EqualFold(k, "Connection") {
+			conn.add(v)
+		}
+	}
+	for k, v := range in.All() {
+		if isHopByHop(k) || conn.has(k) || ascii.EqualFold(k, "Content-Length") {
+			continue
+		}
+		f(k, v)
+	}
+}
+
 // hopByHop are the headers that describe one connection (RFC 9110 §7.6.1),
 // never forwarded (of a request's Te, "trailers" passes).
 var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Te",
 	"Transfer-Encoding", "Upgrade", "Proxy-Authenticate", "Proxy-Authorization", "Trailer"}
 
-func isHopByHop(k []byte) bool {
+func isHopByHop[T string | []byte](k T) bool {
 	for _, h := range hopByHop {
 		if ascii.EqualFold(k, h) {
 			return true
@@ -617,9 +654,9 @@ func isHopByHop(k []byte) bool {
 // isProxy matches the Proxy request header, which no standard defines and
 // CGI backends read as HTTP_PROXY, their outbound proxy (httpoxy,
 // CVE-2016-5385): never forwarded.
-func isProxy(k []byte) bool { return ascii.EqualFold(k, "Proxy") }
+func isProxy[T string | []byte](k T) bool { return ascii.EqualFold(k, "Proxy") }
 
-func isForwarding(k []byte) bool {
+func isForwarding[T string | []byte](k T) bool {
 	return ascii.EqualFold(k, "X-Forwarded-For") || ascii.EqualFold(k, "X-Forwarded-Host") ||
 		ascii.EqualFold(k, "X-Forwarded-Proto") || ascii.EqualFold(k, "Forwarded")
 }
@@ -740,8 +777,8 @@ func (f fastHeader) first(name string) string {
 func (p *Pool) tunnel(ctx *fasthttp.RequestCtx, be *backend, out *fasthttp.Request, pk *pick) {
 	conn, err := be.up.dialer.dialOwn(be.addr)
 	if err != nil {
-		p.fastError(ctx, be, err, nil)
-		pk.finish(ctx)
+		p.failed(fastDown{ctx}, be, err, nil)
+		pk.finish(fastDown{ctx})
 		return
 	}
 	conn.stats.exchanges.Add(1)
@@ -760,8 +797,8 @@ func (p *Pool) tunnel(ctx *fasthttp.RequestCtx, be *backend, out *fasthttp.Reque
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
 		conn.Close()
-		p.fastError(ctx, be, err, nil)
-		pk.finish(ctx)
+		p.failed(fastDown{ctx}, be, err, nil)
+		pk.finish(fastDown{ctx})
 		return
 	}
 	if code := resp.StatusCode(); code != fasthttp.StatusSwitchingProtocols {
@@ -772,11 +809,11 @@ func (p *Pool) tunnel(ctx *fasthttp.RequestCtx, be *backend, out *fasthttp.Reque
 		if code == fasthttp.StatusNoContent || code == fasthttp.StatusNotModified || n == 0 || ctx.IsHead() {
 			conn.Close()
 			fasthttp.ReleaseResponse(resp)
-			pk.finish(ctx)
+			pk.finish(fastDown{ctx})
 			return
 		}
 		resp.SetBodyStream(body, n)
-		p.passBody(ctx, be, resp, body, pk)
+		p.passBody(fastDown{ctx}, be, resp, body, pk)
 		return
 	}
 	defer fasthttp.ReleaseResponse(resp)
@@ -864,9 +901,9 @@ func newPick(p *Pool, bal balance.Balancer, i int, start time.Time, slot Release
 	return pk
 }
 
-// finish records the status ctx is answering with, then releases.
-func (pk *pick) finish(ctx *fasthttp.RequestCtx) {
-	pk.code = ctx.Response.StatusCode()
+// finish records the status d is answering with, then releases.
+func (pk *pick) finish(d downstream) {
+	pk.code = d.status()
 	pk.Release()
 }
 
@@ -879,18 +916,18 @@ func (pk *pick) Release() {
 	Release(slot, code)
 }
 
-// fastRetry decides, after a try of ctx's request that returned resp or
+// retryTry decides, after a try of d's request that returned resp or
 // err, whether to try again, and if so moves pk to the next backend (the
 // failed try is reported to the balancer) and frees resp for the next try.
 // Retried: a connect error if the body stream (if any) was never read; a
 // listed status for an idempotent method whose body was read whole (never
 // a stream).
-func (p *Pool) fastRetry(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, err error, body *limitedBody, pk *pick, t *tries) bool {
+func (p *Pool) retryTry(d downstream, resp *fasthttp.Response, err error, body *limitedBody, pk *pick, t *tries) bool {
 	if err != nil {
 		if !p.retry.onConnect || !isConnectError(err) || body != nil && body.touched {
 			return false
 		}
-	} else if !p.retry.on(resp.StatusCode()) || !isIdempotent(&ctx.Request.Header) || body != nil {
+	} else if !p.retry.on(resp.StatusCode()) || !d.idempotent() || body != nil {
 		return false
 	}
 	bal, i, ok := p.nextTry(pk.bal, t, time.Now())

@@ -181,24 +181,6 @@ type stdHeader http.Header
 func (h stdHeader) all(name string) string   { return strings.Join(http.Header(h).Values(name), ", ") }
 func (h stdHeader) first(name string) string { return http.Header(h).Get(name) }
 
-// setForwarded writes the forwarding headers of in on out (net/http
-// engine), and drops from out the identityHeaders of an untrusted peer.
-func (t Trust) setForwarded(in *http.Request, out http.Header) {
-	peer := peerIP(in.RemoteAddr)
-	if !peer.IsValid() || !t.trusted(peer) {
-		for k := range out {
-			if isIdentity(k) {
-				delete(out, k)
-			}
-		}
-	}
-	f := t.forwarded(peer, in.Host, in.TLS != nil, stdHeader(in.Header))
-	out["X-Forwarded-For"] = []string{f.xff}
-	out["X-Forwarded-Host"] = []string{f.host}
-	out["X-Forwarded-Proto"] = []string{f.proto}
-	out["Forwarded"] = []string{f.fwd}
-}
-
 func peerIP(remoteAddr string) netip.Addr {
 	host, _, err := net.SplitHostPort(remoteAddr)
 	if err != nil {
@@ -227,25 +209,6 @@ func forwardedElement(peer netip.Addr, host, proto string) string {
 	b.WriteString(";proto=")
 	b.WriteString(proto)
 	return b.String()
-}
-
-// dropH2CUpgrade removes a client's request to upgrade to cleartext HTTP/2
-// (ReverseProxy passes it on; golang/go#80416). A backend that accepted would
-// turn the connection into an opaque tunnel carrying any number of requests
-// past levee's routing, limits and forwarding headers. The request is then
-// forwarded as an ordinary one; WebSocket and other upgrades are untouched.
-func dropH2CUpgrade(h http.Header) {
-	for _, v := range h["Upgrade"] {
-		for proto := range strings.SplitSeq(v, ",") {
-			name, _, _ := strings.Cut(strings.TrimSpace(proto), "/")
-			if strings.EqualFold(name, "h2c") {
-				delete(h, "Upgrade")
-				delete(h, "Connection") // ReverseProxy reduced it to "Upgrade"
-				delete(h, "Http2-Settings")
-				return
-			}
-		}
-	}
 }
 
 func quoteIfNeeded(s string) string {

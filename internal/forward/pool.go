@@ -4,12 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
-	"net/http/httputil"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/leveeproxy/levee/internal/balance"
@@ -20,7 +16,6 @@ import (
 	"github.com/leveeproxy/levee/internal/netlimit"
 	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/leveeproxy/levee/internal/reply"
-	"github.com/leveeproxy/levee/internal/shape"
 	"github.com/leveeproxy/levee/internal/spill"
 	"github.com/valyala/fasthttp"
 )
@@ -115,12 +110,8 @@ type Pool struct {
 }
 
 type backend struct {
-	addr string
-	up   *Upstream // the connection pool, shared with every app at addr
-	// proxy is the net/http engine's proxy to the backend, made on its
-	// first request (see Pool.proxy): an app served over fasthttp alone
-	// never makes one.
-	proxy    atomic.Pointer[httputil.ReverseProxy]
+	addr     string
+	up       *Upstream // the connection pool, shared with every app at addr
 	requests *observe.Counter
 }
 
@@ -171,90 +162,6 @@ func NewPool(o Options) *Pool {
 	return p
 }
 
-// proxy returns be's ReverseProxy, made on its first use.
-func (p *Pool) proxy(be *backend) *httputil.ReverseProxy {
-	if rp := be.proxy.Load(); rp != nil {
-		return rp
-	}
-	rp := &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", be.addr
-			// Keep the client's Host: backends of a multi-tenant edge route on it.
-			pr.Out.Host = pr.In.Host
-			p.trust.setForwarded(pr.In, pr.Out.Header)
-			dropH2CUpgrade(pr.Out.Header)
-			delete(pr.Out.Header, "Proxy") // httpoxy: see isProxy
-		},
-		Transport:      be.up.leg,
-		BufferPool:     bufferPool{},
-		ErrorHandler:   p.errorHandler(be),
-		ModifyResponse: p.modifyResponse,
-		// Unknown-length and event-stream responses are flushed as they
-		// arrive (ReverseProxy's rule); others are copied through a 32 KiB buffer.
-		FlushInterval: 0,
-	}
-	if !be.proxy.CompareAndSwap(nil, rp) {
-		return be.proxy.Load()
-	}
-	return rp
-}
-
-// modifyResponse is ReverseProxy's ModifyResponse: a listed status may be
-// dropped for a retry. (Each read of the body is bounded by the connection:
-// see backendConn.)
-func (p *Pool) modifyResponse(res *http.Response) error {
-	if p.retry.statuses != [3]bool{} {
-		return p.retryStatus(res)
-	}
-	return nil
-}
-
-// ServeHTTP forwards r to the next backend and streams back its response.
-func (p *Pool) ServeHTTP(w http.ResponseWriter, r *http.Request) { p.Serve(w, r, nil, "", nil) }
-
-// Serve is ServeHTTP counting the batch items of r's body under sh (nil
-// counts nothing), the shape limits of r's path, and sending the backend
-// shadow as Levee-Shadow ("": none). A Levee-Shadow r came with is dropped.
-// items, if set, gets the number of batch items once the request is done.
-func (p *Pool) Serve(w http.ResponseWriter, r *http.Request, sh *shape.Checker, shadow string, items *int) {
-	// On r, not in Rewrite: ReverseProxy clones r's header for each try.
-	MarkShadow(r.Header, shadow)
-	if r.Body != nil && r.Body != http.NoBody {
-		if p.bw != nil {
-			r.Body = batchBody{Reader: p.bw.Reader(r.Context(), r.Body), Closer: r.Body}
-		}
-		if br := sh.BatchReader(r.Body); br != nil {
-			// Outermost, so its violation reaches errorHandler as itself.
-			r.Body = batchBody{Reader: br, Closer: r.Body}
-			if items != nil {
-				defer countItems(items, br) // deferred: ReverseProxy may abort with a panic
-			}
-		}
-	}
-	if p.bw != nil {
-		w = &pacedWriter{ResponseWriter: w, paced: p.bw.Writer(r.Context(), w), onCut: p.onReject}
-	}
-	start := time.Now()
-	key := p.key.HTTP(r)
-	bal := p.balancer(key)
-	i := bal.Pick(key, start)
-	if i == balance.NoBackend {
-		p.onReject(reasonNoBackend)
-		reply.NoBackendReply.HTTP(w, 0)
-		return
-	}
-	if p.retry.enabled(len(p.backends)) {
-		p.serveRetrying(w, r, bal, i, start)
-		return
-	}
-	be := p.backends[i]
-	be.requests.Inc()
-	defer func() { // deferred: ReverseProxy aborts with a panic mid-body
-		p.done(bal, i, httpOutcome(w, r), start)
-	}()
-	p.proxy(be).ServeHTTP(w, r)
-}
-
 // done reports a finished request to the balancer and the outcome observer.
 func (p *Pool) done(bal balance.Balancer, i int, o balance.Outcome, start time.Time) {
 	now := time.Now()
@@ -278,31 +185,6 @@ func (p *Pool) balancer(key string) balance.Balancer {
 	return p.bal
 }
 
-// httpOutcome classifies a finished net/http exchange for the balancer:
-// a 5xx (levee's 502/504 included) is a failure, a client gone is neither.
-func httpOutcome(w http.ResponseWriter, r *http.Request) balance.Outcome {
-	code := statusOf(w)
-	if code == 0 && r.Context().Err() != nil {
-		return balance.Canceled
-	}
-	return outcomeOf(code)
-}
-
-// statusOf finds the status written so far through any wrappers (they
-// expose Unwrap, as http.ResponseController expects); 0 if none is known.
-func statusOf(w http.ResponseWriter) int {
-	for {
-		if s, ok := w.(interface{ Status() int }); ok {
-			return s.Status()
-		}
-		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
-		if !ok {
-			return 0
-		}
-		w = u.Unwrap()
-	}
-}
-
 // outcomeOf classifies a response status for the balancer.
 func outcomeOf(code int) balance.Outcome {
 	switch {
@@ -314,45 +196,8 @@ func outcomeOf(code int) balance.Outcome {
 	return balance.OK
 }
 
-func (p *Pool) errorHandler(be *backend) func(http.ResponseWriter, *http.Request, error) {
-	return func(w http.ResponseWriter, r *http.Request, err error) {
-		switch {
-		case r.Context().Err() != nil:
-			// The client went away; there is no one to answer and nothing to log.
-		case p.retryError(r, err):
-			// Tried again on another backend: this try answers nothing.
-		default:
-			p.fail(be.addr, err, nil).http(w)
-		}
-	}
-}
-
 // reasonBandwidth: a transfer cut after waiting limits.bandwidth.max_delay.
 const reasonBandwidth = reply.Bandwidth
-
-// pacedWriter paces a response through the app's bandwidth limit; Unwrap
-// keeps Flush and Hijack reachable for http.ResponseController.
-type pacedWriter struct {
-	http.ResponseWriter
-	paced io.Writer
-	onCut func(string)
-}
-
-func (w *pacedWriter) Write(b []byte) (int, error) {
-	n, err := w.paced.Write(b)
-	if errors.Is(err, bandwidth.ErrTooSlow) {
-		w.onCut(reasonBandwidth)
-	}
-	return n, err
-}
-
-func (w *pacedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// batchBody counts batch items as the body streams; Close closes the original.
-type batchBody struct {
-	io.Reader
-	io.Closer
-}
 
 // BadBodyError is a client's request body that could not be read: broken
 // chunked framing, or a connection that failed mid-body.
@@ -360,21 +205,6 @@ type BadBodyError struct{ Err error }
 
 func (e *BadBodyError) Error() string { return "forward: reading the request body: " + e.Err.Error() }
 func (e *BadBodyError) Unwrap() error { return e.Err }
-
-// GuardBody marks errors reading body (other than EOF and a limit's
-// *http.MaxBytesError) as *BadBodyError, so that a badly framed request is
-// answered 400, not 502 as if the backend had failed.
-func GuardBody(body io.ReadCloser) io.ReadCloser { return &guardedBody{body} }
-
-type guardedBody struct{ io.ReadCloser }
-
-func (b *guardedBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if err != nil && err != io.EOF && !errors.As(err, new(*http.MaxBytesError)) {
-		err = &BadBodyError{Err: err}
-	}
-	return n, err
-}
 
 // backendTimedOut reports a backend that did not answer in time, or a
 // request that waited too long for one of its connections: a 504.
@@ -387,14 +217,9 @@ func isTimeout(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
-// bufferPool recycles ReverseProxy's copy buffers: one 32 KiB allocation
-// per response otherwise dominates the proxy's garbage.
-type bufferPool struct{}
-
+// buffers recycle httpDown's copy buffers: one 32 KiB allocation per
+// response would otherwise dominate the proxy's garbage.
 var buffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
-
-func (bufferPool) Get() []byte  { return *buffers.Get().(*[]byte) }
-func (bufferPool) Put(b []byte) { buffers.Put(&b) }
 
 // tooSlow counts and logs a request body cut off at server.min_rate.
 func (p *Pool) tooSlow(err error) {

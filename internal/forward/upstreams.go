@@ -47,7 +47,6 @@ type Upstream struct {
 	Fast    *fasthttp.HostClient
 	watches *watches    // the net/http engine's requests in flight on Fast
 	dialer  *fastDialer // Fast's: the pool's stats and dial budget
-	leg     *httpLeg    // the net/http engine's way to Fast
 }
 
 // Addr is the pool's backend address.
@@ -70,7 +69,6 @@ func (us *Upstreams) Acquire(addr string, u config.Upstream) *Upstream {
 		w := new(watches)
 		p = &Upstream{key: k, watches: w}
 		p.Fast, p.dialer = newFastClient(addr, u, &us.Unclean, w)
-		p.leg = &httpLeg{hc: p.Fast, watches: w}
 		us.pools[k] = p
 	}
 	p.refs++

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net/http"
 	"runtime"
@@ -35,35 +34,38 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.TLS = hc.tls
 	}
 	e := httpExchanges.Get().(*httpExchange)
-	e.held.Reset(w)
-	e.rec.ResponseWriter, e.rec.Code, e.rec.Written, e.R, e.conn = &e.held, 0, 0, r, hc
-	e.nItems = 0
-	defer e.free()
+	e.rec.ResponseWriter, e.rec.Code, e.rec.Written, e.R, e.conn = w, 0, 0, r, hc
+	e.nItems, e.aborted = 0, false
 	serve(s, e)
+	aborted := e.aborted
+	e.free()
+	if aborted {
+		// The backend's answer broke off after part of it was written: a
+		// reset stream, so that the client cannot take it for a whole one.
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // httpExchange is a net/http request as serve sees it.
 type httpExchange struct {
 	// HTTPRequest is what the limits read of the request (R).
 	limits.HTTPRequest
-	rec  recorder
-	held forward.HeldResponse // under rec: a response held until the slot is given back
+	rec recorder
 	// body is the request body as readBody left it (nil: none read).
-	body   *aheadBody
-	conn   *h2Conn // nil when not from a listener
-	nItems int     // batch items, as forward counted them
-	tr     trace.Request
+	body    *aheadBody
+	conn    *h2Conn // nil when not from a listener
+	nItems  int     // batch items, as forward counted them
+	aborted bool    // the answer broke off after part of it was written
+	tr      trace.Request
 }
 
 var httpExchanges = sync.Pool{New: func() any { return new(httpExchange) }}
 
 func (e *httpExchange) free() {
-	e.held.Free()
 	if e.body != nil {
-		e.body.free()
+		e.body.head.Free()
 	}
 	e.R, e.rec.ResponseWriter, e.body, e.conn = nil, nil, nil, nil
-	e.held.Reset(nil)
 	httpExchanges.Put(e)
 }
 
@@ -89,10 +91,8 @@ func (e *httpExchange) readBody(s *Server, rt *route, sh *limits.PathShape) (ref
 	}
 	e.tr.Mark(trace.StageBodyRead, s.clk)
 	now := time.Now()
-	// Not pooled with the exchange: the Transport may read a request's body
-	// after ServeHTTP has returned (a backend that answered first).
-	b := &aheadBody{c: r.Body}
-	b.paced = netlimit.PacedReader{R: r.Body, Conn: http.NewResponseController(e.held.Unwrap()),
+	b := &aheadBody{}
+	b.paced = netlimit.PacedReader{R: r.Body, Conn: http.NewResponseController(e.rec.ResponseWriter),
 		Rate: rt.body.rate, Start: now, Limit: now.Add(rt.body.timeout)}
 	b.r = &b.paced
 	e.body = b
@@ -116,10 +116,8 @@ func (e *httpExchange) readBody(s *Server, rt *route, sh *limits.PathShape) (ref
 			b.r = nil
 			r.ContentLength = int64(b.head.Len())
 		}
-		r.Body = b
 		return ref, true // perhaps with a shadowed body limit
 	}
-	r.Body = b
 	return refusal{}, true
 }
 
@@ -144,55 +142,17 @@ func (e *httpExchange) forward(rt *route, sh *limits.PathShape, slot forward.Rel
 		forward.Release(slot, StatusClientClosed)
 		return
 	}
-	released := false
-	defer func() { // deferred: ReverseProxy aborts with a panic mid-body
-		if !released {
-			forward.Release(slot, e.rec.Code)
-		}
-	}()
-	r := e.R
-	if tp := e.tr.Traceparent(); tp != nil {
-		// Levee's span is the backend's parent; the Rewrite's clone of
-		// r.Header carries it (tracing off: the client's pass as sent).
-		r.Header["Traceparent"] = []string{string(tp)}
-		if e.tr.DropTracestate() {
-			delete(r.Header, "Tracestate")
+	body := forward.Body{Limit: rt.BodyLimit(sh), Shadow: out.shadow.Header(), Items: &e.nItems,
+		Trace: forward.TraceHeaders{Traceparent: e.tr.Traceparent(), DropTracestate: e.tr.DropTracestate()}}
+	if b := e.body; b != nil {
+		// What streams from here holds the slot: timed afresh (see fastExchange).
+		b.paced.Start, b.paced.N = time.Now(), 0
+		body.Head, body.Whole = b.head.Bytes(), b.r == nil
+		if b.r != nil {
+			body.Rest = b.r
 		}
 	}
-	if r.ContentLength < 0 && rt.BodyLimit(sh) == sh.Body { // unknown length: enforce the limit while streaming
-		r.Body = forward.GuardBody(http.MaxBytesReader(&e.rec, r.Body, sh.Body))
-	}
-	// What streams from here holds the slot: timed afresh (see fastExchange).
-	if e.body != nil {
-		e.body.paced.Start, e.body.paced.N = time.Now(), 0
-	}
-	e.held.Hold(rt.pool)
-	e.serveHeld(rt, r, out)
-	// The backend is done: its slot goes back before a held response is
-	// written to the client, however slowly that reads.
-	released = true
-	forward.Release(slot, e.rec.Code)
-	e.held.Send()
-}
-
-// serveHeld forwards r. ReverseProxy aborts the handler (panics with
-// http.ErrAbortHandler) when the backend fails mid-body; if the response
-// is still held whole, none of it has reached the client, which then gets
-// levee's 502 as on HTTP/1.1 rather than a reset stream. Any other panic
-// goes on.
-func (e *httpExchange) serveHeld(rt *route, r *http.Request, out toBackend) {
-	defer func() {
-		if v := recover(); v != nil {
-			if v != http.ErrAbortHandler || !e.held.Holding() { //nolint:errorlint // ReverseProxy panics with the value itself
-				panic(v)
-			}
-			e.held.Free()
-			clear(e.held.Header())
-			e.rec.Code = 0
-			reply.BackendUnreachableReply.HTTP(&e.rec, 0)
-		}
-	}()
-	rt.pool.Serve(&e.rec, r, out.check, out.shadow.Header(), &e.nItems)
+	e.aborted = rt.pool.ServeRequest(&e.rec, e.R, body, out.check, slot) // releases the slot
 }
 
 func (e *httpExchange) traceState() *trace.Request { return &e.tr }
@@ -218,8 +178,10 @@ func (e *httpExchange) describe(sp *trace.Span) spanView {
 	if r.ProtoMajor == 1 {
 		v.proto = "1." + strconv.Itoa(r.ProtoMinor)
 	}
-	for _, s := range r.Header["Tracestate"] { // what the backend got (see forward)
-		sp.AddTraceState(s)
+	if !e.tr.DropTracestate() { // what the backend got (see forward)
+		for _, s := range r.Header["Tracestate"] {
+			sp.AddTraceState(s)
+		}
 	}
 	return v
 }
@@ -230,9 +192,7 @@ func (e *httpExchange) rejected() bool { return len(e.rec.Header()[reply.Reject]
 func (e *httpExchange) bytes() uint64 {
 	n := max(e.R.ContentLength, 0)
 	if b := e.body; n == 0 && b != nil { // no length: what was read
-		b.mu.Lock() // the Transport may still be reading it
 		n = int64(b.head.Len()) + b.paced.N
-		b.mu.Unlock()
 	}
 	return uint64(n + e.rec.Written)
 }
@@ -245,53 +205,10 @@ func (e *httpExchange) rejectReason() string { return e.rec.Header().Get(reply.R
 // shared with the admission middleware).
 type recorder = limits.Recorder
 
-// aheadBody is a request body read ahead: head, then the rest from r (nil:
-// head is all of it). Close closes the original body. free gives the head
-// back, after which a read (a Transport's, after ServeHTTP returned) fails
-// rather than touch a buffer given to another request.
+// aheadBody is a request body read ahead of admission: head, then the
+// rest from r (nil: head is all of it), paced at min_rate.
 type aheadBody struct {
-	mu    sync.Mutex
-	freed bool
 	head  membuf.Buffer
-	off   int
 	r     io.Reader // the rest, paced; nil when head is all
 	paced netlimit.PacedReader
-	c     io.Closer
-}
-
-var errBodyFreed = errors.New("server: request body read after its request ended")
-
-func (b *aheadBody) Read(p []byte) (int, error) {
-	b.mu.Lock()
-	switch {
-	case b.freed:
-		b.mu.Unlock()
-		return 0, &forward.BadBodyError{Err: errBodyFreed}
-	case b.off < b.head.Len():
-		n := copy(p, b.head.Bytes()[b.off:])
-		b.off += n
-		b.mu.Unlock()
-		return n, nil
-	}
-	r := b.r
-	b.mu.Unlock()
-	if r == nil {
-		return 0, io.EOF
-	}
-	// The rest is read outside the lock: it may wait on the client, and
-	// r is this request's own (never reused).
-	n, err := r.Read(p)
-	if err != nil && err != io.EOF {
-		err = &forward.BadBodyError{Err: err}
-	}
-	return n, err
-}
-
-func (b *aheadBody) Close() error { return b.c.Close() }
-
-func (b *aheadBody) free() {
-	b.mu.Lock()
-	b.freed = true
-	b.head.Free()
-	b.mu.Unlock()
 }
