@@ -487,8 +487,11 @@ func (b *fastBody) Read(p []byte) (int, error) {
 		err = io.EOF
 	}
 	b.sent += int64(n)
-	if b.spillTimer != nil && b.state.CompareAndSwap(spillReading, spillIdle) {
-		if b.resp != nil && err == nil {
+	if b.spillTimer != nil {
+		// Decided before the state is idle: from then on a timer armed
+		// for an earlier write may run spillLate, which changes b.resp.
+		rearm := b.resp != nil && err == nil
+		if b.state.CompareAndSwap(spillReading, spillIdle) && rearm {
 			b.spillTimer.Reset(spillAfter) // the write of these n bytes comes next
 		}
 	}

@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
 	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/spill"
 )
@@ -22,8 +25,7 @@ import (
 // Issue 24 point 4: a response longer than response_buffer whose client
 // reads slower than the backend sends (a write to it stalls) has its rest
 // held on disk (server.spill, limits.response_spill), so a slow reader
-// holds neither the slot nor the backend connection. HTTP/1.1 clients
-// only: the net/http engine (HTTP/2) does not spill yet.
+// holds neither the slot nor the backend connection, on either engine.
 
 // spillSize is more than the sockets' buffers between levee and a client
 // that reads nothing hold (up to 4 MiB sent, a 4 KiB receive buffer), and
@@ -98,6 +100,62 @@ func TestSlowReaderPastTheBufferHoldsNoSlot(t *testing.T) {
 	}
 	if got, err := io.ReadAll(resp.Body); err != nil || !bytes.Equal(got, be.body) {
 		t.Fatalf("slow reader got %d bytes (%v), equal: %v; want the backend's %d exactly", len(got), err, bytes.Equal(got, be.body), len(be.body))
+	}
+	waitFor(t, "the file and buffer given back", func() bool {
+		return p.metric("levee_spill_bytes", nil) == 0 && p.metric("levee_buffer_bytes", nil) == 0
+	})
+}
+
+// Over HTTP/2 a slow reader is one that gives the stream little
+// flow-control window: net/http's write waits for more, and the rest of
+// the response is spilled as on HTTP/1.1. The client then reads it whole.
+func TestSlowReaderPastTheBufferHoldsNoSlotOverH2(t *testing.T) {
+	be := newPatternBackend(t, spillSize)
+	dir := t.TempDir()
+	p := startProxy(t, spillConfig(be.addr(), "", dir, "")+"listen: [{addr: 127.0.0.1:0, h2c: true}]\n")
+	c := dialProxy(t, p)
+	c.SetDeadline(time.Now().Add(guard))
+	io.WriteString(c, http2.ClientPreface)
+	fr := http2.NewFramer(c, c)
+	const window = 16 << 10 // the stream's only window until the spill
+	fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: window})
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", "photos.test"}, {":path", "/big"}} {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndStream: true, EndHeaders: true})
+	waitFor(t, "the response to be spilled and the slot given back", func() bool {
+		return p.metric("levee_spilled_total", nil) == 1 && p.metric("levee_inflight", map[string]string{"app": "photos"}) == 0
+	})
+	if got := p.metric("levee_spill_bytes", nil); got <= 0 || got >= spillSize {
+		t.Fatalf("levee_spill_bytes = %v; want the rest of the %d-byte response after what streamed", got, spillSize)
+	}
+	expectEmptyDir(t, dir)
+	expectServed(t, p, 5, "while an HTTP/2 client reads a spilled response slowly")
+	// Now read it all, granting window as it comes.
+	fr.WriteWindowUpdate(0, spillSize)
+	fr.WriteWindowUpdate(1, spillSize)
+	var got []byte
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("after %d bytes: %v", len(got), err)
+		}
+		switch f := f.(type) {
+		case *http2.DataFrame:
+			got = append(got, f.Data()...)
+		case *http2.RSTStreamFrame:
+			t.Fatalf("stream reset (%v) after %d bytes", f.ErrCode, len(got))
+		case *http2.GoAwayFrame:
+			t.Fatalf("GOAWAY (%v) after %d bytes", f.ErrCode, len(got))
+		}
+		if f.Header().StreamID == 1 && f.Header().Flags.Has(http2.FlagDataEndStream) && f.Header().Type == http2.FrameData {
+			break
+		}
+	}
+	if !bytes.Equal(got, be.body) {
+		t.Fatalf("slow reader got %d bytes, equal: %v; want the backend's %d exactly", len(got), bytes.Equal(got, be.body), len(be.body))
 	}
 	waitFor(t, "the file and buffer given back", func() bool {
 		return p.metric("levee_spill_bytes", nil) == 0 && p.metric("levee_buffer_bytes", nil) == 0
