@@ -221,14 +221,14 @@ func TestLightClientIsServedAtTheNextCompletion(t *testing.T) {
 	for _, g := range aGroups { // and has three more requests waiting
 		wg.Go(func() { g.Go(func(ctx context.Context) error { started("A"); return heavy.hold(ctx) }) })
 	}
-	leaktest.WaitFor(t, leaktest.Wait, func() bool { return b.Waiting() == 3 })
+	leaktest.WaitFor(t, leaktest.Wait, "3 waiting", func() bool { return b.Waiting() == 3 })
 	gb := b.Group(ctx, "B")
 	bGo := make(chan struct{})
 	go func() {
 		defer close(bGo)
 		gb.Go(func(context.Context) error { started("B"); return nil })
 	}()
-	leaktest.WaitFor(t, leaktest.Wait, func() bool { return b.Waiting() == 4 })
+	leaktest.WaitFor(t, leaktest.Wait, "4 waiting", func() bool { return b.Waiting() == 4 })
 
 	heavy.release() // one of A's tasks finishes
 	<-bGo           // Wait comes after the last Go
@@ -268,7 +268,7 @@ func TestGoGivesUpWhenTheContextEnds(t *testing.T) {
 		defer close(returned)
 		g.Go(func(context.Context) error { ran = true; return nil })
 	}()
-	leaktest.WaitFor(t, leaktest.Wait, func() bool { return b.Waiting() == 1 })
+	leaktest.WaitFor(t, leaktest.Wait, "1 waiting", func() bool { return b.Waiting() == 1 })
 	cancel()
 	<-returned
 	if err := g.Wait(); !errors.Is(err, context.Canceled) {
@@ -317,7 +317,7 @@ func TestFirstErrorCancelsTheGroup(t *testing.T) {
 	// The failing task may still be running; a task that waits for the
 	// group's context to end sees it end.
 	g.Go(func(ctx context.Context) error { <-ctx.Done(); return errors.New("second") })
-	leaktest.WaitFor(t, leaktest.Wait, func() bool { return b.Running() <= 1 })
+	leaktest.WaitFor(t, leaktest.Wait, "at most 1 running", func() bool { return b.Running() <= 1 })
 	var ran atomic.Bool
 	for range 100 {
 		g.Go(func(context.Context) error { ran.Store(true); return nil })
@@ -393,7 +393,7 @@ func TestIdleGoroutinesEnd(t *testing.T) {
 	if n := admission.Workers(b); n > slots {
 		t.Errorf("%d goroutines counted, want ≤ %d", n, slots)
 	}
-	leaktest.WaitFor(t, leaktest.Wait, func() bool {
+	leaktest.WaitFor(t, leaktest.Wait, "the idle budget's goroutines to end", func() bool {
 		return admission.Workers(b) == 0 && runtime.NumGoroutine() <= base
 	})
 	// An idle Budget starts them again.
@@ -481,7 +481,7 @@ func TestGoroutinesEndUnderLoad(t *testing.T) {
 			if b.Running() != 0 {
 				t.Errorf("%d slots still held", b.Running())
 			}
-			leaktest.WaitFor(t, leaktest.Wait, func() bool { return admission.Workers(b) == 0 })
+			leaktest.WaitFor(t, leaktest.Wait, "no workers", func() bool { return admission.Workers(b) == 0 })
 		})
 	}
 }

@@ -16,7 +16,7 @@ func queuedFor(t *testing.T, l *Limiter, ctx context.Context, tk Ticket, n int) 
 	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- l.AcquireFor(ctx, tk) }()
-	leaktest.WaitFor(t, leaktest.Wait, func() bool { return l.Queued() >= n })
+	leaktest.WaitFor(t, leaktest.Wait, "the waiters to queue", func() bool { return l.Queued() >= n })
 	return done
 }
 

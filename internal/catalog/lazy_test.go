@@ -519,13 +519,7 @@ func TestLazyConcurrentLoadsAndChanges(t *testing.T) {
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	leaktest.WaitFor(t, leaktest.Wait, "the condition", cond)
 }
 
 func TestLazyCachedLookupAllocatesNothing(t *testing.T) {

@@ -329,17 +329,7 @@ func TestPoolBackendHoldsSlotsForClientsThatLeft(t *testing.T) {
 	}
 	d := NewHTTPDoer("http://"+b.Addr, 4)
 	defer d.Close()
-	poll := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.After(waitTimeout)
-		for !cond() {
-			select {
-			case <-deadline:
-				t.Fatalf("timed out waiting until %s", what)
-			case <-time.After(time.Millisecond):
-			}
-		}
-	}
+	poll := func(what string, cond func() bool) { t.Helper(); waitFor(t, what, cond) }
 	ctx, leave := context.WithCancel(context.Background())
 	first := make(chan Response, 1)
 	go func() { first <- d.Do(ctx, &Request{Path: "/"}) }()

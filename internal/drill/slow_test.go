@@ -11,18 +11,14 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/leveeproxy/levee/internal/leaktest"
 )
 
 // waitFor polls cond every millisecond until it holds, or fails after waitTimeout.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	leaktest.WaitFor(t, waitTimeout, what, cond)
 }
 
 // holding is an edge that holds every slow connection: no timeouts, the

@@ -120,16 +120,16 @@ func idOf(g string) (int, bool) {
 	return id, err == nil
 }
 
-// WaitFor polls cond until it holds, failing t (and stopping the test) if
-// it does not within max: the shared poll of levee's tests, for a state
-// another goroutine reaches (a request queued, a count reached), never to
-// order goroutines by sleeping.
-func WaitFor(t testing.TB, max time.Duration, cond func() bool) {
+// WaitFor polls cond until it holds, failing t (and stopping the test),
+// with what it waited for, if it does not within max: the one poll of
+// levee's tests, for a state another goroutine reaches (a request queued,
+// a count reached), never to order goroutines by sleeping.
+func WaitFor(t testing.TB, max time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(max)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("leaktest.WaitFor: condition not met within %v", max)
+			t.Fatalf("timed out after %v waiting for %s", max, what)
 		}
 		time.Sleep(time.Millisecond)
 	}

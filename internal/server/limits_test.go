@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leveeproxy/levee/internal/clock"
+	"github.com/leveeproxy/levee/internal/leaktest"
 	"github.com/leveeproxy/levee/internal/netlimit"
 )
 
@@ -70,15 +71,10 @@ func (g *gatedBackend) addr() string { return strings.TrimPrefix(g.URL, "http://
 
 // waitFor polls cond until it holds or 10 s pass; the deadline only catches
 // a hang, it is not a performance assertion.
+// waitFor is leaktest.WaitFor with the tests' usual bound.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	leaktest.WaitFor(t, leaktest.Wait, what, cond)
 }
 
 func (p *proxy) app(name string) *app {

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leveeproxy/levee/internal/leaktest"
 )
 
 // stormBackend answers every request with "ok" once release is closed, and
@@ -373,13 +375,7 @@ func stormRoundTrip(c net.Conn, br *bufio.Reader) error {
 // box take seconds, and more when other tests share it).
 func stormWait(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after a minute waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	leaktest.WaitFor(t, time.Minute, what, cond)
 }
 
 // lastLines is the last n lines of s.

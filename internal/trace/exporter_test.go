@@ -13,6 +13,8 @@ import (
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/leveeproxy/levee/internal/leaktest"
 )
 
 // receiver is an OTLP/HTTP endpoint that decodes what it is sent with the
@@ -185,11 +187,5 @@ func TestExporterDropsWhenFull(t *testing.T) {
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	leaktest.WaitFor(t, 5*time.Second, "the condition", cond)
 }
