@@ -20,14 +20,6 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// Headers that explain a response levee made itself rather than the backend.
-const (
-	// HeaderReject names the limit that refused a request (see admit.Reason).
-	HeaderReject = reply.Reject
-	// HeaderError names why levee could not get a response from a backend.
-	HeaderError = reply.Error
-)
-
 // Options build a Pool.
 type Options struct {
 	App      string

@@ -16,7 +16,7 @@ import (
 	"github.com/leveeproxy/levee/internal/ratelimit"
 )
 
-// The rejection reasons of the SQLite catalog.
+// The rejection reasons of the catalog (SQLite or PostgreSQL).
 const (
 	reasonCatalogBusy        = "catalog-busy"
 	reasonCatalogUnavailable = "catalog-unavailable"
@@ -50,25 +50,25 @@ func (s *Server) newLazyCatalog(st catalog.Store, cfg config.Catalog) *catalog.L
 	})
 }
 
-// routeStored finds a request's route in the SQLite catalog, after the
+// routeStored finds a request's route in the catalog, after the
 // config file's apps missed. ok false with a zero refusal code: no app
 // claims it (404), or the client went away.
-func (s *Server) routeStored(ctx context.Context, host, path string) (*route, refusal, bool) {
+func (s *Server) routeStored(ctx context.Context, host, path string) (*route, limits.Refusal, bool) {
 	rt, err := s.lazy.Load(ctx, host, path)
 	switch {
 	case err == nil:
-		return rt, refusal{}, true
+		return rt, limits.Refusal{}, true
 	case errors.Is(err, catalog.ErrBusy):
 		s.unrouted.Rejected(reasonCatalogBusy)
-		return nil, refusal{Code: http.StatusServiceUnavailable, Reason: reasonCatalogBusy, RetryAfter: s.catalogRetry}, false
+		return nil, limits.Refusal{Code: http.StatusServiceUnavailable, Reason: reasonCatalogBusy, RetryAfter: s.catalogRetry}, false
 	case errors.Is(err, catalog.ErrUnavailable):
 		s.unrouted.Rejected(reasonCatalogUnavailable)
 		if l, ok := s.errlog.Take(slog.LevelError, observe.EventCatalogLoad, ""); ok {
 			l.Log("host", host, "err", err)
 		}
-		return nil, refusal{Code: http.StatusServiceUnavailable, Reason: reasonCatalogUnavailable, RetryAfter: s.catalogRetry}, false
+		return nil, limits.Refusal{Code: http.StatusServiceUnavailable, Reason: reasonCatalogUnavailable, RetryAfter: s.catalogRetry}, false
 	}
-	return nil, refusal{}, false // not found, or ctx ended
+	return nil, limits.Refusal{}, false // not found, or ctx ended
 }
 
 // composeStored composes an app loaded from the catalog store, as a
@@ -191,7 +191,7 @@ func (s *Server) appConfig(name string) *config.App {
 	return nil
 }
 
-// CatalogStats returns the SQLite catalog's gauges, false when it is off.
+// CatalogStats returns the catalog's gauges, false when it is off.
 func (s *Server) CatalogStats() (catalog.LazyStats, bool) {
 	if s.lazy == nil {
 		return catalog.LazyStats{}, false

@@ -12,14 +12,9 @@ import (
 	"github.com/leveeproxy/levee/internal/ratelimit"
 )
 
-// rateStore is where an app's rate limits decide (limits.Store): a
-// ratelimit.LocalStore in process, or a cluster.Store sharing them through
-// Redis. The route does not know which.
-type rateStore = limits.Store
-
 var (
-	_ rateStore = (*ratelimit.LocalStore)(nil)
-	_ rateStore = (*cluster.Store)(nil)
+	_ limits.Store = (*ratelimit.LocalStore)(nil)
+	_ limits.Store = (*cluster.Store)(nil)
 )
 
 // newCluster connects to the cluster's Redis when cfg turns cluster mode on
@@ -48,7 +43,7 @@ func (s *Server) newCluster(cfg config.Cluster) *cluster.Cluster {
 // restart. In cluster mode both are one store shared through Redis.
 // Guarded by Server.mu; a route keeps the stores it was composed with.
 type appRates struct {
-	app, client rateStore // nil while off
+	app, client limits.Store // nil while off
 	shared      *cluster.Store
 }
 
@@ -92,7 +87,7 @@ func (r *appRates) sweep(now time.Time) {
 		r.shared.Sweep(now)
 		return
 	}
-	for _, st := range []rateStore{r.app, r.client} {
+	for _, st := range []limits.Store{r.app, r.client} {
 		if st != nil {
 			st.Sweep(now)
 		}

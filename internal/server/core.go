@@ -22,9 +22,6 @@ import (
 // before levee could answer, as nginx does.
 const StatusClientClosed = limits.StatusClientClosed
 
-// reasonBody: the limit behind a 413 for limits.body.
-const reasonBody = limits.ReasonBody
-
 // exchange is one request as its engine holds it: what the request path
 // reads of it, and how the engine answers and forwards it. Each engine's
 // adapter implements it on a pointer type, so serve is compiled once per
@@ -43,12 +40,12 @@ type exchange interface {
 	// readBody reads the request body ahead, up to the route's
 	// request_buffer, before the request takes a slot; what it read goes to
 	// the backend with the rest. ok false: refused (code 0: the client left).
-	readBody(s *Server, rt *route, sh *limits.PathShape) (refusal, bool)
+	readBody(s *Server, rt *route, sh *limits.PathShape) (limits.Refusal, bool)
 	// readAhead is what readBody read, and whether it is the whole body.
 	readAhead() (head []byte, whole bool)
 	// refuse answers a refusal; refuseShape a shape violation found before
 	// the body was read (the engine drains or closes for the unread body).
-	refuse(ref refusal)
+	refuse(ref limits.Refusal)
 	refuseShape(v *shape.Violation)
 	// gone records that there is no one to answer.
 	gone()
@@ -87,7 +84,7 @@ func serve[E exchange](s *Server, e E) {
 	host, path := e.host(), e.Path()
 	rt, ok := snap.catalog.Lookup(host, path)
 	if !ok && s.lazy != nil {
-		var ref refusal
+		var ref limits.Refusal
 		rt, ref, ok = s.routeStored(e.ctx(), host, path)
 		switch {
 		case ref.Code != 0:
@@ -158,7 +155,7 @@ type toBackend struct {
 }
 
 // noRoute is the refusal of a request no app claims.
-var noRoute = refusal{Code: http.StatusNotFound, Reason: reply.NoRoute}
+var noRoute = limits.Refusal{Code: http.StatusNotFound, Reason: reply.NoRoute}
 
 // account counts a routed request once it is done: metrics, the top
 // clients, the access log (sampled), a refusal's debug line (rate-limited).
@@ -196,10 +193,6 @@ func account[E exchange](s *Server, snap *snapshot, rt *route, e E, start time.T
 	endTrace(snap, rt, e, code, end)
 }
 
-// refusal is a request refused before any backend work (package limits,
-// shared with the admission middleware).
-type refusal = limits.Refusal
-
 // aheadLimit is how much of a body to read before admission: the route's
 // request_buffer, at most one byte past limits.body (which shows a body
 // too large), at most the declared length (-1: unknown).
@@ -214,26 +207,26 @@ func aheadLimit(rt *route, sh *limits.PathShape, declared int64) int64 {
 // bodyRefusal is the answer to a body read ahead of admission: got bytes
 // read of the declared length (-1: unknown), err the read's failure (nil:
 // it stopped at the limit or the end).
-func (s *Server) bodyRefusal(rt *route, sh *limits.PathShape, declared int64, got int, err error, remote string) (refusal, bool) {
+func (s *Server) bodyRefusal(rt *route, sh *limits.PathShape, declared int64, got int, err error, remote string) (limits.Refusal, bool) {
 	switch {
 	case err == nil && int64(got) > sh.Body && declared > sh.Body:
-		return refusal{}, true // shadowed: Check counted it on its declared length
+		return limits.Refusal{}, true // shadowed: Check counted it on its declared length
 	case err == nil && int64(got) > sh.Body:
-		if marks, ok := rt.Shadows(reasonBody); ok {
-			return refusal{Shadow: marks}, true
+		if marks, ok := rt.Shadows(limits.ReasonBody); ok {
+			return limits.Refusal{Shadow: marks}, true
 		}
-		rt.app.metrics.Rejected(reasonBody)
-		return refusal{Code: http.StatusRequestEntityTooLarge, Reason: reasonBody, Reply: reply.BodyCutReply}, false
+		rt.app.metrics.Rejected(limits.ReasonBody)
+		return limits.Refusal{Code: http.StatusRequestEntityTooLarge, Reason: limits.ReasonBody, Reply: reply.BodyCutReply}, false
 	case errors.Is(err, netlimit.ErrTooSlow):
 		rt.app.metrics.Rejected(reply.MinRate)
 		if l, ok := s.errlog.Take(slog.LevelInfo, observe.EventClientTooSlow, rt.app.name); ok {
 			l.Log("direction", "request", "read", got, "remote", remote)
 		}
-		return refusal{Code: http.StatusRequestTimeout, Reason: reply.MinRate}, false
+		return limits.Refusal{Code: http.StatusRequestTimeout, Reason: reply.MinRate}, false
 	case err != nil:
-		return refusal{Code: http.StatusBadRequest, Reason: reply.BadRequestBody}, false
+		return limits.Refusal{Code: http.StatusBadRequest, Reason: reply.BadRequestBody}, false
 	}
-	return refusal{}, true
+	return limits.Refusal{}, true
 }
 
 // The replies of the limits the server applies, in the one table with
@@ -260,7 +253,7 @@ func init() {
 // slot and must release it once the response is done; otherwise the
 // refusal says what to answer (code 0: no one to answer). now is when the
 // request arrived; tr records the stages (nil: not traced).
-func (s *Server) enter(ctx context.Context, rt *route, path, client string, now time.Time, tr *trace.Request) (forward.Releaser, refusal, bool) {
+func (s *Server) enter(ctx context.Context, rt *route, path, client string, now time.Time, tr *trace.Request) (forward.Releaser, limits.Refusal, bool) {
 	slot, ref, ok := rt.Admit(ctx, rt.Ticket(path, client), tr)
 	if !ok || rt.guard == nil {
 		return slot, ref, ok
@@ -271,7 +264,7 @@ func (s *Server) enter(ctx context.Context, rt *route, path, client string, now 
 		slot.Release()
 		return nil, rt.refuseGuard(err), false
 	}
-	return &pooledSlot{app: slot, pool: held}, refusal{}, true
+	return &pooledSlot{app: slot, pool: held}, limits.Refusal{}, true
 }
 
 // pooledSlot holds both the app's concurrency slot and the pool's.
@@ -291,11 +284,11 @@ func (p *pooledSlot) ReleaseStatus(code int) {
 
 // refuseGuard turns a backend_limits refusal into the answer, counted; a
 // client that went away while waiting gets none.
-func (rt *route) refuseGuard(err error) refusal {
+func (rt *route) refuseGuard(err error) limits.Refusal {
 	rej, ok := limits.AsRejection(err)
 	if !ok {
-		return refusal{}
+		return limits.Refusal{}
 	}
 	rt.app.metrics.Rejected(string(rej.Reason))
-	return refusal{Code: http.StatusServiceUnavailable, Reason: string(rej.Reason), RetryAfter: rej.RetryAfter}
+	return limits.Refusal{Code: http.StatusServiceUnavailable, Reason: string(rej.Reason), RetryAfter: rej.RetryAfter}
 }

@@ -2,7 +2,6 @@ package server
 
 import (
 	"fmt"
-	"github.com/leveeproxy/levee/internal/config"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leveeproxy/levee/internal/config"
 )
 
 // With a concurrency limit far above max_conns_per_backend, a burst still

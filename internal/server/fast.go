@@ -188,7 +188,7 @@ func (e *fastExchange) TopKey(k forward.KeySource) string {
 // the client closes its connection (see peerCtx).
 func (e *fastExchange) ctx() context.Context { return &e.pc }
 
-func (e *fastExchange) refuse(ref refusal) { ref.Fast(e.c) }
+func (e *fastExchange) refuse(ref limits.Refusal) { ref.Fast(e.c) }
 
 func (e *fastExchange) refuseShape(v *shape.Violation) { reply.ViolationFast(e.c, v, false) }
 
@@ -203,11 +203,11 @@ func (e *fastExchange) gone() {
 
 // readBody reads up to request_buffer of the body into e.body; the rest,
 // if any, streams later from e.paced, which keeps timing the client.
-func (e *fastExchange) readBody(s *Server, rt *route, sh *limits.PathShape) (refusal, bool) {
+func (e *fastExchange) readBody(s *Server, rt *route, sh *limits.PathShape) (limits.Refusal, bool) {
 	declared := int64(e.c.Request.Header.ContentLength()) // -1: chunked
 	var bs io.Reader = e.c.RequestBodyStream()
 	if declared == 0 || bs == nil {
-		return refusal{}, true
+		return limits.Refusal{}, true
 	}
 	if declared < 0 { // chunked: decoded by levee, strictly
 		e.chunk.start(bs)
@@ -219,7 +219,7 @@ func (e *fastExchange) readBody(s *Server, rt *route, sh *limits.PathShape) (ref
 	e.tr.Mark(trace.StageBodyRead, s.clk)
 	limit := aheadLimit(rt, sh, declared)
 	if limit <= 0 {
-		return refusal{}, true
+		return limits.Refusal{}, true
 	}
 	e.body.Init(s.buffers)
 	done, err := e.body.Fill(&e.paced, int(limit))

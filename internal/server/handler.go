@@ -50,7 +50,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 type httpExchange struct {
 	// HTTPRequest is what the limits read of the request (R).
 	limits.HTTPRequest
-	rec recorder
+	rec limits.Recorder
 	// body is the request body as readBody left it (nil: none read).
 	body    *aheadBody
 	conn    *h2Conn // nil when not from a listener
@@ -75,7 +75,7 @@ func (e *httpExchange) remote() string { return e.R.RemoteAddr }
 
 func (e *httpExchange) ctx() context.Context { return e.R.Context() }
 
-func (e *httpExchange) refuse(ref refusal) { ref.HTTP(&e.rec) }
+func (e *httpExchange) refuse(ref limits.Refusal) { ref.HTTP(&e.rec) }
 
 func (e *httpExchange) refuseShape(v *shape.Violation) { reply.ViolationHTTP(&e.rec, v, false) }
 
@@ -84,10 +84,10 @@ func (e *httpExchange) gone() {}
 // readBody reads up to request_buffer of r's body before admission; r.Body
 // becomes what was read, then (if the body was longer) the rest, still
 // timed at min_rate. A whole body goes on with its length.
-func (e *httpExchange) readBody(s *Server, rt *route, sh *limits.PathShape) (refusal, bool) {
+func (e *httpExchange) readBody(s *Server, rt *route, sh *limits.PathShape) (limits.Refusal, bool) {
 	r := e.R
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
-		return refusal{}, true
+		return limits.Refusal{}, true
 	}
 	e.tr.Mark(trace.StageBodyRead, s.clk)
 	now := time.Now()
@@ -106,7 +106,7 @@ func (e *httpExchange) readBody(s *Server, rt *route, sh *limits.PathShape) (ref
 		b.head.Init(s.buffers)
 		done, err := b.head.Fill(&b.paced, int(limit))
 		if err != nil && r.Context().Err() != nil {
-			return refusal{}, false // the client reset the stream: no one to answer
+			return limits.Refusal{}, false // the client reset the stream: no one to answer
 		}
 		ref, ok := s.bodyRefusal(rt, sh, r.ContentLength, b.head.Len(), err, r.RemoteAddr)
 		if !ok {
@@ -118,7 +118,7 @@ func (e *httpExchange) readBody(s *Server, rt *route, sh *limits.PathShape) (ref
 		}
 		return ref, true // perhaps with a shadowed body limit
 	}
-	return refusal{}, true
+	return limits.Refusal{}, true
 }
 
 func (e *httpExchange) readAhead() ([]byte, bool) {
@@ -200,10 +200,6 @@ func (e *httpExchange) bytes() uint64 {
 func (e *httpExchange) items() uint64 { return uint64(e.nItems) }
 
 func (e *httpExchange) rejectReason() string { return e.rec.Header().Get(reply.Reject) }
-
-// recorder remembers the status code a handler wrote (package limits,
-// shared with the admission middleware).
-type recorder = limits.Recorder
 
 // aheadBody is a request body read ahead of admission: head, then the
 // rest from r (nil: head is all of it), paced at min_rate.

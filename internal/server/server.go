@@ -79,7 +79,7 @@ type Server struct {
 	upstreams forward.Upstreams
 	shapes    limits.ShapeCache
 
-	// lazy is the SQLite catalog, looked up when the config file's apps
+	// lazy is the catalog (SQLite or PostgreSQL), looked up when the config file's apps
 	// miss (nil when off); fixed for the server's life.
 	lazy         *catalog.Lazy[*route]
 	catalogRetry time.Duration
@@ -150,10 +150,10 @@ type app struct {
 	// backends is the balancer's backend state (in flight, latency, health),
 	// carried into the next config's pool so a reload does not forget it.
 	backends *balance.Set
+	adaptive *limits.Adaptive // nil for a static concurrency limit
 	// ejector takes failing backends out (nil when ejection is off);
 	// checker probes them (nil when health checks are off). Both follow
 	// the app across reloads.
-	adaptive    *limits.Adaptive // nil for a static concurrency limit
 	ejector     *health.Ejector
 	ejectionCfg config.Ejection
 	checker     *health.Checker
@@ -183,7 +183,7 @@ type app struct {
 	guardCfg   config.BackendLimits
 	guardWait  admit.Limits
 	guardScale float64 // the strict factor the guard was made with
-	// stored is the config of an app loaded from the SQLite catalog (nil
+	// stored is the config of an app loaded from the catalog (nil
 	// for an app of the config file); storedRefs counts the catalog's
 	// routes composed for it, the last of which releases it.
 	stored     *config.App
@@ -411,8 +411,8 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 		a.window.Observe(a.backends, s.clk.Now()) // the window's first mark: shares count from here
 	}
 	rt.Gate = limits.Gate{
-		AppRate:    limits.NewRule(name, reasonRate, ac.Limits.Rate, ac.Limits.Burst),
-		ClientRate: limits.NewRule(name+"-client", reasonClientRate, ac.Limits.Client.Rate, ac.Limits.Client.Burst),
+		AppRate:    limits.NewRule(name, limits.ReasonRate, ac.Limits.Rate, ac.Limits.Burst),
+		ClientRate: limits.NewRule(name+"-client", limits.ReasonClientRate, ac.Limits.Client.Rate, ac.Limits.Client.Burst),
 		RateFactor: &s.scale.rate,
 		ClientKey:  forward.NewKeySource(ac.Limits.Client.Key),
 		Classes:    limits.NewClassifier(ac.Limits.Priority),

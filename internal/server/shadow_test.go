@@ -246,7 +246,7 @@ func TestShadowHeaderFromTheClientIsDropped(t *testing.T) {
 // The rate and body names serve gives are config's vocabulary, and every
 // shadowable reason is one levee refuses with.
 func TestShadowReasonsAreRefusalReasons(t *testing.T) {
-	if reasonRate != config.ShadowRate || reasonClientRate != config.ShadowClientRate || reasonBody != config.ShadowBody {
+	if limits.ReasonRate != config.ShadowRate || limits.ReasonClientRate != config.ShadowClientRate || limits.ReasonBody != config.ShadowBody {
 		t.Fatal("config's shadow names differ from the server's reasons")
 	}
 	shapeReasons := []shape.Reason{shape.URLLength, shape.QueryValues, shape.HeaderCount, shape.HeaderBytes,
@@ -255,7 +255,7 @@ func TestShadowReasonsAreRefusalReasons(t *testing.T) {
 		if limits.ShadowBit(r) == 0 {
 			t.Errorf("%q has no bit", r)
 		}
-		if r != reasonRate && r != reasonClientRate && r != reasonBody && !slices.Contains(shapeReasons, shape.Reason(r)) {
+		if r != limits.ReasonRate && r != limits.ReasonClientRate && r != limits.ReasonBody && !slices.Contains(shapeReasons, shape.Reason(r)) {
 			t.Errorf("%q is not a reason levee refuses with", r)
 		}
 	}

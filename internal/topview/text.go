@@ -109,9 +109,3 @@ func pad(s string, w int) string {
 	s = fit(s, w)
 	return s + strings.Repeat(" ", max(0, w-Width(s)))
 }
-
-// padLeft is fit(s, w) right-aligned in w columns.
-func padLeft(s string, w int) string {
-	s = fit(s, w)
-	return strings.Repeat(" ", max(0, w-Width(s))) + s
-}
