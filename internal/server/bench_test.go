@@ -139,31 +139,6 @@ func BenchmarkRejectQueueFullFast(b *testing.B) {
 	}
 }
 
-// A rejection on the fasthttp engine allocates nothing.
-func TestRejectFastAllocatesNothing(t *testing.T) {
-	if raceEnabled {
-		t.Skip("allocation counts are not meaningful under -race (sync.Pool drops items)")
-	}
-	p := New(mustParse(t, "apps:\n  a:\n    hosts: [a.test]\n    backends: [127.0.0.1:9]\n    limits: {concurrency: 1, queue: {max_len: 0, max_wait: 0s}}\n"), Options{})
-	a := p.apps["a"]
-	if err := a.limiter.Acquire(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	defer a.limiter.Release()
-	var ctx fasthttp.RequestCtx
-	ctx.Init(&fasthttp.Request{}, nil, nil) // a ctx with fasthttp's stand-in server
-	allocs := testing.AllocsPerRun(100, func() {
-		fastRequest(&ctx, "a.test")
-		p.serveFast(&ctx)
-	})
-	if ctx.Response.StatusCode() != http.StatusServiceUnavailable || string(ctx.Response.Header.Peek("Levee-Reject")) != "queue-full" {
-		t.Fatalf("status %d Levee-Reject %q, want 503 queue-full", ctx.Response.StatusCode(), ctx.Response.Header.Peek("Levee-Reject"))
-	}
-	if allocs != 0 {
-		t.Fatalf("%v allocations per rejection, want 0", allocs)
-	}
-}
-
 func fastRequest(ctx *fasthttp.RequestCtx, host string) {
 	ctx.Request.Reset()
 	ctx.Response.Reset()

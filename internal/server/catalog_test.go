@@ -369,10 +369,14 @@ func TestCatalogEvictionKeepsTheRateState(t *testing.T) {
 }
 
 // hungStore is a catalog store on a hung filesystem: every call blocks,
-// deaf to its context, until released.
-type hungStore struct{ release chan struct{} }
+// deaf to its context, until released. lookups counts the ForHost calls.
+type hungStore struct {
+	release chan struct{}
+	lookups *atomic.Int64
+}
 
 func (h hungStore) ForHost(context.Context, string) ([]catalog.Record, error) {
+	h.lookups.Add(1)
 	<-h.release
 	return nil, nil
 }
@@ -392,7 +396,7 @@ func (h hungStore) Version(context.Context) (int64, error) {
 // SIGTERM finishes by the drain deadline even when the catalog's store
 // never answers: the watch and the loads stuck in it are left behind.
 func TestShutdownEndsWithTheCatalogStoreHung(t *testing.T) {
-	st := hungStore{release: make(chan struct{})}
+	st := hungStore{release: make(chan struct{}), lookups: new(atomic.Int64)}
 	defer close(st.release)
 	p := startProxyOptions(t, "server: {drain_timeout: 500ms}\ncatalog: {sqlite: unused-in-test.db}\n", Options{Catalog: st})
 	req, _ := http.NewRequest(http.MethodGet, p.URL+"/", nil)
@@ -402,7 +406,7 @@ func TestShutdownEndsWithTheCatalogStoreHung(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	time.Sleep(50 * time.Millisecond)
+	waitFor(t, "the load stuck in the store", func() bool { return st.lookups.Load() == 1 })
 	done := make(chan error, 1)
 	go func() { done <- p.Stop() }()
 	select {

@@ -125,7 +125,9 @@ func flood(s *Server, n, workers int) int64 {
 }
 
 // TestFailureFloodLogsAreBounded is the outage that logging once amplified:
-// a million calls to a backend that refuses every connection. They go
+// calls to a backend that refuses every connection; 20,000 here, enough to
+// cross several log intervals under -race, and a million in
+// TestFailureFloodOfAMillionLogsAreBounded (built without -race). They go
 // through the fasthttp handler in process (serveFast: the whole request
 // path, the real dial, the real logging), not through a client over
 // loopback: in process a million take ~13 s on two shared cores (75k/s),
@@ -133,7 +135,9 @@ func flood(s *Server, n, workers int) int64 {
 // client's. TestProxiedFailureFloodLogsAreBounded is the real flood, smaller.
 // The lines written must stay within the budgets, the summaries must
 // account for every failure, and goroutines and OS threads stay flat.
-func TestFailureFloodLogsAreBounded(t *testing.T) {
+func TestFailureFloodLogsAreBounded(t *testing.T) { testFailureFlood(t, 20_000) }
+
+func testFailureFlood(t *testing.T, floodCalls int) {
 	skipOnH2C(t, "it drives the fasthttp handler in process; TestProxiedFailureFloodLogsAreBounded runs on both")
 	sink := &lineSink{}
 	out := observe.NewLogWriter(sink, observe.DefaultLogWriterLimits)
@@ -156,10 +160,10 @@ func TestFailureFloodLogsAreBounded(t *testing.T) {
 	}
 	t.Logf("%d failing calls in %v (%.0f/s): %d error lines (%d suppressed, summed), %d access lines; "+
 		"goroutines %d -> peak %d, threads %d -> peak %d, log lines dropped %d",
-		floodCalls, elapsed.Round(time.Millisecond), floodCalls/elapsed.Seconds(), sink.errors, sink.summed,
+		floodCalls, elapsed.Round(time.Millisecond), float64(floodCalls)/elapsed.Seconds(), sink.errors, sink.summed,
 		sink.access, goroutines, p.goroutines.Load(), threads, p.threads.Load(), out.Dropped())
 
-	if failed != floodCalls {
+	if failed != int64(floodCalls) {
 		t.Fatalf("%d of %d calls got 502; want every one a failed upstream call", failed, floodCalls)
 	}
 	// One key: its budget and its summary per interval started, and never

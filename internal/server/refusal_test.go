@@ -63,31 +63,6 @@ var refusalCases = []refusalCase{
 
 var longURI, longValue = "/" + strings.Repeat("x", 20), strings.Repeat("a", 100)
 
-// A refusal allocates nothing, whatever its reason: under overload most
-// requests are refusals. (The first of each case's requests may pass, to
-// spend a burst; AllocsPerRun does not count it.)
-func TestRefusalsAllocateNothing(t *testing.T) {
-	if raceEnabled {
-		t.Skip("allocation counts are not meaningful under -race (sync.Pool drops items)")
-	}
-	for _, rc := range refusalCases {
-		t.Run(rc.reason, func(t *testing.T) {
-			p, ctx := refusalServer(t, rc)
-			allocs := testing.AllocsPerRun(100, func() { refusalRequest(p, ctx, rc) })
-			checkRefusal(t, ctx, rc)
-			if allocs != 0 {
-				t.Errorf("%v allocations per %s refusal, want 0", allocs, rc.reason)
-			}
-		})
-	}
-	for _, r := range []string{"queue-timeout", "shed", "backend-queue-full", "backend-queue-timeout", "backend-shed",
-		"backend-share", "catalog-busy", "catalog-unavailable", "no-backend", "bandwidth"} {
-		if !reply.Known(r) { // refused after a wait, a load or a pick: not set up here, but in the table
-			t.Errorf("reason %s has no reply in the table", r)
-		}
-	}
-}
-
 // BenchmarkRefusal is the CPU of each refusal on the HTTP/1.1 handler
 // alone, for docs/benchmarks.md beside a proxied request's.
 func BenchmarkRefusal(b *testing.B) {

@@ -156,48 +156,6 @@ apps:
 	}
 }
 
-// Counting the top clients adds no allocation to a request, on either engine.
-func TestTopClientsAddNoAllocation(t *testing.T) {
-	if raceEnabled {
-		t.Skip("allocation counts are not meaningful under -race (sync.Pool drops items)")
-	}
-	perReject := func(topK int) (nethttp, fast float64) {
-		p := New(mustParse(t, fmt.Sprintf("apps:\n  a:\n    hosts: [a.test]\n    backends: [127.0.0.1:9]\n"+
-			"    limits: {concurrency: 1, queue: {max_len: 0, max_wait: 0s}, client: {top_k: %d}}\n", topK)), Options{})
-		if err := p.apps["a"].limiter.Acquire(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		defer p.apps["a"].limiter.Release()
-		req := originRequest("a.test")
-		w := discardWriter{h: http.Header{}}
-		nethttp = testing.AllocsPerRun(100, func() {
-			clear(w.h)
-			p.ServeHTTP(&w, req)
-		})
-		if w.code != http.StatusServiceUnavailable {
-			t.Fatalf("net/http: status %d; want the queue's 503", w.code)
-		}
-		var ctx fasthttp.RequestCtx
-		ctx.Init(&fasthttp.Request{}, nil, nil)
-		fast = testing.AllocsPerRun(100, func() {
-			fastRequest(&ctx, "a.test")
-			p.serveFast(&ctx)
-		})
-		if c := ctx.Response.StatusCode(); c != http.StatusServiceUnavailable {
-			t.Fatalf("fasthttp: status %d; want the queue's 503", c)
-		}
-		if p.apps["a"].top.K() != topK {
-			t.Fatalf("top_k %d: the app keeps %d", topK, p.apps["a"].top.K())
-		}
-		return nethttp, fast
-	}
-	offHTTP, offFast := perReject(0)
-	onHTTP, onFast := perReject(16)
-	if onHTTP != offHTTP || onFast != offFast {
-		t.Fatalf("allocations per rejection: net/http %v → %v, fasthttp %v → %v with top_k on; want no change", offHTTP, onHTTP, offFast, onFast)
-	}
-}
-
 // BenchmarkTopClientsOnReject is the cost of the top clients on the
 // cheapest request path, a rejection, with top_k off and on.
 func BenchmarkTopClientsOnReject(b *testing.B) {

@@ -12,13 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/valyala/fasthttp"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/leveeproxy/levee/internal/netlimit"
 )
 
 // otlpReceiver is an OTLP/HTTP collector that decodes each export with the
@@ -297,52 +294,6 @@ func TestTracingQueuedAndBackendLimits(t *testing.T) {
 	if len(spans) != 1 || strings.Join(eventNames(spans[0]), ",") != "shape,rate,queued,admitted,backend_limits,forward" {
 		t.Fatalf("spans %v", spans)
 	}
-}
-
-// TestTracingUnsampledAllocatesNothing: on HTTP/1.1, tracing on adds no
-// allocation to a request it does not sample, served or refused.
-func TestTracingUnsampledAllocatesNothing(t *testing.T) {
-	if raceEnabled {
-		t.Skip("allocation counts are not meaningful under -race (sync.Pool drops items)")
-	}
-	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
-	defer backend.Close()
-	run := func(tracing string) (served, refused float64) {
-		cfg := fmt.Sprintf("apps:\n  a:\n    hosts: [a.test]\n    backends: [%s]\n    limits: {concurrency: 2, queue: {max_len: 0, max_wait: 0s}}\n%s",
-			strings.TrimPrefix(backend.URL, "http://"), tracing)
-		p := New(mustParse(t, cfg), Options{})
-		ctx := new(fasthttp.RequestCtx)
-		ctx.Init2(netlimit.Wrap(fakeConn{}), nil, false)
-		unsampled := clientTP[:53] + "00"
-		serve := func() {
-			fastRequest(ctx, "a.test")
-			ctx.Request.Header.Set("traceparent", unsampled)
-			ctx.Request.Header.Set("tracestate", "rojo=1")
-			p.serveFast(ctx)
-			if ctx.Response.StatusCode() != http.StatusOK && ctx.Response.StatusCode() != http.StatusServiceUnavailable {
-				t.Fatalf("status %d", ctx.Response.StatusCode())
-			}
-			if bs := ctx.Response.BodyStream(); bs != nil {
-				io.Copy(io.Discard, bs)
-				ctx.Response.CloseBodyStream()
-			}
-		}
-		serve() // warm the pools and the connection
-		served = testing.AllocsPerRun(50, serve)
-		a := p.apps["a"]
-		a.limiter.Acquire(t.Context())
-		a.limiter.Acquire(t.Context())
-		refused = testing.AllocsPerRun(50, serve)
-		a.limiter.Release()
-		a.limiter.Release()
-		return served, refused
-	}
-	offServed, offRefused := run("")
-	onServed, onRefused := run("tracing: {endpoint: 'http://127.0.0.1:9', sample_ratio: 0, refusals_per_second: 0}\n")
-	if onServed > offServed || onRefused > offRefused || onRefused != 0 {
-		t.Fatalf("allocs per request: off %v served, %v refused; on (unsampled) %v, %v", offServed, offRefused, onServed, onRefused)
-	}
-	t.Logf("allocs per request: off %v served, %v refused; on (unsampled) %v, %v", offServed, offRefused, onServed, onRefused)
 }
 
 // TestTracingBodyAndReload: tracing turned on by a reload applies to the
