@@ -105,7 +105,7 @@ func serve[E exchange](s *Server, e E) {
 	}
 	start := s.clk.Now()
 	tr := beginTrace(snap, e, start)
-	// Deferred: net/http's ReverseProxy aborts a response with a panic.
+	// Deferred: a request whose handler panics is still accounted for.
 	defer account(s, snap, rt, e, start)
 	p, v, ref, ok := limits.Check(&rt.Gate, e, start, tr)
 	switch {
