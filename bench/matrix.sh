@@ -9,6 +9,8 @@
 #   PINS [alone shared]  alone: the proxy alone on CPU 0, backend + load on CPU 1;
 #                        shared: proxy and backend on CPU 0, load alone on CPU 1
 #   BACKEND_PORT [9101]   PORT_BASE [18080]: nginx on it (TLS +100), haproxy +1, levee +2, admin +12
+#   OVERLOAD_CONNS [512 4000]  the open-loop overload's connections ("" skips it)
+#   OVERLOAD_DURATION [5s]     per overload run
 #
 # The points: protocol (HTTP/1.1, HTTP/1.1 over TLS, h2 over TLS) × client connections × pinning.
 # At each, the same backend (bench/backend, 100-byte answers, GOMAXPROCS=1) is loaded through levee,
@@ -22,9 +24,14 @@
 # /proc, over the run), p99 (wrk's; h2load's from its per-request log), and backend dials per 1,000
 # requests (connections the backend accepted from 1 s into the run to its end, from its /__conns,
 # ÷ the requests of that window × 1,000). DURATION must be at least 2s.
+# Then the open-loop overload (bench/overload.sh, HTTP/1.1): 3x and 10x a backend of 32 slots × 5 ms,
+# with OVERLOAD_CONNS connections, the proxy sharing the backend's core; its figures are goodput
+# (2xx within 1 s per second) and the served p99, as ratios to nginx and haproxy in the same run.
 # The table gives levee ÷ nginx and levee ÷ haproxy; the summary the WORST ratio over all points
-# (the lowest throughput ratio, the highest CPU ratio), never the best. Run it alone on the machine.
-# Runtime at defaults: 2 pinnings × 3 protocols × 3 sizes × 3 peers × 6 s ≈ 6 min, plus builds.
+# (the lowest throughput or goodput ratio, the highest CPU or p99 ratio), never the best. Run it
+# alone on the machine.
+# Runtime at defaults: 2 pinnings × 3 protocols × 3 sizes × 3 peers × 6 s ≈ 6 min, plus the
+# overload's 2 × 2 rates × 4 targets × ~7 s ≈ 2 min, plus builds.
 set -euo pipefail
 
 BENCH_NAME=matrix.sh
@@ -200,6 +207,24 @@ for pin in "${PIN_LIST[@]}"; do
   stop_all
 done
 
+# The overload, a run of overload.sh per connection count (its own ports and processes); its
+# "levee ÷ peer" lines become rows here.
+read -r -a OVERLOAD_LIST <<<"${OVERLOAD_CONNS-512 4000}"
+overload="$tmp/overload.tsv"   # conns rate peer goodput_ratio p99_ratio cpu_ratio
+: >"$overload"
+for n in "${OVERLOAD_LIST[@]}"; do
+  log "overload: bench/overload.sh at 3x and 10x with $n connections, the proxy sharing the backend's core"
+  if ! PIN_MODE=shared CONNS=$n BASE_RATE=0 CAL_DURATION=0 IDLE_WAIT=0 ROUNDS=1 DURATION="${OVERLOAD_DURATION:-5s}" \
+      bash "$(dirname "$0")/overload.sh" >"$tmp/overload-$n.md" 2>"$tmp/overload-$n.err"; then
+    log "overload.sh with $n connections failed:"; tail -5 "$tmp/overload-$n.err" >&2; continue
+  fi
+  # "- at 19200/s, levee ÷ nginx (same run): goodput 0.95, served p99 1.30, proxy CPU 1.10"
+  awk -v n="$n" '/^- at [0-9]+\/s, levee ÷ / {
+      rate=$3; sub(/\/s,/, "", rate); peer=$6
+      g=$10; sub(/,/, "", g); p=$13; sub(/,/, "", p); c=$16
+      printf "%s\t%s\t%s\t%s\t%s\t%s\n", n, rate, peer, g, p, c }' "$tmp/overload-$n.md" >>"$overload"
+done
+
 bench_versions
 H2LOAD_VER=$(h2load --version 2>&1 | awk 'NR==1{print $2}')
 table="$tmp/table.md"
@@ -225,6 +250,27 @@ awk -F'\t' '
     gsub(FS, " ", wr); gsub(FS, " ", wc)
     printf "\n- worst throughput ratio: **%.2f** (%s)\n- worst CPU per request ratio (levee ÷ nginx): **%.2f** (%s)\n", worst_rps, wr, worst_cpu, wc
   }' "$results" >"$table"
+if [[ -s $overload ]]; then
+  awk -F'\t' '
+    { k=$1 FS $2; if (!(k in seen)) { seen[k]=1; order[++n]=k } g[k,$3]=$4; p[k,$3]=$5; c[k,$3]=$6 }
+    END {
+      print ""
+      print "Open-loop overload (bench/overload.sh, HTTP/1.1, proxy sharing the backend'"'"'s core; backend 32 × 5 ms = 6,400 req/s):"
+      print ""
+      print "| conns | offered req/s | goodput levee ÷ nginx / ÷ haproxy | served p99 levee ÷ nginx / ÷ haproxy | proxy CPU levee ÷ nginx / ÷ haproxy |"
+      print "|---:|---:|---|---|---|"
+      worst_g=1e9; worst_p=0
+      for (i=1; i<=n; i++) { k=order[i]; split(k, f, FS)
+        printf "| %s | %s | %s / %s | %s / %s | %s / %s |\n", f[1], f[2], g[k,"nginx"], g[k,"haproxy"], p[k,"nginx"], p[k,"haproxy"], c[k,"nginx"], c[k,"haproxy"]
+        split("nginx haproxy", peers, " ")
+        for (j=1; j<=2; j++) { q=peers[j]
+          if (g[k,q] != "n/a" && g[k,q] != "" && g[k,q]+0 < worst_g) { worst_g=g[k,q]+0; wg=f[1] " conns, " f[2] "/s, ÷ " q }
+          if (p[k,q] != "n/a" && p[k,q] != "" && p[k,q]+0 > worst_p) { worst_p=p[k,q]+0; wp=f[1] " conns, " f[2] "/s, ÷ " q }
+        }
+      }
+      printf "\n- worst overload goodput ratio: **%.2f** (%s)\n- worst overload served p99 ratio: **%.2f** (%s)\n", worst_g, wg, worst_p, wp
+    }' "$overload" >>"$table"
+fi
 
 CMD="DURATION=$DURATION bash bench/matrix.sh"
 {
