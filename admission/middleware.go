@@ -10,6 +10,7 @@ import (
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/limits"
 	"github.com/leveeproxy/levee/internal/observe"
+	"github.com/leveeproxy/levee/internal/topk"
 )
 
 // Limits are the limits of one handler, as levee's `limits:` section of
@@ -145,10 +146,10 @@ func (g *Gate) Collector(name string) prometheus.Collector {
 // levee's admin API reports an app's (GET /api/apps/{app}/top): Space-Saving
 // summaries of limits.client.top_k clients, so a listed client's Count is
 // an upper bound, at most ErrorBound (its own Err) over the truth.
-type TopReport = observe.TopReport
+type TopReport = topk.Report
 
 // TopShare is one client of a TopReport.
-type TopShare = observe.TopShare
+type TopShare = topk.Share
 
 // Top returns the heaviest clients by a measure ("requests", "rejected",
 // "bytes" or "items": request and response body bytes, batch items) over a
@@ -156,7 +157,7 @@ type TopShare = observe.TopShare
 // that is a header the request has, else the peer's address. It returns an
 // error for an unknown measure or window, or when limits.client.top_k is 0.
 func (g *Gate) Top(by, window string) (TopReport, error) {
-	d, w, err := observe.TopIndex(by, window)
+	d, w, err := topk.Index(by, window)
 	if err != nil {
 		return TopReport{}, fmt.Errorf("admission: top: %w", err)
 	}
@@ -176,10 +177,10 @@ func (g *Gate) TopHandler() http.Handler {
 		q := r.URL.Query()
 		by, window := q.Get("by"), q.Get("window")
 		if by == "" {
-			by = observe.ByRequests
+			by = topk.ByRequests
 		}
 		if window == "" {
-			window = observe.WindowNames[0]
+			window = topk.WindowNames[0]
 		}
 		rep, err := g.Top(by, window)
 		w.Header().Set("Content-Type", "application/json")

@@ -11,10 +11,10 @@ import (
 	"github.com/leveeproxy/levee/internal/clock"
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/forward"
-	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/leveeproxy/levee/internal/ratelimit"
 	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/shape"
+	"github.com/leveeproxy/levee/internal/topk"
 )
 
 // The replies of the limits applied here, in package reply's one table.
@@ -56,7 +56,7 @@ func NewStore(maxKeys int) *ratelimit.LocalStore {
 type Handler struct {
 	gate *Gate // its Count is a *Counts
 	next http.Handler
-	top  *observe.ClientTop
+	top  *topk.ClientTop
 }
 
 // NewHandler returns next behind l, on clk (nil: the real clock); name
@@ -90,7 +90,7 @@ func NewHandler(name string, l config.Limits, clk clock.Clock, next http.Handler
 	if g.ClientRate != nil {
 		g.ClientRate.Store = NewStore(l.Client.MaxKeys)
 	}
-	return &Handler{gate: g, next: next, top: observe.NewClientTop(l.Client.TopK)}
+	return &Handler{gate: g, next: next, top: topk.NewClientTop(l.Client.TopK)}
 }
 
 // With returns a handler of next sharing h's limits and their state.
@@ -104,7 +104,7 @@ func (h *Handler) With(next http.Handler) *Handler {
 func (h *Handler) Limiter() *admit.Limiter { return h.gate.Limiter }
 
 // Top is the handler's heavy hitters (nil when limits.client.top_k is 0).
-func (h *Handler) Top() *observe.ClientTop { return h.top }
+func (h *Handler) Top() *topk.ClientTop { return h.top }
 
 // Now is the handler's clock's now.
 func (h *Handler) Now() time.Time { return h.gate.Clock.Now() }

@@ -32,6 +32,7 @@ import (
 	"github.com/leveeproxy/levee/internal/protect"
 	"github.com/leveeproxy/levee/internal/ratelimit"
 	"github.com/leveeproxy/levee/internal/spill"
+	"github.com/leveeproxy/levee/internal/topk"
 	"github.com/leveeproxy/levee/internal/trace"
 )
 
@@ -176,7 +177,7 @@ type app struct {
 	bwShare *cluster.Bandwidth
 	// top counts the heaviest clients (nil when limits.client.top_k is 0);
 	// kept across reloads unless top_k changes.
-	top *observe.ClientTop
+	top *topk.ClientTop
 	// guard enforces backend_limits (nil when off); kept across reloads
 	// unless they or the queue bounds change.
 	guard      *protect.Guard
@@ -198,10 +199,10 @@ type route struct {
 	limits.Gate
 	app   *app
 	pool  *forward.Pool
-	top   *observe.ClientTop // the app's heavy hitters; nil when off
-	guard *protect.Guard     // backend_limits; nil when off
-	body  bodyRead           // how the request body is read before admission
-	cert  routeCert          // apps.NAME.tls, for the TLS listeners' SNI
+	top   *topk.ClientTop // the app's heavy hitters; nil when off
+	guard *protect.Guard  // backend_limits; nil when off
+	body  bodyRead        // how the request body is read before admission
+	cert  routeCert       // apps.NAME.tls, for the TLS listeners' SNI
 }
 
 // bodyRead is how a route reads a request body ahead of admission:
@@ -428,7 +429,7 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 	rt.guard = s.applyBackendLimits(a, ac.BackendLimits, lim)
 	rt.ReadClient = rt.guard != nil
 	if a.top.K() != ac.Limits.Client.TopK {
-		a.top = observe.NewClientTop(ac.Limits.Client.TopK)
+		a.top = topk.NewClientTop(ac.Limits.Client.TopK)
 	}
 	rt.top = a.top
 	rt.cert = newRouteCert(ac)

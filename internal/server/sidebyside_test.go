@@ -13,7 +13,7 @@ import (
 	"github.com/leveeproxy/levee/internal/clock"
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/limits"
-	"github.com/leveeproxy/levee/internal/observe"
+	"github.com/leveeproxy/levee/internal/topk"
 )
 
 // sideBySide is one limits config served twice, on one fake clock: by a
@@ -364,7 +364,7 @@ func TestMiddlewareTopClientsMatchTheProxy(t *testing.T) {
 		if !ok || err != nil {
 			t.Fatal(ok, err)
 		}
-		got := s.handler.Top().Report(slices.Index(observe.Dimensions[:], by), 0, 0, 0, s.handler.Now())
+		got := s.handler.Top().Report(slices.Index(topk.Dimensions[:], by), 0, 0, 0, s.handler.Now())
 		if len(got.Clients) == 0 || len(want.Clients) == 0 || got.Clients[0].Client != want.Clients[0].Client {
 			t.Fatalf("by %s: middleware %+v\nproxy %+v", by, got, want)
 		}
