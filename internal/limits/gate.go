@@ -11,8 +11,8 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/leveeproxy/levee/internal/admit"
+	"github.com/leveeproxy/levee/internal/clientkey"
 	"github.com/leveeproxy/levee/internal/clock"
-	"github.com/leveeproxy/levee/internal/forward"
 	"github.com/leveeproxy/levee/internal/ratelimit"
 	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/shape"
@@ -38,14 +38,14 @@ type Counter interface {
 // concurrency slot. Its owner fills it when the config loads and does not
 // change it after; it is then safe for concurrent use.
 type Gate struct {
-	AppRate    *Rule             // limits.rate; nil when off
-	ClientRate *Rule             // limits.client.rate; nil when off
-	RateFactor *atomic.Uint64    // the float64 bits rate limits are scaled by now; nil: 1
-	ClientKey  forward.KeySource // limits.client.key
-	Classes    Classifier        // limits.priority
-	Shapes     Shapes            // body, header, URL, query and batch limits, per path
-	Limiter    *admit.Limiter    // limits.concurrency and limits.queue
-	Adaptive   *Adaptive         // nil for a static concurrency limit
+	AppRate    *Rule            // limits.rate; nil when off
+	ClientRate *Rule            // limits.client.rate; nil when off
+	RateFactor *atomic.Uint64   // the float64 bits rate limits are scaled by now; nil: 1
+	ClientKey  clientkey.Source // limits.client.key
+	Classes    Classifier       // limits.priority
+	Shapes     Shapes           // body, header, URL, query and batch limits, per path
+	Limiter    *admit.Limiter   // limits.concurrency and limits.queue
+	Adaptive   *Adaptive        // nil for a static concurrency limit
 	Count      Counter
 	Clock      clock.Clock
 	// The small fields together, so that a gate, one per app of a large
@@ -69,7 +69,7 @@ type Request interface {
 	// ContentLength is the declared body length; -1 when unknown (chunked).
 	ContentLength() int64
 	// ClientKey is the client key as a string that may be kept.
-	ClientKey(k forward.KeySource) string
+	ClientKey(k clientkey.Source) string
 }
 
 // Refusal is a request refused before any backend work. A zero Code means
@@ -239,10 +239,10 @@ func (g *Gate) Ticket(path, client string) admit.Ticket {
 // Admit takes the gate's concurrency slot for t, waiting in its queue at
 // most until ctx ends (the wait of a request that queued is counted and
 // traced). ok means the caller holds the slot and must release it once the
-// response is done (forward.Release with the status: an adaptive limit
+// response is done (admit.Release with the status: an adaptive limit
 // samples it); otherwise the refusal is counted and says what to answer
 // (Code 0: no one to answer). On the common path it allocates nothing.
-func (g *Gate) Admit(ctx context.Context, t admit.Ticket, tr *trace.Request) (forward.Releaser, Refusal, bool) {
+func (g *Gate) Admit(ctx context.Context, t admit.Ticket, tr *trace.Request) (admit.Releaser, Refusal, bool) {
 	waited, err := g.Limiter.AcquireWait(ctx, t)
 	if err != nil {
 		if rej, ok := AsRejection(err); ok {

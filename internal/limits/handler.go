@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/leveeproxy/levee/internal/admit"
+	"github.com/leveeproxy/levee/internal/clientkey"
 	"github.com/leveeproxy/levee/internal/clock"
 	"github.com/leveeproxy/levee/internal/config"
-	"github.com/leveeproxy/levee/internal/forward"
 	"github.com/leveeproxy/levee/internal/ratelimit"
 	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/shape"
@@ -72,7 +72,7 @@ func NewHandler(name string, l config.Limits, clk clock.Clock, next http.Handler
 	g := &Gate{
 		AppRate:    NewRule(name, ReasonRate, l.Rate, l.Burst),
 		ClientRate: NewRule(name+"-client", ReasonClientRate, l.Client.Rate, l.Client.Burst),
-		ClientKey:  forward.NewKeySource(l.Client.Key),
+		ClientKey:  clientkey.New(l.Client.Key),
 		Classes:    NewClassifier(l.Priority),
 		FairShare:  l.FairShare,
 		Shapes:     shapes.NewShapes(l),
@@ -131,7 +131,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Body != nil && r.Body != http.NoBody {
 		ex.guardBody(g, p.Shape, r)
 	}
-	forward.MarkShadow(r.Header, p.Shadow.Header()) // as a backend gets it
+	reply.MarkShadow(r.Header, p.Shadow.Header()) // as a backend gets it
 	slot, ref, ok := g.Admit(r.Context(), g.Ticket(r.URL.Path, p.Client), nil)
 	if !ok {
 		if ref.Code != 0 {
@@ -142,13 +142,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	released := false
 	defer func() { // deferred: a handler may abort with a panic
 		if !released {
-			forward.Release(slot, http.StatusInternalServerError)
+			admit.Release(slot, http.StatusInternalServerError)
 		}
 	}()
 	h.next.ServeHTTP(&ex.rec, r)
 	ex.rec.finish()
 	released = true
-	forward.Release(slot, ex.rec.Final(r))
+	admit.Release(slot, ex.rec.Final(r))
 }
 
 // done counts the request in the top clients and recycles ex.

@@ -24,7 +24,20 @@ const (
 	Reject = "Levee-Reject"
 	// Error names why levee could not get a response from a backend.
 	Error = "Levee-Error"
+	// Shadow tells the backend which limits would have refused the request
+	// had they not been shadowed (limits.shadow). It is levee's own: one a
+	// client sends never reaches the backend, on either engine.
+	Shadow = "Levee-Shadow"
 )
+
+// MarkShadow sets h's Shadow header to shadow ("": none), dropping any the
+// client sent.
+func MarkShadow(h http.Header, shadow string) {
+	delete(h, Shadow)
+	if shadow != "" {
+		h[Shadow] = []string{shadow}
+	}
+}
 
 // Reply is the answer for one reason. Replies are shared: read-only.
 type Reply struct {

@@ -13,7 +13,9 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/leveeproxy/levee/internal/admit"
 	"github.com/leveeproxy/levee/internal/ascii"
+	"github.com/leveeproxy/levee/internal/clientkey"
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/forward"
 	"github.com/leveeproxy/levee/internal/framing"
@@ -169,11 +171,11 @@ func (e *fastExchange) ContentLength() int64 {
 	return -1 // chunked (or identity to the close): limits.body is enforced while streaming
 }
 
-func (e *fastExchange) ClientKey(k forward.KeySource) string { return k.Fast(e.c) }
+func (e *fastExchange) ClientKey(k clientkey.Source) string { return forward.FastKey(k, e.c) }
 
-func (e *fastExchange) TopKey(k forward.KeySource) string {
+func (e *fastExchange) TopKey(k clientkey.Source) string {
 	if k.IsHeader() {
-		if v := k.FastView(e.c); len(v) > 0 {
+		if v := forward.FastKeyView(k, e.c); len(v) > 0 {
 			return b2s(v) // a view: the sketch copies a key only when it keeps it
 		}
 	}
@@ -229,7 +231,7 @@ func (e *fastExchange) readBody(s *Server, rt *route, sh *limits.PathShape) (ref
 
 func (e *fastExchange) readAhead() ([]byte, bool) { return e.body.Bytes(), e.whole }
 
-func (e *fastExchange) forward(rt *route, sh *limits.PathShape, slot forward.Releaser, out toBackend) {
+func (e *fastExchange) forward(rt *route, sh *limits.PathShape, slot admit.Releaser, out toBackend) {
 	// Admitted: nothing waits on ctx any more, so the client is not watched.
 	e.pc.pause()
 	// What streams from here holds the slot: it is timed afresh, so the

@@ -19,6 +19,7 @@ import (
 	"github.com/leveeproxy/levee/internal/balance"
 	"github.com/leveeproxy/levee/internal/bandwidth"
 	"github.com/leveeproxy/levee/internal/catalog"
+	"github.com/leveeproxy/levee/internal/clientkey"
 	"github.com/leveeproxy/levee/internal/clock"
 	"github.com/leveeproxy/levee/internal/cluster"
 	"github.com/leveeproxy/levee/internal/config"
@@ -415,7 +416,7 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 		AppRate:    limits.NewRule(name, reasonRate, ac.Limits.Rate, ac.Limits.Burst),
 		ClientRate: limits.NewRule(name+"-client", reasonClientRate, ac.Limits.Client.Rate, ac.Limits.Client.Burst),
 		RateFactor: &s.scale.rate,
-		ClientKey:  forward.NewKeySource(ac.Limits.Client.Key),
+		ClientKey:  clientkey.New(ac.Limits.Client.Key),
 		Classes:    limits.NewClassifier(ac.Limits.Priority),
 		FairShare:  ac.Limits.FairShare,
 		Shapes:     s.shapes.NewShapes(ac.Limits),
