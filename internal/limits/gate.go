@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/valyala/fasthttp"
-
 	"github.com/leveeproxy/levee/internal/admit"
 	"github.com/leveeproxy/levee/internal/clientkey"
 	"github.com/leveeproxy/levee/internal/clock"
@@ -99,14 +97,6 @@ func (ref *Refusal) HTTP(w http.ResponseWriter) {
 		ref.Rate.HTTPHeaders(w.Header(), ref.Decision)
 	}
 	ref.Answer().HTTP(w, ref.RetryAfter)
-}
-
-// Fast answers ref on a fasthttp response, RateLimit fields included.
-func (ref *Refusal) Fast(ctx *fasthttp.RequestCtx) {
-	ref.Answer().Fast(ctx, ref.RetryAfter)
-	if ref.Rate != nil {
-		ref.Rate.FastHeaders(&ctx.Response.Header, ref.Decision)
-	}
 }
 
 // Passed is what Check let through: the shape limits of the request's

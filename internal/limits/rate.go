@@ -5,8 +5,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/valyala/fasthttp"
-
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/ratelimit"
 )
@@ -183,12 +181,4 @@ func (rule *Rule) HTTPHeaders(h http.Header, d ratelimit.Decision) {
 	}
 	h["Ratelimit-Policy"] = v.policy
 	h["Ratelimit"] = v.rateLimit
-}
-
-// FastHeaders sets the same fields on a fasthttp response, allocating
-// nothing.
-func (rule *Rule) FastHeaders(h *fasthttp.ResponseHeader, d ratelimit.Decision) {
-	h.Set("RateLimit-Policy", rule.Policy.Header())
-	var buf [64]byte
-	h.SetBytesV("RateLimit", rule.Policy.AppendRateLimit(buf[:0], d))
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/leveeproxy/levee/internal/membuf"
 	"github.com/leveeproxy/levee/internal/netlimit"
 	"github.com/leveeproxy/levee/internal/reply"
+	"github.com/leveeproxy/levee/internal/reply/fastreply"
 	"github.com/leveeproxy/levee/internal/shape"
 	"github.com/leveeproxy/levee/internal/trace"
 )
@@ -91,14 +92,14 @@ func (s *Server) fastParseError(ctx *fasthttp.RequestCtx, err error) {
 	var ne net.Error
 	switch {
 	case errors.As(err, &small):
-		framing.HeadersTooLongReply.Fast(ctx, 0)
+		fastreply.Write(ctx, framing.HeadersTooLongReply, 0)
 	case errors.As(err, &ne) && ne.Timeout():
 		// The headers (read_header_timeout), or the start of a body (see
 		// prefetchTimeout), did not come in time.
 		s.unrouted.Rejected(reply.RequestTimeout)
-		reply.RequestTimeoutReply.Fast(ctx, 0)
+		fastreply.Write(ctx, reply.RequestTimeoutReply, 0)
 	default:
-		framing.BadRequestReply.Fast(ctx, 0)
+		fastreply.Write(ctx, framing.BadRequestReply, 0)
 	}
 	ctx.SetConnectionClose()
 	linger(ctx.Conn())
@@ -109,7 +110,7 @@ func (s *Server) fastParseError(ctx *fasthttp.RequestCtx, err error) {
 // anything reads it, and its connection closed (package framing).
 func (s *Server) serveFast(ctx *fasthttp.RequestCtx) {
 	if r := framing.Fast(&ctx.Request); r != nil {
-		r.Fast(ctx, 0)
+		fastreply.Write(ctx, r, 0)
 		ctx.SetConnectionClose()
 		linger(ctx.Conn())
 		s.unrouted.Rejected(r.Reason)
@@ -190,9 +191,9 @@ func (e *fastExchange) TopKey(k clientkey.Source) string {
 // the client closes its connection (see peerCtx).
 func (e *fastExchange) ctx() context.Context { return &e.pc }
 
-func (e *fastExchange) refuse(ref refusal) { ref.Fast(e.c) }
+func (e *fastExchange) refuse(ref refusal) { refuseFast(e.c, &ref) }
 
-func (e *fastExchange) refuseShape(v *shape.Violation) { reply.ViolationFast(e.c, v, false) }
+func (e *fastExchange) refuseShape(v *shape.Violation) { fastreply.Violation(e.c, v, false) }
 
 // gone closes the connection without an answer: the client left (or the
 // server is shutting down). fasthttp then writes nothing and closes the
