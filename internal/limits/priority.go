@@ -4,8 +4,8 @@ import (
 	"slices"
 
 	"github.com/leveeproxy/levee/internal/admit"
-	"github.com/leveeproxy/levee/internal/catalog"
 	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/urlpath"
 )
 
 // Classifier assigns a request's priority class from limits.priority: the
@@ -52,7 +52,7 @@ func parseClass(s string) admit.Class {
 // Class returns the class of a request for path from client.
 func (c *Classifier) Class(path, client string) admit.Class {
 	for _, pc := range c.paths {
-		if catalog.PathHasPrefix(path, pc.prefix) {
+		if urlpath.HasPrefix(path, pc.prefix) {
 			return pc.class
 		}
 	}

@@ -74,7 +74,7 @@ func TestClassifierLongestPrefixWins(t *testing.T) {
 }
 
 func TestClassifierPathSegments(t *testing.T) {
-	// catalog.PathHasPrefix: the path is the prefix, or goes on at a '/'
+	// urlpath.HasPrefix: the path is the prefix, or goes on at a '/'
 	// after it, or the prefix itself ends in '/'.
 	c := NewClassifier(config.Priority{
 		Default: config.ClassDefault,

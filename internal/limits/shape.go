@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/leveeproxy/levee/internal/catalog"
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/shape"
+	"github.com/leveeproxy/levee/internal/urlpath"
 )
 
 // PathShape is the request-shape limits of requests under one path
@@ -67,7 +67,7 @@ func (c *ShapeCache) newPathShape(prefix string, l config.Limits) PathShape {
 // limits it costs nothing.
 func (sl *Shapes) ForPath(path string) *PathShape {
 	for i := range sl.PerPath {
-		if catalog.PathHasPrefix(path, sl.PerPath[i].Prefix) {
+		if urlpath.HasPrefix(path, sl.PerPath[i].Prefix) {
 			return &sl.PerPath[i]
 		}
 	}
