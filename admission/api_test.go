@@ -11,7 +11,7 @@ import (
 var update = flag.Bool("update", false, "rewrite api.txt from the package's exported API")
 
 // TestAPI pins the package's exported API to api.txt, so a change to the
-// public surface (this package's, or an aliased type's) is deliberate:
+// public surface is deliberate:
 // regenerate the file with
 //
 //	go test ./admission -run '^TestAPI$' -update

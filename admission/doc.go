@@ -61,8 +61,8 @@
 // # The HTTP middleware
 //
 // ParseLimits reads a `limits:` section of levee's config, with the same
-// keys, defaults and validation; a Gate puts them in force, and Wrap (or
-// Middleware, for one gate per call) applies them to a handler:
+// keys, defaults and validation; a Gate puts them in force, and Wrap
+// applies them to a handler:
 //
 //	l, err := admission.ParseLimits([]byte("concurrency: 64\nrate: 500/s\nbody: 1MB\n"))
 //	...
@@ -77,9 +77,9 @@
 // internal/limits): the same status, Levee-Reject, Retry-After, RateLimit
 // headers and body, so a client, a dashboard or a runbook reads a refusal
 // the same way from either. Gate.Stats counts refusals by reason, and
-// Gate.Collector exports them to Prometheus under levee's own metric names;
-// Gate.Top and Gate.TopHandler report the heaviest clients, as levee's
-// admin API does (limits.client.top_k).
+// package admissionprom exports them to Prometheus under levee's own metric
+// names; Gate.Top and Gate.TopHandler report the heaviest clients, as
+// levee's admin API does (limits.client.top_k).
 //
 // What a gate costs: a refusal allocates nothing (TestGateRefusalAllocatesNothing),
 // and an admitted request allocates nothing on the gate's side
@@ -100,9 +100,12 @@
 // (a refusal costs an abusive client nothing and a well-behaved one no queue
 // room); a service's fan-out waits (the items are already accepted work, and
 // Go blocking the caller is the back-pressure). Reason and Rejection are
-// aliases of the proxy's types, and the reason strings have one definition,
-// so a refusal means the same thing in both. The exported API of this
-// package is pinned by a golden file, api.txt (see TestAPI), which spells
-// out the aliased types in full, so a change to them is a deliberate change
-// of this package's API.
+// this package's own types; each reason constant is the proxy's, so a
+// refusal means the same thing in both. The exported API of this package
+// is pinned by a golden file, api.txt (see TestAPI), so a change to it is
+// deliberate.
+//
+// What it links: the scheduler and the gate, and neither the proxy's
+// forwarding code nor fasthttp nor Prometheus (internal/layering,
+// TestLibraryDoesNotLinkTheProxy, checks it with go list -deps).
 package admission

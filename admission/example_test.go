@@ -82,7 +82,7 @@ func ExampleWithGroupLimit() {
 	// Output: true
 }
 
-func ExampleMiddleware() {
+func ExampleGate_Wrap() {
 	l, err := admission.ParseLimits([]byte(`
 concurrency: 64
 queue: {max_len: 128, max_wait: 2s}
@@ -95,7 +95,7 @@ body: 1MB
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
-	srv := httptest.NewServer(admission.Middleware(l)(mux))
+	srv := httptest.NewServer(admission.NewGate(l).Wrap(mux))
 	defer srv.Close()
 
 	resp, err := http.Post(srv.URL, "text/plain", strings.NewReader(strings.Repeat("x", 2_000_000)))
@@ -156,7 +156,7 @@ func ExampleGate_Top() {
 		r.Header.Set("X-Api-Key", []string{"tenant-a", "tenant-b"}[min(i%4, 1)])
 		h.ServeHTTP(httptest.NewRecorder(), r)
 	}
-	top, err := gate.Top("requests", "10s")
+	top, err := gate.Top(admission.ByRequests, admission.Last10s)
 	if err != nil {
 		log.Fatal(err)
 	}

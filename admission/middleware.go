@@ -1,21 +1,15 @@
 package admission
 
 import (
-	"encoding/json"
-	"fmt"
 	"net/http"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/limits"
-	"github.com/leveeproxy/levee/internal/observe"
-	"github.com/leveeproxy/levee/internal/topk"
 )
 
 // Limits are the limits of one handler, as levee's `limits:` section of
 // an app writes them. Make them with ParseLimits; the zero Limits are not
-// usable (NewGate and Middleware panic). A Limits value is read-only and
+// usable (NewGate panics). A Limits value is read-only and
 // may be used for any number of gates, each with its own state.
 type Limits struct {
 	l  config.Limits
@@ -53,7 +47,7 @@ func NewGate(l Limits) *Gate {
 	if !l.ok {
 		panic("admission: NewGate with zero Limits; make them with ParseLimits")
 	}
-	return &Gate{h: limits.NewHandler("admission", l.l, nil, nil)}
+	return &Gate{h: limits.NewHandler("admission", l.l, nil, bodyError)}
 }
 
 // Wrap returns next behind the gate's limits, applied in levee's order and
@@ -91,10 +85,6 @@ func (g *Gate) Wrap(next http.Handler) http.Handler {
 	return g.h.With(next)
 }
 
-// Middleware returns NewGate(l).Wrap: a middleware whose wrapped handlers
-// share one set of limits and their state. Each call makes new state.
-func Middleware(l Limits) func(http.Handler) http.Handler { return NewGate(l).Wrap }
-
 // Stats are what a gate has done since it was made.
 type Stats struct {
 	// Running is the requests holding a concurrency slot now; Queued, those
@@ -109,87 +99,17 @@ type Stats struct {
 }
 
 // Stats returns the gate's counts now. It allocates; it takes no lock a
-// request waits on.
+// request waits on. Package admissionprom exports them to Prometheus.
 func (g *Gate) Stats() Stats {
-	c := g.counts()
-	s := Stats{Running: c.InFlight, Queued: c.Queued, Limit: c.Limit, Waited: g.h.Counts().Waited(),
-		Rejected: map[Reason]uint64{}, Shadowed: map[Reason]uint64{}}
-	for r, n := range c.Rejected {
+	l := g.h.Limiter()
+	rej, sh := g.h.Counts().Snapshot()
+	s := Stats{Running: l.InFlight(), Queued: l.Queued(), Limit: l.Limits().Concurrency,
+		Waited: g.h.Counts().Waited(), Rejected: make(map[Reason]uint64, len(rej)), Shadowed: make(map[Reason]uint64, len(sh))}
+	for r, n := range rej {
 		s.Rejected[Reason(r)] = n
 	}
-	for r, n := range c.Shadowed {
+	for r, n := range sh {
 		s.Shadowed[Reason(r)] = n
 	}
 	return s
-}
-
-// counts is what Stats and Collector report.
-func (g *Gate) counts() observe.GateCounts {
-	l := g.h.Limiter()
-	rej, sh := g.h.Counts().Snapshot()
-	return observe.GateCounts{InFlight: l.InFlight(), Queued: l.Queued(), Limit: l.Limits().Concurrency,
-		Rejected: rej, Shadowed: sh}
-}
-
-// Collector returns a Prometheus collector of the gate under levee's own
-// metric names, labelled app="name": levee_inflight, levee_queue_length,
-// levee_concurrency_limit, and levee_rejected_total and
-// levee_shadow_rejected_total by reason, so a dashboard or an alert written
-// for levee reads the service's gate unchanged. Register it once per gate:
-//
-//	prometheus.MustRegister(gate.Collector("checkout"))
-func (g *Gate) Collector(name string) prometheus.Collector {
-	return observe.GateCollector(name, g.counts)
-}
-
-// TopReport is the heaviest clients of one measure over one window, as
-// levee's admin API reports an app's (GET /api/apps/{app}/top): Space-Saving
-// summaries of limits.client.top_k clients, so a listed client's Count is
-// an upper bound, at most ErrorBound (its own Err) over the truth.
-type TopReport = topk.Report
-
-// TopShare is one client of a TopReport.
-type TopShare = topk.Share
-
-// Top returns the heaviest clients by a measure ("requests", "rejected",
-// "bytes" or "items": request and response body bytes, batch items) over a
-// window ("10s", "1m" or "10m"). A client is its limits.client.key when
-// that is a header the request has, else the peer's address. It returns an
-// error for an unknown measure or window, or when limits.client.top_k is 0.
-func (g *Gate) Top(by, window string) (TopReport, error) {
-	d, w, err := topk.Index(by, window)
-	if err != nil {
-		return TopReport{}, fmt.Errorf("admission: top: %w", err)
-	}
-	top := g.h.Top()
-	if top == nil {
-		return TopReport{}, fmt.Errorf("admission: top clients are off (limits.client.top_k: 0)")
-	}
-	return top.Report(d, w, 0, 0, g.h.Now()), nil
-}
-
-// TopHandler serves Top as JSON, as levee's admin API does: GET
-// ?by=requests&window=10s (the defaults), the report or {"error": "..."}
-// with 400. Mount it where only operators reach it: client keys are
-// what the clients sent.
-func (g *Gate) TopHandler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		q := r.URL.Query()
-		by, window := q.Get("by"), q.Get("window")
-		if by == "" {
-			by = topk.ByRequests
-		}
-		if window == "" {
-			window = topk.WindowNames[0]
-		}
-		rep, err := g.Top(by, window)
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		if err != nil {
-			w.WriteHeader(http.StatusBadRequest)
-			_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
-			return
-		}
-		_ = json.NewEncoder(w).Encode(rep)
-	})
 }

@@ -3,13 +3,12 @@ package admission_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/leveeproxy/levee/admission"
 )
@@ -42,9 +41,8 @@ func TestParseLimitsRefusesWhatItCannotApply(t *testing.T) {
 
 func TestZeroValuesPanic(t *testing.T) {
 	for name, f := range map[string]func(){
-		"NewGate(Limits{})":    func() { admission.NewGate(admission.Limits{}) },
-		"Middleware(Limits{})": func() { admission.Middleware(admission.Limits{}) },
-		"(*Gate)(nil).Wrap":    func() { (*admission.Gate)(nil).Wrap(http.NotFoundHandler()) },
+		"NewGate(Limits{})": func() { admission.NewGate(admission.Limits{}) },
+		"(*Gate)(nil).Wrap": func() { (*admission.Gate)(nil).Wrap(http.NotFoundHandler()) },
 	} {
 		func() {
 			defer func() {
@@ -183,17 +181,20 @@ func TestTopNamesTheHeavyClient(t *testing.T) {
 		}
 		resp.Body.Close()
 	}
-	rep, err := g.Top("requests", "10s")
+	rep, err := g.Top(admission.ByRequests, admission.Last10s)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(rep.Clients) != 2 || rep.Clients[0].Client != "heavy" || rep.Clients[0].Count != 20 || rep.Clients[1].Count != 10 {
 		t.Fatalf("top %+v; want heavy 20, light 10", rep)
 	}
-	if _, err := g.Top("weight", "10s"); err == nil {
+	if rep.By != admission.ByRequests || rep.Window != admission.Last10s {
+		t.Errorf("report of %v over %v; want requests over 10s", rep.By, rep.Window)
+	}
+	if _, err := g.Top(admission.By(9), admission.Last10s); err == nil {
 		t.Error("Top by an unknown measure: no error")
 	}
-	if _, err := g.Top("requests", "1h"); err == nil {
+	if _, err := g.Top(admission.ByRequests, admission.Window(-1)); err == nil {
 		t.Error("Top over an unknown window: no error")
 	}
 	top := httptest.NewServer(g.TopHandler())
@@ -203,7 +204,7 @@ func TestTopNamesTheHeavyClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got admission.TopReport
-	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil || resp.StatusCode != 200 || got.Clients[0].Client != "heavy" {
+	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil || resp.StatusCode != 200 || got.Clients[0].Client != "heavy" || got.Window != admission.Last1m {
 		t.Fatalf("TopHandler: %d %+v %v", resp.StatusCode, got, err)
 	}
 	resp.Body.Close()
@@ -213,8 +214,27 @@ func TestTopNamesTheHeavyClient(t *testing.T) {
 	resp.Body.Close()
 
 	off := admission.NewGate(mustLimits(t, "{client: {top_k: 0}}"))
-	if _, err := off.Top("requests", "10s"); err == nil {
-		t.Error("Top with top_k 0: no error")
+	if _, err := off.Top(admission.ByRequests, admission.Last10s); !errors.Is(err, admission.ErrTopOff) {
+		t.Errorf("Top with top_k 0: %v; want ErrTopOff", err)
+	}
+}
+
+// By and Window read and write levee's admin API's words.
+func TestByAndWindowNames(t *testing.T) {
+	for v, want := range map[fmt.Stringer]string{admission.ByRequests: "requests", admission.ByRejected: "rejected",
+		admission.ByBytes: "bytes", admission.ByItems: "items",
+		admission.Last10s: "10s", admission.Last1m: "1m", admission.Last10m: "10m"} {
+		if v.String() != want {
+			t.Errorf("%#v names itself %q; want %q", v, v.String(), want)
+		}
+	}
+	var w admission.Window
+	if err := w.UnmarshalText([]byte("10m")); err != nil || w != admission.Last10m {
+		t.Errorf("UnmarshalText(10m) = %v, %v", w, err)
+	}
+	var b admission.By
+	if err := b.UnmarshalText([]byte("weight")); err == nil {
+		t.Error("UnmarshalText(weight): no error")
 	}
 }
 
@@ -277,46 +297,5 @@ func BenchmarkGateShapeRefusal(b *testing.B) {
 	for b.Loop() {
 		clear(w.h)
 		h.ServeHTTP(w, r)
-	}
-}
-
-// The collector reports the gate under levee's own metric names.
-func TestCollectorSpeaksLeveesMetricNames(t *testing.T) {
-	g := admission.NewGate(mustLimits(t, "{concurrency: 7, rate: 1/m, burst: 2, url_length: 64, shadow: [url-length]}"))
-	h := g.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-	for range 5 {
-		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
-	}
-	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/"+strings.Repeat("a", 100), nil))
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(g.Collector("checkout"))
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			key := mf.GetName()
-			for _, l := range m.GetLabel() {
-				key += "," + l.GetName() + "=" + l.GetValue()
-			}
-			if m.Counter != nil {
-				got[key] = m.GetCounter().GetValue()
-			} else {
-				got[key] = m.GetGauge().GetValue()
-			}
-		}
-	}
-	for key, want := range map[string]float64{
-		"levee_rejected_total,app=checkout,reason=rate":              4, // 2 of the 6 pass (burst 2)
-		"levee_shadow_rejected_total,app=checkout,reason=url-length": 1,
-		"levee_concurrency_limit,app=checkout":                       7,
-		"levee_inflight,app=checkout":                                0,
-		"levee_queue_length,app=checkout":                            0,
-	} {
-		if got[key] != want {
-			t.Errorf("%s = %v; want %v (all: %v)", key, got[key], want, got)
-		}
 	}
 }

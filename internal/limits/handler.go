@@ -54,16 +54,24 @@ func NewStore(maxKeys int) *ratelimit.LocalStore {
 // own limits (limits.body without a declared length, limits.batch) as the
 // handler reads it. It is safe for concurrent use; it starts no goroutine.
 type Handler struct {
-	gate *Gate // its Count is a *Counts
-	next http.Handler
-	top  *topk.ClientTop
+	gate     *Gate // its Count is a *Counts
+	next     http.Handler
+	top      *topk.ClientTop
+	bodyErr  func(reason string) error
+	tooLarge *bodyRefusal // limits.body's, shared
 }
 
-// NewHandler returns next behind l, on clk (nil: the real clock); name
-// names its RateLimit-Policy, as an app's name does in the proxy.
-func NewHandler(name string, l config.Limits, clk clock.Clock, next http.Handler) *Handler {
+// NewHandler returns a Handler of l, on clk (nil: the real clock), to be
+// given its handler by With; name names its RateLimit-Policy, as an app's
+// name does in the proxy. bodyErr makes the error a body read fails with
+// when a limit refuses the body (nil: an *admit.Rejection of the reason);
+// its error for limits.body is made once and shared.
+func NewHandler(name string, l config.Limits, clk clock.Clock, bodyErr func(reason string) error) *Handler {
 	if clk == nil {
 		clk = clock.Real{}
+	}
+	if bodyErr == nil {
+		bodyErr = func(reason string) error { return &admit.Rejection{Reason: admit.Reason(reason)} }
 	}
 	counts := NewCounts()
 	lim := AdmitLimits(l)
@@ -90,7 +98,8 @@ func NewHandler(name string, l config.Limits, clk clock.Clock, next http.Handler
 	if g.ClientRate != nil {
 		g.ClientRate.Store = NewStore(l.Client.MaxKeys)
 	}
-	return &Handler{gate: g, next: next, top: topk.NewClientTop(l.Client.TopK)}
+	return &Handler{gate: g, top: topk.NewClientTop(l.Client.TopK), bodyErr: bodyErr,
+		tooLarge: &bodyRefusal{reply: reply.BodyCutReply, err: bodyErr(ReasonBody)}}
 }
 
 // With returns a handler of next sharing h's limits and their state.
@@ -129,7 +138,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Body != nil && r.Body != http.NoBody {
-		ex.guardBody(g, p.Shape, r)
+		ex.guardBody(h, p.Shape, r)
 	}
 	reply.MarkShadow(r.Header, p.Shadow.Header()) // as a backend gets it
 	slot, ref, ok := g.Admit(r.Context(), g.Ticket(r.URL.Path, p.Client), nil)
@@ -194,7 +203,8 @@ func (ex *exchange) counted() (bytes uint64, items int) {
 // guardBody enforces on r's body, as the handler reads it, what could not
 // be checked from the head: limits.body without a declared length, and
 // limits.batch (or their shadows).
-func (ex *exchange) guardBody(g *Gate, sh *PathShape, r *http.Request) {
+func (ex *exchange) guardBody(h *Handler, sh *PathShape, r *http.Request) {
+	g := h.gate
 	batch := sh.Check.Limits().Batch.On()
 	if r.ContentLength >= 0 && !batch {
 		return // a declared length was checked; nothing to count
@@ -203,7 +213,7 @@ func (ex *exchange) guardBody(g *Gate, sh *PathShape, r *http.Request) {
 	// Not pooled with the exchange: a handler may hand the body on (to a
 	// goroutine that outlives it, say), and it must never read another
 	// request's state.
-	ex.body = &guardedBody{rc: r.Body, limit: limit, batch: bc, gate: g, shadowAt: -1}
+	ex.body = &guardedBody{rc: r.Body, limit: limit, batch: bc, h: h, shadowAt: -1}
 	if limit == UnlimitedBody && r.ContentLength < 0 {
 		ex.body.shadowAt = sh.Body // limits.body shadowed: counted when crossed
 	}
@@ -212,13 +222,13 @@ func (ex *exchange) guardBody(g *Gate, sh *PathShape, r *http.Request) {
 }
 
 // guardedBody is a request body read by the wrapped handler under the
-// limits that only its bytes show. A read over one fails with a
-// *admit.Rejection (its reason), and the refusal is answered in place of
+// limits that only its bytes show. A read over one fails with the
+// handler's bodyErr of its reason, and the refusal is answered in place of
 // what the handler writes.
 type guardedBody struct {
 	rc      io.ReadCloser
 	limit   int64
-	gate    *Gate
+	h       *Handler
 	refused atomic.Pointer[bodyRefusal] // set once
 
 	mu       sync.Mutex // Read and the top's count may run at once
@@ -240,10 +250,8 @@ func (b *guardedBody) progress() (int64, int) {
 type bodyRefusal struct {
 	reply *reply.Reply     // limits.body
 	v     *shape.Violation // limits.batch
-	err   *admit.Rejection
+	err   error
 }
-
-var bodyTooLarge = &bodyRefusal{reply: reply.BodyCutReply, err: &admit.Rejection{Reason: admit.Reason(ReasonBody)}}
 
 func (b *guardedBody) Read(p []byte) (int, error) {
 	if ref := b.refused.Load(); ref != nil {
@@ -254,10 +262,10 @@ func (b *guardedBody) Read(p []byte) (int, error) {
 	defer b.mu.Unlock()
 	b.n += int64(n)
 	if b.n > b.limit {
-		return 0, b.refuse(bodyTooLarge, ReasonBody)
+		return 0, b.refuse(b.h.tooLarge, ReasonBody)
 	}
 	if b.shadowAt >= 0 && b.n > b.shadowAt {
-		b.gate.Shadows(ReasonBody)
+		b.h.gate.Shadows(ReasonBody)
 		b.shadowAt = -1
 	}
 	if b.batch == nil {
@@ -269,8 +277,8 @@ func (b *guardedBody) Read(p []byte) (int, error) {
 		v = b.batch.End()
 	}
 	if v != nil {
-		if _, ok := b.gate.Shadows(string(v.Reason)); !ok {
-			return 0, b.refuse(&bodyRefusal{v: v, err: &admit.Rejection{Reason: admit.Reason(v.Reason)}}, string(v.Reason))
+		if _, ok := b.h.gate.Shadows(string(v.Reason)); !ok {
+			return 0, b.refuse(&bodyRefusal{v: v, err: b.h.bodyErr(string(v.Reason))}, string(v.Reason))
 		}
 		b.batch = nil // counted as shadowed; the rest goes on uncounted
 		return n, err
@@ -282,7 +290,7 @@ func (b *guardedBody) Read(p []byte) (int, error) {
 // refuse records the body's refusal (the first), counted.
 func (b *guardedBody) refuse(ref *bodyRefusal, reason string) error {
 	if b.refused.CompareAndSwap(nil, ref) {
-		b.gate.Count.Rejected(reason)
+		b.h.gate.Count.Rejected(reason)
 	}
 	return b.refused.Load().err
 }

@@ -53,7 +53,7 @@ func newSideBySide(t *testing.T, limitsYAML string) *sideBySide {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.handler = limits.NewHandler("a", l, clk, backend)
+	s.handler = limits.NewHandler("a", l, clk, nil).With(backend)
 	s.direct = httptest.NewUnstartedServer(s.handler)
 	// Both protocols the proxy's tests run on (LEVEE_TEST_PROTO=h2c too).
 	s.direct.Config.Protocols = new(http.Protocols)
