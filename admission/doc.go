@@ -60,19 +60,26 @@
 //
 // # The HTTP middleware
 //
-// ParseLimits reads a `limits:` section of levee's config, with the same
-// keys, defaults and validation; a Gate puts them in force, and Wrap
-// applies them to a handler:
+// Limits are levee's `limits:` section of an app as Go values, a zero
+// field being levee's default; NewGate checks them by levee's rules and
+// puts them in force, and Wrap applies them to a handler:
 //
-//	l, err := admission.ParseLimits([]byte("concurrency: 64\nrate: 500/s\nbody: 1MB\n"))
+//	gate, err := admission.NewGate(admission.Limits{
+//		Concurrency: 64,
+//		Rate:        admission.PerSecond(500),
+//		Body:        1 << 20,
+//	})
 //	...
-//	gate := admission.NewGate(l)
 //	http.ListenAndServe(addr, gate.Wrap(mux))
 //
-// It applies every limit of the section but bandwidth (which ParseLimits
-// refuses): request shape, rate and per-client rate, body, batch items,
-// the concurrency limit (static or adaptive) with its queue, priorities
-// and fair share, per_path and shadow; see Gate.Wrap for the order. It
+// ParseLimits is the other way in: the same section in YAML, with the
+// same keys, defaults and validation as levee's config.
+//
+// A gate applies every limit of the section but bandwidth (which
+// ParseLimits refuses): request shape, rate and per-client rate, body,
+// batch items, the concurrency limit (static or adaptive) with its queue,
+// priorities and fair share, per_path and shadow; see Gate.Wrap for the
+// order. It
 // refuses as the levee proxy does, with the same code (the proxy's gate,
 // internal/limits): the same status, Levee-Reject, Retry-After, RateLimit
 // headers and body, so a client, a dashboard or a runbook reads a refusal

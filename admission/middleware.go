@@ -3,36 +3,8 @@ package admission
 import (
 	"net/http"
 
-	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/limits"
 )
-
-// Limits are the limits of one handler, as levee's `limits:` section of
-// an app writes them. Make them with ParseLimits; the zero Limits are not
-// usable (NewGate panics). A Limits value is read-only and
-// may be used for any number of gates, each with its own state.
-type Limits struct {
-	l  config.Limits
-	ok bool
-}
-
-// ParseLimits decodes and validates yaml as a `limits:` section of levee's
-// config: the same keys, defaults and checks, with errors that name the
-// field path (limits.rate: ...). Empty yaml is levee's default limits.
-// limits.bandwidth is refused: it paces a proxy's bytes, which a handler
-// does not own. limits.request_buffer and limits.response_buffer are the
-// proxy's buffer sizes and mean nothing here; they are checked, not used.
-func ParseLimits(yaml []byte) (Limits, error) {
-	l, err := config.ParseLimits(yaml)
-	if err != nil {
-		return Limits{}, err
-	}
-	if l.Bandwidth.Rate != 0 {
-		return Limits{}, config.Errors{{Path: "limits.bandwidth",
-			Msg: "not applied by the admission middleware: it paces the bytes a proxy relays; leave it to levee"}}
-	}
-	return Limits{l: l, ok: true}, nil
-}
 
 // A Gate is Limits in force: their state (rate buckets, the concurrency
 // limit and its queue, the adaptive limit, the top clients) shared by every
@@ -42,12 +14,14 @@ type Gate struct {
 	h *limits.Handler
 }
 
-// NewGate returns a Gate of l. It panics if l was not made by ParseLimits.
-func NewGate(l Limits) *Gate {
-	if !l.ok {
-		panic("admission: NewGate with zero Limits; make them with ParseLimits")
+// NewGate returns a Gate of l, or an error naming each field of l that
+// levee's rules refuse (limits.queue.max_len: must be ...).
+func NewGate(l Limits) (*Gate, error) {
+	c, err := l.config()
+	if err != nil {
+		return nil, err
 	}
-	return &Gate{h: limits.NewHandler("admission", l.l, nil, bodyError)}
+	return &Gate{h: limits.NewHandler("admission", c, nil, bodyError)}, nil
 }
 
 // Wrap returns next behind the gate's limits, applied in levee's order and

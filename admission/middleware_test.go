@@ -7,19 +7,27 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/leveeproxy/levee/admission"
+	"github.com/leveeproxy/levee/internal/config"
 )
 
-func mustLimits(t testing.TB, yaml string) admission.Limits {
+// mustGate is the gate of limits written in YAML.
+func mustGate(t testing.TB, yaml string) *admission.Gate {
 	t.Helper()
 	l, err := admission.ParseLimits([]byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return l
+	g, err := admission.NewGate(l)
+	if err != nil {
+		t.Fatalf("NewGate of parsed limits: %v", err)
+	}
+	return g
 }
 
 func TestParseLimitsRefusesWhatItCannotApply(t *testing.T) {
@@ -39,19 +47,67 @@ func TestParseLimitsRefusesWhatItCannotApply(t *testing.T) {
 	}
 }
 
-func TestZeroValuesPanic(t *testing.T) {
-	for name, f := range map[string]func(){
-		"NewGate(Limits{})": func() { admission.NewGate(admission.Limits{}) },
-		"(*Gate)(nil).Wrap": func() { (*admission.Gate)(nil).Wrap(http.NotFoundHandler()) },
+func TestZeroGatePanics(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Error("(*Gate)(nil).Wrap did not panic")
+		}
+	}()
+	(*admission.Gate)(nil).Wrap(http.NotFoundHandler())
+}
+
+// NewGate checks typed limits by levee's rules, naming the field as the
+// config writes it; a negative "none" is a valid setting, not an error.
+func TestNewGateChecksLimits(t *testing.T) {
+	for want, l := range map[string]admission.Limits{
+		"limits.concurrency":        {Concurrency: -1},
+		"limits.client.key":         {Client: admission.Client{Key: "cookie:sid"}},
+		"limits.shadow":             {Shadow: []admission.Reason{admission.QueueFull}},
+		"limits.concurrency.max":    {Adaptive: &admission.Adaptive{Min: 10, Max: 5}},
+		"limits.priority.paths./a":  {Priority: admission.Priority{Paths: map[string]admission.Class{"/a": "urgent"}}},
+		"limits.per_path./a.header": {PerPath: map[string]admission.PathLimits{"/a": {HeaderCount: -5}}},
 	} {
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Errorf("%s did not panic", name)
-				}
-			}()
-			f()
-		}()
+		if _, err := admission.NewGate(l); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("NewGate(%+v) = %v; want an error naming %s", l, err, want)
+		}
+	}
+	for _, l := range []admission.Limits{{}, {Queue: admission.Queue{MaxLen: -1, MaxWait: -1}, Body: -1},
+		{Client: admission.Client{TopK: -1}}} {
+		if _, err := admission.NewGate(l); err != nil {
+			t.Errorf("NewGate(%+v): %v", l, err)
+		}
+	}
+}
+
+// The typed Limits carry every setting of the YAML section: what
+// ParseLimits reads converts back to exactly the config it was read as.
+func TestLimitsCarryEveryYAMLSetting(t *testing.T) {
+	for _, yaml := range []string{"", "{concurrency: 7}",
+		"{concurrency: {adaptive: gradient, min: 2, max: 50}, queue: {max_len: 0, max_wait: 0s, target: 7ms, interval: 70ms}}",
+		"{rate: 10/m, burst: 3, client: {key: 'header:X-Key', rate: 2/s, burst: 4, max_keys: 99, top_k: 0}, fair_share: true}",
+		"{priority: {default: sheddable, paths: {/admin: critical}, clients: {vip: critical}}}",
+		"{body: 0, header_bytes: 1KB, header_count: 10, url_length: 100, query_values: 3, batch: {json_field: items, max: 9}}",
+		"{per_path: {/up: {body: 5MB}, /none: {body: 0}, /b: {batch: {json_field: ids, max: 2}, header_count: 4}}, shadow: [rate, body]}",
+	} {
+		want, err := config.ParseLimits([]byte(yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := admission.ParseLimits([]byte(yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := admission.LimitsConfig(l)
+		if err != nil {
+			t.Fatalf("%s: %v", yaml, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s:\n got %+v\nwant %+v", yaml, got, want)
+		}
+	}
+	zero, err := admission.LimitsConfig(admission.Limits{})
+	if def, _ := config.ParseLimits(nil); err != nil || !reflect.DeepEqual(zero, def) {
+		t.Errorf("Limits{} are %+v, %v; want levee's defaults %+v", zero, err, def)
 	}
 }
 
@@ -90,7 +146,7 @@ func post(t *testing.T, url, body string, chunked bool) *http.Response {
 // answer to the failed read.
 func TestBodyRefusalReplacesTheHandlersAnswer(t *testing.T) {
 	var readErr error
-	g := admission.NewGate(mustLimits(t, "{body: 100B, batch: {json_field: items, max: 2}}"))
+	g := mustGate(t, "{body: 100B, batch: {json_field: items, max: 2}}")
 	srv := httptest.NewServer(g.Wrap(echoBody(&readErr)))
 	defer srv.Close()
 	for _, c := range []struct {
@@ -132,7 +188,7 @@ func TestBodyRefusalReplacesTheHandlersAnswer(t *testing.T) {
 // A shadowed body limit lets a chunked body over it through to the
 // handler, counted once.
 func TestShadowedBodyIsCountedWhileRead(t *testing.T) {
-	g := admission.NewGate(mustLimits(t, "{body: 10B, shadow: [body]}"))
+	g := mustGate(t, "{body: 10B, shadow: [body]}")
 	srv := httptest.NewServer(g.Wrap(echoBody(nil)))
 	defer srv.Close()
 	for _, chunked := range []bool{true, false} {
@@ -149,7 +205,7 @@ func TestShadowedBodyIsCountedWhileRead(t *testing.T) {
 // A handler that answers before it reads the body keeps its answer: the
 // gate can only refuse what has not been sent.
 func TestBodyRefusalAfterTheAnswerLeavesIt(t *testing.T) {
-	g := admission.NewGate(mustLimits(t, "{body: 10B}"))
+	g := mustGate(t, "{body: 10B}")
 	srv := httptest.NewServer(g.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusAccepted)
 		_, err := io.ReadAll(r.Body)
@@ -165,7 +221,7 @@ func TestBodyRefusalAfterTheAnswerLeavesIt(t *testing.T) {
 }
 
 func TestTopNamesTheHeavyClient(t *testing.T) {
-	g := admission.NewGate(mustLimits(t, "{client: {key: 'header:X-Api-Key', top_k: 4, rate: 1000/s}}"))
+	g := mustGate(t, "{client: {key: 'header:X-Api-Key', top_k: 4, rate: 1000/s}}")
 	srv := httptest.NewServer(g.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
 	defer srv.Close()
 	for i := range 30 {
@@ -213,7 +269,7 @@ func TestTopNamesTheHeavyClient(t *testing.T) {
 	}
 	resp.Body.Close()
 
-	off := admission.NewGate(mustLimits(t, "{client: {top_k: 0}}"))
+	off := mustGate(t, "{client: {top_k: 0}}")
 	if _, err := off.Top(admission.ByRequests, admission.Last10s); !errors.Is(err, admission.ErrTopOff) {
 		t.Errorf("Top with top_k 0: %v; want ErrTopOff", err)
 	}
@@ -253,7 +309,11 @@ func TestGateRefusalAllocatesNothing(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are not meaningful under -race (sync.Pool drops items)")
 	}
-	h := admission.NewGate(mustLimits(t, "{rate: 1/m, burst: 1, url_length: 64}")).Wrap(http.NotFoundHandler())
+	g, err := admission.NewGate(admission.Limits{Rate: admission.RequestRate{Events: 1, Per: time.Minute}, Burst: 1, URLLength: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := g.Wrap(http.NotFoundHandler())
 	w := &discard{h: http.Header{}}
 	for name, r := range map[string]*http.Request{
 		"rate":       httptest.NewRequest("GET", "/", nil),
@@ -271,7 +331,7 @@ func TestGateRefusalAllocatesNothing(t *testing.T) {
 }
 
 func BenchmarkGateRefusal(b *testing.B) {
-	h := admission.NewGate(mustLimits(b, "{rate: 1/m, burst: 1}")).Wrap(http.NotFoundHandler())
+	h := mustGate(b, "{rate: 1/m, burst: 1}").Wrap(http.NotFoundHandler())
 	w, r := &discard{h: http.Header{}}, httptest.NewRequest("GET", "/", nil)
 	h.ServeHTTP(w, r)
 	b.ReportAllocs()
@@ -282,7 +342,7 @@ func BenchmarkGateRefusal(b *testing.B) {
 }
 
 func BenchmarkGateAdmitted(b *testing.B) {
-	h := admission.NewGate(mustLimits(b, "{concurrency: 64, rate: 1000000/s}")).Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	h := mustGate(b, "{concurrency: 64, rate: 1000000/s}").Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	w, r := &discard{h: http.Header{}}, httptest.NewRequest("GET", "/", nil)
 	b.ReportAllocs()
 	for b.Loop() {
@@ -291,7 +351,7 @@ func BenchmarkGateAdmitted(b *testing.B) {
 }
 
 func BenchmarkGateShapeRefusal(b *testing.B) {
-	h := admission.NewGate(mustLimits(b, "{url_length: 64}")).Wrap(http.NotFoundHandler())
+	h := mustGate(b, "{url_length: 64}").Wrap(http.NotFoundHandler())
 	w, r := &discard{h: http.Header{}}, httptest.NewRequest("GET", "/"+strings.Repeat("a", 100), nil)
 	b.ReportAllocs()
 	for b.Loop() {

@@ -18,7 +18,10 @@ func TestCollectorSpeaksLeveesMetricNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := admission.NewGate(l)
+	g, err := admission.NewGate(l)
+	if err != nil {
+		t.Fatal(err)
+	}
 	h := g.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	for range 5 {
 		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
