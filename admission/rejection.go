@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/leveeproxy/levee/internal/admit"
-	"github.com/leveeproxy/levee/internal/limits"
+	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/shape"
 )
 
@@ -61,10 +61,10 @@ const (
 	BatchShape Reason = Reason(shape.BatchShape)
 	// Rate: over Limits.Rate; ClientRate: over Limits.Client.Rate (levee:
 	// 429, with RateLimit and RateLimit-Policy).
-	Rate       Reason = Reason(limits.ReasonRate)
-	ClientRate Reason = Reason(limits.ReasonClientRate)
+	Rate       Reason = Reason(reply.Rate)
+	ClientRate Reason = Reason(reply.ClientRate)
 	// Body: the body is over Limits.Body (levee: 413).
-	Body Reason = Reason(limits.ReasonBody)
+	Body Reason = Reason(reply.Body)
 	// URLLength, QueryValues: the request target is over Limits.URLLength,
 	// or has more than Limits.QueryValues parameters (levee: 414).
 	URLLength   Reason = Reason(shape.URLLength)

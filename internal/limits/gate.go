@@ -17,9 +17,6 @@ import (
 	"github.com/leveeproxy/levee/internal/trace"
 )
 
-// ReasonBody: the limit behind a 413 for limits.body.
-const ReasonBody = reply.Body
-
 // Counter counts a gate's refusals, shadowed refusals and queue waits
 // (the proxy's observe.AppMetrics). It must not allocate: it is called on
 // the refusal path.
@@ -170,10 +167,10 @@ func (g *Gate) limit(client string, contentLength, bodyLimit int64, now time.Tim
 		}
 	}
 	if contentLength > bodyLimit {
-		marks, ok := g.Shadows(ReasonBody)
+		marks, ok := g.Shadows(reply.Body)
 		if !ok {
-			g.Count.Rejected(ReasonBody)
-			return Refusal{Code: http.StatusRequestEntityTooLarge, Reason: ReasonBody}, false
+			g.Count.Rejected(reply.Body)
+			return Refusal{Code: http.StatusRequestEntityTooLarge, Reason: reply.Body}, false
 		}
 		ref.Shadow |= marks
 	}

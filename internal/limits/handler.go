@@ -22,7 +22,7 @@ func init() {
 	for _, r := range admit.Reasons {
 		reply.Register(reply.Reply{Status: http.StatusServiceUnavailable, Reason: string(r)})
 	}
-	for _, r := range []string{ReasonRate, ReasonClientRate} {
+	for _, r := range []string{reply.Rate, reply.ClientRate} {
 		reply.Register(reply.Reply{Status: http.StatusTooManyRequests, Reason: r})
 	}
 }
@@ -78,8 +78,8 @@ func NewHandler(name string, l config.Limits, clk clock.Clock, bodyErr func(reas
 	limiter := admit.NewLimiter(lim, clk)
 	var shapes ShapeCache
 	g := &Gate{
-		AppRate:    NewRule(name, ReasonRate, l.Rate, l.Burst),
-		ClientRate: NewRule(name+"-client", ReasonClientRate, l.Client.Rate, l.Client.Burst),
+		AppRate:    NewRule(name, reply.Rate, l.Rate, l.Burst),
+		ClientRate: NewRule(name+"-client", reply.ClientRate, l.Client.Rate, l.Client.Burst),
 		ClientKey:  clientkey.New(l.Client.Key),
 		Classes:    NewClassifier(l.Priority),
 		FairShare:  l.FairShare,
@@ -99,7 +99,7 @@ func NewHandler(name string, l config.Limits, clk clock.Clock, bodyErr func(reas
 		g.ClientRate.Store = NewStore(l.Client.MaxKeys)
 	}
 	return &Handler{gate: g, top: topk.NewClientTop(l.Client.TopK), bodyErr: bodyErr,
-		tooLarge: &bodyRefusal{reply: reply.BodyCutReply, err: bodyErr(ReasonBody)}}
+		tooLarge: &bodyRefusal{reply: reply.BodyCutReply, err: bodyErr(reply.Body)}}
 }
 
 // With returns a handler of next sharing h's limits and their state.
@@ -262,10 +262,10 @@ func (b *guardedBody) Read(p []byte) (int, error) {
 	defer b.mu.Unlock()
 	b.n += int64(n)
 	if b.n > b.limit {
-		return 0, b.refuse(b.h.tooLarge, ReasonBody)
+		return 0, b.refuse(b.h.tooLarge, reply.Body)
 	}
 	if b.shadowAt >= 0 && b.n > b.shadowAt {
-		b.h.gate.Shadows(ReasonBody)
+		b.h.gate.Shadows(reply.Body)
 		b.shadowAt = -1
 	}
 	if b.batch == nil {

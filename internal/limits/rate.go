@@ -9,12 +9,6 @@ import (
 	"github.com/leveeproxy/levee/internal/ratelimit"
 )
 
-// The reasons rate limits give (Levee-Reject).
-const (
-	ReasonRate       = "rate"
-	ReasonClientRate = "client-rate"
-)
-
 // AppKey is the app-wide limit's key in its store; client keys (header
 // values, IP addresses) never contain a NUL byte.
 const AppKey = "\x00app"

@@ -8,6 +8,7 @@ import (
 
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/ratelimit"
+	"github.com/leveeproxy/levee/internal/reply"
 )
 
 // t0 is the start of every test's time line; Allow takes now, so no clock
@@ -83,11 +84,11 @@ func TestAllowIsExactGCRA(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var app, client, refuser *Rule
 			if tc.client {
-				client = newTestRule(t, "c", ReasonClientRate, perSecond(10), 1)
+				client = newTestRule(t, "c", reply.ClientRate, perSecond(10), 1)
 				refuser = client
 			}
 			if tc.app {
-				app = newTestRule(t, "a", ReasonRate, perSecond(10), 1)
+				app = newTestRule(t, "a", reply.Rate, perSecond(10), 1)
 				refuser = app // peeked first
 			}
 			for _, s := range steps {
@@ -107,7 +108,7 @@ func TestAllowIsExactGCRA(t *testing.T) {
 func TestAllowBurstRefusal(t *testing.T) {
 	// 10/s burst 3: three at once, then the fourth waits one interval, and
 	// the bucket is full again after three.
-	app := newTestRule(t, "a", ReasonRate, perSecond(10), 3)
+	app := newTestRule(t, "a", reply.Rate, perSecond(10), 3)
 	for i := range 3 {
 		if o := Allow(app, nil, "", 1, t0, noShadows{}); o != (Outcome{}) {
 			t.Fatalf("request %d: %+v, want allowed", i, o)
@@ -125,8 +126,8 @@ func peek(rule *Rule, key string, now time.Time) ratelimit.Decision {
 }
 
 func TestAllowClientRefusalSpendsNoAppBudget(t *testing.T) {
-	app := newTestRule(t, "a", ReasonRate, perSecond(10), 2) // T 100ms, room for 2
-	client := newTestRule(t, "c", ReasonClientRate, perSecond(1), 1)
+	app := newTestRule(t, "a", reply.Rate, perSecond(10), 2) // T 100ms, room for 2
+	client := newTestRule(t, "c", reply.ClientRate, perSecond(1), 1)
 	if o := Allow(app, client, "a", 1, t0, noShadows{}); o != (Outcome{}) {
 		t.Fatalf("first request: %+v", o)
 	}
@@ -148,8 +149,8 @@ func TestAllowClientRefusalSpendsNoAppBudget(t *testing.T) {
 }
 
 func TestAllowAppRefusalSpendsNoClientBudget(t *testing.T) {
-	app := newTestRule(t, "a", ReasonRate, perSecond(10), 1)
-	client := newTestRule(t, "c", ReasonClientRate, perSecond(1), 1) // T 1s
+	app := newTestRule(t, "a", reply.Rate, perSecond(10), 1)
+	client := newTestRule(t, "c", reply.ClientRate, perSecond(1), 1) // T 1s
 	if o := Allow(app, client, "x", 1, t0, noShadows{}); o != (Outcome{}) {
 		t.Fatalf("first request: %+v", o)
 	}
@@ -224,8 +225,8 @@ func TestAllowShadowed(t *testing.T) {
 			appAfter: spent, clientAfter: spent},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			app := newTestRule(t, "a", ReasonRate, perSecond(10), 1)
-			client := newTestRule(t, "c", ReasonClientRate, perSecond(10), 1)
+			app := newTestRule(t, "a", reply.Rate, perSecond(10), 1)
+			client := newTestRule(t, "c", reply.ClientRate, perSecond(10), 1)
 			if tc.appFull {
 				app.Store.AllowAt(AppKey, app.Lim, t0, 1)
 			}
@@ -278,8 +279,8 @@ func TestAllowAppRefusesOnSpend(t *testing.T) {
 	// The app had room when peeked and none when spent: the app refuses,
 	// and a shadowed client refusal is still reported.
 	for _, shadowClient := range []bool{false, true} {
-		app := newTestRule(t, "a", ReasonRate, perSecond(10), 1)
-		client := newTestRule(t, "c", ReasonClientRate, perSecond(10), 1)
+		app := newTestRule(t, "a", reply.Rate, perSecond(10), 1)
+		client := newTestRule(t, "c", reply.ClientRate, perSecond(10), 1)
 		var s *shadows
 		if shadowClient {
 			client.Store.AllowAt("k", client.Lim, t0, 1)
@@ -299,8 +300,8 @@ func TestAllowAppRefusesOnSpend(t *testing.T) {
 // The one race Allow documents: the app's last unit taken between its peek
 // and its spend costs the client one unit, no more.
 func TestAllowRaceSpendsOneClientUnit(t *testing.T) {
-	app := newTestRule(t, "a", ReasonRate, perSecond(10), 1)
-	client := newTestRule(t, "c", ReasonClientRate, perSecond(1), 2)
+	app := newTestRule(t, "a", reply.Rate, perSecond(10), 1)
+	client := newTestRule(t, "c", reply.ClientRate, perSecond(1), 2)
 	client.Store = raceStore{Store: client.Store, other: app}
 	if o := Allow(app, client, "k", 1, t0, noShadows{}); o.Refused != app {
 		t.Fatalf("Allow = %+v, want refused by the app", o)
@@ -318,7 +319,7 @@ func TestAllowFactor(t *testing.T) {
 		want int
 	}{{1, 10}, {2, 10}, {0.5, 5}, {0.25, 3}, {0.1, 1}} {
 		for _, which := range []string{"app", "client"} {
-			rule := newTestRule(t, "r", ReasonRate, perSecond(10), 1)
+			rule := newTestRule(t, "r", reply.Rate, perSecond(10), 1)
 			app, client := rule, (*Rule)(nil)
 			if which == "client" {
 				app, client = nil, rule
@@ -335,8 +336,8 @@ func TestAllowFactor(t *testing.T) {
 		}
 	}
 	// f scales the burst too: 100/s burst 10 at f=0.5 is 50/s burst 5.
-	app := newTestRule(t, "a", ReasonRate, perSecond(100), 10)
-	client := newTestRule(t, "c", ReasonClientRate, perSecond(100), 10)
+	app := newTestRule(t, "a", reply.Rate, perSecond(100), 10)
+	client := newTestRule(t, "c", reply.ClientRate, perSecond(100), 10)
 	for _, rules := range [][2]*Rule{{app, nil}, {nil, client}} {
 		passed := 0
 		for range 20 {
@@ -351,8 +352,8 @@ func TestAllowFactor(t *testing.T) {
 }
 
 func TestAllowAllocatesNothing(t *testing.T) {
-	app := newTestRule(t, "a", ReasonRate, perSecond(10), 1)
-	client := newTestRule(t, "c", ReasonClientRate, perSecond(10), 1)
+	app := newTestRule(t, "a", reply.Rate, perSecond(10), 1)
+	client := newTestRule(t, "c", reply.ClientRate, perSecond(10), 1)
 	key := "client-key"
 	Allow(app, client, key, 1, t0, noShadows{}) // warm both keys
 
@@ -508,7 +509,7 @@ func TestGCRA(t *testing.T) {
 }
 
 func TestNewRule(t *testing.T) {
-	if r := NewRule("app", ReasonRate, config.Rate{}, 10); r != nil {
+	if r := NewRule("app", reply.Rate, config.Rate{}, 10); r != nil {
 		t.Fatalf("NewRule of the zero rate = %+v, want nil", r)
 	}
 	for _, tc := range []struct {
@@ -524,13 +525,13 @@ func TestNewRule(t *testing.T) {
 			`"shop-client";q=1;w=60;levee-burst=3`},
 		{`a"b`, perSecond(2), 4, ratelimit.Limit{Interval: 500 * time.Millisecond, Burst: 4}, `"a\"b";q=2;w=1;levee-burst=4`},
 	} {
-		r := NewRule(tc.name, ReasonClientRate, tc.r, tc.burst)
+		r := NewRule(tc.name, reply.ClientRate, tc.r, tc.burst)
 		if r == nil {
 			t.Fatalf("NewRule(%q, %v) = nil", tc.name, tc.r)
 		}
-		if r.Lim != tc.lim || r.Reason != ReasonClientRate || r.Store != nil {
+		if r.Lim != tc.lim || r.Reason != reply.ClientRate || r.Store != nil {
 			t.Errorf("NewRule(%q, %v, %d) = %+v, want Lim %+v, reason %q, no store",
-				tc.name, tc.r, tc.burst, r, tc.lim, ReasonClientRate)
+				tc.name, tc.r, tc.burst, r, tc.lim, reply.ClientRate)
 		}
 		if got := r.Policy.Header(); got != tc.policy {
 			t.Errorf("NewRule(%q, %v, %d) policy %s, want %s", tc.name, tc.r, tc.burst, got, tc.policy)
@@ -554,19 +555,19 @@ func TestNewRulePanicsOnInvalid(t *testing.T) {
 					t.Fatalf("recovered %v, want the invariant panic", p)
 				}
 			}()
-			NewRule("app", ReasonRate, tc.r, tc.burst)
+			NewRule("app", reply.Rate, tc.r, tc.burst)
 		})
 	}
 }
 
 func TestRuleHTTPHeaders(t *testing.T) {
-	rule := newTestRule(t, "app", ReasonRate, perSecond(10), 1)
+	rule := newTestRule(t, "app", reply.Rate, perSecond(10), 1)
 	Allow(rule, nil, "", 1, t0, noShadows{})
 	o := Allow(rule, nil, "", 1, t0.Add(50*time.Millisecond), noShadows{})
 	if o.Refused != rule || o.Decision != refusal10 {
 		t.Fatalf("Allow = %+v, want refused with %+v", o, refusal10)
 	}
-	burst := NewRule("app", ReasonRate, perSecond(100), 20)
+	burst := NewRule("app", reply.Rate, perSecond(100), 20)
 	for _, tc := range []struct {
 		rule              *Rule
 		d                 ratelimit.Decision

@@ -59,12 +59,14 @@ type Reply struct {
 	reasonV      []string // for net/http's header map
 }
 
-// Reasons levee gives beside those of the limit packages.
+// Reasons levee gives beside those of admit and shape.
 const (
 	NoRoute            = "no-route"
 	NoBackend          = "no-backend"
 	Bandwidth          = "bandwidth"
 	Body               = "body"
+	Rate               = "rate"
+	ClientRate         = "client-rate"
 	BadRequestBody     = "bad-request-body"
 	BackendTimeout     = "backend-timeout"
 	BackendUnreachable = "backend-unreachable"
@@ -74,6 +76,15 @@ const (
 	// come in time (read_header_timeout, min_rate), before any routing.
 	RequestTimeout = "request-timeout"
 )
+
+// Shadowable are the refusal reasons of an app's own policy limits that
+// limits.shadow can turn into counts, in the order the request path checks
+// them (the gate's shadow bits follow it); `shadow: true` is all of them.
+var Shadowable = []string{
+	string(shape.URLLength), string(shape.QueryValues), string(shape.HeaderCount), string(shape.HeaderBytes),
+	Rate, ClientRate, Body,
+	string(shape.BatchItems), string(shape.BatchJSON), string(shape.BatchShape),
+}
 
 var table = map[string]*Reply{}
 

@@ -22,9 +22,6 @@ import (
 // before levee could answer, as nginx does.
 const StatusClientClosed = limits.StatusClientClosed
 
-// reasonBody: the limit behind a 413 for limits.body.
-const reasonBody = limits.ReasonBody
-
 // exchange is one request as its engine holds it: what the request path
 // reads of it, and how the engine answers and forwards it. Each engine's
 // adapter implements it on a pointer type, so serve is compiled once per
@@ -219,11 +216,11 @@ func (s *Server) bodyRefusal(rt *route, sh *limits.PathShape, declared int64, go
 	case err == nil && int64(got) > sh.Body && declared > sh.Body:
 		return refusal{}, true // shadowed: Check counted it on its declared length
 	case err == nil && int64(got) > sh.Body:
-		if marks, ok := rt.Shadows(reasonBody); ok {
+		if marks, ok := rt.Shadows(reply.Body); ok {
 			return refusal{Shadow: marks}, true
 		}
-		rt.app.metrics.Rejected(reasonBody)
-		return refusal{Code: http.StatusRequestEntityTooLarge, Reason: reasonBody, Reply: reply.BodyCutReply}, false
+		rt.app.metrics.Rejected(reply.Body)
+		return refusal{Code: http.StatusRequestEntityTooLarge, Reason: reply.Body, Reply: reply.BodyCutReply}, false
 	case errors.Is(err, netlimit.ErrTooSlow):
 		rt.app.metrics.Rejected(reply.MinRate)
 		if l, ok := s.errlog.Take(slog.LevelInfo, observe.EventClientTooSlow, rt.app.name); ok {

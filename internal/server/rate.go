@@ -2,19 +2,7 @@ package server
 
 import (
 	"time"
-
-	"github.com/leveeproxy/levee/internal/limits"
 )
-
-// The reasons rate limits give (Levee-Reject): package limits' own.
-const (
-	reasonRate       = limits.ReasonRate
-	reasonClientRate = limits.ReasonClientRate
-)
-
-// rateRule is one configured rate limit (package limits, shared with the
-// admission middleware).
-type rateRule = limits.Rule
 
 // sweepRates drops idle client state every interval until done; owned by Serve.
 func (s *Server) sweepRates(done <-chan struct{}, every time.Duration) {

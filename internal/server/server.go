@@ -32,6 +32,7 @@ import (
 	"github.com/leveeproxy/levee/internal/overload"
 	"github.com/leveeproxy/levee/internal/protect"
 	"github.com/leveeproxy/levee/internal/ratelimit"
+	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/spill"
 	"github.com/leveeproxy/levee/internal/topk"
 	"github.com/leveeproxy/levee/internal/trace"
@@ -413,8 +414,8 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 		a.window.Observe(a.backends, s.clk.Now()) // the window's first mark: shares count from here
 	}
 	rt.Gate = limits.Gate{
-		AppRate:    limits.NewRule(name, reasonRate, ac.Limits.Rate, ac.Limits.Burst),
-		ClientRate: limits.NewRule(name+"-client", reasonClientRate, ac.Limits.Client.Rate, ac.Limits.Client.Burst),
+		AppRate:    limits.NewRule(name, reply.Rate, ac.Limits.Rate, ac.Limits.Burst),
+		ClientRate: limits.NewRule(name+"-client", reply.ClientRate, ac.Limits.Client.Rate, ac.Limits.Client.Burst),
 		RateFactor: &s.scale.rate,
 		ClientKey:  clientkey.New(ac.Limits.Client.Key),
 		Classes:    limits.NewClassifier(ac.Limits.Priority),
