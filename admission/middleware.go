@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/leveeproxy/levee/internal/limits"
+	"github.com/leveeproxy/levee/internal/limitsconf"
 )
 
 // A Gate is Limits in force: their state (rate buckets, the concurrency
@@ -21,7 +22,7 @@ func NewGate(l Limits) (*Gate, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Gate{h: limits.NewHandler("admission", c, nil, bodyError)}, nil
+	return &Gate{h: limitsconf.Handler("admission", c, nil, bodyError)}, nil
 }
 
 // Wrap returns next behind the gate's limits, applied in levee's order and

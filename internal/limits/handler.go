@@ -8,9 +8,7 @@ import (
 	"time"
 
 	"github.com/leveeproxy/levee/internal/admit"
-	"github.com/leveeproxy/levee/internal/clientkey"
 	"github.com/leveeproxy/levee/internal/clock"
-	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/ratelimit"
 	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/shape"
@@ -24,17 +22,6 @@ func init() {
 	}
 	for _, r := range []string{reply.Rate, reply.ClientRate} {
 		reply.Register(reply.Reply{Status: http.StatusTooManyRequests, Reason: r})
-	}
-}
-
-// AdmitLimits is the concurrency limit and queue of validated limits.
-func AdmitLimits(l config.Limits) admit.Limits {
-	return admit.Limits{
-		Concurrency: l.Concurrency.Limit,
-		MaxLen:      l.Queue.MaxLen,
-		MaxWait:     l.Queue.MaxWait.D(),
-		Target:      l.Queue.Target.D(),
-		Interval:    l.Queue.Interval.D(),
 	}
 }
 
@@ -61,44 +48,22 @@ type Handler struct {
 	tooLarge *bodyRefusal // limits.body's, shared
 }
 
-// NewHandler returns a Handler of l, on clk (nil: the real clock), to be
-// given its handler by With; name names its RateLimit-Policy, as an app's
-// name does in the proxy. bodyErr makes the error a body read fails with
+// NewHandler returns a Handler of g, to be given its handler by With. g
+// is filled (by internal/limitsconf, from validated limits) and not
+// changed after; NewHandler sets its Count to the handler's own Counts,
+// and its Clock, if nil, to the real clock. top is the handler's heavy
+// hitters (nil: none). bodyErr makes the error a body read fails with
 // when a limit refuses the body (nil: an *admit.Rejection of the reason);
 // its error for limits.body is made once and shared.
-func NewHandler(name string, l config.Limits, clk clock.Clock, bodyErr func(reason string) error) *Handler {
-	if clk == nil {
-		clk = clock.Real{}
+func NewHandler(g *Gate, top *topk.ClientTop, bodyErr func(reason string) error) *Handler {
+	if g.Clock == nil {
+		g.Clock = clock.Real{}
 	}
 	if bodyErr == nil {
 		bodyErr = func(reason string) error { return &admit.Rejection{Reason: admit.Reason(reason)} }
 	}
-	counts := NewCounts()
-	lim := AdmitLimits(l)
-	limiter := admit.NewLimiter(lim, clk)
-	var shapes ShapeCache
-	g := &Gate{
-		AppRate:    NewRule(name, reply.Rate, l.Rate, l.Burst),
-		ClientRate: NewRule(name+"-client", reply.ClientRate, l.Client.Rate, l.Client.Burst),
-		ClientKey:  clientkey.New(l.Client.Key),
-		Classes:    NewClassifier(l.Priority),
-		FairShare:  l.FairShare,
-		Shapes:     shapes.NewShapes(l),
-		Shadow:     NewShadowSet(l.Shadow),
-		Limiter:    limiter,
-		Count:      counts,
-		Clock:      clk,
-	}
-	if l.Concurrency.Adaptive == config.AdaptiveGradient {
-		g.Adaptive = NewAdaptive(l.Concurrency, lim, limiter, 1)
-	}
-	if g.AppRate != nil {
-		g.AppRate.Store = NewStore(1)
-	}
-	if g.ClientRate != nil {
-		g.ClientRate.Store = NewStore(l.Client.MaxKeys)
-	}
-	return &Handler{gate: g, top: topk.NewClientTop(l.Client.TopK), bodyErr: bodyErr,
+	g.Count = NewCounts()
+	return &Handler{gate: g, top: top, bodyErr: bodyErr,
 		tooLarge: &bodyRefusal{reply: reply.BodyCutReply, err: bodyErr(reply.Body)}}
 }
 

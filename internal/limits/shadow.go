@@ -4,7 +4,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/shape"
 )
@@ -22,8 +21,8 @@ func init() {
 	}
 }
 
-// NewShadowSet returns the set of a validated limits.shadow.
-func NewShadowSet(s config.Shadow) ShadowSet {
+// NewShadowSet returns the set of validated limits.shadow reasons.
+func NewShadowSet(s []string) ShadowSet {
 	var set ShadowSet
 	for _, r := range s {
 		set |= ShadowBit(r)

@@ -26,6 +26,7 @@ import (
 	"github.com/leveeproxy/levee/internal/forward"
 	"github.com/leveeproxy/levee/internal/health"
 	"github.com/leveeproxy/levee/internal/limits"
+	"github.com/leveeproxy/levee/internal/limitsconf"
 	"github.com/leveeproxy/levee/internal/membuf"
 	"github.com/leveeproxy/levee/internal/netlimit"
 	"github.com/leveeproxy/levee/internal/observe"
@@ -377,7 +378,7 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 	if a != nil && a.stored != nil && cfg.Apps[name] == ac {
 		a.stored = nil // a file app now has the name of a stored one: the file wins
 	}
-	lim := limits.AdmitLimits(ac.Limits)
+	lim := limitsconf.AdmitLimits(ac.Limits)
 	if a == nil {
 		a = &app{name: name, limiter: admit.NewLimiter(lim, s.clk), metrics: s.metrics.App(name), alert: new(atomic.Bool)}
 		s.apps[name] = a
@@ -414,13 +415,13 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 		a.window.Observe(a.backends, s.clk.Now()) // the window's first mark: shares count from here
 	}
 	rt.Gate = limits.Gate{
-		AppRate:    limits.NewRule(name, reply.Rate, ac.Limits.Rate, ac.Limits.Burst),
-		ClientRate: limits.NewRule(name+"-client", reply.ClientRate, ac.Limits.Client.Rate, ac.Limits.Client.Burst),
+		AppRate:    limits.NewRule(name, reply.Rate, limitsconf.GCRA(ac.Limits.Rate, ac.Limits.Burst)),
+		ClientRate: limits.NewRule(name+"-client", reply.ClientRate, limitsconf.GCRA(ac.Limits.Client.Rate, ac.Limits.Client.Burst)),
 		RateFactor: &s.scale.rate,
 		ClientKey:  clientkey.New(ac.Limits.Client.Key),
-		Classes:    limits.NewClassifier(ac.Limits.Priority),
+		Classes:    limitsconf.Classifier(ac.Limits.Priority),
 		FairShare:  ac.Limits.FairShare,
-		Shapes:     s.shapes.NewShapes(ac.Limits),
+		Shapes:     limitsconf.Shapes(&s.shapes, ac.Limits),
 		Shadow:     limits.NewShadowSet(ac.Limits.Shadow),
 		Limiter:    a.limiter,
 		Adaptive:   a.adaptive,
@@ -466,7 +467,7 @@ func (s *Server) applyBackendLimits(a *app, cfg config.BackendLimits, wait admit
 	}
 	var rate ratelimit.Limit
 	if cfg.Rate != (config.Rate{}) {
-		rate = scaleRate(limits.GCRA(cfg.Rate, cfg.Burst), strict)
+		rate = scaleRate(limitsconf.GCRA(cfg.Rate, cfg.Burst), strict)
 	}
 	inflight := cfg.Inflight
 	if inflight > 0 {
@@ -489,11 +490,11 @@ func (s *Server) applyConcurrency(a *app, c config.Concurrency, lim admit.Limits
 		a.limiter.SetLimits(scaleLimits(lim, f))
 		return
 	}
-	if a.adaptive != nil && a.adaptive.Config() == c {
+	if a.adaptive != nil && a.adaptive.Config() == limitsconf.Gradient(c) {
 		a.adaptive.SetBase(lim, f)
 		return
 	}
-	a.adaptive = limits.NewAdaptive(c, lim, a.limiter, f)
+	a.adaptive = limits.NewAdaptive(limitsconf.Gradient(c), lim, a.limiter, f)
 }
 
 // applyBandwidth makes, keeps or drops an app's bandwidth limiter. A new

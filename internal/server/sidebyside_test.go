@@ -13,6 +13,7 @@ import (
 	"github.com/leveeproxy/levee/internal/clock"
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/limits"
+	"github.com/leveeproxy/levee/internal/limitsconf"
 	"github.com/leveeproxy/levee/internal/topk"
 )
 
@@ -53,7 +54,7 @@ func newSideBySide(t *testing.T, limitsYAML string) *sideBySide {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.handler = limits.NewHandler("a", l, clk, nil).With(backend)
+	s.handler = limitsconf.Handler("a", l, clk, nil).With(backend)
 	s.direct = httptest.NewUnstartedServer(s.handler)
 	// Both protocols the proxy's tests run on (LEVEE_TEST_PROTO=h2c too).
 	s.direct.Config.Protocols = new(http.Protocols)
