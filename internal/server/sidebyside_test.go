@@ -19,7 +19,7 @@ import (
 
 // sideBySide is one limits config served twice, on one fake clock: by a
 // levee proxy in front of a backend, and by the admission middleware
-// (limits.Handler, which admission.Middleware is) around the same backend
+// (limits.Handler, which admission.Gate.Wrap is) around the same backend
 // handler.
 type sideBySide struct {
 	t            *testing.T
