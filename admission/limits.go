@@ -146,8 +146,9 @@ type PathLimits struct {
 
 // ParseLimits decodes and validates yaml as a `limits:` section of levee's
 // config: the same keys, defaults and checks, with errors that name the
-// field path (limits.rate: ...). Empty yaml is levee's default limits,
-// Limits{}. limits.bandwidth is refused: it paces a proxy's bytes, which a
+// field path (limits.rate: ...). It returns every field set, defaults
+// included: empty yaml gives levee's default limits, which NewGate reads
+// as it reads Limits{}. limits.bandwidth is refused: it paces a proxy's bytes, which a
 // handler does not own. limits.request_buffer, limits.response_buffer and
 // limits.response_spill are the proxy's buffer sizes and mean nothing
 // here; they are checked, not kept.
