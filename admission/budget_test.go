@@ -511,7 +511,7 @@ func TestMaxItems(t *testing.T) {
 	if !errors.As(err, &rej) || rej.Reason != admission.BatchItems || rej.RetryAfter != 0 {
 		t.Fatalf("Expect(11) = %v, want a BatchItems *Rejection with no retry hint", err)
 	}
-	if got := err.Error(); got != "admit: rejected (batch-items)" {
+	if got := err.Error(); got != "admission: rejected (batch-items)" {
 		t.Errorf("Error() = %q", got)
 	}
 	// Refused up front: nothing changed, and a batch that fits is taken.

@@ -60,26 +60,33 @@
 //
 // # The HTTP middleware
 //
-// ParseLimits reads a `limits:` section of levee's config, with the same
-// keys, defaults and validation; a Gate puts them in force, and Wrap (or
-// Middleware, for one gate per call) applies them to a handler:
+// Limits are levee's `limits:` section of an app as Go values, a zero
+// field being levee's default; NewGate checks them by levee's rules and
+// puts them in force, and Wrap applies them to a handler:
 //
-//	l, err := admission.ParseLimits([]byte("concurrency: 64\nrate: 500/s\nbody: 1MB\n"))
+//	gate, err := admission.NewGate(admission.Limits{
+//		Concurrency: 64,
+//		Rate:        admission.PerSecond(500),
+//		Body:        1 << 20,
+//	})
 //	...
-//	gate := admission.NewGate(l)
 //	http.ListenAndServe(addr, gate.Wrap(mux))
 //
-// It applies every limit of the section but bandwidth (which ParseLimits
-// refuses): request shape, rate and per-client rate, body, batch items,
-// the concurrency limit (static or adaptive) with its queue, priorities
-// and fair share, per_path and shadow; see Gate.Wrap for the order. It
+// ParseLimits is the other way in: the same section in YAML, with the
+// same keys, defaults and validation as levee's config.
+//
+// A gate applies every limit of the section but bandwidth (which
+// ParseLimits refuses): request shape, rate and per-client rate, body,
+// batch items, the concurrency limit (static or adaptive) with its queue,
+// priorities and fair share, per_path and shadow; see Gate.Wrap for the
+// order. It
 // refuses as the levee proxy does, with the same code (the proxy's gate,
 // internal/limits): the same status, Levee-Reject, Retry-After, RateLimit
 // headers and body, so a client, a dashboard or a runbook reads a refusal
 // the same way from either. Gate.Stats counts refusals by reason, and
-// Gate.Collector exports them to Prometheus under levee's own metric names;
-// Gate.Top and Gate.TopHandler report the heaviest clients, as levee's
-// admin API does (limits.client.top_k).
+// package admissionprom exports them to Prometheus under levee's own metric
+// names; Gate.Top and Gate.TopHandler report the heaviest clients, as
+// levee's admin API does (limits.client.top_k).
 //
 // What a gate costs: a refusal allocates nothing (TestGateRefusalAllocatesNothing),
 // and an admitted request allocates nothing on the gate's side
@@ -100,9 +107,12 @@
 // (a refusal costs an abusive client nothing and a well-behaved one no queue
 // room); a service's fan-out waits (the items are already accepted work, and
 // Go blocking the caller is the back-pressure). Reason and Rejection are
-// aliases of the proxy's types, and the reason strings have one definition,
-// so a refusal means the same thing in both. The exported API of this
-// package is pinned by a golden file, api.txt (see TestAPI), which spells
-// out the aliased types in full, so a change to them is a deliberate change
-// of this package's API.
+// this package's own types; each reason constant is the proxy's, so a
+// refusal means the same thing in both. The exported API of this package
+// is pinned by a golden file, api.txt (see TestAPI), so a change to it is
+// deliberate.
+//
+// What it links: the scheduler and the gate, and neither the proxy's
+// forwarding code nor fasthttp nor Prometheus (internal/layering,
+// TestLibraryDoesNotLinkTheProxy, checks it with go list -deps).
 package admission

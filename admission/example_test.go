@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/leveeproxy/levee/admission"
 )
@@ -82,20 +83,21 @@ func ExampleWithGroupLimit() {
 	// Output: true
 }
 
-func ExampleMiddleware() {
-	l, err := admission.ParseLimits([]byte(`
-concurrency: 64
-queue: {max_len: 128, max_wait: 2s}
-rate: 500/s
-client: {key: "header:X-Api-Key", rate: 20/s}
-body: 1MB
-`))
+// Limits are Go values: a zero field is levee's default for it.
+func ExampleGate_Wrap() {
+	gate, err := admission.NewGate(admission.Limits{
+		Concurrency: 64,
+		Queue:       admission.Queue{MaxLen: 128, MaxWait: 2 * time.Second},
+		Rate:        admission.PerSecond(500),
+		Client:      admission.Client{Key: "header:X-Api-Key", Rate: admission.PerSecond(20)},
+		Body:        1 << 20,
+	})
 	if err != nil {
 		log.Fatal(err) // e.g. limits.client.key: must be ip or header:NAME
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
-	srv := httptest.NewServer(admission.Middleware(l)(mux))
+	srv := httptest.NewServer(gate.Wrap(mux))
 	defer srv.Close()
 
 	resp, err := http.Post(srv.URL, "text/plain", strings.NewReader(strings.Repeat("x", 2_000_000)))
@@ -107,19 +109,35 @@ body: 1MB
 	// Output: 413 body
 }
 
+// The same limits as levee's config writes them, from a file the proxy
+// and the service share, say.
+func ExampleParseLimits() {
+	l, err := admission.ParseLimits([]byte(`
+concurrency: 64
+queue: {max_len: 128, max_wait: 2s}
+rate: 500/s
+client: {key: "header:X-Api-Key", rate: 20/s}
+body: 1MB
+`))
+	if err != nil {
+		log.Fatal(err) // each error names its field: limits.rate: ...
+	}
+	fmt.Println(l.Concurrency, l.Queue.MaxWait, l.Rate.Events, l.Body)
+	// Output: 64 2s 500 1000000
+}
+
 // A gate in front of a batch endpoint, as the outage's handler needed: the
 // batch is counted as the handler reads it, and a client's 20,000 items are
 // refused with levee's 422 before the handler fans out one of them.
 func ExampleGate() {
-	l, err := admission.ParseLimits([]byte(`
-concurrency: 32
-batch: {json_field: items, max: 1000}
-client: {key: "header:X-Api-Key", top_k: 16}
-`))
+	gate, err := admission.NewGate(admission.Limits{
+		Concurrency: 32,
+		Batch:       admission.Batch{JSONField: "items", Max: 1000},
+		Client:      admission.Client{Key: "header:X-Api-Key"},
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	gate := admission.NewGate(l)
 	batch := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req struct{ Items []int }
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
@@ -145,18 +163,17 @@ client: {key: "header:X-Api-Key", top_k: 16}
 
 // The heaviest clients, as levee's admin API reports an app's.
 func ExampleGate_Top() {
-	l, err := admission.ParseLimits([]byte(`client: {key: "header:X-Api-Key", top_k: 16}`))
+	gate, err := admission.NewGate(admission.Limits{Client: admission.Client{Key: "header:X-Api-Key", TopK: 16}})
 	if err != nil {
 		log.Fatal(err)
 	}
-	gate := admission.NewGate(l)
 	h := gate.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	for i := range 10 {
 		r := httptest.NewRequest("GET", "/", nil)
 		r.Header.Set("X-Api-Key", []string{"tenant-a", "tenant-b"}[min(i%4, 1)])
 		h.ServeHTTP(httptest.NewRecorder(), r)
 	}
-	top, err := gate.Top("requests", "10s")
+	top, err := gate.Top(admission.ByRequests, admission.Last10s)
 	if err != nil {
 		log.Fatal(err)
 	}

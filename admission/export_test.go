@@ -1,6 +1,10 @@
 package admission
 
-import "time"
+import (
+	"time"
+
+	"github.com/leveeproxy/levee/internal/config"
+)
 
 // Workers returns the goroutines b counts now, busy or idle.
 func Workers(b *Budget) int { return b.pool.workers() }
@@ -12,3 +16,6 @@ func NewBudgetIdle(n int, idle time.Duration) *Budget {
 	b.pool.idle = idle
 	return b
 }
+
+// LimitsConfig is l as config writes it, validated.
+func LimitsConfig(l Limits) (config.Limits, error) { return l.config() }

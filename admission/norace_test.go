@@ -11,13 +11,18 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/leveeproxy/levee/admission"
 )
 
 // A refusal is most of the traffic under overload: it allocates nothing.
 func TestGateRefusalAllocatesNothing(t *testing.T) {
-	h := admission.NewGate(mustLimits(t, "{rate: 1/m, burst: 1, url_length: 64}")).Wrap(http.NotFoundHandler())
+	g, err := admission.NewGate(admission.Limits{Rate: admission.RequestRate{Events: 1, Per: time.Minute}, Burst: 1, URLLength: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := g.Wrap(http.NotFoundHandler())
 	w := &discard{h: http.Header{}}
 	for name, r := range map[string]*http.Request{
 		"rate":       httptest.NewRequest("GET", "/", nil),

@@ -19,7 +19,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/leveeproxy/levee/internal/config"
-	"github.com/leveeproxy/levee/internal/observe"
+	"github.com/leveeproxy/levee/internal/topk"
 	"github.com/leveeproxy/levee/internal/topview"
 )
 
@@ -82,8 +82,8 @@ func topFlags(args []string, stderr io.Writer) (opts topOptions, cfgPath string,
 	cfg := fs.String("config", "", "read the admin address from this levee config's admin.addr")
 	admin := fs.String("admin", "", "the admin API's URL (default: the config's admin.addr, else "+config.DefaultAdmin+")")
 	app := fs.String("app", "", "the app to show clients and backends of (default: the busiest)")
-	by := fs.String("by", observe.ByRequests, "rank clients by: "+strings.Join(observe.Dimensions[:], ", "))
-	window := fs.String("window", observe.WindowNames[0], "rank clients over: "+strings.Join(observe.WindowNames[:], ", "))
+	by := fs.String("by", topk.ByRequests, "rank clients by: "+strings.Join(topk.Dimensions[:], ", "))
+	window := fs.String("window", topk.WindowNames[0], "rank clients over: "+strings.Join(topk.WindowNames[:], ", "))
 	interval := fs.Duration("interval", time.Second, "how often to refresh")
 	once := fs.Bool("once", false, "print one frame (or with --json one snapshot) and exit")
 	asJSON := fs.Bool("json", false, "with --once: print the snapshot as JSON")
@@ -98,10 +98,10 @@ func topFlags(args []string, stderr io.Writer) (opts topOptions, cfgPath string,
 		err = fmt.Errorf("unexpected arguments %v", fs.Args())
 	case *cfg != "" && *admin != "":
 		err = errors.New("want --config or --admin, not both")
-	case !slices.Contains(observe.Dimensions[:], *by):
-		err = fmt.Errorf("--by must be one of %v", observe.Dimensions)
-	case !slices.Contains(observe.WindowNames[:], *window):
-		err = fmt.Errorf("--window must be one of %v", observe.WindowNames)
+	case !slices.Contains(topk.Dimensions[:], *by):
+		err = fmt.Errorf("--by must be one of %v", topk.Dimensions)
+	case !slices.Contains(topk.WindowNames[:], *window):
+		err = fmt.Errorf("--window must be one of %v", topk.WindowNames)
 	case *interval < 100*time.Millisecond:
 		err = errors.New("--interval must be at least 100ms")
 	case *asJSON && !*once:

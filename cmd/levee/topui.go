@@ -13,8 +13,8 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/leveeproxy/levee/internal/server"
+	"github.com/leveeproxy/levee/internal/topk"
 	"github.com/leveeproxy/levee/internal/topview"
 )
 
@@ -153,9 +153,9 @@ func (u *topUI) key(k topview.Key) bool {
 		}
 		u.sel = u.last.Apps[i].Name
 	case topview.KeyBy:
-		u.by = topview.Next(observe.Dimensions[:], u.by)
+		u.by = topview.Next(topk.Dimensions[:], u.by)
 	case topview.KeyWindow:
-		u.window = topview.Next(observe.WindowNames[:], u.window)
+		u.window = topview.Next(topk.WindowNames[:], u.window)
 	default:
 		return false
 	}

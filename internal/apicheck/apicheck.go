@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"testing"
 )
 
 // API returns the exported API of the package at import path pkg, which
@@ -149,4 +150,29 @@ func underlying(t types.Type, q types.Qualifier) string {
 		fs = append(fs, "/* unexported fields */")
 	}
 	return "struct{" + strings.Join(fs, "; ") + "}"
+}
+
+// Golden compares pkg's exported API with the golden file (a path from
+// the test's directory) and fails t where they differ; with update it
+// rewrites the file instead. Each public package's TestAPI is this call.
+func Golden(t testing.TB, pkg, golden string, update bool) {
+	t.Helper()
+	got, err := API(pkg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if update {
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (generate it with -update)", err)
+	}
+	if got != string(want) {
+		t.Errorf("the exported API of %s differs from %s; if the change is meant, run\n"+
+			"\tgo test %s -run '^TestAPI$' -update\n\ngot:\n%s\nwant:\n%s", pkg, golden, pkg, got, want)
+	}
 }

@@ -10,7 +10,8 @@ func TestAPIOfItself(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "func API(pkg string) (string, error)\nfunc Describe(p *types.Package) string\n"
+	want := "func API(pkg string) (string, error)\nfunc Describe(p *types.Package) string\n" +
+		"func Golden(t testing.TB, pkg string, golden string, update bool)\n"
 	if got != want {
 		t.Errorf("API =\n%s\nwant\n%s", got, want)
 	}

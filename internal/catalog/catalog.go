@@ -9,6 +9,8 @@ package catalog
 import (
 	"slices"
 	"strings"
+
+	"github.com/leveeproxy/levee/internal/urlpath"
 )
 
 // Catalog finds the value (the composed route of an app) for a request.
@@ -97,21 +99,12 @@ func (ix *Index[V]) Lookup(host, path string) (V, bool) {
 
 func matchPath[V any](rs []route[V], path string) (V, bool) {
 	for _, r := range rs {
-		if PathHasPrefix(path, r.prefix) {
+		if urlpath.HasPrefix(path, r.prefix) {
 			return r.value, true
 		}
 	}
 	var zero V
 	return zero, false
-}
-
-// PathHasPrefix reports whether path is under prefix on a segment
-// boundary: "/api" holds "/api" and "/api/x", not "/apix".
-func PathHasPrefix(path, prefix string) bool {
-	if !strings.HasPrefix(path, prefix) {
-		return false
-	}
-	return len(path) == len(prefix) || strings.HasSuffix(prefix, "/") || path[len(prefix)] == '/'
 }
 
 // canonicalHost strips a port and a trailing dot and lowercases, without

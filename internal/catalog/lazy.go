@@ -14,6 +14,7 @@ import (
 
 	"github.com/leveeproxy/levee/internal/clock"
 	"github.com/leveeproxy/levee/internal/ratelimit"
+	"github.com/leveeproxy/levee/internal/urlpath"
 )
 
 // Errors of Lazy.Load.
@@ -232,11 +233,11 @@ func (l *Lazy[V]) LoadHost(ctx context.Context, host string) (V, error) {
 
 func (e *hostEntry[V]) match(path string) (V, bool) {
 	if e != nil && e.first.app != nil {
-		if PathHasPrefix(path, e.first.prefix) {
+		if urlpath.HasPrefix(path, e.first.prefix) {
 			return *e.first.app.val.Load(), true
 		}
 		for _, r := range e.rest {
-			if PathHasPrefix(path, r.prefix) {
+			if urlpath.HasPrefix(path, r.prefix) {
 				return *r.app.val.Load(), true
 			}
 		}

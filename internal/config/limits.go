@@ -32,3 +32,15 @@ func ParseLimits(data []byte) (Limits, error) {
 	}
 	return l, nil
 }
+
+// ValidateLimits checks limits made in Go rather than decoded (package
+// admission's typed Limits), as ParseLimits checks a decoded section: the
+// same rules, errors under the path "limits".
+func ValidateLimits(l Limits) error {
+	var errs Errors
+	validateLimits(&errs, "limits", l)
+	if len(errs) > 0 {
+		return errs
+	}
+	return nil
+}

@@ -9,26 +9,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/leveeproxy/levee/internal/admit"
-	"github.com/leveeproxy/levee/internal/shape"
+	"github.com/leveeproxy/levee/internal/reply"
 )
-
-// The refusal reasons of an app's own policy limits that limits.shadow can
-// turn into counts, in the order the request path checks them. The rate and
-// body names are the server's Levee-Reject values (internal/server checks
-// that they agree).
-const (
-	ShadowRate       = "rate"
-	ShadowClientRate = "client-rate"
-	ShadowBody       = "body"
-)
-
-// ShadowableReasons are the reasons limits.shadow accepts; `shadow: true`
-// is all of them.
-var ShadowableReasons = []string{
-	string(shape.URLLength), string(shape.QueryValues), string(shape.HeaderCount), string(shape.HeaderBytes),
-	ShadowRate, ShadowClientRate, ShadowBody,
-	string(shape.BatchItems), string(shape.BatchJSON), string(shape.BatchShape),
-}
 
 // Shadow is the set of refusal reasons an app counts instead of refusing
 // (limits.shadow): a request one of them would refuse goes on to the
@@ -49,7 +31,7 @@ func (s *Shadow) decodeYAML(n *yaml.Node, path string, errs *Errors) {
 		}
 		*s = nil
 		if all {
-			*s = slices.Clone(ShadowableReasons)
+			*s = slices.Clone(reply.Shadowable)
 		}
 		return
 	}
@@ -119,9 +101,9 @@ func (s Shadow) validate(errs *Errors, path string) {
 		switch {
 		case never:
 			errs.add(path, "%q is never shadowed: %s", r, why)
-		case !slices.Contains(ShadowableReasons, r):
+		case !slices.Contains(reply.Shadowable, r):
 			errs.add(path, "%q is not a refusal reason that can be shadowed (want true, or some of: %s)",
-				r, strings.Join(ShadowableReasons, ", "))
+				r, strings.Join(reply.Shadowable, ", "))
 		case slices.Contains(s[:i], r):
 			errs.add(path, "%q is listed twice", r)
 		}

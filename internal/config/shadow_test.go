@@ -3,6 +3,8 @@ package config
 import (
 	"slices"
 	"testing"
+
+	"github.com/leveeproxy/levee/internal/reply"
 )
 
 func TestParseShadow(t *testing.T) {
@@ -12,7 +14,7 @@ func TestParseShadow(t *testing.T) {
 	}{
 		{"absent", ``, nil},
 		{"false", `shadow: false`, nil},
-		{"true is every shadowable reason", `shadow: true`, Shadow(ShadowableReasons)},
+		{"true is every shadowable reason", `shadow: true`, Shadow(reply.Shadowable)},
 		{"a list", `shadow: [rate, batch-items]`, Shadow{"rate", "batch-items"}},
 		{"empty list", `shadow: []`, Shadow{}},
 	}
@@ -32,8 +34,8 @@ func TestParseShadow(t *testing.T) {
 func TestShadowTrueCopiesTheList(t *testing.T) {
 	s := mustParse(t, appWith(`limits: {shadow: true}`)).Apps["a"].Limits.Shadow
 	s[0] = "changed"
-	if ShadowableReasons[0] == "changed" {
-		t.Fatal("shadow: true shares ShadowableReasons")
+	if reply.Shadowable[0] == "changed" {
+		t.Fatal("shadow: true shares reply.Shadowable")
 	}
 }
 

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"github.com/leveeproxy/levee/internal/bandwidth"
+	"github.com/leveeproxy/levee/internal/clientkey"
 	"maps"
 	"net"
 	"net/netip"
@@ -282,7 +283,7 @@ func validateLimits(errs *Errors, p string, l Limits) {
 	}
 	c := l.Client
 	if c.Key != "ip" {
-		if kind, _, err := ParseHashKey(c.Key); err != nil || kind != "header" {
+		if k, err := clientkey.Parse(c.Key); err != nil || !k.IsHeader() {
 			errs.add(p+".client.key", "must be ip or header:NAME (got %q)", c.Key)
 		}
 	}
@@ -478,7 +479,7 @@ func validateBalance(errs *Errors, path string, b Balance) {
 			errs.add(path+".hash", "is only for policy hash (policy is %s)", b.Policy)
 		}
 	case BalanceHash:
-		if _, _, err := ParseHashKey(b.Hash.Key); err != nil {
+		if _, err := clientkey.Parse(b.Hash.Key); err != nil {
 			errs.add(path+".hash.key", "%v", err)
 		}
 		if b.Hash.Load < 1 || b.Hash.Load > 100 {
@@ -487,18 +488,6 @@ func validateBalance(errs *Errors, path string, b Balance) {
 	default:
 		errs.add(path+".policy", "must be p2c, round_robin, weighted or hash (got %q)", b.Policy)
 	}
-}
-
-// ParseHashKey splits a hash key source: "header:NAME", "cookie:NAME" or "ip".
-func ParseHashKey(s string) (kind, name string, err error) {
-	if s == "ip" {
-		return "ip", "", nil
-	}
-	kind, name, ok := strings.Cut(s, ":")
-	if !ok || (kind != "header" && kind != "cookie") || name == "" || strings.ContainsAny(name, " \t:") {
-		return "", "", fmt.Errorf("%q is not a key source (want header:NAME, cookie:NAME or ip)", s)
-	}
-	return kind, name, nil
 }
 
 func checkClass(errs *Errors, path, class string) {

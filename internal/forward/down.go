@@ -10,7 +10,10 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/leveeproxy/levee/internal/admit"
 	"github.com/leveeproxy/levee/internal/ascii"
+	"github.com/leveeproxy/levee/internal/clientkey"
+	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/shape"
 )
 
@@ -27,7 +30,7 @@ type downstream interface {
 	// stream, a client gone); nil: none is watched.
 	watch() context.Context
 	// key is the request's hash key under k ("": none).
-	key(k KeySource) string
+	key(k clientkey.Source) string
 	// copyHead writes on out the request line, Host and the end-to-end
 	// fields, with levee's forwarding fields and the trace context tc.
 	// upgrading: the request asks for a protocol upgrade levee passes on.
@@ -59,9 +62,9 @@ type downstream interface {
 // it is an interface value without an allocation.
 type fastDown struct{ c *fasthttp.RequestCtx }
 
-func (d fastDown) context() context.Context { return d.c }
-func (d fastDown) watch() context.Context   { return nil } // a client gone is seen writing to it
-func (d fastDown) key(k KeySource) string   { return k.Fast(d.c) }
+func (d fastDown) context() context.Context      { return d.c }
+func (d fastDown) watch() context.Context        { return nil } // a client gone is seen writing to it
+func (d fastDown) key(k clientkey.Source) string { return FastKey(k, d.c) }
 
 func (d fastDown) copyHead(p *Pool, out *fasthttp.RequestHeader, tc TraceHeaders) bool {
 	return p.copyRequestTraced(d.c, out, tc)
@@ -109,9 +112,9 @@ type httpDown struct {
 
 var httpDowns = sync.Pool{New: func() any { return new(httpDown) }}
 
-func (d *httpDown) context() context.Context { return d.r.Context() }
-func (d *httpDown) watch() context.Context   { return d.r.Context() }
-func (d *httpDown) key(k KeySource) string   { return k.HTTP(d.r) }
+func (d *httpDown) context() context.Context      { return d.r.Context() }
+func (d *httpDown) watch() context.Context        { return d.r.Context() }
+func (d *httpDown) key(k clientkey.Source) string { return k.HTTP(d.r) }
 
 // copyHead is copyRequestTraced for net/http's request: the same fields
 // pass and are dropped. net/http serves HTTP/2 here, where a request
@@ -143,7 +146,7 @@ func (d *httpDown) copyHead(p *Pool, out *fasthttp.RequestHeader, tc TraceHeader
 				}
 			}
 		case isHopByHop(k) || len(conn.names) > 0 && conn.has([]byte(k)) || isForwarding(k) || k == "Host" ||
-			k == "Content-Length" || k == "Expect" || isProxy(k) || k == ShadowHeader || k == "Http2-Settings":
+			k == "Content-Length" || k == "Expect" || isProxy(k) || k == reply.Shadow || k == "Http2-Settings":
 		case isIdentity(k) && !trusted:
 		case tc.Traceparent != nil && (k == "Traceparent" || tc.DropTracestate && k == "Tracestate"):
 		default:
@@ -282,7 +285,7 @@ func (nopSlot) Release() {}
 // http.ErrAbortHandler, as ReverseProxy does) once its own bookkeeping is
 // done. sh counts batch items (nil counts nothing). A panic of its own
 // would leave slot held: there is none.
-func (p *Pool) ServeRequest(w http.ResponseWriter, r *http.Request, body Body, sh *shape.Checker, slot Releaser) (aborted bool) {
+func (p *Pool) ServeRequest(w http.ResponseWriter, r *http.Request, body Body, sh *shape.Checker, slot admit.Releaser) (aborted bool) {
 	d := httpDowns.Get().(*httpDown)
 	*d = httpDown{w: w, r: r}
 	p.serve(d, body, sh, slot)

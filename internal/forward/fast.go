@@ -12,6 +12,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/leveeproxy/levee/internal/admit"
 	"github.com/leveeproxy/levee/internal/ascii"
 	"github.com/leveeproxy/levee/internal/balance"
 	"github.com/leveeproxy/levee/internal/bandwidth"
@@ -73,25 +74,6 @@ func newFastClient(addr string, u config.Upstream, unclean *Unclean, w *watches)
 	return hc, d
 }
 
-// Releaser gives back an admission slot; *admit.Limiter is one.
-type Releaser interface{ Release() }
-
-// StatusReleaser is a Releaser that learns the status sent (an adaptive
-// concurrency limit samples failures).
-type StatusReleaser interface {
-	Releaser
-	ReleaseStatus(code int)
-}
-
-// Release gives slot back, telling it the status sent (0: none) if it asks.
-func Release(slot Releaser, code int) {
-	if sr, ok := slot.(StatusReleaser); ok {
-		sr.ReleaseStatus(code)
-		return
-	}
-	slot.Release()
-}
-
 // errBodyTooLarge is a request body cut off at limits.body while streaming.
 var errBodyTooLarge = errors.New("forward: request body too large")
 
@@ -129,13 +111,13 @@ type TraceHeaders struct {
 // response_buffer bytes), when a streamed response has been passed on, or
 // when the upgraded connection has closed; perhaps after ServeFast returns.
 // sh counts batch items (nil counts nothing).
-func (p *Pool) ServeFast(ctx *fasthttp.RequestCtx, body Body, sh *shape.Checker, slot Releaser) {
+func (p *Pool) ServeFast(ctx *fasthttp.RequestCtx, body Body, sh *shape.Checker, slot admit.Releaser) {
 	p.serve(fastDown{ctx}, body, sh, slot)
 }
 
 // serve is the forward core of both engines: it picks a backend for d's
 // request and forwards it (see ServeFast).
-func (p *Pool) serve(d downstream, body Body, sh *shape.Checker, slot Releaser) {
+func (p *Pool) serve(d downstream, body Body, sh *shape.Checker, slot admit.Releaser) {
 	start := time.Now()
 	key := d.key(p.key)
 	bal := p.balancer(key)
@@ -143,7 +125,7 @@ func (p *Pool) serve(d downstream, body Body, sh *shape.Checker, slot Releaser) 
 	if i == balance.NoBackend {
 		p.onReject(reasonNoBackend)
 		d.fail(failure{rep: reply.NoBackendReply})
-		Release(slot, fasthttp.StatusServiceUnavailable)
+		admit.Release(slot, fasthttp.StatusServiceUnavailable)
 		return
 	}
 	be := p.backends[i]
@@ -157,7 +139,7 @@ func (p *Pool) forward(d downstream, be *backend, in Body, sh *shape.Checker, pk
 	defer fasthttp.ReleaseRequest(out)
 	upgrading := d.copyHead(p, &out.Header, in.Trace)
 	if in.Shadow != "" {
-		out.Header.Set(ShadowHeader, in.Shadow)
+		out.Header.Set(reply.Shadow, in.Shadow)
 	}
 	if upgrading {
 		p.tunnel(d.(fastDown).c, be, out, pk) // only fasthttp's requests upgrade
@@ -425,10 +407,10 @@ type fastBody struct {
 	resp  *fasthttp.Response // nil once the backend's part is done
 	head  membuf.Buffer
 	off   int
-	file  *spill.File  // nil: none
-	r     io.Reader    // the backend's body, paced when bandwidth is limited
-	onCut func(string) // counts a bandwidth cut; nil when unpaced
-	slot  Releaser     // nil once released
+	file  *spill.File    // nil: none
+	r     io.Reader      // the backend's body, paced when bandwidth is limited
+	onCut func(string)   // counts a bandwidth cut; nil when unpaced
+	slot  admit.Releaser // nil once released
 	once  sync.Once
 
 	// A body of known length (total) may spill once its client is slow:
@@ -578,7 +560,7 @@ func (p *Pool) copyRequestTraced(ctx *fasthttp.RequestCtx, out *fasthttp.Request
 			// Connection cannot strip (RFC 9112 §3.2: one Host, always).
 			out.SetHostBytes(v)
 		case isHopByHop(k) || conn.has(k) || isForwarding(k) ||
-			ascii.EqualFold(k, "Content-Length") || ascii.EqualFold(k, "Expect") || isProxy(k) || ascii.EqualFold(k, ShadowHeader):
+			ascii.EqualFold(k, "Content-Length") || ascii.EqualFold(k, "Expect") || isProxy(k) || ascii.EqualFold(k, reply.Shadow):
 		case isIdentity(k) && !p.trust.trustsFast(ctx): // peer looked up only when such a header is sent
 		case ascii.EqualFold(k, "Http2-Settings") && h2c:
 		case tc.Traceparent != nil && (ascii.EqualFold(k, "Traceparent") || tc.DropTracestate && ascii.EqualFold(k, "Tracestate")):
@@ -892,13 +874,13 @@ type pick struct {
 	bal   balance.Balancer
 	i     int
 	start time.Time
-	slot  Releaser
+	slot  admit.Releaser
 	code  int // the status sent; 0 if none was
 }
 
 var picks = sync.Pool{New: func() any { return new(pick) }}
 
-func newPick(p *Pool, bal balance.Balancer, i int, start time.Time, slot Releaser) *pick {
+func newPick(p *Pool, bal balance.Balancer, i int, start time.Time, slot admit.Releaser) *pick {
 	pk := picks.Get().(*pick)
 	*pk = pick{p: p, bal: bal, i: i, start: start, slot: slot}
 	return pk
@@ -916,7 +898,7 @@ func (pk *pick) Release() {
 	slot, code := pk.slot, pk.code
 	*pk = pick{}
 	picks.Put(pk)
-	Release(slot, code)
+	admit.Release(slot, code)
 }
 
 // retryTry decides, after a try of d's request that returned resp or

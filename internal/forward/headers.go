@@ -31,20 +31,6 @@ func (t Trust) trusted(ip netip.Addr) bool {
 	return false
 }
 
-// ShadowHeader tells the backend which limits would have refused the
-// request had they not been shadowed (limits.shadow). It is levee's own:
-// one a client sends never reaches the backend, on either engine.
-const ShadowHeader = "Levee-Shadow"
-
-// MarkShadow sets h's ShadowHeader to shadow ("": none), dropping any the
-// client sent.
-func MarkShadow(h http.Header, shadow string) {
-	delete(h, ShadowHeader)
-	if shadow != "" {
-		h[ShadowHeader] = []string{shadow}
-	}
-}
-
 // identityHeaders are headers a backend may take for the client's identity
 // that levee does not set: X-Real-IP, and the underscore twins of the
 // forwarding headers, which CGI, WSGI and PHP read as the hyphenated ones

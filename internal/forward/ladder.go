@@ -9,6 +9,7 @@ import (
 	"github.com/leveeproxy/levee/internal/bandwidth"
 	"github.com/leveeproxy/levee/internal/netlimit"
 	"github.com/leveeproxy/levee/internal/reply"
+	"github.com/leveeproxy/levee/internal/reply/fastreply"
 	"github.com/leveeproxy/levee/internal/shape"
 )
 
@@ -21,10 +22,10 @@ type failure struct {
 
 func (f failure) fast(ctx *fasthttp.RequestCtx) {
 	if f.v != nil {
-		reply.ViolationFast(ctx, f.v, true) // the rest of the body is unread
+		fastreply.Violation(ctx, f.v, true) // the rest of the body is unread
 		return
 	}
-	f.rep.Fast(ctx, 0)
+	fastreply.Write(ctx, f.rep, 0)
 }
 
 func (f failure) http(w http.ResponseWriter) {

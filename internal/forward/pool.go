@@ -10,6 +10,7 @@ import (
 
 	"github.com/leveeproxy/levee/internal/balance"
 	"github.com/leveeproxy/levee/internal/bandwidth"
+	"github.com/leveeproxy/levee/internal/clientkey"
 	"github.com/leveeproxy/levee/internal/clock"
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/membuf"
@@ -83,7 +84,7 @@ type Pool struct {
 	keyless  balance.Balancer   // for hash: requests without a key
 	outcomes OutcomeObserver    // may be nil
 	bw       *bandwidth.Limiter // may be nil
-	key      KeySource
+	key      clientkey.Source
 	errlog   *observe.ErrorLog
 	trust    Trust
 	// Of upstream's settings (the pool has the rest): the wait for an
@@ -133,7 +134,7 @@ func NewPool(o Options) *Pool {
 			panic(fmt.Sprintf("forward: %v", err))
 		}
 		p.bal, p.keyless = h, balance.NewP2C(set, o.Rand)
-		p.key = NewKeySource(o.Balance.Hash.Key)
+		p.key = clientkey.New(o.Balance.Hash.Key)
 	default:
 		p.bal = balance.NewP2C(set, o.Rand)
 	}

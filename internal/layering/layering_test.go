@@ -1,10 +1,15 @@
-// Package layering_test keeps the request path's packages from depending on
-// the admin side or the command: the data path must build, run and be
-// tested without them, and an admin change must never slow a request.
+// Package layering_test states levee's package boundaries, each with its
+// reason, and fails the build when one is crossed: the request path does
+// not depend on the admin side or the command; the public admission
+// library does not link the proxy; the gate (internal/limits) imports only
+// the steps it runs; and only the engine adapters and the upstream legs
+// speak fasthttp. (In the manner of tailscale's tstest/deptest.)
 package layering_test
 
 import (
+	"maps"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -13,8 +18,8 @@ const module = "github.com/leveeproxy/levee"
 
 // dataPath are the packages a request passes through.
 var dataPath = []string{
-	"admission", "internal/admit", "internal/admit/limit", "internal/balance", "internal/catalog", "internal/chunked", "internal/catalog/sqlitestore", "internal/catalog/pgstore", "internal/clock",
-	"internal/cluster", "internal/config", "internal/forward", "internal/framing", "internal/h2guard", "internal/health", "internal/limits", "internal/membuf", "internal/netlimit", "internal/observe", "internal/overload", "internal/protect", "internal/ratelimit", "internal/reply", "internal/server", "internal/shape",
+	"admission", "admission/admissionprom", "internal/admit", "internal/admit/limit", "internal/balance", "internal/catalog", "internal/chunked", "internal/catalog/sqlitestore", "internal/catalog/pgstore", "internal/clientkey", "internal/clock",
+	"internal/cluster", "internal/config", "internal/forward", "internal/framing", "internal/h2guard", "internal/health", "internal/limits", "internal/limitsconf", "internal/membuf", "internal/netlimit", "internal/observe", "internal/overload", "internal/protect", "internal/ratelimit", "internal/reply", "internal/reply/fastreply", "internal/server", "internal/shape", "internal/topk", "internal/trace", "internal/urlpath",
 }
 
 // forbidden are what the data path must never import.
@@ -32,6 +37,120 @@ func TestDataPathDoesNotImportAdminOrCmd(t *testing.T) {
 	}
 }
 
+const (
+	fasthttp   = "github.com/valyala/fasthttp"
+	prometheus = "github.com/prometheus/"
+)
+
+// unlinked are what a package must not depend on, even indirectly, and why.
+var unlinked = []struct {
+	pkg string
+	bad []string // import paths, or prefixes ending in "/"
+	why string
+}{
+	{"admission", []string{fasthttp, prometheus, module + "/internal/forward", module + "/internal/server",
+		module + "/internal/observe", module + "/internal/catalog"},
+		"a service that imports the admission library links the scheduler and the gate, not the proxy: " +
+			"no fasthttp, no forwarding code, no server, and no Prometheus unless it asks for admissionprom"},
+	{"admission/admissionprom", []string{fasthttp, module + "/internal/forward", module + "/internal/server"},
+		"the Prometheus face of the library links Prometheus, and still not the proxy"},
+	{"internal/protect", []string{module + "/internal/observe", prometheus},
+		"protect needs the Space-Saving sketch (topk), not the metrics and their Prometheus registry"},
+}
+
+func TestLibraryDoesNotLinkTheProxy(t *testing.T) {
+	for _, u := range unlinked {
+		for _, dep := range listDeps(t, u.pkg) {
+			for _, bad := range u.bad {
+				if dep == bad || (strings.HasSuffix(bad, "/") && strings.HasPrefix(dep, bad)) ||
+					strings.HasPrefix(dep, bad+"/") {
+					t.Errorf("%s depends on %s: %s", u.pkg, dep, u.why)
+				}
+			}
+		}
+	}
+}
+
+// limitsImports are the only packages of the module the gate
+// (internal/limits) imports, each with its reason. It imports no module
+// outside the standard library.
+var limitsImports = map[string]string{
+	"internal/admit":       "the concurrency limit, its queue and its Rejection",
+	"internal/admit/limit": "the adaptive algorithm behind limits.concurrency: {adaptive: gradient}",
+	"internal/ratelimit":   "the GCRA buckets of limits.rate and limits.client.rate",
+	"internal/shape":       "the request-shape and batch checks",
+	"internal/reply":       "the one table of refusals, and its net/http writer for the admission middleware",
+	"internal/trace":       "the request's stage marks",
+	"internal/clock":       "injected time",
+	"internal/clientkey":   "who the client is (limits.client.key), read as every other step reads it",
+	"internal/topk":        "the heaviest clients of the admission middleware (limits.client.top_k)",
+	"internal/urlpath":     "limits.per_path and priority paths match as routes do",
+}
+
+func TestGateImportsOnlyTheStepsItRuns(t *testing.T) {
+	for _, imp := range listImports(t, "internal/limits") {
+		rel, ok := strings.CutPrefix(imp, module+"/")
+		if ok {
+			if _, allowed := limitsImports[rel]; !allowed {
+				t.Errorf("internal/limits imports %s: the gate imports only %v, so that the proxy's "+
+					"forwarding, metrics, catalog and config, and fasthttp, stay out of it: its owners "+
+					"(internal/limitsconf for config) hand it plain values", rel, keys(limitsImports))
+			}
+			continue
+		}
+		if first, _, _ := strings.Cut(imp, "/"); strings.Contains(first, ".") {
+			t.Errorf("internal/limits imports %s: the gate imports no module outside the standard library", imp)
+		}
+	}
+}
+
+// fasthttpUsers are the only packages that may import fasthttp, and why.
+// Every other package works on net/http types or on engine-neutral values,
+// so that both engines run one implementation of each step and the
+// admission library links no fasthttp.
+var fasthttpUsers = map[string]string{
+	"internal/server":          "the engine adapters: the HTTP/1.x listener's engine and its exchange",
+	"internal/forward":         "the upstream legs: fasthttp.HostClient to the backends (and legs below it)",
+	"internal/framing":         "the HTTP/1.x framing check runs on the fasthttp request before routing",
+	"internal/reply/fastreply": "the fasthttp writer of the one reply table",
+	"bench/bareproxy":          "the bare fasthttp proxy the benchmarks compare levee with",
+}
+
+func TestOnlyEnginesAndLegsImportFasthttp(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", module+"/...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	users := 0
+	for line := range strings.Lines(string(out)) {
+		f := strings.Fields(line)
+		if len(f) == 0 || !slices.Contains(f[1:], fasthttp) {
+			continue
+		}
+		users++
+		rel := strings.TrimPrefix(f[0], module+"/")
+		if !allowedUnder(fasthttpUsers, rel) {
+			t.Errorf("%s imports fasthttp: only %v may (engine adapters, framing, the reply writer, "+
+				"the upstream legs); the rest take net/http or engine-neutral values", rel, keys(fasthttpUsers))
+		}
+	}
+	if users == 0 {
+		t.Fatal("no package imports fasthttp: the check would prove nothing")
+	}
+}
+
+// allowedUnder reports whether pkg is one of allowed's keys or below one.
+func allowedUnder(allowed map[string]string, pkg string) bool {
+	for a := range allowed {
+		if pkg == a || strings.HasPrefix(pkg, a+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+func keys(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) }
+
 // testOnly are modules only tests use: chromedp drives the dashboard's
 // browser test, toxiproxy (and its logger, zerolog) the fault matrix.
 var testOnly = []string{"github.com/chromedp/", "github.com/Shopify/toxiproxy/", "github.com/rs/zerolog"}
@@ -46,6 +165,21 @@ func TestBinaryDoesNotLinkTestOnlyModules(t *testing.T) {
 			}
 		}
 	}
+}
+
+// listImports is what pkg (a path in the module) imports directly, tests
+// not included.
+func listImports(t *testing.T, pkg string) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-f", "{{join .Imports \"\\n\"}}", module+"/"+pkg).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list %s: %v\n%s", pkg, err, out)
+	}
+	imps := strings.Fields(string(out))
+	if len(imps) == 0 {
+		t.Fatalf("go list %s listed no imports; the check would prove nothing", pkg)
+	}
+	return imps
 }
 
 // listDeps is every package pkg (a path in the module) builds with.

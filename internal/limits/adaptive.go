@@ -7,7 +7,6 @@ import (
 	"github.com/leveeproxy/levee/internal/admit"
 	"github.com/leveeproxy/levee/internal/admit/limit"
 	"github.com/leveeproxy/levee/internal/clock"
-	"github.com/leveeproxy/levee/internal/config"
 )
 
 // StatusClientClosed is recorded (never sent) when the client went away
@@ -22,32 +21,32 @@ const StatusClientClosed = 499
 type Adaptive struct {
 	mu      sync.Mutex
 	alg     limit.Algorithm
-	cfg     config.Concurrency
+	cfg     limit.Config
 	base    admit.Limits // the queue settings; Concurrency comes from alg
 	limiter *admit.Limiter
 	last    int     // the algorithm's limit
 	factor  float64 // the owner's scale: the limiter gets last × factor
 }
 
-// NewAdaptive returns the controller of l for c (adaptive: gradient),
+// NewAdaptive returns the controller of l for a gradient limit of c,
 // setting l's limits to base with the algorithm's first limit × factor.
-func NewAdaptive(c config.Concurrency, base admit.Limits, l *admit.Limiter, factor float64) *Adaptive {
-	g, err := limit.NewGradient(limit.Config{Min: c.Min, Max: c.Max})
+func NewAdaptive(c limit.Config, base admit.Limits, l *admit.Limiter, factor float64) *Adaptive {
+	g, err := limit.NewGradient(c)
 	if err != nil { // validated config: a broken invariant
 		panic("limits: adaptive concurrency: " + err.Error())
 	}
 	return newAdaptive(g, c, base, l, factor)
 }
 
-func newAdaptive(alg limit.Algorithm, c config.Concurrency, base admit.Limits, l *admit.Limiter, factor float64) *Adaptive {
+func newAdaptive(alg limit.Algorithm, c limit.Config, base admit.Limits, l *admit.Limiter, factor float64) *Adaptive {
 	a := &Adaptive{alg: alg, cfg: c, base: base, limiter: l, last: alg.Limit(), factor: factor}
 	base.Concurrency = ScaleCount(a.last, factor)
 	l.SetLimits(base)
 	return a
 }
 
-// Config is the adaptive concurrency a was made for.
-func (a *Adaptive) Config() config.Concurrency { return a.cfg }
+// Config is the gradient configuration a was made for.
+func (a *Adaptive) Config() limit.Config { return a.cfg }
 
 // Algorithm is the algorithm a drives its limit from.
 func (a *Adaptive) Algorithm() limit.Algorithm {

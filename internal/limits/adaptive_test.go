@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/leveeproxy/levee/internal/admit"
+	"github.com/leveeproxy/levee/internal/admit/limit"
 	"github.com/leveeproxy/levee/internal/clock"
-	"github.com/leveeproxy/levee/internal/config"
 )
 
 // countingAlgorithm counts the samples it is given.
@@ -22,7 +22,7 @@ func TestAdaptiveLimitSkipsClientsThatLeft(t *testing.T) {
 	clk := clock.NewFake(time.Unix(0, 0))
 	l := admit.NewLimiter(admit.Limits{Concurrency: 10}, clk)
 	alg := &countingAlgorithm{}
-	a := newAdaptive(alg, config.Concurrency{}, admit.Limits{Concurrency: 10}, l, 1)
+	a := newAdaptive(alg, limit.Config{}, admit.Limits{Concurrency: 10}, l, 1)
 	for _, code := range []int{200, 503, StatusClientClosed, 0} {
 		if _, err := l.AcquireWait(context.Background(), admit.Ticket{}); err != nil {
 			t.Fatal(err)

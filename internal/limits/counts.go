@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/leveeproxy/levee/internal/admit"
-	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/reply"
 )
 
 // Counts is a Counter in memory: refusals and shadowed refusals by reason,
@@ -21,7 +21,7 @@ type Counts struct {
 // countedReasons are the reasons a Gate refuses with: the shadowable
 // ones (shape, rate, body, batch) and the slot's.
 var countedReasons = func() []string {
-	r := slices.Clone(config.ShadowableReasons)
+	r := slices.Clone(reply.Shadowable)
 	for _, a := range admit.Reasons {
 		r = append(r, string(a))
 	}

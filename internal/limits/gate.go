@@ -8,19 +8,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/valyala/fasthttp"
-
 	"github.com/leveeproxy/levee/internal/admit"
+	"github.com/leveeproxy/levee/internal/clientkey"
 	"github.com/leveeproxy/levee/internal/clock"
-	"github.com/leveeproxy/levee/internal/forward"
 	"github.com/leveeproxy/levee/internal/ratelimit"
 	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/shape"
 	"github.com/leveeproxy/levee/internal/trace"
 )
-
-// ReasonBody: the limit behind a 413 for limits.body.
-const ReasonBody = reply.Body
 
 // Counter counts a gate's refusals, shadowed refusals and queue waits
 // (the proxy's observe.AppMetrics). It must not allocate: it is called on
@@ -38,14 +33,14 @@ type Counter interface {
 // concurrency slot. Its owner fills it when the config loads and does not
 // change it after; it is then safe for concurrent use.
 type Gate struct {
-	AppRate    *Rule             // limits.rate; nil when off
-	ClientRate *Rule             // limits.client.rate; nil when off
-	RateFactor *atomic.Uint64    // the float64 bits rate limits are scaled by now; nil: 1
-	ClientKey  forward.KeySource // limits.client.key
-	Classes    Classifier        // limits.priority
-	Shapes     Shapes            // body, header, URL, query and batch limits, per path
-	Limiter    *admit.Limiter    // limits.concurrency and limits.queue
-	Adaptive   *Adaptive         // nil for a static concurrency limit
+	AppRate    *Rule            // limits.rate; nil when off
+	ClientRate *Rule            // limits.client.rate; nil when off
+	RateFactor *atomic.Uint64   // the float64 bits rate limits are scaled by now; nil: 1
+	ClientKey  clientkey.Source // limits.client.key
+	Classes    Classifier       // limits.priority
+	Shapes     Shapes           // body, header, URL, query and batch limits, per path
+	Limiter    *admit.Limiter   // limits.concurrency and limits.queue
+	Adaptive   *Adaptive        // nil for a static concurrency limit
 	Count      Counter
 	Clock      clock.Clock
 	// The small fields together, so that a gate, one per app of a large
@@ -69,7 +64,7 @@ type Request interface {
 	// ContentLength is the declared body length; -1 when unknown (chunked).
 	ContentLength() int64
 	// ClientKey is the client key as a string that may be kept.
-	ClientKey(k forward.KeySource) string
+	ClientKey(k clientkey.Source) string
 }
 
 // Refusal is a request refused before any backend work. A zero Code means
@@ -99,14 +94,6 @@ func (ref *Refusal) HTTP(w http.ResponseWriter) {
 		ref.Rate.HTTPHeaders(w.Header(), ref.Decision)
 	}
 	ref.Answer().HTTP(w, ref.RetryAfter)
-}
-
-// Fast answers ref on a fasthttp response, RateLimit fields included.
-func (ref *Refusal) Fast(ctx *fasthttp.RequestCtx) {
-	ref.Answer().Fast(ctx, ref.RetryAfter)
-	if ref.Rate != nil {
-		ref.Rate.FastHeaders(&ctx.Response.Header, ref.Decision)
-	}
 }
 
 // Passed is what Check let through: the shape limits of the request's
@@ -180,10 +167,10 @@ func (g *Gate) limit(client string, contentLength, bodyLimit int64, now time.Tim
 		}
 	}
 	if contentLength > bodyLimit {
-		marks, ok := g.Shadows(ReasonBody)
+		marks, ok := g.Shadows(reply.Body)
 		if !ok {
-			g.Count.Rejected(ReasonBody)
-			return Refusal{Code: http.StatusRequestEntityTooLarge, Reason: ReasonBody}, false
+			g.Count.Rejected(reply.Body)
+			return Refusal{Code: http.StatusRequestEntityTooLarge, Reason: reply.Body}, false
 		}
 		ref.Shadow |= marks
 	}
@@ -239,10 +226,10 @@ func (g *Gate) Ticket(path, client string) admit.Ticket {
 // Admit takes the gate's concurrency slot for t, waiting in its queue at
 // most until ctx ends (the wait of a request that queued is counted and
 // traced). ok means the caller holds the slot and must release it once the
-// response is done (forward.Release with the status: an adaptive limit
+// response is done (admit.Release with the status: an adaptive limit
 // samples it); otherwise the refusal is counted and says what to answer
 // (Code 0: no one to answer). On the common path it allocates nothing.
-func (g *Gate) Admit(ctx context.Context, t admit.Ticket, tr *trace.Request) (forward.Releaser, Refusal, bool) {
+func (g *Gate) Admit(ctx context.Context, t admit.Ticket, tr *trace.Request) (admit.Releaser, Refusal, bool) {
 	waited, err := g.Limiter.AcquireWait(ctx, t)
 	if err != nil {
 		if rej, ok := AsRejection(err); ok {

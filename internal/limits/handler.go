@@ -9,12 +9,10 @@ import (
 
 	"github.com/leveeproxy/levee/internal/admit"
 	"github.com/leveeproxy/levee/internal/clock"
-	"github.com/leveeproxy/levee/internal/config"
-	"github.com/leveeproxy/levee/internal/forward"
-	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/leveeproxy/levee/internal/ratelimit"
 	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/shape"
+	"github.com/leveeproxy/levee/internal/topk"
 )
 
 // The replies of the limits applied here, in package reply's one table.
@@ -22,19 +20,8 @@ func init() {
 	for _, r := range admit.Reasons {
 		reply.Register(reply.Reply{Status: http.StatusServiceUnavailable, Reason: string(r)})
 	}
-	for _, r := range []string{ReasonRate, ReasonClientRate} {
+	for _, r := range []string{reply.Rate, reply.ClientRate} {
 		reply.Register(reply.Reply{Status: http.StatusTooManyRequests, Reason: r})
-	}
-}
-
-// AdmitLimits is the concurrency limit and queue of validated limits.
-func AdmitLimits(l config.Limits) admit.Limits {
-	return admit.Limits{
-		Concurrency: l.Concurrency.Limit,
-		MaxLen:      l.Queue.MaxLen,
-		MaxWait:     l.Queue.MaxWait.D(),
-		Target:      l.Queue.Target.D(),
-		Interval:    l.Queue.Interval.D(),
 	}
 }
 
@@ -54,43 +41,30 @@ func NewStore(maxKeys int) *ratelimit.LocalStore {
 // own limits (limits.body without a declared length, limits.batch) as the
 // handler reads it. It is safe for concurrent use; it starts no goroutine.
 type Handler struct {
-	gate *Gate // its Count is a *Counts
-	next http.Handler
-	top  *observe.ClientTop
+	gate     *Gate // its Count is a *Counts
+	next     http.Handler
+	top      *topk.ClientTop
+	bodyErr  func(reason string) error
+	tooLarge *bodyRefusal // limits.body's, shared
 }
 
-// NewHandler returns next behind l, on clk (nil: the real clock); name
-// names its RateLimit-Policy, as an app's name does in the proxy.
-func NewHandler(name string, l config.Limits, clk clock.Clock, next http.Handler) *Handler {
-	if clk == nil {
-		clk = clock.Real{}
+// NewHandler returns a Handler of g, to be given its handler by With. g
+// is filled (by internal/limitsconf, from validated limits) and not
+// changed after; NewHandler sets its Count to the handler's own Counts,
+// and its Clock, if nil, to the real clock. top is the handler's heavy
+// hitters (nil: none). bodyErr makes the error a body read fails with
+// when a limit refuses the body (nil: an *admit.Rejection of the reason);
+// its error for limits.body is made once and shared.
+func NewHandler(g *Gate, top *topk.ClientTop, bodyErr func(reason string) error) *Handler {
+	if g.Clock == nil {
+		g.Clock = clock.Real{}
 	}
-	counts := NewCounts()
-	lim := AdmitLimits(l)
-	limiter := admit.NewLimiter(lim, clk)
-	var shapes ShapeCache
-	g := &Gate{
-		AppRate:    NewRule(name, ReasonRate, l.Rate, l.Burst),
-		ClientRate: NewRule(name+"-client", ReasonClientRate, l.Client.Rate, l.Client.Burst),
-		ClientKey:  forward.NewKeySource(l.Client.Key),
-		Classes:    NewClassifier(l.Priority),
-		FairShare:  l.FairShare,
-		Shapes:     shapes.NewShapes(l),
-		Shadow:     NewShadowSet(l.Shadow),
-		Limiter:    limiter,
-		Count:      counts,
-		Clock:      clk,
+	if bodyErr == nil {
+		bodyErr = func(reason string) error { return &admit.Rejection{Reason: admit.Reason(reason)} }
 	}
-	if l.Concurrency.Adaptive == config.AdaptiveGradient {
-		g.Adaptive = NewAdaptive(l.Concurrency, lim, limiter, 1)
-	}
-	if g.AppRate != nil {
-		g.AppRate.Store = NewStore(1)
-	}
-	if g.ClientRate != nil {
-		g.ClientRate.Store = NewStore(l.Client.MaxKeys)
-	}
-	return &Handler{gate: g, next: next, top: observe.NewClientTop(l.Client.TopK)}
+	g.Count = NewCounts()
+	return &Handler{gate: g, top: top, bodyErr: bodyErr,
+		tooLarge: &bodyRefusal{reply: reply.BodyCutReply, err: bodyErr(reply.Body)}}
 }
 
 // With returns a handler of next sharing h's limits and their state.
@@ -104,7 +78,7 @@ func (h *Handler) With(next http.Handler) *Handler {
 func (h *Handler) Limiter() *admit.Limiter { return h.gate.Limiter }
 
 // Top is the handler's heavy hitters (nil when limits.client.top_k is 0).
-func (h *Handler) Top() *observe.ClientTop { return h.top }
+func (h *Handler) Top() *topk.ClientTop { return h.top }
 
 // Now is the handler's clock's now.
 func (h *Handler) Now() time.Time { return h.gate.Clock.Now() }
@@ -129,9 +103,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Body != nil && r.Body != http.NoBody {
-		ex.guardBody(g, p.Shape, r)
+		ex.guardBody(h, p.Shape, r)
 	}
-	forward.MarkShadow(r.Header, p.Shadow.Header()) // as a backend gets it
+	reply.MarkShadow(r.Header, p.Shadow.Header()) // as a backend gets it
 	slot, ref, ok := g.Admit(r.Context(), g.Ticket(r.URL.Path, p.Client), nil)
 	if !ok {
 		if ref.Code != 0 {
@@ -142,13 +116,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	released := false
 	defer func() { // deferred: a handler may abort with a panic
 		if !released {
-			forward.Release(slot, http.StatusInternalServerError)
+			admit.Release(slot, http.StatusInternalServerError)
 		}
 	}()
 	h.next.ServeHTTP(&ex.rec, r)
 	ex.rec.finish()
 	released = true
-	forward.Release(slot, ex.rec.Final(r))
+	admit.Release(slot, ex.rec.Final(r))
 }
 
 // done counts the request in the top clients and recycles ex.
@@ -194,7 +168,8 @@ func (ex *exchange) counted() (bytes uint64, items int) {
 // guardBody enforces on r's body, as the handler reads it, what could not
 // be checked from the head: limits.body without a declared length, and
 // limits.batch (or their shadows).
-func (ex *exchange) guardBody(g *Gate, sh *PathShape, r *http.Request) {
+func (ex *exchange) guardBody(h *Handler, sh *PathShape, r *http.Request) {
+	g := h.gate
 	batch := sh.Check.Limits().Batch.On()
 	if r.ContentLength >= 0 && !batch {
 		return // a declared length was checked; nothing to count
@@ -203,7 +178,7 @@ func (ex *exchange) guardBody(g *Gate, sh *PathShape, r *http.Request) {
 	// Not pooled with the exchange: a handler may hand the body on (to a
 	// goroutine that outlives it, say), and it must never read another
 	// request's state.
-	ex.body = &guardedBody{rc: r.Body, limit: limit, batch: bc, gate: g, shadowAt: -1}
+	ex.body = &guardedBody{rc: r.Body, limit: limit, batch: bc, h: h, shadowAt: -1}
 	if limit == UnlimitedBody && r.ContentLength < 0 {
 		ex.body.shadowAt = sh.Body // limits.body shadowed: counted when crossed
 	}
@@ -212,13 +187,13 @@ func (ex *exchange) guardBody(g *Gate, sh *PathShape, r *http.Request) {
 }
 
 // guardedBody is a request body read by the wrapped handler under the
-// limits that only its bytes show. A read over one fails with a
-// *admit.Rejection (its reason), and the refusal is answered in place of
+// limits that only its bytes show. A read over one fails with the
+// handler's bodyErr of its reason, and the refusal is answered in place of
 // what the handler writes.
 type guardedBody struct {
 	rc      io.ReadCloser
 	limit   int64
-	gate    *Gate
+	h       *Handler
 	refused atomic.Pointer[bodyRefusal] // set once
 
 	mu       sync.Mutex // Read and the top's count may run at once
@@ -240,10 +215,8 @@ func (b *guardedBody) progress() (int64, int) {
 type bodyRefusal struct {
 	reply *reply.Reply     // limits.body
 	v     *shape.Violation // limits.batch
-	err   *admit.Rejection
+	err   error
 }
-
-var bodyTooLarge = &bodyRefusal{reply: reply.BodyCutReply, err: &admit.Rejection{Reason: admit.Reason(ReasonBody)}}
 
 func (b *guardedBody) Read(p []byte) (int, error) {
 	if ref := b.refused.Load(); ref != nil {
@@ -254,10 +227,10 @@ func (b *guardedBody) Read(p []byte) (int, error) {
 	defer b.mu.Unlock()
 	b.n += int64(n)
 	if b.n > b.limit {
-		return 0, b.refuse(bodyTooLarge, ReasonBody)
+		return 0, b.refuse(b.h.tooLarge, reply.Body)
 	}
 	if b.shadowAt >= 0 && b.n > b.shadowAt {
-		b.gate.Shadows(ReasonBody)
+		b.h.gate.Shadows(reply.Body)
 		b.shadowAt = -1
 	}
 	if b.batch == nil {
@@ -269,8 +242,8 @@ func (b *guardedBody) Read(p []byte) (int, error) {
 		v = b.batch.End()
 	}
 	if v != nil {
-		if _, ok := b.gate.Shadows(string(v.Reason)); !ok {
-			return 0, b.refuse(&bodyRefusal{v: v, err: &admit.Rejection{Reason: admit.Reason(v.Reason)}}, string(v.Reason))
+		if _, ok := b.h.gate.Shadows(string(v.Reason)); !ok {
+			return 0, b.refuse(&bodyRefusal{v: v, err: b.h.bodyErr(string(v.Reason))}, string(v.Reason))
 		}
 		b.batch = nil // counted as shadowed; the rest goes on uncounted
 		return n, err
@@ -282,7 +255,7 @@ func (b *guardedBody) Read(p []byte) (int, error) {
 // refuse records the body's refusal (the first), counted.
 func (b *guardedBody) refuse(ref *bodyRefusal, reason string) error {
 	if b.refused.CompareAndSwap(nil, ref) {
-		b.gate.Count.Rejected(reason)
+		b.h.gate.Count.Rejected(reason)
 	}
 	return b.refused.Load().err
 }

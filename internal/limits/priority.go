@@ -1,11 +1,11 @@
 package limits
 
 import (
+	"maps"
 	"slices"
 
 	"github.com/leveeproxy/levee/internal/admit"
-	"github.com/leveeproxy/levee/internal/catalog"
-	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/urlpath"
 )
 
 // Classifier assigns a request's priority class from limits.priority: the
@@ -23,36 +23,25 @@ type pathClass struct {
 	class  admit.Class
 }
 
-// NewClassifier returns the classifier of a validated limits.priority.
-func NewClassifier(p config.Priority) Classifier {
-	c := Classifier{def: parseClass(p.Default)}
-	for prefix, class := range p.Paths {
-		c.paths = append(c.paths, pathClass{prefix, parseClass(class)})
+// NewClassifier returns the classifier of limits.priority: def, and the
+// classes of path prefixes and of client keys. It keeps the maps' entries,
+// not the maps.
+func NewClassifier(def admit.Class, paths, clients map[string]admit.Class) Classifier {
+	c := Classifier{def: def}
+	for prefix, class := range paths {
+		c.paths = append(c.paths, pathClass{prefix, class})
 	}
 	slices.SortFunc(c.paths, func(a, b pathClass) int { return len(b.prefix) - len(a.prefix) })
-	if len(p.Clients) > 0 {
-		c.clients = make(map[string]admit.Class, len(p.Clients))
-		for key, class := range p.Clients {
-			c.clients[key] = parseClass(class)
-		}
+	if len(clients) > 0 {
+		c.clients = maps.Clone(clients)
 	}
 	return c
-}
-
-func parseClass(s string) admit.Class {
-	switch s {
-	case config.ClassCritical:
-		return admit.Critical
-	case config.ClassSheddable:
-		return admit.Sheddable
-	}
-	return admit.Default
 }
 
 // Class returns the class of a request for path from client.
 func (c *Classifier) Class(path, client string) admit.Class {
 	for _, pc := range c.paths {
-		if catalog.PathHasPrefix(path, pc.prefix) {
+		if urlpath.HasPrefix(path, pc.prefix) {
 			return pc.class
 		}
 	}

@@ -5,60 +5,40 @@ import (
 	"testing"
 
 	"github.com/leveeproxy/levee/internal/admit"
-	"github.com/leveeproxy/levee/internal/config"
 )
 
-func TestClassifierClassNames(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		want admit.Class
-	}{
-		{config.ClassCritical, admit.Critical},
-		{config.ClassSheddable, admit.Sheddable},
-		{config.ClassDefault, admit.Default},
-		{"", admit.Default},
-	} {
-		c := NewClassifier(config.Priority{
-			Default: tc.name,
-			Paths:   map[string]string{"/p": tc.name},
-			Clients: map[string]string{"k": tc.name},
-		})
-		if got := c.Class("/other", "none"); got != tc.want {
-			t.Errorf("default %q: %v, want %v", tc.name, got, tc.want)
-		}
-		if got := c.Class("/p", "none"); got != tc.want {
-			t.Errorf("path class %q: %v, want %v", tc.name, got, tc.want)
-		}
-		if got := c.Class("/other", "k"); got != tc.want {
-			t.Errorf("client class %q: %v, want %v", tc.name, got, tc.want)
-		}
-	}
+// priority is limits.priority as NewClassifier takes it.
+type priority struct {
+	Default        admit.Class
+	Paths, Clients map[string]admit.Class
 }
+
+func newClassifier(p priority) Classifier { return NewClassifier(p.Default, p.Paths, p.Clients) }
 
 // chainClass is the class of the chain prefix of depth d (/s1/s2/…/sd): the
 // three classes in turn, so each prefix differs from the next shorter one.
-func chainClass(d int) (string, admit.Class) {
+func chainClass(d int) (admit.Class, admit.Class) {
 	switch d % 3 {
 	case 0:
-		return config.ClassCritical, admit.Critical
+		return admit.Critical, admit.Critical
 	case 1:
-		return config.ClassSheddable, admit.Sheddable
+		return admit.Sheddable, admit.Sheddable
 	}
-	return config.ClassDefault, admit.Default
+	return admit.Default, admit.Default
 }
 
 func TestClassifierLongestPrefixWins(t *testing.T) {
 	// A chain of 40 nested prefixes, from a map of random order each time:
 	// every path gets the class of the deepest prefix it is under.
 	const depth = 40
-	paths := map[string]string{}
+	paths := map[string]admit.Class{}
 	prefix := ""
 	for d := 1; d <= depth; d++ {
 		prefix += "/s" + string(rune('a'+d%26)) + string(rune('a'+d/26))
 		paths[prefix], _ = chainClass(d)
 	}
 	for range 20 {
-		c := NewClassifier(config.Priority{Default: config.ClassDefault, Paths: paths})
+		c := newClassifier(priority{Default: admit.Default, Paths: paths})
 		path := ""
 		for d := 1; d <= depth; d++ {
 			path += "/s" + string(rune('a'+d%26)) + string(rune('a'+d/26))
@@ -74,16 +54,16 @@ func TestClassifierLongestPrefixWins(t *testing.T) {
 }
 
 func TestClassifierPathSegments(t *testing.T) {
-	// catalog.PathHasPrefix: the path is the prefix, or goes on at a '/'
+	// urlpath.HasPrefix: the path is the prefix, or goes on at a '/'
 	// after it, or the prefix itself ends in '/'.
-	c := NewClassifier(config.Priority{
-		Default: config.ClassDefault,
-		Paths: map[string]string{
-			"/api":       config.ClassCritical,
-			"/api/v1":    config.ClassSheddable,
-			"/static/":   config.ClassSheddable,
-			"/health":    config.ClassCritical,
-			"/health/db": config.ClassDefault,
+	c := newClassifier(priority{
+		Default: admit.Default,
+		Paths: map[string]admit.Class{
+			"/api":       admit.Critical,
+			"/api/v1":    admit.Sheddable,
+			"/static/":   admit.Sheddable,
+			"/health":    admit.Critical,
+			"/health/db": admit.Default,
 		},
 	})
 	for _, tc := range []struct {
@@ -117,9 +97,9 @@ func TestClassifierPathSegments(t *testing.T) {
 
 func TestClassifierRootPrefix(t *testing.T) {
 	// "/" is under every path prefix, the shortest, so it loses to any other.
-	c := NewClassifier(config.Priority{
-		Default: config.ClassCritical,
-		Paths:   map[string]string{"/": config.ClassSheddable, "/admin": config.ClassCritical},
+	c := newClassifier(priority{
+		Default: admit.Critical,
+		Paths:   map[string]admit.Class{"/": admit.Sheddable, "/admin": admit.Critical},
 	})
 	for path, want := range map[string]admit.Class{
 		"/":        admit.Sheddable,
@@ -136,10 +116,10 @@ func TestClassifierRootPrefix(t *testing.T) {
 }
 
 func TestClassifierPathBeatsClient(t *testing.T) {
-	c := NewClassifier(config.Priority{
-		Default: config.ClassDefault,
-		Paths:   map[string]string{"/batch": config.ClassSheddable},
-		Clients: map[string]string{"vip": config.ClassCritical, "bot": config.ClassSheddable},
+	c := newClassifier(priority{
+		Default: admit.Default,
+		Paths:   map[string]admit.Class{"/batch": admit.Sheddable},
+		Clients: map[string]admit.Class{"vip": admit.Critical, "bot": admit.Sheddable},
 	})
 	for _, tc := range []struct {
 		path, client string
@@ -161,7 +141,7 @@ func TestClassifierPathBeatsClient(t *testing.T) {
 
 func TestClassifierZero(t *testing.T) {
 	// The zero Priority (and the zero Classifier) puts everything in Default.
-	for _, c := range []Classifier{NewClassifier(config.Priority{}), {}} {
+	for _, c := range []Classifier{newClassifier(priority{}), {}} {
 		if got := c.Class("/x", "k"); got != admit.Default {
 			t.Errorf("Class = %v, want Default", got)
 		}
@@ -173,17 +153,17 @@ func TestClassifierZero(t *testing.T) {
 
 func TestClassifierNeedsClient(t *testing.T) {
 	for _, tc := range []struct {
-		p    config.Priority
+		p    priority
 		want bool
 	}{
-		{config.Priority{Default: config.ClassCritical}, false},
-		{config.Priority{Paths: map[string]string{"/a": config.ClassCritical}}, false},
-		{config.Priority{Clients: map[string]string{}}, false},
-		{config.Priority{Clients: map[string]string{"k": config.ClassDefault}}, true},
-		{config.Priority{Paths: map[string]string{"/a": config.ClassCritical},
-			Clients: map[string]string{"k": config.ClassSheddable, "j": config.ClassCritical}}, true},
+		{priority{Default: admit.Critical}, false},
+		{priority{Paths: map[string]admit.Class{"/a": admit.Critical}}, false},
+		{priority{Clients: map[string]admit.Class{}}, false},
+		{priority{Clients: map[string]admit.Class{"k": admit.Default}}, true},
+		{priority{Paths: map[string]admit.Class{"/a": admit.Critical},
+			Clients: map[string]admit.Class{"k": admit.Sheddable, "j": admit.Critical}}, true},
 	} {
-		c := NewClassifier(tc.p)
+		c := newClassifier(tc.p)
 		if got := c.NeedsClient(); got != tc.want {
 			t.Errorf("NeedsClient(%+v) = %v, want %v", tc.p, got, tc.want)
 		}
@@ -192,22 +172,22 @@ func TestClassifierNeedsClient(t *testing.T) {
 
 func TestClassifierIsACopy(t *testing.T) {
 	// The classifier keeps no reference to the config's maps.
-	p := config.Priority{
-		Paths:   map[string]string{"/a": config.ClassCritical},
-		Clients: map[string]string{"k": config.ClassCritical},
+	p := priority{
+		Paths:   map[string]admit.Class{"/a": admit.Critical},
+		Clients: map[string]admit.Class{"k": admit.Critical},
 	}
-	c := NewClassifier(p)
-	p.Paths["/a"], p.Clients["k"] = config.ClassSheddable, config.ClassSheddable
-	p.Paths["/b"] = config.ClassSheddable
+	c := newClassifier(p)
+	p.Paths["/a"], p.Clients["k"] = admit.Sheddable, admit.Sheddable
+	p.Paths["/b"] = admit.Sheddable
 	if c.Class("/a", "") != admit.Critical || c.Class("/x", "k") != admit.Critical || c.Class("/b", "") != admit.Default {
 		t.Fatal("the classifier follows edits to the config's maps")
 	}
 }
 
 func TestClassifierAllocatesNothing(t *testing.T) {
-	c := NewClassifier(config.Priority{
-		Paths:   map[string]string{"/api": config.ClassCritical, "/api/v1": config.ClassSheddable},
-		Clients: map[string]string{"vip": config.ClassCritical},
+	c := newClassifier(priority{
+		Paths:   map[string]admit.Class{"/api": admit.Critical, "/api/v1": admit.Sheddable},
+		Clients: map[string]admit.Class{"vip": admit.Critical},
 	})
 	path := "/api/v1/" + strings.Repeat("x", 10)
 	if n := testing.AllocsPerRun(100, func() { c.Class(path, "vip"); c.Class("/none", "vip") }); n != 0 {

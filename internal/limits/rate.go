@@ -5,16 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/valyala/fasthttp"
-
-	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/ratelimit"
-)
-
-// The reasons rate limits give (Levee-Reject).
-const (
-	ReasonRate       = "rate"
-	ReasonClientRate = "client-rate"
 )
 
 // AppKey is the app-wide limit's key in its store; client keys (header
@@ -46,23 +37,14 @@ type Rule struct {
 // httpValues are a rule's RateLimit fields as net/http header values.
 type httpValues struct{ policy, rateLimit []string }
 
-// GCRA is a configured rate and burst (0: derived) as a GCRA limit; the
-// zero Limit when the rate is off.
-func GCRA(r config.Rate, burst int) ratelimit.Limit {
-	if r == (config.Rate{}) {
-		return ratelimit.Limit{}
-	}
-	return ratelimit.Limit{Interval: r.Interval(), Burst: config.EffectiveBurst(r, burst)}
-}
-
-// NewRule returns the rule of a validated rate and burst, named name in
-// its RateLimit-Policy, refusing with reason; nil when the rate is off.
-// It panics on an invalid one (validated config: a broken invariant).
-func NewRule(name, reason string, r config.Rate, burst int) *Rule {
-	if r == (config.Rate{}) {
+// NewRule returns the rule of a validated GCRA limit, named name in its
+// RateLimit-Policy, refusing with reason; nil when lim is zero (the rate
+// is off). It panics on an invalid one (validated config: a broken
+// invariant).
+func NewRule(name, reason string, lim ratelimit.Limit) *Rule {
+	if lim == (ratelimit.Limit{}) {
 		return nil
 	}
-	lim := GCRA(r, burst)
 	policy, err := ratelimit.NewPolicy(name, lim, 0)
 	if err != nil {
 		panic("limits: a validated rate limit is invalid: " + err.Error())
@@ -183,12 +165,4 @@ func (rule *Rule) HTTPHeaders(h http.Header, d ratelimit.Decision) {
 	}
 	h["Ratelimit-Policy"] = v.policy
 	h["Ratelimit"] = v.rateLimit
-}
-
-// FastHeaders sets the same fields on a fasthttp response, allocating
-// nothing.
-func (rule *Rule) FastHeaders(h *fasthttp.ResponseHeader, d ratelimit.Decision) {
-	h.Set("RateLimit-Policy", rule.Policy.Header())
-	var buf [64]byte
-	h.SetBytesV("RateLimit", rule.Policy.AppendRateLimit(buf[:0], d))
 }

@@ -6,22 +6,25 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/ratelimit"
+	"github.com/leveeproxy/levee/internal/reply"
 )
 
 // t0 is the start of every test's time line; Allow takes now, so no clock
 // is needed.
 var t0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func perSecond(n float64) config.Rate { return config.Rate{Events: n, Per: time.Second} }
+// perSecond is n a second with burst, for n that divides a second.
+func perSecond(n float64, burst int) ratelimit.Limit {
+	return ratelimit.Limit{Interval: time.Duration(float64(time.Second) / n), Burst: burst}
+}
 
-// newTestRule is NewRule's rule of r and burst on a store of its own.
-func newTestRule(t testing.TB, name, reason string, r config.Rate, burst int) *Rule {
+// newTestRule is NewRule's rule of lim on a store of its own.
+func newTestRule(t testing.TB, name, reason string, lim ratelimit.Limit) *Rule {
 	t.Helper()
-	rule := NewRule(name, reason, r, burst)
+	rule := NewRule(name, reason, lim)
 	if rule == nil {
-		t.Fatalf("NewRule(%v) = nil", r)
+		t.Fatalf("NewRule(%v) = nil", lim)
 	}
 	rule.Store = NewStore(1024)
 	return rule
@@ -83,11 +86,11 @@ func TestAllowIsExactGCRA(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var app, client, refuser *Rule
 			if tc.client {
-				client = newTestRule(t, "c", ReasonClientRate, perSecond(10), 1)
+				client = newTestRule(t, "c", reply.ClientRate, perSecond(10, 1))
 				refuser = client
 			}
 			if tc.app {
-				app = newTestRule(t, "a", ReasonRate, perSecond(10), 1)
+				app = newTestRule(t, "a", reply.Rate, perSecond(10, 1))
 				refuser = app // peeked first
 			}
 			for _, s := range steps {
@@ -107,7 +110,7 @@ func TestAllowIsExactGCRA(t *testing.T) {
 func TestAllowBurstRefusal(t *testing.T) {
 	// 10/s burst 3: three at once, then the fourth waits one interval, and
 	// the bucket is full again after three.
-	app := newTestRule(t, "a", ReasonRate, perSecond(10), 3)
+	app := newTestRule(t, "a", reply.Rate, perSecond(10, 3))
 	for i := range 3 {
 		if o := Allow(app, nil, "", 1, t0, noShadows{}); o != (Outcome{}) {
 			t.Fatalf("request %d: %+v, want allowed", i, o)
@@ -125,8 +128,8 @@ func peek(rule *Rule, key string, now time.Time) ratelimit.Decision {
 }
 
 func TestAllowClientRefusalSpendsNoAppBudget(t *testing.T) {
-	app := newTestRule(t, "a", ReasonRate, perSecond(10), 2) // T 100ms, room for 2
-	client := newTestRule(t, "c", ReasonClientRate, perSecond(1), 1)
+	app := newTestRule(t, "a", reply.Rate, perSecond(10, 2)) // T 100ms, room for 2
+	client := newTestRule(t, "c", reply.ClientRate, perSecond(1, 1))
 	if o := Allow(app, client, "a", 1, t0, noShadows{}); o != (Outcome{}) {
 		t.Fatalf("first request: %+v", o)
 	}
@@ -148,8 +151,8 @@ func TestAllowClientRefusalSpendsNoAppBudget(t *testing.T) {
 }
 
 func TestAllowAppRefusalSpendsNoClientBudget(t *testing.T) {
-	app := newTestRule(t, "a", ReasonRate, perSecond(10), 1)
-	client := newTestRule(t, "c", ReasonClientRate, perSecond(1), 1) // T 1s
+	app := newTestRule(t, "a", reply.Rate, perSecond(10, 1))
+	client := newTestRule(t, "c", reply.ClientRate, perSecond(1, 1)) // T 1s
 	if o := Allow(app, client, "x", 1, t0, noShadows{}); o != (Outcome{}) {
 		t.Fatalf("first request: %+v", o)
 	}
@@ -224,8 +227,8 @@ func TestAllowShadowed(t *testing.T) {
 			appAfter: spent, clientAfter: spent},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			app := newTestRule(t, "a", ReasonRate, perSecond(10), 1)
-			client := newTestRule(t, "c", ReasonClientRate, perSecond(10), 1)
+			app := newTestRule(t, "a", reply.Rate, perSecond(10, 1))
+			client := newTestRule(t, "c", reply.ClientRate, perSecond(10, 1))
 			if tc.appFull {
 				app.Store.AllowAt(AppKey, app.Lim, t0, 1)
 			}
@@ -278,8 +281,8 @@ func TestAllowAppRefusesOnSpend(t *testing.T) {
 	// The app had room when peeked and none when spent: the app refuses,
 	// and a shadowed client refusal is still reported.
 	for _, shadowClient := range []bool{false, true} {
-		app := newTestRule(t, "a", ReasonRate, perSecond(10), 1)
-		client := newTestRule(t, "c", ReasonClientRate, perSecond(10), 1)
+		app := newTestRule(t, "a", reply.Rate, perSecond(10, 1))
+		client := newTestRule(t, "c", reply.ClientRate, perSecond(10, 1))
 		var s *shadows
 		if shadowClient {
 			client.Store.AllowAt("k", client.Lim, t0, 1)
@@ -299,8 +302,8 @@ func TestAllowAppRefusesOnSpend(t *testing.T) {
 // The one race Allow documents: the app's last unit taken between its peek
 // and its spend costs the client one unit, no more.
 func TestAllowRaceSpendsOneClientUnit(t *testing.T) {
-	app := newTestRule(t, "a", ReasonRate, perSecond(10), 1)
-	client := newTestRule(t, "c", ReasonClientRate, perSecond(1), 2)
+	app := newTestRule(t, "a", reply.Rate, perSecond(10, 1))
+	client := newTestRule(t, "c", reply.ClientRate, perSecond(1, 2))
 	client.Store = raceStore{Store: client.Store, other: app}
 	if o := Allow(app, client, "k", 1, t0, noShadows{}); o.Refused != app {
 		t.Fatalf("Allow = %+v, want refused by the app", o)
@@ -318,7 +321,7 @@ func TestAllowFactor(t *testing.T) {
 		want int
 	}{{1, 10}, {2, 10}, {0.5, 5}, {0.25, 3}, {0.1, 1}} {
 		for _, which := range []string{"app", "client"} {
-			rule := newTestRule(t, "r", ReasonRate, perSecond(10), 1)
+			rule := newTestRule(t, "r", reply.Rate, perSecond(10, 1))
 			app, client := rule, (*Rule)(nil)
 			if which == "client" {
 				app, client = nil, rule
@@ -335,8 +338,8 @@ func TestAllowFactor(t *testing.T) {
 		}
 	}
 	// f scales the burst too: 100/s burst 10 at f=0.5 is 50/s burst 5.
-	app := newTestRule(t, "a", ReasonRate, perSecond(100), 10)
-	client := newTestRule(t, "c", ReasonClientRate, perSecond(100), 10)
+	app := newTestRule(t, "a", reply.Rate, perSecond(100, 10))
+	client := newTestRule(t, "c", reply.ClientRate, perSecond(100, 10))
 	for _, rules := range [][2]*Rule{{app, nil}, {nil, client}} {
 		passed := 0
 		for range 20 {
@@ -351,8 +354,8 @@ func TestAllowFactor(t *testing.T) {
 }
 
 func TestAllowAllocatesNothing(t *testing.T) {
-	app := newTestRule(t, "a", ReasonRate, perSecond(10), 1)
-	client := newTestRule(t, "c", ReasonClientRate, perSecond(10), 1)
+	app := newTestRule(t, "a", reply.Rate, perSecond(10, 1))
+	client := newTestRule(t, "c", reply.ClientRate, perSecond(10, 1))
 	key := "client-key"
 	Allow(app, client, key, 1, t0, noShadows{}) // warm both keys
 
@@ -472,7 +475,7 @@ func TestScaleRate(t *testing.T) {
 // default overload min_factor 10%) once scaled to an interval over
 // MaxDepth: an invalid limit, which refused every request.
 func TestScaleRateStaysValid(t *testing.T) {
-	in := GCRA(config.Rate{Events: 1.0 / 24, Per: time.Hour}, 0)
+	in := ratelimit.Limit{Interval: 24 * time.Hour, Burst: 1} // 1/24 per hour
 	if err := in.Validate(); err != nil {
 		t.Fatalf("test premise: %+v: %v", in, err)
 	}
@@ -481,71 +484,41 @@ func TestScaleRateStaysValid(t *testing.T) {
 	}
 }
 
-func TestGCRA(t *testing.T) {
-	for _, tc := range []struct {
-		r     config.Rate
-		burst int
-		want  ratelimit.Limit
-	}{
-		{config.Rate{}, 0, ratelimit.Limit{}},
-		{config.Rate{}, 5, ratelimit.Limit{}},
-		{perSecond(10), 0, ratelimit.Limit{Interval: 100 * time.Millisecond, Burst: 1}},
-		{perSecond(10), 7, ratelimit.Limit{Interval: 100 * time.Millisecond, Burst: 7}},
-		{perSecond(11), 0, ratelimit.Limit{Interval: 90909091, Burst: 2}}, // ceil(1.1)
-		{perSecond(100), 0, ratelimit.Limit{Interval: 10 * time.Millisecond, Burst: 10}},
-		{perSecond(750), 0, ratelimit.Limit{Interval: 1333334, Burst: 75}},
-		{config.Rate{Events: 1, Per: time.Minute}, 0, ratelimit.Limit{Interval: time.Minute, Burst: 1}},
-	} {
-		got := GCRA(tc.r, tc.burst)
-		if got != tc.want {
-			t.Errorf("GCRA(%v, %d) = %+v, want %+v", tc.r, tc.burst, got, tc.want)
-		}
-		if tc.r != (config.Rate{}) && got.Burst != config.EffectiveBurst(tc.r, tc.burst) {
-			t.Errorf("GCRA(%v, %d) burst %d, config.EffectiveBurst says %d",
-				tc.r, tc.burst, got.Burst, config.EffectiveBurst(tc.r, tc.burst))
-		}
-	}
-}
-
 func TestNewRule(t *testing.T) {
-	if r := NewRule("app", ReasonRate, config.Rate{}, 10); r != nil {
+	if r := NewRule("app", reply.Rate, ratelimit.Limit{}); r != nil {
 		t.Fatalf("NewRule of the zero rate = %+v, want nil", r)
 	}
 	for _, tc := range []struct {
 		name   string
-		r      config.Rate
-		burst  int
 		lim    ratelimit.Limit
 		policy string
 	}{
-		{"app", perSecond(10), 0, ratelimit.Limit{Interval: 100 * time.Millisecond, Burst: 1}, `"app";q=10;w=1;levee-burst=1`},
-		{"app", perSecond(750), 0, ratelimit.Limit{Interval: 1333334, Burst: 75}, `"app";q=750;w=1;levee-burst=75`},
-		{"shop-client", config.Rate{Events: 1, Per: time.Minute}, 3, ratelimit.Limit{Interval: time.Minute, Burst: 3},
-			`"shop-client";q=1;w=60;levee-burst=3`},
-		{`a"b`, perSecond(2), 4, ratelimit.Limit{Interval: 500 * time.Millisecond, Burst: 4}, `"a\"b";q=2;w=1;levee-burst=4`},
+		{"app", ratelimit.Limit{Interval: 100 * time.Millisecond, Burst: 1}, `"app";q=10;w=1;levee-burst=1`},
+		{"app", ratelimit.Limit{Interval: 1333334, Burst: 75}, `"app";q=750;w=1;levee-burst=75`},
+		{"shop-client", ratelimit.Limit{Interval: time.Minute, Burst: 3}, `"shop-client";q=1;w=60;levee-burst=3`},
+		{`a"b`, ratelimit.Limit{Interval: 500 * time.Millisecond, Burst: 4}, `"a\"b";q=2;w=1;levee-burst=4`},
 	} {
-		r := NewRule(tc.name, ReasonClientRate, tc.r, tc.burst)
+		r := NewRule(tc.name, reply.ClientRate, tc.lim)
 		if r == nil {
-			t.Fatalf("NewRule(%q, %v) = nil", tc.name, tc.r)
+			t.Fatalf("NewRule(%q, %v) = nil", tc.name, tc.lim)
 		}
-		if r.Lim != tc.lim || r.Reason != ReasonClientRate || r.Store != nil {
-			t.Errorf("NewRule(%q, %v, %d) = %+v, want Lim %+v, reason %q, no store",
-				tc.name, tc.r, tc.burst, r, tc.lim, ReasonClientRate)
+		if r.Lim != tc.lim || r.Reason != reply.ClientRate || r.Store != nil {
+			t.Errorf("NewRule(%q, %v) = %+v, want Lim %+v, reason %q, no store",
+				tc.name, tc.lim, r, tc.lim, reply.ClientRate)
 		}
 		if got := r.Policy.Header(); got != tc.policy {
-			t.Errorf("NewRule(%q, %v, %d) policy %s, want %s", tc.name, tc.r, tc.burst, got, tc.policy)
+			t.Errorf("NewRule(%q, %v) policy %s, want %s", tc.name, tc.lim, got, tc.policy)
 		}
 	}
 }
 
 func TestNewRulePanicsOnInvalid(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		r     config.Rate
-		burst int
+		name string
+		lim  ratelimit.Limit
 	}{
-		{"no interval", config.Rate{Events: 1, Per: -time.Second}, 1},
-		{"beyond MaxDepth", config.Rate{Events: 1, Per: time.Hour}, 1 << 20},
+		{"no interval", ratelimit.Limit{Interval: -time.Second, Burst: 1}},
+		{"beyond MaxDepth", ratelimit.Limit{Interval: time.Hour, Burst: 1 << 20}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			defer func() {
@@ -554,19 +527,19 @@ func TestNewRulePanicsOnInvalid(t *testing.T) {
 					t.Fatalf("recovered %v, want the invariant panic", p)
 				}
 			}()
-			NewRule("app", ReasonRate, tc.r, tc.burst)
+			NewRule("app", reply.Rate, tc.lim)
 		})
 	}
 }
 
 func TestRuleHTTPHeaders(t *testing.T) {
-	rule := newTestRule(t, "app", ReasonRate, perSecond(10), 1)
+	rule := newTestRule(t, "app", reply.Rate, perSecond(10, 1))
 	Allow(rule, nil, "", 1, t0, noShadows{})
 	o := Allow(rule, nil, "", 1, t0.Add(50*time.Millisecond), noShadows{})
 	if o.Refused != rule || o.Decision != refusal10 {
 		t.Fatalf("Allow = %+v, want refused with %+v", o, refusal10)
 	}
-	burst := NewRule("app", ReasonRate, perSecond(100), 20)
+	burst := NewRule("app", reply.Rate, perSecond(100, 20))
 	for _, tc := range []struct {
 		rule              *Rule
 		d                 ratelimit.Decision

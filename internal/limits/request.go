@@ -3,7 +3,7 @@ package limits
 import (
 	"net/http"
 
-	"github.com/leveeproxy/levee/internal/forward"
+	"github.com/leveeproxy/levee/internal/clientkey"
 	"github.com/leveeproxy/levee/internal/shape"
 )
 
@@ -30,17 +30,17 @@ func (q HTTPRequest) Headers() (int, int) {
 
 func (q HTTPRequest) ContentLength() int64 { return q.R.ContentLength }
 
-func (q HTTPRequest) ClientKey(k forward.KeySource) string { return k.HTTP(q.R) }
+func (q HTTPRequest) ClientKey(k clientkey.Source) string { return k.HTTP(q.R) }
 
 // TopKey is who the request is for the top clients: the client key if it
 // is a header the request has, else the peer's address.
-func (q HTTPRequest) TopKey(k forward.KeySource) string {
+func (q HTTPRequest) TopKey(k clientkey.Source) string {
 	if k.IsHeader() {
 		if v := k.HTTP(q.R); v != "" {
 			return v
 		}
 	}
-	return forward.PeerIP(q.R)
+	return clientkey.PeerIP(q.R)
 }
 
 var _ Request = HTTPRequest{}

@@ -4,25 +4,25 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/shape"
 )
 
 // ShadowSet is a set of shadowable refusal reasons, a bit per entry of
-// config.ShadowableReasons (path order). A gate's is its limits.shadow;
+// reply.Shadowable (path order). A gate's is its limits.shadow;
 // a request's is what its shadowed limits would have refused. The zero
 // value is empty, and an empty gate set costs one comparison, only where
 // a limit would refuse.
 type ShadowSet uint16
 
 func init() {
-	if len(config.ShadowableReasons) > 16 {
+	if len(reply.Shadowable) > 16 {
 		panic("limits: ShadowSet holds 16 reasons")
 	}
 }
 
-// NewShadowSet returns the set of a validated limits.shadow.
-func NewShadowSet(s config.Shadow) ShadowSet {
+// NewShadowSet returns the set of validated limits.shadow reasons.
+func NewShadowSet(s []string) ShadowSet {
 	var set ShadowSet
 	for _, r := range s {
 		set |= ShadowBit(r)
@@ -32,7 +32,7 @@ func NewShadowSet(s config.Shadow) ShadowSet {
 
 // ShadowBit is reason's bit; 0 for a reason that is never shadowed.
 func ShadowBit(reason string) ShadowSet {
-	if i := slices.Index(config.ShadowableReasons, reason); i >= 0 {
+	if i := slices.Index(reply.Shadowable, reason); i >= 0 {
 		return 1 << i
 	}
 	return 0
@@ -48,7 +48,7 @@ func (s ShadowSet) Header() string {
 		return ""
 	}
 	var b strings.Builder
-	for i, r := range config.ShadowableReasons {
+	for i, r := range reply.Shadowable {
 		if s&(1<<i) != 0 {
 			if b.Len() > 0 {
 				b.WriteString(", ")
@@ -120,9 +120,9 @@ func (g *Gate) ShadowBatch(sh *PathShape, head []byte, whole bool) (*shape.Check
 // The bits the gate tests; fixed once config's vocabulary is.
 var (
 	BatchShadows     = ShadowBit(string(shape.BatchItems)) | ShadowBit(string(shape.BatchJSON)) | ShadowBit(string(shape.BatchShape))
-	bodyShadow       = ShadowBit(ReasonBody)
-	appRateShadow    = ShadowBit(ReasonRate)
-	clientRateShadow = ShadowBit(ReasonClientRate)
+	bodyShadow       = ShadowBit(reply.Body)
+	appRateShadow    = ShadowBit(reply.Rate)
+	clientRateShadow = ShadowBit(reply.ClientRate)
 )
 
 // UnlimitedBody is the body limit enforced while streaming when

@@ -4,9 +4,8 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/leveeproxy/levee/internal/catalog"
-	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/shape"
+	"github.com/leveeproxy/levee/internal/urlpath"
 )
 
 // PathShape is the request-shape limits of requests under one path
@@ -34,32 +33,33 @@ type ShapeCache struct {
 	check  *shape.Checker
 }
 
-// NewShapes returns the shape limits of validated limits l.
-func (c *ShapeCache) NewShapes(l config.Limits) Shapes {
-	sl := Shapes{App: c.newPathShape("", l)}
-	for prefix := range l.PerPath {
-		sl.PerPath = append(sl.PerPath, c.newPathShape(prefix, l.ShapeFor(prefix)))
+// ShapeLimits are the validated request-shape limits under one path
+// prefix: limits.body and the rest.
+type ShapeLimits struct {
+	Body  int64
+	Shape shape.Limits
+}
+
+// NewShapes returns a gate's shape limits: the app's, and its
+// limits.per_path overrides by prefix.
+func (c *ShapeCache) NewShapes(app ShapeLimits, perPath map[string]ShapeLimits) Shapes {
+	sl := Shapes{App: c.newPathShape("", app)}
+	for prefix, l := range perPath {
+		sl.PerPath = append(sl.PerPath, c.newPathShape(prefix, l))
 	}
 	slices.SortFunc(sl.PerPath, func(a, b PathShape) int { return len(b.Prefix) - len(a.Prefix) })
 	return sl
 }
 
-func (c *ShapeCache) newPathShape(prefix string, l config.Limits) PathShape {
-	sl := shape.Limits{
-		MaxHeaderBytes: int(l.HeaderBytes),
-		MaxHeaderCount: l.HeaderCount,
-		MaxURLBytes:    int(l.URLLength),
-		MaxQueryValues: l.QueryValues,
-		Batch:          shape.Batch{JSONField: l.Batch.JSONField, Max: l.Batch.Max},
-	}
-	if c.check == nil || c.limits != sl {
-		check, err := shape.New(sl)
+func (c *ShapeCache) newPathShape(prefix string, l ShapeLimits) PathShape {
+	if c.check == nil || c.limits != l.Shape {
+		check, err := shape.New(l.Shape)
 		if err != nil {
 			panic(fmt.Sprintf("limits: a validated config has invalid shape limits: %v", err))
 		}
-		c.limits, c.check = sl, check
+		c.limits, c.check = l.Shape, check
 	}
-	return PathShape{Prefix: prefix, Body: int64(l.Body), Check: c.check}
+	return PathShape{Prefix: prefix, Body: l.Body, Check: c.check}
 }
 
 // ForPath returns the shape limits of a request for path: the longest
@@ -67,7 +67,7 @@ func (c *ShapeCache) newPathShape(prefix string, l config.Limits) PathShape {
 // limits it costs nothing.
 func (sl *Shapes) ForPath(path string) *PathShape {
 	for i := range sl.PerPath {
-		if catalog.PathHasPrefix(path, sl.PerPath[i].Prefix) {
+		if urlpath.HasPrefix(path, sl.PerPath[i].Prefix) {
 			return &sl.PerPath[i]
 		}
 	}

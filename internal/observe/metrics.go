@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/leveeproxy/levee/internal/clock"
+	"github.com/leveeproxy/levee/internal/topk"
 )
 
 // Metrics is levee's metric set on its own registry (never the global one,
@@ -58,7 +59,7 @@ type AppStats struct {
 	ImbalanceAlert bool           `json:"imbalance_alert"`
 	Backends       []BackendStats `json:"backends"`
 	// TopClients are the heaviest clients (nil when limits.client.top_k is 0).
-	TopClients *TopClients `json:"top_clients,omitempty"`
+	TopClients *topk.Clients `json:"top_clients,omitempty"`
 	// Pool is the backend_limits state (nil when they are off).
 	Pool *PoolStats `json:"backend_limits,omitempty"`
 }
@@ -335,7 +336,7 @@ func (c *appCollector) Collect(ch chan<- prometheus.Metric) {
 // requests: they are made valid UTF-8, and a key that then repeats one
 // already reported (heaviest first) is left out, as the registry refuses
 // two series with the same labels.
-func topGauges(ch chan<- prometheus.Metric, d *prometheus.Desc, app string, top []TopEntry) {
+func topGauges(ch chan<- prometheus.Metric, d *prometheus.Desc, app string, top []topk.Entry) {
 	seen := make(map[string]struct{}, len(top))
 	for _, e := range top {
 		client := strings.ToValidUTF8(e.Key, "\uFFFD")

@@ -34,8 +34,8 @@ import (
 
 	"github.com/leveeproxy/levee/internal/admit"
 	"github.com/leveeproxy/levee/internal/clock"
-	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/leveeproxy/levee/internal/ratelimit"
+	"github.com/leveeproxy/levee/internal/topk"
 )
 
 // The reasons a Guard gives (Levee-Reject). Inflight refusals are admit's
@@ -76,7 +76,7 @@ type Guard struct {
 	bucket  *ratelimit.Bucket // nil when Rate is off
 	reserve int
 	perSec  float64 // Rate in requests per second; 0 when off
-	offered *observe.TopK
+	offered *topk.Sketch
 	// Refusals by reason are shared and read-only, so refusing allocates
 	// nothing: the pool's share; its rate, by the whole seconds until a
 	// token is due (Retry-After's unit; up to a minute); and admit's
@@ -97,7 +97,7 @@ func New(o Options) *Guard {
 	if o.Clock == nil {
 		o.Clock = clock.Real{}
 	}
-	g := &Guard{clk: o.Clock, offered: observe.NewTopK(trackedClients, shareWindow),
+	g := &Guard{clk: o.Clock, offered: topk.NewSketch(trackedClients, shareWindow),
 		refuseShare: admit.Rejection{Reason: ReasonShare, RetryAfter: shareWindow}}
 	for i := range g.refuseRate {
 		g.refuseRate[i] = admit.Rejection{Reason: ReasonRate, RetryAfter: time.Duration(max(i, 1)) * time.Second}

@@ -5,6 +5,10 @@
 // from it, so a reason is answered alike on HTTP/1.1 and HTTP/2, and a
 // refusal allocates nothing on HTTP/1.1 (net/http's header maps need a
 // []string, which the table also holds prebuilt).
+//
+// This package writes net/http answers; the fasthttp engine's writer is
+// package fastreply, so that what needs the table without fasthttp (the
+// gate, internal/limits, and the admission library) does not link it.
 package reply
 
 import (
@@ -12,8 +16,6 @@ import (
 	"net/http"
 	"strconv"
 	"time"
-
-	"github.com/valyala/fasthttp"
 
 	"github.com/leveeproxy/levee/internal/shape"
 )
@@ -24,7 +26,20 @@ const (
 	Reject = "Levee-Reject"
 	// Error names why levee could not get a response from a backend.
 	Error = "Levee-Error"
+	// Shadow tells the backend which limits would have refused the request
+	// had they not been shadowed (limits.shadow). It is levee's own: one a
+	// client sends never reaches the backend, on either engine.
+	Shadow = "Levee-Shadow"
 )
+
+// MarkShadow sets h's Shadow header to shadow ("": none), dropping any the
+// client sent.
+func MarkShadow(h http.Header, shadow string) {
+	delete(h, Shadow)
+	if shadow != "" {
+		h[Shadow] = []string{shadow}
+	}
+}
 
 // Reply is the answer for one reason. Replies are shared: read-only.
 type Reply struct {
@@ -44,12 +59,14 @@ type Reply struct {
 	reasonV      []string // for net/http's header map
 }
 
-// Reasons levee gives beside those of the limit packages.
+// Reasons levee gives beside those of admit and shape.
 const (
 	NoRoute            = "no-route"
 	NoBackend          = "no-backend"
 	Bandwidth          = "bandwidth"
 	Body               = "body"
+	Rate               = "rate"
+	ClientRate         = "client-rate"
 	BadRequestBody     = "bad-request-body"
 	BackendTimeout     = "backend-timeout"
 	BackendUnreachable = "backend-unreachable"
@@ -59,6 +76,15 @@ const (
 	// come in time (read_header_timeout, min_rate), before any routing.
 	RequestTimeout = "request-timeout"
 )
+
+// Shadowable are the refusal reasons of an app's own policy limits that
+// limits.shadow can turn into counts, in the order the request path checks
+// them (the gate's shadow bits follow it); `shadow: true` is all of them.
+var Shadowable = []string{
+	string(shape.URLLength), string(shape.QueryValues), string(shape.HeaderCount), string(shape.HeaderBytes),
+	Rate, ClientRate, Body,
+	string(shape.BatchItems), string(shape.BatchJSON), string(shape.BatchShape),
+}
 
 var table = map[string]*Reply{}
 
@@ -132,10 +158,17 @@ var (
 		Body: "levee: backend unreachable\n"})
 )
 
+// ContentType and NoSniff are the Content-Type and X-Content-Type-Options
+// of every reply.
+const (
+	ContentType = "text/plain; charset=utf-8"
+	NoSniff     = "nosniff"
+)
+
 // Shared header values: net/http only reads them; nothing may append to them.
 var (
-	textPlain = []string{"text/plain; charset=utf-8"}
-	nosniff   = []string{"nosniff"}
+	textPlain = []string{ContentType}
+	nosniff   = []string{NoSniff}
 	closeV    = []string{"close"}
 	// retryAfterV are the Retry-After values of 1..60 s, prebuilt.
 	retryAfterV = func() (v [61][]string) {
@@ -158,41 +191,30 @@ func (r *Reply) retryAfter(d time.Duration) time.Duration {
 	return r.RetryAfter
 }
 
-// Fast writes r on a fasthttp response, replacing whatever it held, with
-// retryAfter (0: the reply's own, if any) as Retry-After. It allocates
-// nothing.
-func (r *Reply) Fast(ctx *fasthttp.RequestCtx, retryAfter time.Duration) {
-	resp := &ctx.Response
-	resp.Reset()
-	resp.SetStatusCode(r.Status)
-	h := &resp.Header
-	h.SetContentTypeBytes(textPlainB)
-	h.SetBytesV(r.Header, r.reason)
-	h.SetBytesV("X-Content-Type-Options", nosniffB)
-	if d := r.retryAfter(retryAfter); d > 0 {
-		var buf [20]byte
-		h.SetBytesV("Retry-After", strconv.AppendInt(buf[:0], seconds(d), 10))
+// ReasonBytes and BodyBytes are the reply's reason and body, prebuilt for
+// writers that take bytes (the fasthttp engine's, package fastreply). They
+// are shared: read-only.
+func (r *Reply) ReasonBytes() []byte { return r.reason }
+func (r *Reply) BodyBytes() []byte   { return r.body }
+
+// RetryAfterSeconds is the Retry-After the reply sends given the caller's
+// hint (0: the reply's own, if any), in whole seconds rounded up; 0 when
+// it sends none.
+func (r *Reply) RetryAfterSeconds(hint time.Duration) int64 {
+	if d := r.retryAfter(hint); d > 0 {
+		return seconds(d)
 	}
-	if r.Close {
-		h.SetConnectionClose()
-	}
-	resp.SetBodyRaw(r.body)
+	return 0
 }
 
-var (
-	textPlainB = []byte(textPlain[0])
-	nosniffB   = []byte(nosniff[0])
-)
-
-// HTTP writes r on a net/http response, as Fast does, beside any header
-// the caller set.
+// HTTP writes r on a net/http response, beside any header the caller set.
 func (r *Reply) HTTP(w http.ResponseWriter, retryAfter time.Duration) {
 	h := w.Header()
 	h["Content-Type"] = textPlain
 	h[r.Header] = r.reasonV
 	h["X-Content-Type-Options"] = nosniff
-	if d := r.retryAfter(retryAfter); d > 0 {
-		if s := seconds(d); s < int64(len(retryAfterV)) {
+	if s := r.RetryAfterSeconds(retryAfter); s > 0 {
+		if s < int64(len(retryAfterV)) {
 			h["Retry-After"] = retryAfterV[s]
 		} else {
 			h["Retry-After"] = []string{strconv.FormatInt(s, 10)}
@@ -205,25 +227,6 @@ func (r *Reply) HTTP(w http.ResponseWriter, retryAfter time.Duration) {
 	_, _ = w.Write(r.body)
 }
 
-// ViolationFast answers a shape violation on fasthttp: its status, its
-// reason and its message (which names the limit) as the body. It
-// allocates nothing. closeConn: part of the body was read.
-func ViolationFast(ctx *fasthttp.RequestCtx, v *shape.Violation, closeConn bool) {
-	resp := &ctx.Response
-	resp.Reset()
-	resp.SetStatusCode(v.Status)
-	h := &resp.Header
-	h.SetContentTypeBytes(textPlainB)
-	h.Set(Reject, string(v.Reason))
-	h.SetBytesV("X-Content-Type-Options", nosniffB)
-	if closeConn {
-		h.SetConnectionClose()
-	}
-	resp.AppendBodyString("levee: rejected: ")
-	resp.AppendBodyString(v.Msg)
-	resp.AppendBodyString("\n")
-}
-
 // violationV are the Levee-Reject values of the shape reasons, prebuilt.
 var violationV = func() map[shape.Reason][]string {
 	m := map[shape.Reason][]string{}
@@ -234,8 +237,10 @@ var violationV = func() map[shape.Reason][]string {
 	return m
 }()
 
-// ViolationHTTP is ViolationFast for net/http. It allocates nothing when
-// w has a WriteString (net/http's own writers do).
+// ViolationHTTP answers a shape violation on net/http: its status, its
+// reason and its message (which names the limit) as the body. It
+// allocates nothing when w has a WriteString (net/http's own writers do).
+// closeConn: part of the body was read.
 func ViolationHTTP(w http.ResponseWriter, v *shape.Violation, closeConn bool) {
 	h := w.Header()
 	h["Content-Type"] = textPlain

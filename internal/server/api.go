@@ -15,6 +15,7 @@ import (
 	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/leveeproxy/levee/internal/overload"
 	"github.com/leveeproxy/levee/internal/protect"
+	"github.com/leveeproxy/levee/internal/topk"
 )
 
 // The live view of the admin API (docs/admin.md). It reads what the
@@ -32,7 +33,7 @@ type appView struct {
 	conf    admit.Limits   // configured, before any scale
 	limits  *config.Limits // the app config's, never written
 	metrics *observe.AppMetrics
-	top     *observe.ClientTop
+	top     *topk.ClientTop
 	guard   *protect.Guard
 	window  *balance.Window
 	set     *balance.Set
@@ -102,7 +103,7 @@ type AppDetail struct {
 	BackendLimits *observe.PoolStats `json:"backend_limits,omitempty"`
 	// TopClients are the heaviest clients by requests over 10 s (none when
 	// limits.client.top_k is 0).
-	TopClients []observe.TopShare `json:"top_clients"`
+	TopClients []topk.Share `json:"top_clients"`
 	// TopK is limits.client.top_k: how many clients the summaries keep.
 	TopK int `json:"top_k"`
 }
@@ -188,7 +189,7 @@ func (s *Server) App(name string) (AppDetail, bool) {
 	now := s.clk.Now()
 	strict, over := s.factors()
 	shares, imbalance := v.window.Observe(v.set, now)
-	d := AppDetail{AppSummary: s.summary(v, now, imbalance), TopK: v.top.K(), TopClients: []observe.TopShare{},
+	d := AppDetail{AppSummary: s.summary(v, now, imbalance), TopK: v.top.K(), TopClients: []topk.Share{},
 		Backends: v.backendStats(shares), BackendLimits: v.poolStats()}
 	d.Configured = LimitView{Concurrency: v.conf.Concurrency, QueueMaxLen: v.conf.MaxLen, QueueWait: v.conf.MaxWait,
 		Rate: v.limits.Rate.PerSecond(), ClientRate: v.limits.Client.Rate.PerSecond()}
@@ -219,16 +220,16 @@ func (s *Server) why(v *appView, strict, over float64) []string {
 }
 
 // Top is the heaviest clients of app by a dimension over a window, the
-// names as in observe.Dimensions and observe.WindowNames. ok false: no
+// names as in topk.Dimensions and topk.WindowNames. ok false: no
 // such app; err: a bad parameter.
-func (s *Server) Top(app, by, window string) (observe.TopReport, bool, error) {
-	d, w, err := observe.TopIndex(by, window)
+func (s *Server) Top(app, by, window string) (topk.Report, bool, error) {
+	d, w, err := topk.Index(by, window)
 	if err != nil {
-		return observe.TopReport{}, true, err
+		return topk.Report{}, true, err
 	}
 	v, ok := s.view(app)
 	if !ok {
-		return observe.TopReport{}, false, nil
+		return topk.Report{}, false, nil
 	}
 	return v.top.Report(d, w, 0, 0, s.clk.Now()), true, nil
 }

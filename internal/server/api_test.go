@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leveeproxy/levee/internal/observe"
+	"github.com/leveeproxy/levee/internal/topk"
 )
 
 // postAs sends POST / for a.test as client apiKey with body.
@@ -49,7 +49,7 @@ func TestAPIShowsWhoIsUsingWhat(t *testing.T) {
 	}
 	clk.Advance(time.Second) // the live rates count whole seconds
 
-	first := func(by, window string) observe.TopShare {
+	first := func(by, window string) topk.Share {
 		t.Helper()
 		r, ok, err := p.srv.Top("a", by, window)
 		if !ok || err != nil || len(r.Clients) == 0 {
@@ -57,7 +57,7 @@ func TestAPIShowsWhoIsUsingWhat(t *testing.T) {
 		}
 		return r.Clients[0]
 	}
-	for _, w := range observe.WindowNames {
+	for _, w := range topk.WindowNames {
 		if c := first("requests", w); c.Client != "chatty" || c.Count != 80 {
 			t.Fatalf("%s by requests: %+v; want chatty with 80", w, c)
 		}

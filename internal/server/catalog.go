@@ -12,6 +12,7 @@ import (
 	"github.com/leveeproxy/levee/internal/catalog"
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/limits"
+	"github.com/leveeproxy/levee/internal/limitsconf"
 	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/leveeproxy/levee/internal/ratelimit"
 )
@@ -40,7 +41,7 @@ func (s *Server) newLazyCatalog(st catalog.Store, cfg config.Catalog) *catalog.L
 		MaxUnknown:  cfg.Cache.MaxUnknown,
 		UnknownTTL:  cfg.Cache.UnknownTTL.D(),
 		Concurrency: cfg.Loader.Concurrency,
-		Rate:        limits.GCRA(cfg.Loader.Rate, 0),
+		Rate:        limitsconf.GCRA(cfg.Loader.Rate, 0),
 		MaxWaiters:  cfg.Loader.MaxWaiters,
 		Timeout:     cfg.Loader.Timeout.D(),
 		Watch:       cfg.Watch.D(),
@@ -143,7 +144,7 @@ func (p *parkedApps) park(a *app, now time.Time, limit int) {
 	}
 	settle := parkMin
 	if c := a.stored; c != nil {
-		for _, lim := range []ratelimit.Limit{limits.GCRA(c.Limits.Rate, c.Limits.Burst), limits.GCRA(c.Limits.Client.Rate, c.Limits.Client.Burst)} {
+		for _, lim := range []ratelimit.Limit{limitsconf.GCRA(c.Limits.Rate, c.Limits.Burst), limitsconf.GCRA(c.Limits.Client.Rate, c.Limits.Client.Burst)} {
 			settle = max(settle, time.Duration(lim.Burst)*lim.Interval) // a full bucket from empty; 0 when off
 		}
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/leveeproxy/levee/internal/admit"
-	"github.com/leveeproxy/levee/internal/forward"
+	"github.com/leveeproxy/levee/internal/clientkey"
 	"github.com/leveeproxy/levee/internal/limits"
 	"github.com/leveeproxy/levee/internal/netlimit"
 	"github.com/leveeproxy/levee/internal/observe"
@@ -34,7 +34,7 @@ type exchange interface {
 	// TopKey is who the request is for the top clients: the client key if
 	// it is a header the request has, else the peer's address. A view, valid
 	// until the request is observed.
-	TopKey(k forward.KeySource) string
+	TopKey(k clientkey.Source) string
 	// ctx ends when the client has gone or the server shuts down.
 	ctx() context.Context
 	// readBody reads the request body ahead, up to the route's
@@ -52,7 +52,7 @@ type exchange interface {
 	// forward sends the admitted request to a backend and passes on the
 	// answer; it releases slot exactly once, with the status sent, perhaps
 	// after it returns (a streamed body's end).
-	forward(rt *route, sh *limits.PathShape, slot forward.Releaser, out toBackend)
+	forward(rt *route, sh *limits.PathShape, slot admit.Releaser, out toBackend)
 	// status is the code to record once the request is done: what was sent,
 	// 101 for an upgrade, 499 when the client left first.
 	status() int
@@ -212,11 +212,11 @@ func (s *Server) bodyRefusal(rt *route, sh *limits.PathShape, declared int64, go
 	case err == nil && int64(got) > sh.Body && declared > sh.Body:
 		return limits.Refusal{}, true // shadowed: Check counted it on its declared length
 	case err == nil && int64(got) > sh.Body:
-		if marks, ok := rt.Shadows(limits.ReasonBody); ok {
+		if marks, ok := rt.Shadows(reply.Body); ok {
 			return limits.Refusal{Shadow: marks}, true
 		}
-		rt.app.metrics.Rejected(limits.ReasonBody)
-		return limits.Refusal{Code: http.StatusRequestEntityTooLarge, Reason: limits.ReasonBody, Reply: reply.BodyCutReply}, false
+		rt.app.metrics.Rejected(reply.Body)
+		return limits.Refusal{Code: http.StatusRequestEntityTooLarge, Reason: reply.Body, Reply: reply.BodyCutReply}, false
 	case errors.Is(err, netlimit.ErrTooSlow):
 		rt.app.metrics.Rejected(reply.MinRate)
 		if l, ok := s.errlog.Take(slog.LevelInfo, observe.EventClientTooSlow, rt.app.name); ok {
@@ -253,7 +253,7 @@ func init() {
 // slot and must release it once the response is done; otherwise the
 // refusal says what to answer (code 0: no one to answer). now is when the
 // request arrived; tr records the stages (nil: not traced).
-func (s *Server) enter(ctx context.Context, rt *route, path, client string, now time.Time, tr *trace.Request) (forward.Releaser, limits.Refusal, bool) {
+func (s *Server) enter(ctx context.Context, rt *route, path, client string, now time.Time, tr *trace.Request) (admit.Releaser, limits.Refusal, bool) {
 	slot, ref, ok := rt.Admit(ctx, rt.Ticket(path, client), tr)
 	if !ok || rt.guard == nil {
 		return slot, ref, ok
@@ -269,7 +269,7 @@ func (s *Server) enter(ctx context.Context, rt *route, path, client string, now 
 
 // pooledSlot holds both the app's concurrency slot and the pool's.
 type pooledSlot struct {
-	app  forward.Releaser
+	app  admit.Releaser
 	pool protect.Slot
 }
 
@@ -279,7 +279,7 @@ func (p *pooledSlot) Release() { p.ReleaseStatus(0) }
 // samples it).
 func (p *pooledSlot) ReleaseStatus(code int) {
 	p.pool.Release()
-	forward.Release(p.app, code)
+	admit.Release(p.app, code)
 }
 
 // refuseGuard turns a backend_limits refusal into the answer, counted; a

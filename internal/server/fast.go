@@ -13,7 +13,9 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/leveeproxy/levee/internal/admit"
 	"github.com/leveeproxy/levee/internal/ascii"
+	"github.com/leveeproxy/levee/internal/clientkey"
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/forward"
 	"github.com/leveeproxy/levee/internal/framing"
@@ -21,6 +23,7 @@ import (
 	"github.com/leveeproxy/levee/internal/membuf"
 	"github.com/leveeproxy/levee/internal/netlimit"
 	"github.com/leveeproxy/levee/internal/reply"
+	"github.com/leveeproxy/levee/internal/reply/fastreply"
 	"github.com/leveeproxy/levee/internal/shape"
 	"github.com/leveeproxy/levee/internal/trace"
 )
@@ -89,14 +92,14 @@ func (s *Server) fastParseError(ctx *fasthttp.RequestCtx, err error) {
 	var ne net.Error
 	switch {
 	case errors.As(err, &small):
-		framing.HeadersTooLongReply.Fast(ctx, 0)
+		fastreply.Write(ctx, framing.HeadersTooLongReply, 0)
 	case errors.As(err, &ne) && ne.Timeout():
 		// The headers (read_header_timeout), or the start of a body (see
 		// prefetchTimeout), did not come in time.
 		s.unrouted.Rejected(reply.RequestTimeout)
-		reply.RequestTimeoutReply.Fast(ctx, 0)
+		fastreply.Write(ctx, reply.RequestTimeoutReply, 0)
 	default:
-		framing.BadRequestReply.Fast(ctx, 0)
+		fastreply.Write(ctx, framing.BadRequestReply, 0)
 	}
 	ctx.SetConnectionClose()
 	linger(ctx.Conn())
@@ -107,7 +110,7 @@ func (s *Server) fastParseError(ctx *fasthttp.RequestCtx, err error) {
 // anything reads it, and its connection closed (package framing).
 func (s *Server) serveFast(ctx *fasthttp.RequestCtx) {
 	if r := framing.Fast(&ctx.Request); r != nil {
-		r.Fast(ctx, 0)
+		fastreply.Write(ctx, r, 0)
 		ctx.SetConnectionClose()
 		linger(ctx.Conn())
 		s.unrouted.Rejected(r.Reason)
@@ -169,11 +172,11 @@ func (e *fastExchange) ContentLength() int64 {
 	return -1 // chunked (or identity to the close): limits.body is enforced while streaming
 }
 
-func (e *fastExchange) ClientKey(k forward.KeySource) string { return k.Fast(e.c) }
+func (e *fastExchange) ClientKey(k clientkey.Source) string { return forward.FastKey(k, e.c) }
 
-func (e *fastExchange) TopKey(k forward.KeySource) string {
+func (e *fastExchange) TopKey(k clientkey.Source) string {
 	if k.IsHeader() {
-		if v := k.FastView(e.c); len(v) > 0 {
+		if v := forward.FastKeyView(k, e.c); len(v) > 0 {
 			return b2s(v) // a view: the sketch copies a key only when it keeps it
 		}
 	}
@@ -188,9 +191,9 @@ func (e *fastExchange) TopKey(k forward.KeySource) string {
 // the client closes its connection (see peerCtx).
 func (e *fastExchange) ctx() context.Context { return &e.pc }
 
-func (e *fastExchange) refuse(ref limits.Refusal) { ref.Fast(e.c) }
+func (e *fastExchange) refuse(ref limits.Refusal) { refuseFast(e.c, &ref) }
 
-func (e *fastExchange) refuseShape(v *shape.Violation) { reply.ViolationFast(e.c, v, false) }
+func (e *fastExchange) refuseShape(v *shape.Violation) { fastreply.Violation(e.c, v, false) }
 
 // gone closes the connection without an answer: the client left (or the
 // server is shutting down). fasthttp then writes nothing and closes the
@@ -229,7 +232,7 @@ func (e *fastExchange) readBody(s *Server, rt *route, sh *limits.PathShape) (lim
 
 func (e *fastExchange) readAhead() ([]byte, bool) { return e.body.Bytes(), e.whole }
 
-func (e *fastExchange) forward(rt *route, sh *limits.PathShape, slot forward.Releaser, out toBackend) {
+func (e *fastExchange) forward(rt *route, sh *limits.PathShape, slot admit.Releaser, out toBackend) {
 	// Admitted: nothing waits on ctx any more, so the client is not watched.
 	e.pc.pause()
 	// What streams from here holds the slot: it is timed afresh, so the

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leveeproxy/levee/internal/admit"
+	"github.com/leveeproxy/levee/internal/clientkey"
 	"github.com/leveeproxy/levee/internal/forward"
 	"github.com/leveeproxy/levee/internal/framing"
 	"github.com/leveeproxy/levee/internal/limits"
@@ -128,7 +130,7 @@ func (e *httpExchange) readAhead() ([]byte, bool) {
 	return e.body.head.Bytes(), e.body.r == nil
 }
 
-func (e *httpExchange) forward(rt *route, sh *limits.PathShape, slot forward.Releaser, out toBackend) {
+func (e *httpExchange) forward(rt *route, sh *limits.PathShape, slot admit.Releaser, out toBackend) {
 	if e.conn != nil && e.conn.Resets() > 0 {
 		// The client resets streams, or makes the server reset them
 		// (h2guard.Conn.Resets). The frame that resets this one may be
@@ -139,7 +141,7 @@ func (e *httpExchange) forward(rt *route, sh *limits.PathShape, slot forward.Rel
 	if e.R.Context().Err() != nil {
 		// Reset (or its connection gone) after admission: nothing reaches
 		// the backend, and status records 499 with no one to answer.
-		forward.Release(slot, StatusClientClosed)
+		admit.Release(slot, StatusClientClosed)
 		return
 	}
 	body := forward.Body{Limit: rt.BodyLimit(sh), Shadow: out.shadow.Header(), Items: &e.nItems,
@@ -171,7 +173,7 @@ func (e *httpExchange) incomingTrace() (in trace.Incoming) {
 func (e *httpExchange) describe(sp *trace.Span) spanView {
 	r, h := e.R, e.rec.Header()
 	v := spanView{method: r.Method, path: r.URL.Path, scheme: "http", host: r.Host, proto: "2",
-		client: forward.PeerIP(r), userAgent: r.UserAgent(), reject: h.Get(reply.Reject), levErr: h.Get(reply.Error)}
+		client: clientkey.PeerIP(r), userAgent: r.UserAgent(), reject: h.Get(reply.Reject), levErr: h.Get(reply.Error)}
 	if r.TLS != nil {
 		v.scheme = "https"
 	}

@@ -19,19 +19,23 @@ import (
 	"github.com/leveeproxy/levee/internal/balance"
 	"github.com/leveeproxy/levee/internal/bandwidth"
 	"github.com/leveeproxy/levee/internal/catalog"
+	"github.com/leveeproxy/levee/internal/clientkey"
 	"github.com/leveeproxy/levee/internal/clock"
 	"github.com/leveeproxy/levee/internal/cluster"
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/forward"
 	"github.com/leveeproxy/levee/internal/health"
 	"github.com/leveeproxy/levee/internal/limits"
+	"github.com/leveeproxy/levee/internal/limitsconf"
 	"github.com/leveeproxy/levee/internal/membuf"
 	"github.com/leveeproxy/levee/internal/netlimit"
 	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/leveeproxy/levee/internal/overload"
 	"github.com/leveeproxy/levee/internal/protect"
 	"github.com/leveeproxy/levee/internal/ratelimit"
+	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/spill"
+	"github.com/leveeproxy/levee/internal/topk"
 	"github.com/leveeproxy/levee/internal/trace"
 )
 
@@ -176,7 +180,7 @@ type app struct {
 	bwShare *cluster.Bandwidth
 	// top counts the heaviest clients (nil when limits.client.top_k is 0);
 	// kept across reloads unless top_k changes.
-	top *observe.ClientTop
+	top *topk.ClientTop
 	// guard enforces backend_limits (nil when off); kept across reloads
 	// unless they or the queue bounds change.
 	guard      *protect.Guard
@@ -198,10 +202,10 @@ type route struct {
 	limits.Gate
 	app   *app
 	pool  *forward.Pool
-	top   *observe.ClientTop // the app's heavy hitters; nil when off
-	guard *protect.Guard     // backend_limits; nil when off
-	body  bodyRead           // how the request body is read before admission
-	cert  routeCert          // apps.NAME.tls, for the TLS listeners' SNI
+	top   *topk.ClientTop // the app's heavy hitters; nil when off
+	guard *protect.Guard  // backend_limits; nil when off
+	body  bodyRead        // how the request body is read before admission
+	cert  routeCert       // apps.NAME.tls, for the TLS listeners' SNI
 }
 
 // bodyRead is how a route reads a request body ahead of admission:
@@ -374,7 +378,7 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 	if a != nil && a.stored != nil && cfg.Apps[name] == ac {
 		a.stored = nil // a file app now has the name of a stored one: the file wins
 	}
-	lim := limits.AdmitLimits(ac.Limits)
+	lim := limitsconf.AdmitLimits(ac.Limits)
 	if a == nil {
 		a = &app{name: name, limiter: admit.NewLimiter(lim, s.clk), metrics: s.metrics.App(name), alert: new(atomic.Bool)}
 		s.apps[name] = a
@@ -411,13 +415,13 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 		a.window.Observe(a.backends, s.clk.Now()) // the window's first mark: shares count from here
 	}
 	rt.Gate = limits.Gate{
-		AppRate:    limits.NewRule(name, limits.ReasonRate, ac.Limits.Rate, ac.Limits.Burst),
-		ClientRate: limits.NewRule(name+"-client", limits.ReasonClientRate, ac.Limits.Client.Rate, ac.Limits.Client.Burst),
+		AppRate:    limits.NewRule(name, reply.Rate, limitsconf.GCRA(ac.Limits.Rate, ac.Limits.Burst)),
+		ClientRate: limits.NewRule(name+"-client", reply.ClientRate, limitsconf.GCRA(ac.Limits.Client.Rate, ac.Limits.Client.Burst)),
 		RateFactor: &s.scale.rate,
-		ClientKey:  forward.NewKeySource(ac.Limits.Client.Key),
-		Classes:    limits.NewClassifier(ac.Limits.Priority),
+		ClientKey:  clientkey.New(ac.Limits.Client.Key),
+		Classes:    limitsconf.Classifier(ac.Limits.Priority),
 		FairShare:  ac.Limits.FairShare,
-		Shapes:     s.shapes.NewShapes(ac.Limits),
+		Shapes:     limitsconf.Shapes(&s.shapes, ac.Limits),
 		Shadow:     limits.NewShadowSet(ac.Limits.Shadow),
 		Limiter:    a.limiter,
 		Adaptive:   a.adaptive,
@@ -428,7 +432,7 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 	rt.guard = s.applyBackendLimits(a, ac.BackendLimits, lim)
 	rt.ReadClient = rt.guard != nil
 	if a.top.K() != ac.Limits.Client.TopK {
-		a.top = observe.NewClientTop(ac.Limits.Client.TopK)
+		a.top = topk.NewClientTop(ac.Limits.Client.TopK)
 	}
 	rt.top = a.top
 	rt.cert = newRouteCert(ac)
@@ -463,7 +467,7 @@ func (s *Server) applyBackendLimits(a *app, cfg config.BackendLimits, wait admit
 	}
 	var rate ratelimit.Limit
 	if cfg.Rate != (config.Rate{}) {
-		rate = scaleRate(limits.GCRA(cfg.Rate, cfg.Burst), strict)
+		rate = scaleRate(limitsconf.GCRA(cfg.Rate, cfg.Burst), strict)
 	}
 	inflight := cfg.Inflight
 	if inflight > 0 {
@@ -486,11 +490,11 @@ func (s *Server) applyConcurrency(a *app, c config.Concurrency, lim admit.Limits
 		a.limiter.SetLimits(scaleLimits(lim, f))
 		return
 	}
-	if a.adaptive != nil && a.adaptive.Config() == c {
+	if a.adaptive != nil && a.adaptive.Config() == limitsconf.Gradient(c) {
 		a.adaptive.SetBase(lim, f)
 		return
 	}
-	a.adaptive = limits.NewAdaptive(c, lim, a.limiter, f)
+	a.adaptive = limits.NewAdaptive(limitsconf.Gradient(c), lim, a.limiter, f)
 }
 
 // applyBandwidth makes, keeps or drops an app's bandwidth limiter. A new

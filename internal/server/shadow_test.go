@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/leveeproxy/levee/internal/clock"
-	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/limits"
 	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/shape"
@@ -243,19 +242,15 @@ func TestShadowHeaderFromTheClientIsDropped(t *testing.T) {
 	wantMarks(t, be, "", "rate")
 }
 
-// The rate and body names serve gives are config's vocabulary, and every
-// shadowable reason is one levee refuses with.
+// Every shadowable reason is one levee refuses with, and has its bit.
 func TestShadowReasonsAreRefusalReasons(t *testing.T) {
-	if limits.ReasonRate != config.ShadowRate || limits.ReasonClientRate != config.ShadowClientRate || limits.ReasonBody != config.ShadowBody {
-		t.Fatal("config's shadow names differ from the server's reasons")
-	}
 	shapeReasons := []shape.Reason{shape.URLLength, shape.QueryValues, shape.HeaderCount, shape.HeaderBytes,
 		shape.BatchItems, shape.BatchJSON, shape.BatchShape}
-	for _, r := range config.ShadowableReasons {
+	for _, r := range reply.Shadowable {
 		if limits.ShadowBit(r) == 0 {
 			t.Errorf("%q has no bit", r)
 		}
-		if r != limits.ReasonRate && r != limits.ReasonClientRate && r != limits.ReasonBody && !slices.Contains(shapeReasons, shape.Reason(r)) {
+		if r != reply.Rate && r != reply.ClientRate && r != reply.Body && !slices.Contains(shapeReasons, shape.Reason(r)) {
 			t.Errorf("%q is not a reason levee refuses with", r)
 		}
 	}

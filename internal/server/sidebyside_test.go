@@ -13,12 +13,13 @@ import (
 	"github.com/leveeproxy/levee/internal/clock"
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/limits"
-	"github.com/leveeproxy/levee/internal/observe"
+	"github.com/leveeproxy/levee/internal/limitsconf"
+	"github.com/leveeproxy/levee/internal/topk"
 )
 
 // sideBySide is one limits config served twice, on one fake clock: by a
 // levee proxy in front of a backend, and by the admission middleware
-// (limits.Handler, which admission.Middleware is) around the same backend
+// (limits.Handler, which admission.Gate.Wrap is) around the same backend
 // handler.
 type sideBySide struct {
 	t            *testing.T
@@ -53,7 +54,7 @@ func newSideBySide(t *testing.T, limitsYAML string) *sideBySide {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.handler = limits.NewHandler("a", l, clk, backend)
+	s.handler = limitsconf.Handler("a", l, clk, nil).With(backend)
 	s.direct = httptest.NewUnstartedServer(s.handler)
 	// Both protocols the proxy's tests run on (LEVEE_TEST_PROTO=h2c too).
 	s.direct.Config.Protocols = new(http.Protocols)
@@ -364,7 +365,7 @@ func TestMiddlewareTopClientsMatchTheProxy(t *testing.T) {
 		if !ok || err != nil {
 			t.Fatal(ok, err)
 		}
-		got := s.handler.Top().Report(slices.Index(observe.Dimensions[:], by), 0, 0, 0, s.handler.Now())
+		got := s.handler.Top().Report(slices.Index(topk.Dimensions[:], by), 0, 0, 0, s.handler.Now())
 		if len(got.Clients) == 0 || len(want.Clients) == 0 || got.Clients[0].Client != want.Clients[0].Client {
 			t.Fatalf("by %s: middleware %+v\nproxy %+v", by, got, want)
 		}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/leveeproxy/levee/internal/observe"
+	"github.com/leveeproxy/levee/internal/topk"
 )
 
 // series returns the values of every series of the metric name, by client label.
@@ -60,12 +60,12 @@ func TestTopClientIsTheHeavyOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	var st struct {
-		TopClients observe.TopClients `json:"top_clients"`
+		TopClients topk.Clients `json:"top_clients"`
 	}
 	if err := json.Unmarshal(body, &st); err != nil {
 		t.Fatalf("%v: %s", err, body)
 	}
-	if len(st.TopClients.Requests) != 4 || st.TopClients.Requests[0] != (observe.TopEntry{Key: "heavy", Count: 100}) {
+	if len(st.TopClients.Requests) != 4 || st.TopClients.Requests[0] != (topk.Entry{Key: "heavy", Count: 100}) {
 		t.Fatalf("top_clients.requests = %+v; want heavy=100 first of 4", st.TopClients.Requests)
 	}
 }

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/leveeproxy/levee/internal/server"
+	"github.com/leveeproxy/levee/internal/topk"
 )
 
 // View is what a frame shows besides the snapshot.
@@ -212,7 +212,7 @@ func topSection(s *Snapshot, v View) section {
 		bound = fmt.Sprintf(", error bound %d", s.Top.ErrorBound)
 	}
 	sec.title = fmt.Sprintf("TOP CLIENTS of %s by %s over %s%s", s.App.Name, v.By, v.Window, bound)
-	var clients []observe.TopShare
+	var clients []topk.Share
 	if s.Top != nil {
 		clients = s.Top.Clients
 	}

@@ -8,8 +8,8 @@ import (
 	"encoding/json"
 	"time"
 
-	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/leveeproxy/levee/internal/server"
+	"github.com/leveeproxy/levee/internal/topk"
 )
 
 // Snapshot is one reading of the admin API. Its JSON has the shape of one
@@ -29,7 +29,7 @@ type Snapshot struct {
 	// heaviest clients (GET /api/apps/{app}/top); both nil when no app
 	// serves.
 	App *server.AppDetail
-	Top *observe.TopReport
+	Top *topk.Report
 
 	raw rawSnapshot
 }
@@ -86,7 +86,7 @@ func (s *Snapshot) setRaw(raw rawSnapshot) error {
 		}
 	}
 	if isObject(raw.Top) {
-		s.Top = new(observe.TopReport)
+		s.Top = new(topk.Report)
 		if err := json.Unmarshal(raw.Top, s.Top); err != nil {
 			return err
 		}

@@ -1,4 +1,9 @@
-package observe
+// Package topk finds the heaviest keys of a weighted stream in fixed memory
+// (Space-Saving): Sketch, the summary protect uses to spot an abusive
+// client, and ClientTop, the per-app heavy hitters that observe exports and
+// the admin API and package admission report. It is its own package so that
+// protect and admission need not link observe and Prometheus.
+package topk
 
 import (
 	"fmt"
@@ -8,7 +13,7 @@ import (
 	"time"
 )
 
-// TopK finds the heaviest keys of a weighted stream in fixed memory: the
+// Sketch finds the heaviest keys of a weighted stream in fixed memory: the
 // Space-Saving algorithm (Metwally, Agrawal, El Abbadi 2005) over K slots,
 // kept in two alternating windows so that old traffic fades.
 //
@@ -27,9 +32,9 @@ import (
 // Add costs a map lookup and a sift in a K-element heap under one mutex,
 // and allocates nothing for a key that holds a slot; a new key taking a
 // slot is copied (strings.Clone), so callers may pass views into buffers
-// they reuse. Keys longer than MaxKeyLen are cut to it. A nil *TopK
+// they reuse. Keys longer than MaxKeyLen are cut to it. A nil *Sketch
 // ignores Add and reports nothing. Safe for concurrent use.
-type TopK struct {
+type Sketch struct {
 	mu sync.Mutex
 	k  int
 	tier
@@ -44,20 +49,20 @@ type tier struct {
 	prev   spaceSaving
 }
 
-// MaxKeyLen is the longest key TopK keeps; longer keys count under their
+// MaxKeyLen is the longest key Sketch keeps; longer keys count under their
 // first MaxKeyLen bytes.
 const MaxKeyLen = 128
 
-// NewTopK returns a TopK of k slots (k ≥ 1) per window of the given length.
-func NewTopK(k int, window time.Duration) *TopK {
+// NewSketch returns a Sketch of k slots (k ≥ 1) per window of the given length.
+func NewSketch(k int, window time.Duration) *Sketch {
 	if k < 1 || window <= 0 {
-		panic("observe: NewTopK needs k ≥ 1 and a positive window")
+		panic("topk: NewSketch needs k ≥ 1 and a positive window")
 	}
-	return &TopK{k: k, tier: newTier(k, window)}
+	return &Sketch{k: k, tier: newTier(k, window)}
 }
 
 // K returns the number of slots (0 for nil).
-func (t *TopK) K() int {
+func (t *Sketch) K() int {
 	if t == nil {
 		return 0
 	}
@@ -65,7 +70,7 @@ func (t *TopK) K() int {
 }
 
 // Add counts weight w for key at now.
-func (t *TopK) Add(key string, w uint64, now time.Time) {
+func (t *Sketch) Add(key string, w uint64, now time.Time) {
 	if t == nil || w == 0 {
 		return
 	}
@@ -76,7 +81,7 @@ func (t *TopK) Add(key string, w uint64, now time.Time) {
 
 // addLocked counts w for key (cut to MaxKeyLen) at now and returns the key
 // as counted. The caller holds t.mu.
-func (t *TopK) addLocked(key string, w uint64, now time.Time) string {
+func (t *Sketch) addLocked(key string, w uint64, now time.Time) string {
 	if len(key) > MaxKeyLen {
 		key = key[:MaxKeyLen]
 	}
@@ -91,7 +96,7 @@ func (t *TopK) addLocked(key string, w uint64, now time.Time) string {
 // The mean is taken over the tracked keys, so with more than K keys active
 // a key is heavy when it carries more than 1/K of the weight, and a key
 // alone is never heavy (its weight is the whole).
-func (t *TopK) AddHeavy(key string, w uint64, now time.Time) bool {
+func (t *Sketch) AddHeavy(key string, w uint64, now time.Time) bool {
 	if t == nil {
 		return false
 	}
@@ -103,9 +108,9 @@ func (t *TopK) AddHeavy(key string, w uint64, now time.Time) bool {
 	return own*keys > t.cur.total+t.prev.total
 }
 
-// TopEntry is one heavy key: Count is an upper bound of its weight over
+// Entry is one heavy key: Count is an upper bound of its weight over
 // the reported windows, Count−Err a lower bound.
-type TopEntry struct {
+type Entry struct {
 	Key   string `json:"client"`
 	Count uint64 `json:"count"`
 	Err   uint64 `json:"error"`
@@ -113,7 +118,7 @@ type TopEntry struct {
 
 // Top returns at most K entries, heaviest first (ties by key), over the
 // current and previous windows at now. It allocates the result.
-func (t *TopK) Top(now time.Time) []TopEntry {
+func (t *Sketch) Top(now time.Time) []Entry {
 	if t == nil {
 		return nil
 	}
@@ -125,8 +130,8 @@ func (t *TopK) Top(now time.Time) []TopEntry {
 }
 
 // heaviest sorts entries heaviest first (ties by key) and keeps k.
-func heaviest(out []TopEntry, k int) []TopEntry {
-	slices.SortFunc(out, func(a, b TopEntry) int {
+func heaviest(out []Entry, k int) []Entry {
+	slices.SortFunc(out, func(a, b Entry) int {
 		if a.Count != b.Count {
 			if a.Count > b.Count {
 				return -1
@@ -171,13 +176,13 @@ func (t *tier) rotate(now time.Time) {
 // up to its minimum there, which is added to keep Count an upper bound;
 // floors is the sum of those minimums: the most a key in none of them
 // may have weighed.
-func merge(ss ...*spaceSaving) (out []TopEntry, floors uint64) {
+func merge(ss ...*spaceSaving) (out []Entry, floors uint64) {
 	n := 0
 	for _, s := range ss {
 		n += len(s.slots)
 		floors += s.floor()
 	}
-	out = make([]TopEntry, 0, n)
+	out = make([]Entry, 0, n)
 	seen := make(map[string]struct{}, n)
 	for i, s := range ss {
 		for _, sl := range s.slots {
@@ -185,7 +190,7 @@ func merge(ss ...*spaceSaving) (out []TopEntry, floors uint64) {
 				continue
 			}
 			seen[sl.key] = struct{}{}
-			e := TopEntry{Key: sl.key}
+			e := Entry{Key: sl.key}
 			for j, o := range ss {
 				if j < i {
 					// An earlier summary had not the key (else it was seen).
@@ -446,7 +451,7 @@ func (t *tiered) cover(w int) []*spaceSaving {
 }
 
 // report merges summaries copied by cover.
-func report(ss []*spaceSaving) ([]TopEntry, uint64) {
+func report(ss []*spaceSaving) ([]Entry, uint64) {
 	for _, s := range ss {
 		s.index = make(map[string]int32, len(s.slots))
 		for i, sl := range s.slots {
@@ -506,38 +511,38 @@ func b2u(b bool) uint64 {
 	return 0
 }
 
-// The errors of TopIndex: a bad top parameter, named.
+// The errors of Index: a bad top parameter, named.
 var (
-	ErrTopBy     = fmt.Errorf("by must be one of %v", Dimensions)
-	ErrTopWindow = fmt.Errorf("window must be one of %v", WindowNames)
+	ErrBy     = fmt.Errorf("by must be one of %v", Dimensions)
+	ErrWindow = fmt.Errorf("window must be one of %v", WindowNames)
 )
 
-// TopIndex returns the indexes of a dimension and a window named as in
+// Index returns the indexes of a dimension and a window named as in
 // Dimensions and WindowNames, for Report; an error names a bad one.
-func TopIndex(by, window string) (d, w int, err error) {
+func Index(by, window string) (d, w int, err error) {
 	if d = slices.Index(Dimensions[:], by); d < 0 {
-		return 0, 0, ErrTopBy
+		return 0, 0, ErrBy
 	}
 	if w = slices.Index(WindowNames[:], window); w < 0 {
-		return 0, 0, ErrTopWindow
+		return 0, 0, ErrWindow
 	}
 	return d, w, nil
 }
 
-// TopReport is the heaviest clients of one dimension over one window.
+// Report is the heaviest clients of one dimension over one window.
 // A listed client's Count is at most ErrorBound over its true count (its
 // own Err says how much, for it); a client not listed counted at most
 // ErrorBound, or at most the last listed Count when the list is full.
-type TopReport struct {
-	By         string     `json:"by"`
-	Window     string     `json:"window"`
-	ErrorBound uint64     `json:"error_bound"`
-	Clients    []TopShare `json:"clients"`
+type Report struct {
+	By         string  `json:"by"`
+	Window     string  `json:"window"`
+	ErrorBound uint64  `json:"error_bound"`
+	Clients    []Share `json:"clients"`
 }
 
-// TopShare is one client of a report: Share is Count over the dimension's
+// Share is one client of a report: Share is Count over the dimension's
 // total in the window (an upper bound, as Count is).
-type TopShare struct {
+type Share struct {
 	Client string  `json:"client"`
 	Count  uint64  `json:"count"`
 	Err    uint64  `json:"error"`
@@ -548,8 +553,8 @@ type TopShare struct {
 // index of WindowNames) at now, heaviest first, at most n clients (0: K).
 // total is the dimension's weight over the window, for the shares; 0
 // takes the sum of the counts reported.
-func (c *ClientTop) Report(by, w, n int, total uint64, now time.Time) TopReport {
-	r := TopReport{By: Dimensions[by], Window: WindowNames[w], Clients: []TopShare{}}
+func (c *ClientTop) Report(by, w, n int, total uint64, now time.Time) Report {
+	r := Report{By: Dimensions[by], Window: WindowNames[w], Clients: []Share{}}
 	if c == nil {
 		return r
 	}
@@ -572,22 +577,22 @@ func (c *ClientTop) Report(by, w, n int, total uint64, now time.Time) TopReport 
 		total = sum
 	}
 	for _, e := range out {
-		r.Clients = append(r.Clients, TopShare{Client: e.Key, Count: e.Count, Err: e.Err,
+		r.Clients = append(r.Clients, Share{Client: e.Key, Count: e.Count, Err: e.Err,
 			Share: float64(e.Count) / float64(max(total, 1))})
 	}
 	return r
 }
 
-// TopClients is the heaviest clients of an app at scrape time, over the
+// Clients is the heaviest clients of an app at scrape time, over the
 // last minute (see WindowNames).
-type TopClients struct {
-	Requests []TopEntry `json:"requests"`
-	Rejected []TopEntry `json:"rejected"`
+type Clients struct {
+	Requests []Entry `json:"requests"`
+	Rejected []Entry `json:"rejected"`
 }
 
 // Top returns the heaviest clients by requests and by refusals over the
 // last minute at now (nil for a nil c).
-func (c *ClientTop) Top(now time.Time) *TopClients {
+func (c *ClientTop) Top(now time.Time) *Clients {
 	if c == nil {
 		return nil
 	}
@@ -598,8 +603,8 @@ func (c *ClientTop) Top(now time.Time) *TopClients {
 		covers[i] = c.by[i].cover(1)
 	}
 	c.mu.Unlock()
-	var t TopClients
-	for i, dst := range []*[]TopEntry{&t.Requests, &t.Rejected} {
+	var t Clients
+	for i, dst := range []*[]Entry{&t.Requests, &t.Rejected} {
 		out, _ := report(covers[i])
 		*dst = heaviest(out, c.k)
 	}

@@ -1,7 +1,6 @@
-package observe
+package topk
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -32,11 +31,11 @@ func exactCounts(keys []string) map[string]uint64 {
 	return c
 }
 
-func TestTopKZipfFindsTheHeavyHittersWithinTheBound(t *testing.T) {
+func TestSketchZipfFindsTheHeavyHittersWithinTheBound(t *testing.T) {
 	const k, n = 64, 200_000
 	for _, seed := range []uint64{1, 2, 3} {
 		keys := zipfKeys(seed, n, 100_000)
-		tk := NewTopK(k, time.Minute)
+		tk := NewSketch(k, time.Minute)
 		for _, key := range keys {
 			tk.Add(key, 1, t0)
 		}
@@ -45,7 +44,7 @@ func TestTopKZipfFindsTheHeavyHittersWithinTheBound(t *testing.T) {
 		if len(top) > k {
 			t.Fatalf("seed %d: %d entries, want ≤ %d", seed, len(top), k)
 		}
-		got := map[string]TopEntry{}
+		got := map[string]Entry{}
 		for _, e := range top {
 			got[e.Key] = e
 			if e.Count < truth[e.Key] || e.Count-truth[e.Key] > n/k || e.Err > n/k {
@@ -78,8 +77,8 @@ func TestTopKZipfFindsTheHeavyHittersWithinTheBound(t *testing.T) {
 	}
 }
 
-func TestTopKExactWithFewKeys(t *testing.T) {
-	tk := NewTopK(4, time.Minute)
+func TestSketchExactWithFewKeys(t *testing.T) {
+	tk := NewSketch(4, time.Minute)
 	for i := range 100 {
 		tk.Add("a", 3, t0)
 		tk.Add("b", 1, t0)
@@ -87,14 +86,14 @@ func TestTopKExactWithFewKeys(t *testing.T) {
 			tk.Add("c", 1, t0)
 		}
 	}
-	want := []TopEntry{{"a", 300, 0}, {"b", 100, 0}, {"c", 50, 0}}
+	want := []Entry{{"a", 300, 0}, {"b", 100, 0}, {"c", 50, 0}}
 	if got := tk.Top(t0); !slices.Equal(got, want) {
 		t.Fatalf("got %v, want %v", got, want)
 	}
 }
 
-func TestTopKCapacityNeverExceeded(t *testing.T) {
-	tk := NewTopK(8, time.Minute)
+func TestSketchCapacityNeverExceeded(t *testing.T) {
+	tk := NewSketch(8, time.Minute)
 	for i := range 10_000 {
 		tk.Add(strconv.Itoa(i), uint64(i%7+1), t0.Add(time.Duration(i)*time.Millisecond))
 		if n := len(tk.cur.slots); n > 8 || len(tk.cur.index) != n {
@@ -111,8 +110,8 @@ func TestTopKCapacityNeverExceeded(t *testing.T) {
 	}
 }
 
-func TestTopKLongKeysAreCut(t *testing.T) {
-	tk := NewTopK(2, time.Minute)
+func TestSketchLongKeysAreCut(t *testing.T) {
+	tk := NewSketch(2, time.Minute)
 	long := strings.Repeat("x", 1000)
 	tk.Add(long, 1, t0)
 	tk.Add(long+"y", 1, t0)
@@ -122,8 +121,8 @@ func TestTopKLongKeysAreCut(t *testing.T) {
 	}
 }
 
-func TestTopKWindowsDecay(t *testing.T) {
-	tk := NewTopK(4, time.Minute)
+func TestSketchWindowsDecay(t *testing.T) {
+	tk := NewSketch(4, time.Minute)
 	for range 100 {
 		tk.Add("yesterday", 1, t0)
 	}
@@ -154,22 +153,22 @@ func TestTopKWindowsDecay(t *testing.T) {
 	}
 }
 
-func TestTopKMergeKeepsAnUpperBound(t *testing.T) {
-	tk := NewTopK(2, time.Minute)
+func TestSketchMergeKeepsAnUpperBound(t *testing.T) {
+	tk := NewSketch(2, time.Minute)
 	tk.Add("a", 10, t0)
 	tk.Add("b", 5, t0)
 	tk.Add("c", 1, t0) // evicts b: c = 6 ± 5
 	tk.Add("b", 7, t0.Add(61*time.Second))
 	got := tk.Top(t0.Add(61 * time.Second))
 	// b: 7 now, plus at most the previous window's minimum (6) it may have had there.
-	want := []TopEntry{{"b", 13, 6}, {"a", 10, 0}}
+	want := []Entry{{"b", 13, 6}, {"a", 10, 0}}
 	if !slices.Equal(got, want) {
 		t.Fatalf("got %v, want %v", got, want)
 	}
 }
 
-func TestTopKAddAllocatesNothingForTrackedKeys(t *testing.T) {
-	tk := NewTopK(16, time.Minute)
+func TestSketchAddAllocatesNothingForTrackedKeys(t *testing.T) {
+	tk := NewSketch(16, time.Minute)
 	buf := []byte("client-1")
 	tk.Add(string(buf), 1, t0)
 	allocs := testing.AllocsPerRun(1000, func() {
@@ -193,27 +192,27 @@ func TestNilClientTop(t *testing.T) {
 	}
 }
 
-func BenchmarkTopKAddTracked(b *testing.B) {
+func BenchmarkSketchAddTracked(b *testing.B) {
 	keys := zipfKeys(1, 4096, 32) // fewer keys than slots: every Add hits a slot
-	tk := NewTopK(64, time.Minute)
+	tk := NewSketch(64, time.Minute)
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		tk.Add(keys[i&4095], 1, t0)
 	}
 }
 
-func BenchmarkTopKAddZipf(b *testing.B) {
+func BenchmarkSketchAddZipf(b *testing.B) {
 	keys := zipfKeys(1, 1<<16, 1_000_000) // a long tail: some Adds evict
-	tk := NewTopK(64, time.Minute)
+	tk := NewSketch(64, time.Minute)
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		tk.Add(keys[i&(1<<16-1)], 1, t0)
 	}
 }
 
-func BenchmarkTopKAddParallel(b *testing.B) {
+func BenchmarkSketchAddParallel(b *testing.B) {
 	keys := zipfKeys(1, 4096, 32)
-	tk := NewTopK(64, time.Minute)
+	tk := NewSketch(64, time.Minute)
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		i := 0
@@ -224,8 +223,8 @@ func BenchmarkTopKAddParallel(b *testing.B) {
 	})
 }
 
-func BenchmarkTopKTop(b *testing.B) {
-	tk := NewTopK(64, time.Minute)
+func BenchmarkSketchTop(b *testing.B) {
+	tk := NewSketch(64, time.Minute)
 	for _, k := range zipfKeys(1, 1<<16, 1_000_000) {
 		tk.Add(k, 1, t0)
 	}
@@ -237,46 +236,15 @@ func BenchmarkTopKTop(b *testing.B) {
 
 func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
-type fakeApps []AppStats
-
-func (f fakeApps) EachApp(fn func(AppStats)) {
-	for _, a := range f {
-		fn(a)
-	}
-}
-
-// Client keys come from requests: invalid UTF-8 and keys that collide once
-// made valid must not break a scrape.
-func TestTopClientGaugesSurviveHostileKeys(t *testing.T) {
-	m := NewMetrics(fakeApps{{Name: "a", TopClients: &TopClients{
-		Requests: []TopEntry{{Key: "\xff", Count: 9}, {Key: "\xfe", Count: 5}, {Key: "ok", Count: 1}},
-	}}})
-	mfs, err := m.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() == "levee_top_client_requests" {
-			for _, s := range mf.GetMetric() {
-				got[s.GetLabel()[1].GetValue()] = s.GetGauge().GetValue()
-			}
-		}
-	}
-	if want := map[string]float64{"\uFFFD": 9, "ok": 1}; fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("series %v; want %v", got, want)
-	}
-}
-
-// TestTopKAddHeavyFindsTheAbuserOnly: ten clients at one request per round
+// TestSketchAddHeavyFindsTheAbuserOnly: ten clients at one request per round
 // and one at twenty. After the first round the abuser is heavy at every
 // request and no other client ever is; a client alone is never heavy.
-func TestTopKAddHeavyFindsTheAbuserOnly(t *testing.T) {
-	tk := NewTopK(16, time.Second)
+func TestSketchAddHeavyFindsTheAbuserOnly(t *testing.T) {
+	tk := NewSketch(16, time.Second)
 	if tk.AddHeavy("alone", 1, t0) || tk.AddHeavy("alone", 1000, t0) {
 		t.Fatal("a client alone is heavy")
 	}
-	tk = NewTopK(16, time.Second)
+	tk = NewSketch(16, time.Second)
 	now := t0
 	for round := range 200 {
 		now = now.Add(10 * time.Millisecond) // windows rotate every 100 rounds
@@ -293,11 +261,11 @@ func TestTopKAddHeavyFindsTheAbuserOnly(t *testing.T) {
 	}
 }
 
-// TestTopKAddHeavyAboveOneKth: with more keys than slots, a key is heavy
+// TestSketchAddHeavyAboveOneKth: with more keys than slots, a key is heavy
 // when it carries more than 1/K of the weight, whatever the others do.
-func TestTopKAddHeavyAboveOneKth(t *testing.T) {
+func TestSketchAddHeavyAboveOneKth(t *testing.T) {
 	const k = 4
-	tk := NewTopK(k, time.Minute)
+	tk := NewSketch(k, time.Minute)
 	for i := range 1000 {
 		tk.AddHeavy("many-"+strconv.Itoa(i), 1, t0) // 1000 keys of weight 1
 	}
@@ -315,9 +283,9 @@ func TestTopKAddHeavyAboveOneKth(t *testing.T) {
 	}
 }
 
-// TestTopKAddHeavyForgets: a client heavy two windows ago is light now.
-func TestTopKAddHeavyForgets(t *testing.T) {
-	tk := NewTopK(16, time.Second)
+// TestSketchAddHeavyForgets: a client heavy two windows ago is light now.
+func TestSketchAddHeavyForgets(t *testing.T) {
+	tk := NewSketch(16, time.Second)
 	for range 100 {
 		tk.AddHeavy("was-heavy", 1, t0)
 		tk.AddHeavy("other", 1, t0)

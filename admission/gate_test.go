@@ -3,24 +3,30 @@ package admission_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/leveeproxy/levee/admission"
+	"github.com/leveeproxy/levee/internal/config"
 )
 
-func mustLimits(t testing.TB, yaml string) admission.Limits {
+// mustGate is the gate of limits written in YAML.
+func mustGate(t testing.TB, yaml string) *admission.Gate {
 	t.Helper()
 	l, err := admission.ParseLimits([]byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return l
+	g, err := admission.NewGate(l)
+	if err != nil {
+		t.Fatalf("NewGate of parsed limits: %v", err)
+	}
+	return g
 }
 
 func TestParseLimitsRefusesWhatItCannotApply(t *testing.T) {
@@ -40,20 +46,67 @@ func TestParseLimitsRefusesWhatItCannotApply(t *testing.T) {
 	}
 }
 
-func TestZeroValuesPanic(t *testing.T) {
-	for name, f := range map[string]func(){
-		"NewGate(Limits{})":    func() { admission.NewGate(admission.Limits{}) },
-		"Middleware(Limits{})": func() { admission.Middleware(admission.Limits{}) },
-		"(*Gate)(nil).Wrap":    func() { (*admission.Gate)(nil).Wrap(http.NotFoundHandler()) },
+func TestZeroGatePanics(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Error("(*Gate)(nil).Wrap did not panic")
+		}
+	}()
+	(*admission.Gate)(nil).Wrap(http.NotFoundHandler())
+}
+
+// NewGate checks typed limits by levee's rules, naming the field as the
+// config writes it; a negative "none" is a valid setting, not an error.
+func TestNewGateChecksLimits(t *testing.T) {
+	for want, l := range map[string]admission.Limits{
+		"limits.concurrency":        {Concurrency: -1},
+		"limits.client.key":         {Client: admission.Client{Key: "cookie:sid"}},
+		"limits.shadow":             {Shadow: []admission.Reason{admission.QueueFull}},
+		"limits.concurrency.max":    {Adaptive: &admission.Adaptive{Min: 10, Max: 5}},
+		"limits.priority.paths./a":  {Priority: admission.Priority{Paths: map[string]admission.Class{"/a": "urgent"}}},
+		"limits.per_path./a.header": {PerPath: map[string]admission.PathLimits{"/a": {HeaderCount: -5}}},
 	} {
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Errorf("%s did not panic", name)
-				}
-			}()
-			f()
-		}()
+		if _, err := admission.NewGate(l); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("NewGate(%+v) = %v; want an error naming %s", l, err, want)
+		}
+	}
+	for _, l := range []admission.Limits{{}, {Queue: admission.Queue{MaxLen: -1, MaxWait: -1}, Body: -1},
+		{Client: admission.Client{TopK: -1}}} {
+		if _, err := admission.NewGate(l); err != nil {
+			t.Errorf("NewGate(%+v): %v", l, err)
+		}
+	}
+}
+
+// The typed Limits carry every setting of the YAML section: what
+// ParseLimits reads converts back to exactly the config it was read as.
+func TestLimitsCarryEveryYAMLSetting(t *testing.T) {
+	for _, yaml := range []string{"", "{concurrency: 7}",
+		"{concurrency: {adaptive: gradient, min: 2, max: 50}, queue: {max_len: 0, max_wait: 0s, target: 7ms, interval: 70ms}}",
+		"{rate: 10/m, burst: 3, client: {key: 'header:X-Key', rate: 2/s, burst: 4, max_keys: 99, top_k: 0}, fair_share: true}",
+		"{priority: {default: sheddable, paths: {/admin: critical}, clients: {vip: critical}}}",
+		"{body: 0, header_bytes: 1KB, header_count: 10, url_length: 100, query_values: 3, batch: {json_field: items, max: 9}}",
+		"{per_path: {/up: {body: 5MB}, /none: {body: 0}, /b: {batch: {json_field: ids, max: 2}, header_count: 4}}, shadow: [rate, body]}",
+	} {
+		want, err := config.ParseLimits([]byte(yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := admission.ParseLimits([]byte(yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := admission.LimitsConfig(l)
+		if err != nil {
+			t.Fatalf("%s: %v", yaml, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s:\n got %+v\nwant %+v", yaml, got, want)
+		}
+	}
+	zero, err := admission.LimitsConfig(admission.Limits{})
+	if def, _ := config.ParseLimits(nil); err != nil || !reflect.DeepEqual(zero, def) {
+		t.Errorf("Limits{} are %+v, %v; want levee's defaults %+v", zero, err, def)
 	}
 }
 
@@ -92,7 +145,7 @@ func post(t *testing.T, url, body string, chunked bool) *http.Response {
 // answer to the failed read.
 func TestBodyRefusalReplacesTheHandlersAnswer(t *testing.T) {
 	var readErr error
-	g := admission.NewGate(mustLimits(t, "{body: 100B, batch: {json_field: items, max: 2}}"))
+	g := mustGate(t, "{body: 100B, batch: {json_field: items, max: 2}}")
 	srv := httptest.NewServer(g.Wrap(echoBody(&readErr)))
 	defer srv.Close()
 	for _, c := range []struct {
@@ -134,7 +187,7 @@ func TestBodyRefusalReplacesTheHandlersAnswer(t *testing.T) {
 // A shadowed body limit lets a chunked body over it through to the
 // handler, counted once.
 func TestShadowedBodyIsCountedWhileRead(t *testing.T) {
-	g := admission.NewGate(mustLimits(t, "{body: 10B, shadow: [body]}"))
+	g := mustGate(t, "{body: 10B, shadow: [body]}")
 	srv := httptest.NewServer(g.Wrap(echoBody(nil)))
 	defer srv.Close()
 	for _, chunked := range []bool{true, false} {
@@ -151,7 +204,7 @@ func TestShadowedBodyIsCountedWhileRead(t *testing.T) {
 // A handler that answers before it reads the body keeps its answer: the
 // gate can only refuse what has not been sent.
 func TestBodyRefusalAfterTheAnswerLeavesIt(t *testing.T) {
-	g := admission.NewGate(mustLimits(t, "{body: 10B}"))
+	g := mustGate(t, "{body: 10B}")
 	srv := httptest.NewServer(g.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusAccepted)
 		_, err := io.ReadAll(r.Body)
@@ -167,7 +220,7 @@ func TestBodyRefusalAfterTheAnswerLeavesIt(t *testing.T) {
 }
 
 func TestTopNamesTheHeavyClient(t *testing.T) {
-	g := admission.NewGate(mustLimits(t, "{client: {key: 'header:X-Api-Key', top_k: 4, rate: 1000/s}}"))
+	g := mustGate(t, "{client: {key: 'header:X-Api-Key', top_k: 4, rate: 1000/s}}")
 	srv := httptest.NewServer(g.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
 	defer srv.Close()
 	for i := range 30 {
@@ -183,17 +236,20 @@ func TestTopNamesTheHeavyClient(t *testing.T) {
 		}
 		resp.Body.Close()
 	}
-	rep, err := g.Top("requests", "10s")
+	rep, err := g.Top(admission.ByRequests, admission.Last10s)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(rep.Clients) != 2 || rep.Clients[0].Client != "heavy" || rep.Clients[0].Count != 20 || rep.Clients[1].Count != 10 {
 		t.Fatalf("top %+v; want heavy 20, light 10", rep)
 	}
-	if _, err := g.Top("weight", "10s"); err == nil {
+	if rep.By != admission.ByRequests || rep.Window != admission.Last10s {
+		t.Errorf("report of %v over %v; want requests over 10s", rep.By, rep.Window)
+	}
+	if _, err := g.Top(admission.By(9), admission.Last10s); err == nil {
 		t.Error("Top by an unknown measure: no error")
 	}
-	if _, err := g.Top("requests", "1h"); err == nil {
+	if _, err := g.Top(admission.ByRequests, admission.Window(-1)); err == nil {
 		t.Error("Top over an unknown window: no error")
 	}
 	top := httptest.NewServer(g.TopHandler())
@@ -203,7 +259,7 @@ func TestTopNamesTheHeavyClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got admission.TopReport
-	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil || resp.StatusCode != 200 || got.Clients[0].Client != "heavy" {
+	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil || resp.StatusCode != 200 || got.Clients[0].Client != "heavy" || got.Window != admission.Last1m {
 		t.Fatalf("TopHandler: %d %+v %v", resp.StatusCode, got, err)
 	}
 	resp.Body.Close()
@@ -212,9 +268,28 @@ func TestTopNamesTheHeavyClient(t *testing.T) {
 	}
 	resp.Body.Close()
 
-	off := admission.NewGate(mustLimits(t, "{client: {top_k: 0}}"))
-	if _, err := off.Top("requests", "10s"); err == nil {
-		t.Error("Top with top_k 0: no error")
+	off := mustGate(t, "{client: {top_k: 0}}")
+	if _, err := off.Top(admission.ByRequests, admission.Last10s); !errors.Is(err, admission.ErrTopOff) {
+		t.Errorf("Top with top_k 0: %v; want ErrTopOff", err)
+	}
+}
+
+// By and Window read and write levee's admin API's words.
+func TestByAndWindowNames(t *testing.T) {
+	for v, want := range map[fmt.Stringer]string{admission.ByRequests: "requests", admission.ByRejected: "rejected",
+		admission.ByBytes: "bytes", admission.ByItems: "items",
+		admission.Last10s: "10s", admission.Last1m: "1m", admission.Last10m: "10m"} {
+		if v.String() != want {
+			t.Errorf("%#v names itself %q; want %q", v, v.String(), want)
+		}
+	}
+	var w admission.Window
+	if err := w.UnmarshalText([]byte("10m")); err != nil || w != admission.Last10m {
+		t.Errorf("UnmarshalText(10m) = %v, %v", w, err)
+	}
+	var b admission.By
+	if err := b.UnmarshalText([]byte("weight")); err == nil {
+		t.Error("UnmarshalText(weight): no error")
 	}
 }
 
@@ -229,7 +304,7 @@ func (d *discard) Write(p []byte) (int, error) { return len(p), nil }
 func (d *discard) WriteString(s string) (int, error) { return len(s), nil }
 
 func BenchmarkGateRefusal(b *testing.B) {
-	h := admission.NewGate(mustLimits(b, "{rate: 1/m, burst: 1}")).Wrap(http.NotFoundHandler())
+	h := mustGate(b, "{rate: 1/m, burst: 1}").Wrap(http.NotFoundHandler())
 	w, r := &discard{h: http.Header{}}, httptest.NewRequest("GET", "/", nil)
 	h.ServeHTTP(w, r)
 	b.ReportAllocs()
@@ -240,7 +315,7 @@ func BenchmarkGateRefusal(b *testing.B) {
 }
 
 func BenchmarkGateAdmitted(b *testing.B) {
-	h := admission.NewGate(mustLimits(b, "{concurrency: 64, rate: 1000000/s}")).Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	h := mustGate(b, "{concurrency: 64, rate: 1000000/s}").Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	w, r := &discard{h: http.Header{}}, httptest.NewRequest("GET", "/", nil)
 	b.ReportAllocs()
 	for b.Loop() {
@@ -249,52 +324,11 @@ func BenchmarkGateAdmitted(b *testing.B) {
 }
 
 func BenchmarkGateShapeRefusal(b *testing.B) {
-	h := admission.NewGate(mustLimits(b, "{url_length: 64}")).Wrap(http.NotFoundHandler())
+	h := mustGate(b, "{url_length: 64}").Wrap(http.NotFoundHandler())
 	w, r := &discard{h: http.Header{}}, httptest.NewRequest("GET", "/"+strings.Repeat("a", 100), nil)
 	b.ReportAllocs()
 	for b.Loop() {
 		clear(w.h)
 		h.ServeHTTP(w, r)
-	}
-}
-
-// The collector reports the gate under levee's own metric names.
-func TestCollectorSpeaksLeveesMetricNames(t *testing.T) {
-	g := admission.NewGate(mustLimits(t, "{concurrency: 7, rate: 1/m, burst: 2, url_length: 64, shadow: [url-length]}"))
-	h := g.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-	for range 5 {
-		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
-	}
-	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/"+strings.Repeat("a", 100), nil))
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(g.Collector("checkout"))
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			key := mf.GetName()
-			for _, l := range m.GetLabel() {
-				key += "," + l.GetName() + "=" + l.GetValue()
-			}
-			if m.Counter != nil {
-				got[key] = m.GetCounter().GetValue()
-			} else {
-				got[key] = m.GetGauge().GetValue()
-			}
-		}
-	}
-	for key, want := range map[string]float64{
-		"levee_rejected_total,app=checkout,reason=rate":              4, // 2 of the 6 pass (burst 2)
-		"levee_shadow_rejected_total,app=checkout,reason=url-length": 1,
-		"levee_concurrency_limit,app=checkout":                       7,
-		"levee_inflight,app=checkout":                                0,
-		"levee_queue_length,app=checkout":                            0,
-	} {
-		if got[key] != want {
-			t.Errorf("%s = %v; want %v (all: %v)", key, got[key], want, got)
-		}
 	}
 }
