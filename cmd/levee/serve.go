@@ -82,6 +82,9 @@ func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ..
 		opts.Catalog = st
 	}
 	srv := server.New(cfg, opts)
+	// Every return below releases what New and Listen took: a start that
+	// fails part way leaks no socket or goroutine. After Serve, a no-op.
+	defer srv.Close()
 	if guard.unexpected {
 		srv.SetUnexpected(true)
 	}

@@ -119,14 +119,6 @@ func forgetBandwidth(a *app) {
 	}
 }
 
-// runCluster beats the cluster's heartbeat until done; owned by Serve.
-func (s *Server) runCluster(done <-chan struct{}) {
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() { <-done; cancel() }() // ends with done
-	s.cluster.Run(ctx)
-	cancel()
-}
-
 // closeCluster gives back leases and closes the Redis connections.
 func (s *Server) closeCluster() error {
 	if s.cluster == nil {

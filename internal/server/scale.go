@@ -163,16 +163,7 @@ func monitorConfig(o config.Overload) overload.Config {
 // overload.enabled, and puts the monitor's factor in force, until done;
 // owned by Serve. Turning the monitor off on reload puts the limits back.
 func (s *Server) watchOverload(done <-chan struct{}) {
-	for {
-		t := s.clk.NewTimer(s.Config().Overload.Interval.D())
-		select {
-		case <-done:
-			t.Stop()
-			return
-		case <-t.C():
-		}
-		s.overloadTick()
-	}
+	s.everyOf(done, func() time.Duration { return s.Config().Overload.Interval.D() }, s.overloadTick)
 }
 
 // overloadTick is one turn of watchOverload.

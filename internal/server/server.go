@@ -112,6 +112,12 @@ type Server struct {
 	// checks); stopBg ends it at shutdown.
 	bg     context.Context
 	stopBg context.CancelFunc
+	// started: Serve has begun; health checkers run only from then on
+	// (New starts nothing). Guarded by mu.
+	started bool
+	// released: Close, or the end of Serve, has given back what New and
+	// Listen took.
+	released sync.Once
 
 	// views are the apps serving, as the admin API reads them (api.go):
 	// name → *appView, published by composeApp.
@@ -582,7 +588,7 @@ func (s *Server) applyHealth(a *app, cfg config.Health) {
 	c, err := health.NewChecker(a.backends, health.Check{Path: cfg.Path, Interval: cfg.Interval.D(),
 		Timeout: cfg.Timeout.D(), Healthy: cfg.Healthy, Unhealthy: cfg.Unhealthy},
 		health.CheckerOptions{Clock: s.clk, Logger: s.log.With("app", a.name)})
-	if err == nil {
+	if err == nil && s.started { // else Serve starts it
 		err = c.Start(s.bg)
 	}
 	if err != nil { // validated config: a broken invariant
@@ -659,17 +665,7 @@ const (
 // watchDistribution raises and clears each app's imbalance alert, logging
 // once per change, until done; owned by Serve.
 func (s *Server) watchDistribution(done <-chan struct{}) {
-	t := s.clk.NewTimer(distributionEvery)
-	defer func() { t.Stop() }()
-	for {
-		select {
-		case <-done:
-			return
-		case <-t.C():
-			s.checkDistribution(s.clk.Now())
-			t = s.clk.NewTimer(distributionEvery)
-		}
-	}
+	s.every(done, distributionEvery, func() { s.checkDistribution(s.clk.Now()) })
 }
 
 // checkDistribution evaluates every app's imbalance alert at now.
@@ -748,7 +744,25 @@ func (s *Server) Addrs() []net.Addr {
 // Serve serves on the bound listeners until ctx is done, then drains:
 // in-flight requests get up to server.drain_timeout to finish. It returns
 // the first listener error, or the drain's error, or nil.
+//
+// The lifecycle, as errgroup states its contract: New builds and starts
+// no goroutine; Listen binds; Serve starts every listener and background
+// loop (health checks, rate sweeps, the distribution and overload
+// watches, the cluster's heartbeat, the catalog's watch, the trace
+// exporter) and returns once each has returned, having released what New
+// and Listen took. The one exception is work stuck past the drain
+// deadline (a catalog store on a hung filesystem): Serve logs it and
+// returns, leaving it to the process's exit. Close releases the same
+// things for a Server whose Serve never ran. Serve runs at most once.
 func (s *Server) Serve(ctx context.Context) error {
+	s.mu.Lock()
+	s.started = true
+	for _, a := range s.apps {
+		if a.checker != nil {
+			a.checker.Start(s.bg) // never started: New and apply start none
+		}
+	}
+	s.mu.Unlock()
 	errc := make(chan error, len(s.listeners))
 	for _, l := range s.listeners {
 		s.serving.Go(func() {
@@ -757,14 +771,15 @@ func (s *Server) Serve(ctx context.Context) error {
 			}
 		})
 	}
-	stopBackground := make(chan struct{})
+	bgCtx, stopBackground := context.WithCancel(context.Background())
+	defer stopBackground()
 	var background sync.WaitGroup
-	background.Go(func() { s.sweepRates(stopBackground, rateSweepEvery) })
-	background.Go(func() { s.watchDistribution(stopBackground) })
-	background.Go(func() { s.watchOverload(stopBackground) })
-	background.Go(func() { s.sweepLog(stopBackground) })
+	background.Go(func() { s.sweepRates(bgCtx.Done(), rateSweepEvery) })
+	background.Go(func() { s.watchDistribution(bgCtx.Done()) })
+	background.Go(func() { s.watchOverload(bgCtx.Done()) })
+	background.Go(func() { s.sweepLog(bgCtx.Done()) })
 	if s.cluster != nil {
-		background.Go(func() { s.runCluster(stopBackground) })
+		background.Go(func() { s.cluster.Run(bgCtx) }) // the heartbeat
 	}
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	if s.lazy != nil {
@@ -780,7 +795,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	case <-ctx.Done():
 	case serveErr = <-errc:
 	}
-	close(stopBackground)
+	stopBackground()
 	stopWatch()
 	// Everything below ends by the drain deadline: SIGTERM always finishes,
 	// even with the catalog's store stuck on a hung filesystem (a goroutine
@@ -793,12 +808,38 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.serving.Wait()
 	stopExport()
 	s.waitOrLog(drain, "the last trace export", exporting.Wait)
-	if s.lazy != nil {
-		// Releases every stored app: no request is left to use one.
-		s.waitOrLog(drain, "the catalog's loads", s.lazy.Close)
-	}
+	var closeErr error
+	s.released.Do(func() {
+		if s.lazy != nil {
+			// Releases every stored app: no request is left to use one.
+			s.waitOrLog(drain, "the catalog's loads", s.lazy.Close)
+		}
+		closeErr = s.closeCluster()
+	})
 	s.errlog.Flush() // what was suppressed, said before the process ends
-	return errors.Join(serveErr, err, s.closeCluster())
+	return errors.Join(serveErr, err, closeErr)
+}
+
+// Close releases what New and Listen took, for a Server whose Serve
+// never ran (a start that failed part way): the bound listeners, the
+// health checkers, the catalog's loader, the cluster's Redis connections
+// and idle backend connections. After Serve has returned it does nothing
+// more. It must not be called while Serve runs (end Serve's context
+// instead); calling it twice is safe.
+func (s *Server) Close() error {
+	var err error
+	s.released.Do(func() {
+		for _, l := range s.listeners {
+			l.close()
+		}
+		s.stopHealthChecks()
+		if s.lazy != nil {
+			s.lazy.Close()
+		}
+		s.upstreams.CloseIdle()
+		err = s.closeCluster()
+	})
+	return err
 }
 
 // waitOrLog runs wait until it returns or ctx ends; then it logs what was
