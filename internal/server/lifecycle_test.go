@@ -46,19 +46,9 @@ func openFiles() int {
 // open (others' may close meanwhile; none of ours may stay).
 func expectFilesBack(t *testing.T, want int, what string) {
 	t.Helper()
-	if want < 0 {
-		return
-	}
-	deadline := time.Now().Add(leaktest.Wait)
-	for {
-		n := openFiles()
-		if n <= want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d descriptors open %s; want at most the %d before", n, what, want)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if want >= 0 {
+		leaktest.WaitFor(t, leaktest.Wait, fmt.Sprintf("at most the %d descriptors open before, %s", want, what),
+			func() bool { return openFiles() <= want })
 	}
 }
 
