@@ -222,15 +222,27 @@ type Usage struct {
 	Heap       uint64 // bytes of live heap objects
 }
 
-// Sample measures the process's Usage now. It collects garbage first, so
-// that Heap is what is live, not what awaits collection: a pause of a few
-// milliseconds, for samples a second or so apart.
-func Sample() Usage {
+// Sample measures the process's Usage now, not counting goroutines whose
+// stacks contain any of ignore's functions (a pool's idle workers, kept
+// for a while by design). It collects garbage twice first, so that Heap is
+// what is live, not what awaits collection or sits in a sync.Pool: a pause
+// of some milliseconds, for samples taken between rounds of load.
+func Sample(ignore ...string) Usage {
 	runtime.GC()
+	runtime.GC() // a sync.Pool's items survive one collection
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	files, _ := openFiles()
-	return Usage{Goroutines: runtime.NumGoroutine(), Files: len(files), Heap: ms.HeapAlloc}
+	g := runtime.NumGoroutine()
+	if len(ignore) > 0 {
+		g = 0
+		for _, st := range stacks() {
+			if !slices.ContainsFunc(ignore, func(f string) bool { return strings.Contains(st, f) }) {
+				g++
+			}
+		}
+	}
+	return Usage{Goroutines: g, Files: len(files), Heap: ms.HeapAlloc}
 }
 
 // Growth compares two windows of samples taken under the same load, as
