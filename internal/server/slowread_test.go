@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,8 +98,8 @@ type slowReadEngine struct {
 	listen string
 	// victim is the transport of the victim's requests.
 	victim func() *http.Transport
-	// attack starts n slow readers of /big against p; stop ends them and
-	// returns their stats.
+	// attack starts n slow readers of /big against p; stats reads how
+	// they fare, and stop ends them (idempotent).
 	attack func(ctx context.Context, p *proxy, n int) (stats func() drill.SlowKindStats, stop func(), err error)
 }
 
@@ -197,6 +198,11 @@ func TestSlowReadersLeaveOthersServed(t *testing.T) {
 						t.Fatalf("with the spill off, %d of %d victim requests failed; want more than %d: "+
 							"the attack must hold the slots, or this test cannot tell the spill from its absence",
 							len(failed), sent, allowed)
+					}
+					for _, f := range failed {
+						if !strings.HasPrefix(f, "503 queue-") {
+							t.Fatalf("with the spill off, a victim request failed with %s; want 503 queue-timeout or -full: no slot free", f)
+						}
 					}
 					if got := p.metric("levee_backend_conns", active); got < config.DefaultConcurrency {
 						t.Fatalf("with the spill off, %v backend connections are active; want the slow readers' %d",
