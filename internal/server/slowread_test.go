@@ -100,8 +100,8 @@ type slowReadEngine struct {
 	name string
 	// listen is the listener's config line.
 	listen string
-	// victim is the transport of the victim's requests.
-	victim func() *http.Transport
+	// protocols are what the victim's client speaks.
+	protocols *http.Protocols
 	// attack starts n slow readers of /big against p; report says how
 	// they fare, and stop ends them (idempotent).
 	attack func(ctx context.Context, p *proxy, n int) (report func() string, stop func(), err error)
@@ -109,13 +109,9 @@ type slowReadEngine struct {
 
 func slowReadEngines() []slowReadEngine {
 	return []slowReadEngine{{
-		name:   "http1",
-		listen: "listen: 127.0.0.1:0\n",
-		victim: func() *http.Transport {
-			tr := http.DefaultTransport.(*http.Transport).Clone()
-			tr.Protocols = http1Only()
-			return tr
-		},
+		name:      "http1",
+		listen:    "listen: 127.0.0.1:0\n",
+		protocols: http1Only(),
 		attack: func(ctx context.Context, p *proxy, n int) (func() string, func(), error) {
 			a := drill.SlowAttack{Target: p.URL, Host: "photos.test", ReadPath: "/big", SlowRead: n,
 				Source: "127.0.0.3", Redial: true}
@@ -130,14 +126,10 @@ func slowReadEngines() []slowReadEngine {
 			return report, func() { run.Stop() }, nil
 		},
 	}, {
-		name:   "h2c",
-		listen: "listen: [{addr: 127.0.0.1:0, h2c: true}]\n",
-		victim: func() *http.Transport {
-			tr := http.DefaultTransport.(*http.Transport).Clone()
-			tr.Protocols = h2cOnly()
-			return tr
-		},
-		attack: startH2SlowReaders,
+		name:      "h2c",
+		listen:    "listen: [{addr: 127.0.0.1:0, h2c: true}]\n",
+		protocols: h2cOnly(),
+		attack:    startH2SlowReaders,
 	}}
 }
 
@@ -241,7 +233,9 @@ func TestSlowReadersLeaveOthersServed(t *testing.T) {
 						return p.metric("levee_inflight", photos) == config.DefaultConcurrency
 					})
 				}
-				sent, failed := victimRequests(t, p.URL, eng.victim(), requests, allowed)
+				tr := http.DefaultTransport.(*http.Transport).Clone()
+				tr.Protocols = eng.protocols
+				sent, failed := victimRequests(t, p.URL, tr, requests, allowed)
 				t.Logf("slow readers: %s; victim: %d of %d served; %v spilled, %v refused by the spill",
 					report(), sent-len(failed), sent, p.metric("levee_spilled_total", nil),
 					p.metricSum("levee_spill_refused_total", nil))
