@@ -1,12 +1,16 @@
 // Package leaktest checks that a test leaves no goroutine behind: the
 // shared leak check of levee's tests (STYLE.md, point 15), for tests that
 // start servers, loaders and background calls and must join them all;
-// and WaitFor, the shared poll for a state another goroutine reaches.
+// CheckFiles, the same for open files; Sample and Growth, for a soak
+// whose goroutines, files and heap must stay flat; and WaitFor, the
+// shared poll for a state another goroutine reaches.
 package leaktest
 
 import (
 	"bytes"
+	"fmt"
 	"net/http"
+	"os"
 	"runtime"
 	"slices"
 	"strconv"
@@ -37,9 +41,7 @@ func check(t testing.TB, wait time.Duration, ignore ...string) {
 	before := ids(stacks())
 	t.Cleanup(func() {
 		t.Helper()
-		if tr, ok := http.DefaultTransport.(*http.Transport); ok {
-			tr.CloseIdleConnections()
-		}
+		closeDefaultIdle()
 		deadline := time.Now().Add(wait)
 		for {
 			left := leaked(before, ignore)
@@ -54,6 +56,15 @@ func check(t testing.TB, wait time.Duration, ignore ...string) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	})
+}
+
+// closeDefaultIdle closes the idle connections of http.DefaultTransport:
+// the default client's keep-alive goroutines and sockets outlive a test
+// by design.
+func closeDefaultIdle() {
+	if tr, ok := http.DefaultTransport.(*http.Transport); ok {
+		tr.CloseIdleConnections()
+	}
 }
 
 // notTheTests are goroutines that are not the test's to end.
@@ -133,4 +144,140 @@ func WaitFor(t testing.TB, max time.Duration, what string, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// CheckFiles fails t if file descriptors opened during the test are still
+// open once it has cleaned up: sockets and files a server forgot to
+// close. Call it first in the test, as Check. The runtime's own (the
+// poller's, opened at the first network use, and kept) are not counted.
+// It checks nothing where /proc/self/fd is missing.
+func CheckFiles(t testing.TB) { checkFiles(t, Wait) }
+
+func checkFiles(t testing.TB, wait time.Duration) {
+	t.Helper()
+	before, err := openFiles()
+	if err != nil {
+		return
+	}
+	t.Cleanup(func() {
+		t.Helper()
+		closeDefaultIdle()
+		deadline := time.Now().Add(wait)
+		for {
+			now, err := openFiles()
+			if err != nil {
+				t.Errorf("leaktest: open files: %v", err)
+				return
+			}
+			var left []string
+			for fd, what := range now {
+				if before[fd] != what {
+					left = append(left, fmt.Sprintf("%d -> %s", fd, what))
+				}
+			}
+			if len(left) == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				slices.Sort(left)
+				t.Errorf("leaktest: %d files opened by the test are still open after %v:\n%s",
+					len(left), wait, strings.Join(left[:min(len(left), maxListed)], "\n"))
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+}
+
+// maxListed is how many of the files left open CheckFiles names.
+const maxListed = 20
+
+// openFiles maps the process's open descriptors to what each is
+// ("socket:[123]", a path), without the runtime's anonymous inodes
+// (epoll, eventfd) and the directory read to list them.
+func openFiles() (map[int]string, error) {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int]string, len(ents))
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		what, err := os.Readlink("/proc/self/fd/" + e.Name())
+		if err != nil || strings.HasPrefix(what, "anon_inode:") || strings.HasPrefix(what, "/proc/") {
+			continue // closed meanwhile (the listing's own), or not the test's
+		}
+		out[fd] = what
+	}
+	return out, nil
+}
+
+// Usage is what the process holds at one moment.
+type Usage struct {
+	Goroutines int
+	Files      int    // open file descriptors; 0 where /proc/self/fd is missing
+	Heap       uint64 // bytes of live heap objects
+}
+
+// Sample measures the process's Usage now, not counting goroutines whose
+// stacks contain any of ignore's functions (a pool's idle workers, kept
+// for a while by design). It collects garbage twice first, so that Heap is
+// what is live, not what awaits collection or sits in a sync.Pool: a pause
+// of some milliseconds, for samples taken between rounds of load.
+func Sample(ignore ...string) Usage {
+	runtime.GC()
+	runtime.GC() // a sync.Pool's items survive one collection
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	files, _ := openFiles()
+	g := runtime.NumGoroutine()
+	if len(ignore) > 0 {
+		g = 0
+		for _, st := range stacks() {
+			if !slices.ContainsFunc(ignore, func(f string) bool { return strings.Contains(st, f) }) {
+				g++
+			}
+		}
+	}
+	return Usage{Goroutines: g, Files: len(files), Heap: ms.HeapAlloc}
+}
+
+// Growth compares two windows of samples taken under the same load, as
+// bench/soak.sh does: it returns an error naming each resource whose mean
+// over later exceeds its mean over earlier by more than the fraction
+// tolerance of it plus slack (for noise), and nil if none does.
+func Growth(earlier, later []Usage, tolerance float64, slack Usage) error {
+	if len(earlier) == 0 || len(later) == 0 {
+		return fmt.Errorf("leaktest: growth needs samples in both windows (got %d and %d)", len(earlier), len(later))
+	}
+	var grew []string
+	for _, r := range []struct {
+		name  string
+		of    func(Usage) float64
+		slack float64
+	}{
+		{"goroutines", func(u Usage) float64 { return float64(u.Goroutines) }, float64(slack.Goroutines)},
+		{"open files", func(u Usage) float64 { return float64(u.Files) }, float64(slack.Files)},
+		{"heap bytes", func(u Usage) float64 { return float64(u.Heap) }, float64(slack.Heap)},
+	} {
+		a, b := mean(earlier, r.of), mean(later, r.of)
+		if b > a*(1+tolerance)+r.slack {
+			grew = append(grew, fmt.Sprintf("%s: mean %.0f, then %.0f (at most %.0f is flat)", r.name, a, b, a*(1+tolerance)+r.slack))
+		}
+	}
+	if len(grew) > 0 {
+		return fmt.Errorf("leaktest: growing under a steady load: %s", strings.Join(grew, "; "))
+	}
+	return nil
+}
+
+func mean(us []Usage, of func(Usage) float64) float64 {
+	var sum float64
+	for _, u := range us {
+		sum += of(u)
+	}
+	return sum / float64(len(us))
 }

@@ -206,10 +206,25 @@ func (s *syncBuffer) String() string {
 // registry, or 0 when it does not exist.
 func (p *proxy) metric(name string, labels map[string]string) float64 {
 	p.t.Helper()
+	return p.metrics(name, labels, true)
+}
+
+// metricSum returns the sum of every series of name whose labels include
+// labels (0 when there is none).
+func (p *proxy) metricSum(name string, labels map[string]string) float64 {
+	p.t.Helper()
+	return p.metrics(name, labels, false)
+}
+
+// metrics sums the values of the series name{labels}, or returns the
+// first one's if first is set.
+func (p *proxy) metrics(name string, labels map[string]string, first bool) float64 {
+	p.t.Helper()
 	mfs, err := p.srv.metrics.Registry.Gather()
 	if err != nil {
 		p.t.Fatal(err)
 	}
+	var sum float64
 	for _, mf := range mfs {
 		if mf.GetName() != name {
 			continue
@@ -225,15 +240,22 @@ func (p *proxy) metric(name string, labels map[string]string) float64 {
 					continue series
 				}
 			}
+			var v float64
 			switch {
 			case m.Counter != nil:
-				return m.Counter.GetValue()
+				v = m.Counter.GetValue()
 			case m.Gauge != nil:
-				return m.Gauge.GetValue()
+				v = m.Gauge.GetValue()
 			case m.Histogram != nil:
-				return float64(m.Histogram.GetSampleCount())
+				v = float64(m.Histogram.GetSampleCount())
+			default:
+				continue
 			}
+			if first {
+				return v
+			}
+			sum += v
 		}
 	}
-	return 0
+	return sum
 }

@@ -57,6 +57,10 @@ type Options struct {
 	// LogOutput, when set, is the bounded writer behind the loggers, owned
 	// by the caller; its drops are exported as levee_log_dropped_total.
 	LogOutput *observe.LogWriter
+	// Listen, when set, opens each listener's socket in place of
+	// net.Listen: for tests that shape the connections levee accepts
+	// (their socket buffers).
+	Listen func(network, address string) (net.Listener, error)
 }
 
 // Server is one levee proxy. Create it with New, bind with Listen, run with
@@ -91,6 +95,7 @@ type Server struct {
 	// their limits have settled (see park); guarded by mu.
 	parked parkedApps
 
+	listen    func(network, address string) (net.Listener, error) // Options.Listen
 	listeners []*listener
 	serving   sync.WaitGroup
 
@@ -235,7 +240,10 @@ func New(cfg *config.Config, o Options) *Server {
 	if o.Clock == nil {
 		o.Clock = clock.Real{}
 	}
-	s := &Server{log: o.Logger, level: o.LogLevel, clk: o.Clock, apps: map[string]*app{}}
+	if o.Listen == nil {
+		o.Listen = net.Listen
+	}
+	s := &Server{log: o.Logger, level: o.LogLevel, clk: o.Clock, listen: o.Listen, apps: map[string]*app{}}
 	s.bg, s.stopBg = context.WithCancel(context.Background())
 	s.scale.init(o.Sampler)
 	s.metrics = observe.NewMetrics(s)
@@ -711,7 +719,7 @@ func (s *Server) Listen() error {
 	}
 	var bound []*listener
 	for _, lc := range cfg.Listen {
-		ln, err := net.Listen("tcp", lc.Addr)
+		ln, err := s.listen("tcp", lc.Addr)
 		var l *listener
 		if err == nil {
 			if l, err = s.newListener(cfg, lc, ln); err != nil {
