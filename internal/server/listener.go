@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -214,12 +215,17 @@ func (l *listener) sort(c net.Conn) {
 }
 
 // peekPreface reads from c until its first bytes either are the HTTP/2
-// preface or cannot be; the returned conn replays what was read.
+// preface or cannot be; the returned conn replays what was read. Bytes
+// that are not the preface are HTTP/1.x's to judge, but for a first line
+// that names no HTTP version at all (its last word does not begin with
+// "HTTP/"): such a client speaks neither protocol, and is treated as an
+// HTTP/2 client whose preface is invalid (RFC 9113 §3.4): closed without
+// an answer (errNotHTTP).
 func peekPreface(c net.Conn) (net.Conn, bool, error) {
-	var buf [len(h2Preface)]byte
+	var buf [firstLineMax]byte
 	n := 0
-	for n < len(buf) {
-		m, err := c.Read(buf[n:])
+	for n < len(h2Preface) {
+		m, err := c.Read(buf[n:len(h2Preface)])
 		n += m
 		if !strings.HasPrefix(h2Preface, string(buf[:n])) {
 			break // HTTP/1.x: the first byte that differs settles it
@@ -228,7 +234,48 @@ func peekPreface(c net.Conn) (net.Conn, bool, error) {
 			return nil, false, err
 		}
 	}
-	return &replayConn{Conn: c, head: append([]byte(nil), buf[:n]...)}, string(buf[:n]) == h2Preface, nil
+	if string(buf[:n]) == h2Preface {
+		return &replayConn{Conn: c, head: append([]byte(nil), buf[:n]...)}, true, nil
+	}
+	// The rest of the first line, if it comes at once (a client that
+	// dribbles it, or a long one, goes to HTTP/1.x as it is).
+	for bytes.IndexByte(buf[:n], '\n') < 0 && n < len(buf) {
+		m, err := c.Read(buf[n:])
+		n += m
+		if err != nil {
+			break
+		}
+	}
+	if notHTTP(buf[:n]) {
+		return nil, false, errNotHTTP
+	}
+	return &replayConn{Conn: c, head: append([]byte(nil), buf[:n]...)}, false, nil
+}
+
+// firstLineMax bounds how much of a first line peekPreface reads.
+const firstLineMax = 1024
+
+var errNotHTTP = errors.New("server: neither HTTP/1.x nor the HTTP/2 preface")
+
+// notHTTP reports whether b holds a whole first line of three words or
+// more (split at spaces) whose last does not begin with "HTTP/" (in any
+// case): no request line of any HTTP version.
+func notHTTP(b []byte) bool {
+	i := bytes.IndexByte(b, '\n')
+	if i < 0 {
+		return false
+	}
+	var words []string
+	for _, w := range strings.Split(string(bytes.TrimRight(b[:i], "\r")), " ") {
+		if w != "" {
+			words = append(words, w)
+		}
+	}
+	if len(words) < 3 {
+		return false
+	}
+	last := words[len(words)-1]
+	return len(last) < 5 || !strings.EqualFold(last[:5], "HTTP/")
 }
 
 // replayConn gives back the bytes peekPreface read before the rest of the
