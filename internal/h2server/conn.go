@@ -38,6 +38,8 @@ const (
 	// which counts the frames both ways at each read, sees the answers
 	// to what it let through before it lets much more through.
 	readBufSize = 4 << 10
+	// keepWriteBuf is the largest write buffer kept after a flush.
+	keepWriteBuf = 32 << 10
 )
 
 // conn is one HTTP/2 connection.
@@ -683,8 +685,8 @@ func (c *conn) flushLocked(deadline time.Time) error {
 	}
 	_, err := c.nc.Write(c.wbuf)
 	c.wbuf = c.wbuf[:0]
-	if cap(c.wbuf) > 4*flushAt {
-		c.wbuf = nil
+	if cap(c.wbuf) > keepWriteBuf {
+		c.wbuf = nil // an idle connection keeps no more than a response's worth
 	}
 	if err != nil {
 		c.werr = err
@@ -727,23 +729,30 @@ func (c *conn) startShutdown() {
 		c.mu.Unlock()
 		return
 	}
-	c.closing, c.goingAway = true, true
-	c.goAwayLast = c.maxClientID
-	last := c.goAwayLast
-	idle := len(c.streams) == 0
 	c.hwg.Add(1)
 	c.mu.Unlock()
 	go func() {
 		defer c.hwg.Done()
 		c.lockWrite()
-		c.wbuf = appendGoAway(c.wbuf, last, ErrCodeNo)
+		c.goAwayLocked()
 		c.unlockWrite(time.Time{})
-		if idle {
-			c.mu.Lock()
-			c.wakeReaderToClose()
-			c.mu.Unlock()
-		}
 	}()
+}
+
+// goAwayLocked appends the graceful GOAWAY, once, and closes the
+// connection if it has no stream left; c.wmu is held.
+func (c *conn) goAwayLocked() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing || c.closed {
+		return
+	}
+	c.closing, c.goingAway = true, true
+	c.goAwayLast = c.maxClientID
+	c.wbuf = appendGoAway(c.wbuf, c.goAwayLast, ErrCodeNo)
+	if len(c.streams) == 0 {
+		c.wakeReaderToClose()
+	}
 }
 
 // wakeReaderToClose ends the reader's wait for a connection closing

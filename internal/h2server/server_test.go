@@ -611,3 +611,27 @@ func BenchmarkRequest(b *testing.B) {
 		id += 2
 	}
 }
+
+// TestConnectionClose: a handler's Connection: close sends GOAWAY before
+// its response, so that the client opens no stream the server would
+// refuse, and the connection closes after the response.
+func TestConnectionClose(t *testing.T) {
+	addr := serve(t, &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Connection", "close")
+		io.WriteString(w, "bye")
+	})})
+	rc := dialRaw(t, addr)
+	rc.get(1, "/", true)
+	var goaway bool
+	status, body := rc.response(1, func(f http2.Frame) {
+		if g, ok := f.(*http2.GoAwayFrame); ok && g.LastStreamID == 1 && g.ErrCode == http2.ErrCodeNo {
+			goaway = true
+		}
+	})
+	if !goaway || status != "200" || string(body) != "bye" {
+		t.Fatalf("GOAWAY before the response %v; response %s %q", goaway, status, body)
+	}
+	if f, err := rc.fr.ReadFrame(); err == nil {
+		t.Fatalf("after the response: %v, want the connection closed", f)
+	}
+}

@@ -408,6 +408,12 @@ func (st *stream) flushOut(p []byte, end bool) error {
 		frame := c.peerFrameSize()
 		endHere := end && last
 		if !st.headerSent {
+			if st.connClose {
+				// Connection: close: the client learns that the connection
+				// takes no new stream before it reads this response, as
+				// from net/http (which sends the GOAWAY first too).
+				c.goAwayLocked()
+			}
 			st.appendHeaders(endHere && n == 0 && trailers == nil, frame)
 		}
 		if n > 0 || endHere && trailers == nil && !st.endedByHeaders {
@@ -432,9 +438,6 @@ func (st *stream) flushOut(p []byte, end bool) error {
 		err = c.unlockWrite(st.writeDeadline)
 		if err != nil {
 			return err
-		}
-		if st.connClose && endHere {
-			c.startShutdown()
 		}
 		p = p[n:]
 		if last {
@@ -515,6 +518,9 @@ func (st *stream) sendHeadersOnly() error {
 		return err
 	}
 	c.mu.Unlock()
+	if st.connClose {
+		c.goAwayLocked()
+	}
 	st.appendHeaders(false, c.peerFrameSize())
 	return c.unlockWrite(st.writeDeadline)
 }
