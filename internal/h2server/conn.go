@@ -123,24 +123,22 @@ func newConn(s *Server, nc net.Conn) *conn {
 		ctx = s.ConnContext(ctx, nc)
 	}
 	c.ctx, c.cancel = context.WithCancel(ctx)
+	// The server's preface, first in the buffer whatever follows (a
+	// Shutdown's GOAWAY): its SETTINGS, and the connection window opened
+	// to connRecvWindow.
+	b := appendFrameHeader(nil, 3*6, frameSettings, 0, 0)
+	b = appendSetting(b, settingMaxConcurrentStreams, c.maxStrms)
+	b = appendSetting(b, settingInitialWindowSize, streamRecvWindow)
+	b = appendSetting(b, settingMaxHeaderListSize, c.maxHList)
+	c.wbuf = appendWindowUpdate(b, 0, connRecvWindow-defaultWindow)
+	c.unacked, c.recvAvail = 1, connRecvWindow
 	return c
 }
 
 // serve reads the connection's frames until it ends.
 func (c *conn) serve() {
 	defer c.finish()
-	// The server's preface: its SETTINGS, and the connection window
-	// opened to connRecvWindow.
-	c.lockWrite()
-	b := appendFrameHeader(c.wbuf, 3*6, frameSettings, 0, 0)
-	b = appendSetting(b, settingMaxConcurrentStreams, c.maxStrms)
-	b = appendSetting(b, settingInitialWindowSize, streamRecvWindow)
-	b = appendSetting(b, settingMaxHeaderListSize, c.maxHList)
-	c.wbuf = appendWindowUpdate(b, 0, connRecvWindow-defaultWindow)
-	c.mu.Lock()
-	c.unacked = 1
-	c.recvAvail = connRecvWindow
-	c.mu.Unlock()
+	c.lockWrite() // the server's preface is in the buffer (newConn)
 	if c.unlockWrite(time.Time{}) != nil {
 		return
 	}
