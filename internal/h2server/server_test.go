@@ -635,3 +635,40 @@ func TestConnectionClose(t *testing.T) {
 		t.Fatalf("after the response: %v, want the connection closed", f)
 	}
 }
+
+// BenchmarkRequestNetHTTP is BenchmarkRequest against net/http's HTTP/2
+// server (golang.org/x/net/http2), for comparison.
+func BenchmarkRequestNetHTTP(b *testing.B) {
+	payload := []byte("hello, world\n")
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		w.Write(payload)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	srv := &http2.Server{}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go srv.ServeConn(c, &http2.ServeConnOpts{Handler: h})
+		}
+	}()
+	rc := dialRaw(b, ln.Addr().String())
+	rc.c.SetDeadline(time.Time{})
+	rc.fr.WriteWindowUpdate(0, 1<<31-1-65535)
+	b.ReportAllocs()
+	id := uint32(1)
+	for b.Loop() {
+		rc.get(id, "/", true)
+		if _, body := rc.response(id, nil); len(body) != len(payload) {
+			b.Fatal("short body")
+		}
+		id += 2
+	}
+}
