@@ -3,6 +3,7 @@ package h2server
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -49,6 +50,7 @@ type conn struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	remote   string
+	tls      *tls.ConnectionState // of a *tls.Conn served directly; nil else
 	handler  http.Handler
 	maxStrms uint32
 	maxHList uint32
@@ -114,6 +116,10 @@ func newConn(s *Server, nc net.Conn) *conn {
 	}
 	if ra := nc.RemoteAddr(); ra != nil {
 		c.remote = ra.String()
+	}
+	if tc, ok := nc.(interface{ ConnectionState() tls.ConnectionState }); ok {
+		cs := tc.ConnectionState()
+		c.tls = &cs
 	}
 	// net/http's keys: httputil.ReverseProxy aborts a broken response
 	// with a panic (http.ErrAbortHandler) only under a server it sees.

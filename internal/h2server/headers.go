@@ -395,6 +395,9 @@ func (c *conn) request(st *stream) (http.Handler, bool) {
 		Trailer:       trailer,
 		Body:          http.NoBody,
 	}
+	if scheme == "https" {
+		req.TLS = c.tls
+	}
 	if !hb.endStream {
 		b := &requestBody{c: c, st: st, needsContinue: needsContinue, wake: make(chan struct{}, 1), reqTrailer: trailer}
 		st.body = b

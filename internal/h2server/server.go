@@ -38,7 +38,9 @@ type Server struct {
 	ReadTimeout time.Duration
 	// WriteTimeout bounds writing a response, from its request's headers
 	// on (http.ResponseController.SetWriteDeadline moves it), and each
-	// write to the connection.
+	// write to the connection. A write, or a wait for a window, past the
+	// deadline resets the stream (INTERNAL_ERROR); unlike net/http, no
+	// timer resets the stream of a handler that writes nothing meanwhile.
 	WriteTimeout time.Duration
 	// IdleTimeout closes a connection with no stream for that long.
 	IdleTimeout time.Duration
