@@ -225,12 +225,8 @@ func h2either(name string, fields [][2]string, data []string) h2Case {
 	return h2Case{name: name, fields: fields, data: data, status: http.StatusBadRequest, reason: framingBad, orReset: true}
 }
 
-// h2stdlib is refused by net/http's own 400, before levee's handler.
-func h2stdlib(name string, fields [][2]string, data []string) h2Case {
-	return h2Case{name: name, fields: fields, data: data, status: http.StatusBadRequest}
-}
-
-// h2reset is refused by net/http before levee's handler: a stream error.
+// h2reset is refused by the HTTP/2 server before levee's handler: a stream
+// error PROTOCOL_ERROR (RFC 9113 §8.1.1).
 func h2reset(name string, fields [][2]string, data []string) h2Case {
 	return h2Case{name: name, fields: fields, data: data}
 }
@@ -261,12 +257,13 @@ var h2Cases = []h2Case{
 	h2bad("content-length +5, no DATA", h2req("POST", "/", "content-length: +5"), nil, framingBad),
 	h2bad("content-length -1, no DATA", h2req("POST", "/", "content-length: -1"), nil, framingBad),
 	h2bad("content-length on a stream without DATA", h2req("POST", "/", "content-length: 5"), nil, framingBad),
-	h2stdlib("H2.TE: transfer-encoding", h2req("POST", "/", "transfer-encoding: chunked"), []string{"0\r\n\r\n"}),
-	h2stdlib("connection", h2req("GET", "/", "connection: keep-alive"), nil),
-	h2stdlib("keep-alive", h2req("GET", "/", "keep-alive: 5"), nil),
-	h2stdlib("proxy-connection", h2req("GET", "/", "proxy-connection: keep-alive"), nil),
-	h2stdlib("upgrade", h2req("GET", "/", "upgrade: websocket"), nil),
-	h2stdlib("te: gzip", h2req("GET", "/", "te: gzip"), nil),
+	// Connection-specific fields are malformed (§8.2.2): reset.
+	h2reset("H2.TE: transfer-encoding", h2req("POST", "/", "transfer-encoding: chunked"), []string{"0\r\n\r\n"}),
+	h2reset("connection", h2req("GET", "/", "connection: keep-alive"), nil),
+	h2reset("keep-alive", h2req("GET", "/", "keep-alive: 5"), nil),
+	h2reset("proxy-connection", h2req("GET", "/", "proxy-connection: keep-alive"), nil),
+	h2reset("upgrade", h2req("GET", "/", "upgrade: websocket"), nil),
+	h2reset("te: gzip", h2req("GET", "/", "te: gzip"), nil),
 	h2ok("te: trailers", h2req("GET", "/", "te: trailers"), nil, fwd{has: []string{"Te: trailers"}}),
 	h2reset("http2case: upper-case name", h2req("GET", "/", "X-Foo: bar"), nil),
 	h2reset("empty name (garden h2 2)", append(h2req("GET", "/"), [2]string{"", "x"}), nil),
@@ -295,7 +292,7 @@ var h2Cases = []h2Case{
 	h2bad(":path absolute-form", h2req("GET", "http://framing.test/x"), nil, targetBad),
 	h2bad(":path * for GET", h2req("GET", "*"), nil, targetBad),
 	h2bad(":path with a fragment", h2req("GET", "/x#f"), nil, targetBad),
-	// net/http's server answers OPTIONS * itself (200, no handler).
+	// The HTTP/2 server answers OPTIONS * itself (200, no handler), as net/http.
 	{name: ":path * for OPTIONS", fields: h2req("OPTIONS", "*"), status: http.StatusOK},
 	h2reset("empty :path", h2req("GET", ""), nil),
 	h2reset("h2scheme: :scheme with a URL", [][2]string{{":method", "GET"}, {":scheme", "https://framing.test/x HTTP/1.1\r\nTransfer-Encoding: chunked\r\nx: x"}, {":authority", framingHost}, {":path", "/"}}, nil),

@@ -1,7 +1,8 @@
 package server
 
 // FuzzH2Frames (issue 24 point 7): the HTTP/2 frame layer a client drives,
-// as levee's h2c listener (net/http's HTTP/2 server under h2guard) sees it.
+// as levee's h2c listener (levee's HTTP/2 server, package h2server, under
+// h2guard) sees it.
 // FuzzFramingHTTP2 fuzzes what one request's header block says; this one
 // fuzzes sequences of frames of any type, flags, stream and payload, and
 // checks properties of what comes back, not only that nothing panics.
@@ -464,23 +465,23 @@ var h2fzNonce = func() string {
 
 // h2fzServing are the frames of the stacks that serve one HTTP/2
 // connection.
-var h2fzServing = []string{"net/http.(*http2serverConn)", "net/http.(*http2Server).ServeConn", "internal/h2guard.(*Conn)",
-	"internal/server.(*listener).sort("}
+var h2fzServing = []string{"internal/h2server.(*conn)", "internal/h2server.(*stream)", "internal/h2server.(*Server).ServeConn",
+	"internal/h2guard.(*Conn)", "internal/server.(*listener).sort("}
 
 // h2fzLinger is how long a goroutine serving a closed connection may stay
-// in a bounded wait (h2fzWaiting): net/http's goAwayTimeout and the
-// guard's grace and linger are 1 s each.
+// in a bounded wait (h2fzWaiting): the server's linger after a GOAWAY for
+// an error, and the guard's grace and linger, are 1 s each.
 const h2fzLinger = 3 * time.Second
 
 // h2fzWaiting reports whether the stack g waits for a timer that ends it:
-// net/http's serve loop after a GOAWAY for an error its frame reader
-// cannot read past (the reader gone, it waits out goAwayTimeout whatever
-// the client does), and the handlers of that connection, which end with
-// it; or the guard's enforcement (its grace, or its linger).
+// the server's linger after a GOAWAY for an error (it reads and drops
+// what the client still sends, for a second), the handlers of that
+// connection, whose contexts are cancelled as it begins and which end
+// with their backend exchanges, or the guard's enforcement (its grace, or
+// its linger).
 func h2fzWaiting(g string) bool {
-	lines := strings.SplitN(g, "\n", 3)
-	return len(lines) == 3 && strings.Contains(lines[0], "[select") && strings.HasPrefix(lines[1], "net/http.(*http2serverConn).serve(") ||
-		strings.Contains(g, "net/http.(*http2serverConn).runHandler(") || strings.Contains(g, "internal/h2guard.(*Conn).enforce(")
+	return strings.Contains(g, "internal/h2server.(*conn).lingerClose(") || strings.Contains(g, "internal/h2server.(*stream).run(") ||
+		strings.Contains(g, "internal/h2guard.(*Conn).enforce(")
 }
 
 // h2fzGoroutines follows the goroutines serving HTTP/2 connections across

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -16,31 +17,33 @@ import (
 
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/h2guard"
+	"github.com/leveeproxy/levee/internal/h2server"
 	"github.com/leveeproxy/levee/internal/netlimit"
 	"github.com/leveeproxy/levee/internal/reply"
 )
 
 // listener is one client-facing socket. Each connection it accepts is
 // served by the engine for its protocol: HTTP/1.x by fasthttp (h1), HTTP/2
-// by net/http (h2). A TLS listener tells them apart by ALPN after the
+// by levee's own server (h2, package h2server). A TLS listener tells them apart by ALPN after the
 // handshake; a plain listener with h2c by the connection preface; a plain
 // listener without h2c hands every connection to fasthttp as it is.
 type listener struct {
 	cfg config.Listener
 	ln  *netlimit.Listener // the socket, bounded at server.max_conns
 	h1  *fasthttp.Server
-	h2  *http.Server // nil when the listener has neither tls nor h2c
-	// h1q and h2q are what the engines accept from when a connection must
-	// be looked at first (nil for a plain HTTP/1.1 listener: h1 accepts from
-	// ln directly, with nothing in between).
-	h1q, h2q *connQueue
-	tls      *tls.Config
+	h2  *h2server.Server // nil when the listener has neither tls nor h2c
+	// h1q is what fasthttp accepts from when a connection must be looked
+	// at first (nil for a plain HTTP/1.1 listener: h1 accepts from ln
+	// directly, with nothing in between). HTTP/2 connections are served
+	// by the goroutine that sorted them (sort).
+	h1q *connQueue
+	tls *tls.Config
 	// guard bounds the floods of each HTTP/2 connection (h2guard).
 	guard *h2guard.Options
 	// hello bounds the handshake and the preface, per connection.
 	hello time.Duration
 	// sorting counts the connections being looked at, so Serve can wait for
-	// them; each ends within hello.
+	// them: each ends within hello, or, HTTP/2, when h2 has served it.
 	sorting sync.WaitGroup
 }
 
@@ -70,18 +73,17 @@ func (s *Server) newListener(cfg *config.Config, lc config.Listener, ln net.List
 	l.ln = netlimit.NewWith(ln, o)
 	if lc.TLS != nil || lc.H2C {
 		l.h2 = s.h2Server(cfg)
-		l.h1q, l.h2q = newConnQueue(ln.Addr()), newConnQueue(ln.Addr())
+		l.h1q = newConnQueue(ln.Addr())
 		l.guard = &h2guard.Options{Limits: h2guard.Default(int(cfg.Server.MaxHeaderBytes)), Clock: s.clk,
 			OnClose: func(r h2guard.Reason) { s.metrics.H2FloodClosed(string(r)) }}
 	}
 	return l, nil
 }
 
-// h2Server is the net/http server of a listener's HTTP/2 connections. It
-// serves no HTTP/1: those connections never reach it.
-func (s *Server) h2Server(cfg *config.Config) *http.Server {
+// h2Server is the server of a listener's HTTP/2 connections.
+func (s *Server) h2Server(cfg *config.Config) *h2server.Server {
 	sc := cfg.Server
-	srv := &http.Server{
+	return &h2server.Server{
 		Handler:           s,
 		ReadHeaderTimeout: sc.ReadHeaderTimeout.D(),
 		ReadTimeout:       sc.ReadTimeout.D(),
@@ -89,18 +91,13 @@ func (s *Server) h2Server(cfg *config.Config) *http.Server {
 		IdleTimeout:       sc.IdleTimeout.D(),
 		MaxHeaderBytes:    int(sc.MaxHeaderBytes),
 		ErrorLog:          s.errlog.StdLogger("http2"),
-		Protocols:         new(http.Protocols),
-		ConnContext:       h2ConnContext,
+		// Every connection arrives under the flood guard: TLS ones get
+		// Request.TLS from the context (ServeHTTP).
+		ConnContext: h2ConnContext,
 	}
-	// Every connection arrives under the flood guard, which net/http
-	// cannot see through to a *tls.Conn: TLS ones too are served as
-	// unencrypted HTTP/2 (ALPN and §9.2 were the listener's), and get
-	// Request.TLS from the context (ServeHTTP).
-	srv.Protocols.SetUnencryptedHTTP2(true)
-	return srv
 }
 
-// h2Conn is an HTTP/2 connection as the net/http engine gets it.
+// h2Conn is an HTTP/2 connection as the h2 engine gets it.
 type h2Conn struct {
 	*h2guard.Conn
 	tls *tls.ConnectionState // nil for h2c
@@ -120,7 +117,7 @@ func h2ConnContext(ctx context.Context, c net.Conn) context.Context {
 
 // h2Adequate reports whether a TLS connection may carry HTTP/2 (RFC 9113
 // §9.2): TLS 1.3, or 1.2 with an ephemeral key exchange and an AEAD
-// cipher. net/http checks it for a *tls.Conn; it never sees one here.
+// cipher.
 func h2Adequate(cs *tls.ConnectionState) bool {
 	if cs.Version >= tls.VersionTLS13 {
 		return true
@@ -136,12 +133,11 @@ func (l *listener) serve() error {
 	if l.h2 == nil {
 		return serveErr(l.h1.Serve(l.ln))
 	}
-	errc := make(chan error, 3)
+	errc := make(chan error, 2)
 	go func() { errc <- serveErr(l.h1.Serve(l.h1q)) }()
-	go func() { errc <- serveErr(l.h2.Serve(l.h2q)) }()
 	go func() { errc <- l.sortConns() }()
 	var first error
-	for range 3 {
+	for range 2 {
 		if err := <-errc; !errors.Is(err, http.ErrServerClosed) && first == nil {
 			first = err
 			l.close() // one part failed: stop the others
@@ -162,13 +158,12 @@ func serveErr(err error) error {
 }
 
 // sortConns accepts connections and hands each, in a goroutine of its own
-// bounded by l.hello, to the engine of its protocol.
+// (sorting it is bounded by l.hello), to the engine of its protocol.
 func (l *listener) sortConns() error {
 	for {
 		c, err := l.ln.Accept()
 		if err != nil {
 			l.h1q.Close()
-			l.h2q.Close()
 			if errors.Is(err, net.ErrClosed) {
 				return http.ErrServerClosed
 			}
@@ -180,7 +175,8 @@ func (l *listener) sortConns() error {
 
 // sort looks at one new connection: the TLS handshake's ALPN, or a plain
 // connection's first bytes. A client that does not finish within l.hello
-// is closed.
+// is closed. An HTTP/2 connection is served on this goroutine until it
+// ends.
 func (l *listener) sort(c net.Conn) {
 	if l.hello > 0 {
 		c.SetDeadline(time.Now().Add(l.hello))
@@ -212,19 +208,24 @@ func (l *listener) sort(c net.Conn) {
 	}
 	c.SetDeadline(time.Time{}) // the engines set their own
 	if h2 {
-		l.h2q.push(&h2Conn{Conn: h2guard.Wrap(c, l.guard), tls: state})
+		l.h2.ServeConn(&h2Conn{Conn: h2guard.Wrap(c, l.guard), tls: state})
 	} else {
 		l.h1q.push(c)
 	}
 }
 
 // peekPreface reads from c until its first bytes either are the HTTP/2
-// preface or cannot be; the returned conn replays what was read.
+// preface or cannot be; the returned conn replays what was read. Bytes
+// that are not the preface are HTTP/1.x's to judge, but for a first line
+// that names no HTTP version at all (its last word does not begin with
+// "HTTP/"): such a client speaks neither protocol, and is treated as an
+// HTTP/2 client whose preface is invalid (RFC 9113 §3.4): closed without
+// an answer (errNotHTTP).
 func peekPreface(c net.Conn) (net.Conn, bool, error) {
-	var buf [len(h2Preface)]byte
+	var buf [firstLineMax]byte
 	n := 0
-	for n < len(buf) {
-		m, err := c.Read(buf[n:])
+	for n < len(h2Preface) {
+		m, err := c.Read(buf[n:len(h2Preface)])
 		n += m
 		if !strings.HasPrefix(h2Preface, string(buf[:n])) {
 			break // HTTP/1.x: the first byte that differs settles it
@@ -233,7 +234,48 @@ func peekPreface(c net.Conn) (net.Conn, bool, error) {
 			return nil, false, err
 		}
 	}
-	return &replayConn{Conn: c, head: append([]byte(nil), buf[:n]...)}, string(buf[:n]) == h2Preface, nil
+	if string(buf[:n]) == h2Preface {
+		return &replayConn{Conn: c, head: append([]byte(nil), buf[:n]...)}, true, nil
+	}
+	// The rest of the first line, if it comes at once (a client that
+	// dribbles it, or a long one, goes to HTTP/1.x as it is).
+	for bytes.IndexByte(buf[:n], '\n') < 0 && n < len(buf) {
+		m, err := c.Read(buf[n:])
+		n += m
+		if err != nil {
+			break
+		}
+	}
+	if notHTTP(buf[:n]) {
+		return nil, false, errNotHTTP
+	}
+	return &replayConn{Conn: c, head: append([]byte(nil), buf[:n]...)}, false, nil
+}
+
+// firstLineMax bounds how much of a first line peekPreface reads.
+const firstLineMax = 1024
+
+var errNotHTTP = errors.New("server: neither HTTP/1.x nor the HTTP/2 preface")
+
+// notHTTP reports whether b holds a whole first line of three words or
+// more (split at spaces) whose last does not begin with "HTTP/" (in any
+// case): no request line of any HTTP version.
+func notHTTP(b []byte) bool {
+	i := bytes.IndexByte(b, '\n')
+	if i < 0 {
+		return false
+	}
+	var words []string
+	for _, w := range strings.Split(string(bytes.TrimRight(b[:i], "\r")), " ") {
+		if w != "" {
+			words = append(words, w)
+		}
+	}
+	if len(words) < 3 {
+		return false
+	}
+	last := words[len(words)-1]
+	return len(last) < 5 || !strings.EqualFold(last[:5], "HTTP/")
 }
 
 // replayConn gives back the bytes peekPreface read before the rest of the
@@ -255,12 +297,11 @@ func (c *replayConn) Read(p []byte) (int, error) {
 	return c.Conn.Read(p)
 }
 
-// close stops accepting: the socket and both engine queues.
+// close stops accepting: the socket and fasthttp's queue.
 func (l *listener) close() {
 	l.ln.Close()
 	if l.h1q != nil {
 		l.h1q.Close()
-		l.h2q.Close()
 	}
 }
 
@@ -268,7 +309,7 @@ func (l *listener) close() {
 // flight on both engines.
 func (l *listener) shutdown(ctx context.Context) error {
 	if l.h1q != nil {
-		l.close() // the socket is the sorter's; each engine closes its queue again
+		l.close() // the socket is the sorter's; fasthttp closes its queue again
 	}
 	var wg sync.WaitGroup
 	var e1, e2 error
@@ -293,8 +334,8 @@ func (l *listener) closeAll() {
 	l.ln.CloseAll() // fasthttp leaves them running
 }
 
-// connQueue is a net.Listener fed by a listener's sorting: an engine
-// accepts from it the connections of its protocol.
+// connQueue is a net.Listener fed by a listener's sorting: fasthttp
+// accepts from it the HTTP/1.x connections.
 type connQueue struct {
 	addr  net.Addr
 	conns chan net.Conn
