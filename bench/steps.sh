@@ -24,7 +24,7 @@ STEPS=(
   "protect: backend_limits|./internal/protect|BenchmarkGuardEnter"
   "balance: p2c pick and done|./internal/balance|BenchmarkP2CPickDone"
   "forward: request line and headers|./internal/forward|BenchmarkCopyRequest"
-  "observe: top clients|./internal/observe|BenchmarkTopKAddTracked"
+  "topk: top clients|./internal/topk|BenchmarkSketchAddTracked"
   "refusal, per reason (whole handler)|./internal/server|BenchmarkRefusal"
   "whole request over loopback (client + levee + backend)|./internal/server|BenchmarkProxyLoopback"
 )
