@@ -52,14 +52,36 @@ func expectFilesBack(t *testing.T, want int, what string) {
 	}
 }
 
+// leveeGoroutines are the goroutines running now that levee's code
+// started (their stack's "created by" names a levee package), by header
+// ("goroutine N"): not the runtime's or a timer's, which an earlier test
+// may leave to start at any moment.
+func leveeGoroutines() map[string]string {
+	buf := make([]byte, 1<<22)
+	buf = buf[:runtime.Stack(buf, true)]
+	out := map[string]string{}
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "created by github.com/leveeproxy/levee/") {
+			head, _, _ := strings.Cut(g, " [")
+			out[head] = g
+		}
+	}
+	return out
+}
+
 func TestNewStartsNoGoroutine(t *testing.T) {
 	leaktest.Check(t)
 	be := newHealthBackend(t)
 	files := openFiles()
-	before := runtime.NumGoroutine()
+	before := map[string]bool{}
+	for id := range leveeGoroutines() {
+		before[id] = true
+	}
 	s := New(mustParse(t, lifecycleConfig(be.addr())), Options{})
-	if n := runtime.NumGoroutine(); n > before {
-		t.Errorf("New started %d goroutines; want none before Serve", n-before)
+	for id, stack := range leveeGoroutines() {
+		if !before[id] {
+			t.Errorf("New started a goroutine; want none before Serve:\n%s", stack)
+		}
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
