@@ -47,7 +47,7 @@ type appView struct {
 // s.mu.
 func (s *Server) publish(a *app, ac *config.App, rt *route) {
 	v := &appView{name: a.name, hosts: ac.Hosts, stored: a.stored != nil, limiter: a.limiter, conf: a.conf,
-		limits: &ac.Limits, metrics: a.metrics, top: a.top, guard: rt.guard, window: a.window, set: a.backends,
+		limits: &ac.Limits, metrics: a.metrics, top: a.top.v, guard: rt.guard, window: a.window, set: a.backends,
 		alert: a.alert, adaptive: a.adaptive != nil, conns: a.conns}
 	s.views.Store(a.name, v)
 }

@@ -108,10 +108,7 @@ func (s *Server) releaseStored(rt *route) {
 	delete(s.apps, a.name)
 	s.unpublish(a.name)
 	a.metrics.Forget()
-	if a.checker != nil {
-		a.checker.Stop()
-		a.checker = nil // a recomposed app starts its checks again
-	}
+	a.checker.reset(stopChecker) // a recomposed app starts its checks again
 	s.releaseConns(a.dropConns())
 	s.parked.park(a, s.clk.Now(), s.cfg.Catalog.Cache.MaxApps)
 }
@@ -156,7 +153,7 @@ func (p *parkedApps) park(a *app, now time.Time, limit int) {
 		if pa, ok := p.apps[name]; ok {
 			delete(p.apps, name)
 			pa.a.rates.forget()
-			forgetBandwidth(pa.a)
+			pa.a.bw.reset((*paced).forget)
 		}
 	}
 	if len(p.order) > 2*len(p.apps)+16 { // names taken back: compact
@@ -174,7 +171,7 @@ func (p *parkedApps) take(name string, now time.Time) *app {
 	delete(p.apps, name)
 	if now.After(pa.until) {
 		pa.a.rates.forget()
-		forgetBandwidth(pa.a)
+		pa.a.bw.reset((*paced).forget)
 		return nil
 	}
 	return pa.a

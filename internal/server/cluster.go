@@ -110,15 +110,6 @@ func redisKeyName(key string) string {
 	return "client:" + key
 }
 
-// forgetBandwidth stops sharing an app's bandwidth limit through the
-// cluster (the app is gone or gets a new limiter).
-func forgetBandwidth(a *app) {
-	if a.bwShare != nil {
-		a.bwShare.Close()
-		a.bwShare = nil
-	}
-}
-
 // closeCluster gives back leases and closes the Redis connections.
 func (s *Server) closeCluster() error {
 	if s.cluster == nil {

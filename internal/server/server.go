@@ -162,12 +162,9 @@ type app struct {
 	backends *balance.Set
 	adaptive *limits.Adaptive // nil for a static concurrency limit
 	// ejector takes failing backends out (nil when ejection is off);
-	// checker probes them (nil when health checks are off). Both follow
-	// the app across reloads.
-	ejector     *health.Ejector
-	ejectionCfg config.Ejection
-	checker     *health.Checker
-	healthCfg   config.Health
+	// checker probes them (nil when health checks are off).
+	ejector kept[config.Ejection, *health.Ejector]
+	checker kept[config.Health, *health.Checker]
 	// window measures the backends' shares of requests; alert is whether
 	// the imbalance is over its threshold (guarded by Server.mu).
 	window *balance.Window
@@ -176,23 +173,13 @@ type app struct {
 	// client, each made when its limit comes on), kept across reloads so a
 	// reload never hands out a fresh burst.
 	rates *appRates // nil while every rate limit is off
-	// bw paces the app's bytes (nil when limits.bandwidth is off); kept
-	// across reloads unless its settings change.
-	bw     *bandwidth.Limiter
-	bwCfg  config.Bandwidth
-	bwRate int64 // bwCfg.Rate scaled
-	// bwShare sets bw's rate to this instance's share of bwRate in cluster
-	// mode (nil otherwise): by demand, without rebuilding bw.
-	bwShare *cluster.Bandwidth
-	// top counts the heaviest clients (nil when limits.client.top_k is 0);
-	// kept across reloads unless top_k changes.
-	top *topk.ClientTop
-	// guard enforces backend_limits (nil when off); kept across reloads
-	// unless they or the queue bounds change.
-	guard      *protect.Guard
-	guardCfg   config.BackendLimits
-	guardWait  admit.Limits
-	guardScale float64 // the strict factor the guard was made with
+	// bw paces the app's bytes (nil when limits.bandwidth is off).
+	bw kept[config.Bandwidth, *paced]
+	// top counts the heaviest clients (nil when limits.client.top_k is 0).
+	top kept[int, *topk.ClientTop]
+	// guard enforces backend_limits (nil when off); a new one starts with
+	// nothing in flight and a full bucket.
+	guard kept[guardKey, *protect.Guard]
 	// stored is the config of an app loaded from the catalog (nil
 	// for an app of the config file); storedRefs counts the catalog's
 	// routes composed for it, the last of which releases it.
@@ -357,10 +344,8 @@ func (s *Server) applyLocked(cfg *config.Config) {
 			retired = append(retired, a.dropConns()...)
 			a.metrics.Forget()
 			a.rates.forget()
-			forgetBandwidth(a)
-			if a.checker != nil {
-				a.checker.Stop()
-			}
+			a.bw.reset((*paced).forget)
+			a.checker.reset(stopChecker)
 		}
 	}
 	// Pools no app uses any more close their idle connections now; those
@@ -412,8 +397,8 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 	rt.body = bodyRead{ahead: int64(ac.Limits.RequestBuffer), rate: clientRate(cfg.Server),
 		timeout: cfg.Server.ReadTimeout.D()}
 	a.backends = rt.pool.Set()
-	if a.ejector != nil {
-		a.ejector.Retain(a.backends)
+	if a.ejector.v != nil {
+		a.ejector.v.Retain(a.backends)
 	}
 	s.applyHealth(a, ac.Health)
 	if a.window == nil {
@@ -437,10 +422,7 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 	s.applyRates(a, rt, ac.Limits.Client.MaxKeys)
 	rt.guard = s.applyBackendLimits(a, ac.BackendLimits, lim)
 	rt.ReadClient = rt.guard != nil
-	if a.top.K() != ac.Limits.Client.TopK {
-		a.top = topk.NewClientTop(ac.Limits.Client.TopK)
-	}
-	rt.top = a.top
+	rt.top = a.top.apply(ac.Limits.Client.TopK, topk.NewClientTop, nil)
 	rt.cert = newRouteCert(ac)
 	s.publish(a, ac, rt)
 	return rt, retired
@@ -462,26 +444,29 @@ func (s *Server) releaseConns(conns []*forward.Upstream) {
 	}
 }
 
-// applyBackendLimits returns the app's backend_limits guard, made anew only
-// when they or the queue bounds change: a new guard starts with nothing in
-// flight and a full bucket.
-// An unexpected instance's guard is scaled to its strict fraction (see scale.go).
+// guardKey is what an app's backend_limits guard is made from: an
+// unexpected instance's guard is scaled to its strict fraction (scale.go).
+type guardKey struct {
+	cfg    config.BackendLimits
+	wait   admit.Limits
+	strict float64
+}
+
+// applyBackendLimits returns the app's backend_limits guard (nil when off).
 func (s *Server) applyBackendLimits(a *app, cfg config.BackendLimits, wait admit.Limits) *protect.Guard {
-	strict := s.scale.strict
-	if a.guard != nil && a.guardCfg == cfg && a.guardWait == wait && a.guardScale == strict {
-		return a.guard
-	}
+	return a.guard.apply(guardKey{cfg, wait, s.scale.strict}, s.newGuard, nil)
+}
+
+func (s *Server) newGuard(k guardKey) *protect.Guard {
 	var rate ratelimit.Limit
-	if cfg.Rate != (config.Rate{}) {
-		rate = scaleRate(limitsconf.GCRA(cfg.Rate, cfg.Burst), strict)
+	if k.cfg.Rate != (config.Rate{}) {
+		rate = scaleRate(limitsconf.GCRA(k.cfg.Rate, k.cfg.Burst), k.strict)
 	}
-	inflight := cfg.Inflight
+	inflight := k.cfg.Inflight
 	if inflight > 0 {
-		inflight = scaleCount(inflight, strict)
+		inflight = scaleCount(inflight, k.strict)
 	}
-	a.guard = protect.New(protect.Options{Inflight: inflight, Wait: wait, Rate: rate, Clock: s.clk})
-	a.guardCfg, a.guardWait, a.guardScale = cfg, wait, strict
-	return a.guard
+	return protect.New(protect.Options{Inflight: inflight, Wait: k.wait, Rate: rate, Clock: s.clk})
 }
 
 // applyConcurrency sets an app's limiter: a static limit, or an adaptive
@@ -503,29 +488,55 @@ func (s *Server) applyConcurrency(a *app, c config.Concurrency, lim admit.Limits
 	a.adaptive = limits.NewAdaptive(limitsconf.Gradient(c), lim, a.limiter, f)
 }
 
+// paced is an app's bandwidth limiter and the rate it is set to.
+type paced struct {
+	l    *bandwidth.Limiter
+	rate int64 // limits.bandwidth.rate scaled
+	// share sets l's rate to this instance's share of rate in cluster
+	// mode (nil otherwise): by demand, without rebuilding l.
+	share *cluster.Bandwidth
+}
+
+// setRate puts a new scaled rate in force in place, so that neither the
+// limiter nor the cluster's demand sharing hands out a fresh burst.
+func (p *paced) setRate(rate int64) {
+	if p.rate == rate {
+		return
+	}
+	p.rate = rate
+	if p.share != nil {
+		p.share.SetLimit(rate)
+	} else {
+		p.l.SetRate(rate)
+	}
+}
+
+// forget stops sharing the limit through the cluster (the app is gone or
+// gets a new limiter); nil does nothing.
+func (p *paced) forget() {
+	if p != nil && p.share != nil {
+		p.share.Close()
+		p.share = nil
+	}
+}
+
 // applyBandwidth makes, keeps or drops an app's bandwidth limiter. A new
 // one is made only when limits.bandwidth changes; a new scale (the strict
-// fraction) changes its rate in place, so neither it nor the cluster's
-// demand sharing ever hands out a fresh burst.
+// fraction) changes its rate in place.
 func (s *Server) applyBandwidth(a *app, cfg config.Bandwidth) *bandwidth.Limiter {
+	p := a.bw.apply(cfg, func(cfg config.Bandwidth) *paced { return s.newPaced(a.name, cfg) }, (*paced).forget)
+	if p == nil {
+		return nil
+	}
+	p.setRate(s.scale.bandwidthRate(int64(cfg.Rate)))
+	return p.l
+}
+
+func (s *Server) newPaced(app string, cfg config.Bandwidth) *paced {
 	if cfg.Rate == 0 {
-		forgetBandwidth(a)
-		a.bw = nil
 		return nil
 	}
 	rate := s.scale.bandwidthRate(int64(cfg.Rate))
-	if a.bw != nil && a.bwCfg == cfg {
-		if a.bwRate != rate {
-			a.bwRate = rate
-			if a.bwShare != nil {
-				a.bwShare.SetLimit(rate)
-			} else {
-				a.bw.SetRate(rate)
-			}
-		}
-		return a.bw
-	}
-	forgetBandwidth(a)
 	// The least rate it may be set to: the strict fraction of the limit,
 	// and in cluster mode a share at its floor (cluster.FloorPercent of the
 	// limit ÷ live instances), taken as a thousandth: up to 20 instances.
@@ -533,68 +544,73 @@ func (s *Server) applyBandwidth(a *app, cfg config.Bandwidth) *bandwidth.Limiter
 	if s.cluster != nil {
 		least /= 1000
 	}
-	l, err := bandwidth.New(bandwidthOptions(a.name, rate, least, cfg.MaxDelay.D(), s.clk))
+	l, err := bandwidth.New(bandwidthOptions(app, rate, least, cfg.MaxDelay.D(), s.clk))
 	if err != nil { // validated config: a broken invariant
 		panic(fmt.Sprintf("server: bandwidth: %v", err))
 	}
-	a.bw, a.bwCfg, a.bwRate = l, cfg, rate
+	p := &paced{l: l, rate: rate}
 	if s.cluster != nil {
-		a.bwShare = s.cluster.Bandwidth(a.name, l, rate)
+		p.share = s.cluster.Bandwidth(app, l, rate)
 	}
-	return a.bw
+	return p
 }
 
 // applyEjection makes, keeps or drops an app's outlier ejector.
 func (s *Server) applyEjection(a *app, cfg config.Ejection) {
-	if cfg.MaxEjected == 0 {
-		a.ejector = nil
-		return
-	}
-	if a.ejector != nil && a.ejectionCfg == cfg {
-		return
-	}
-	e, err := health.NewEjector(health.Ejection{ConsecutiveFailures: cfg.ConsecutiveFailures,
-		BaseTime: cfg.BaseTime.D(), MaxTime: cfg.MaxTime.D(), MaxEjectedPercent: int(cfg.MaxEjected)},
-		health.EjectorOptions{Logger: s.log.With("app", a.name)})
-	if err != nil { // validated config: a broken invariant
-		panic(fmt.Sprintf("server: ejection: %v", err))
-	}
-	a.ejector, a.ejectionCfg = e, cfg
+	a.ejector.apply(cfg, func(cfg config.Ejection) *health.Ejector {
+		if cfg.MaxEjected == 0 {
+			return nil
+		}
+		e, err := health.NewEjector(health.Ejection{ConsecutiveFailures: cfg.ConsecutiveFailures,
+			BaseTime: cfg.BaseTime.D(), MaxTime: cfg.MaxTime.D(), MaxEjectedPercent: int(cfg.MaxEjected)},
+			health.EjectorOptions{Logger: s.log.With("app", a.name)})
+		if err != nil { // validated config: a broken invariant
+			panic(fmt.Sprintf("server: ejection: %v", err))
+		}
+		return e
+	}, nil)
 }
 
 // outcomes is what the app's pool reports finished requests to.
 func (a *app) outcomes() forward.OutcomeObserver {
-	if a.ejector == nil {
+	if a.ejector.v == nil {
 		return nil
 	}
-	return a.ejector
+	return a.ejector.v
 }
 
 // applyHealth starts, updates or stops an app's active health checker.
 // Its goroutine belongs to the server and ends at shutdown.
 func (s *Server) applyHealth(a *app, cfg config.Health) {
-	if a.checker != nil && a.healthCfg == cfg {
-		a.checker.Update(a.backends)
-		return
+	c := a.checker.apply(cfg, func(cfg config.Health) *health.Checker { return s.newChecker(a, cfg) }, stopChecker)
+	if c != nil {
+		c.Update(a.backends)
 	}
-	if a.checker != nil {
-		a.checker.Stop()
-		a.checker = nil
-	}
-	a.healthCfg = cfg
+}
+
+// newChecker makes a's health checker (nil when checks are off), started
+// only once Serve has begun (else Serve starts it).
+func (s *Server) newChecker(a *app, cfg config.Health) *health.Checker {
 	if cfg.Path == "" {
-		return
+		return nil
 	}
 	c, err := health.NewChecker(a.backends, health.Check{Path: cfg.Path, Interval: cfg.Interval.D(),
 		Timeout: cfg.Timeout.D(), Healthy: cfg.Healthy, Unhealthy: cfg.Unhealthy},
 		health.CheckerOptions{Clock: s.clk, Logger: s.log.With("app", a.name)})
-	if err == nil && s.started { // else Serve starts it
+	if err == nil && s.started {
 		err = c.Start(s.bg)
 	}
 	if err != nil { // validated config: a broken invariant
 		panic(fmt.Sprintf("server: health: %v", err))
 	}
-	a.checker = c
+	return c
+}
+
+// stopChecker ends a health checker's goroutine; nil does nothing.
+func stopChecker(c *health.Checker) {
+	if c != nil {
+		c.Stop()
+	}
 }
 
 // newRateStore makes a rate limit table of maxKeys keys.
@@ -758,8 +774,8 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.mu.Lock()
 	s.started = true
 	for _, a := range s.apps {
-		if a.checker != nil {
-			a.checker.Start(s.bg) // never started: New and apply start none
+		if a.checker.v != nil {
+			a.checker.v.Start(s.bg) // never started: New and apply start none
 		}
 	}
 	s.mu.Unlock()
@@ -863,9 +879,7 @@ func (s *Server) stopHealthChecks() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, a := range s.apps {
-		if a.checker != nil {
-			a.checker.Stop()
-		}
+		stopChecker(a.checker.v)
 	}
 }
 
