@@ -94,9 +94,8 @@ func (s *Server) composeStored(r catalog.Record) (*route, error) {
 	return rt, nil
 }
 
-// releaseStored drops one route of a stored app; the last one releases the
-// app's state: its health checker stops, idle connections close and its
-// metrics are forgotten. Requests still using the route finish on it.
+// releaseStored drops one route of a stored app; the last one retires the
+// app to the parked apps.
 func (s *Server) releaseStored(rt *route) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -105,12 +104,7 @@ func (s *Server) releaseStored(rt *route) {
 	if a.storedRefs > 0 || a.stored == nil || s.apps[a.name] != a {
 		return
 	}
-	delete(s.apps, a.name)
-	s.unpublish(a.name)
-	a.metrics.Forget()
-	a.checker.reset(stopChecker) // a recomposed app starts its checks again
-	s.releaseConns(a.dropConns())
-	s.parked.park(a, s.clk.Now(), s.cfg.Catalog.Cache.MaxApps)
+	s.releaseConns(s.retire(a, true))
 }
 
 // parkedApps keeps evicted stored apps' state until their limits have
@@ -152,8 +146,7 @@ func (p *parkedApps) park(a *app, now time.Time, limit int) {
 		p.order = p.order[1:]
 		if pa, ok := p.apps[name]; ok {
 			delete(p.apps, name)
-			pa.a.rates.forget()
-			pa.a.bw.reset((*paced).forget)
+			pa.a.forgetLimits()
 		}
 	}
 	if len(p.order) > 2*len(p.apps)+16 { // names taken back: compact
@@ -170,8 +163,7 @@ func (p *parkedApps) take(name string, now time.Time) *app {
 	}
 	delete(p.apps, name)
 	if now.After(pa.until) {
-		pa.a.rates.forget()
-		pa.a.bw.reset((*paced).forget)
+		pa.a.forgetLimits()
 		return nil
 	}
 	return pa.a

@@ -339,13 +339,7 @@ func (s *Server) applyLocked(cfg *config.Config) {
 	s.publishScale()
 	for name, a := range s.apps {
 		if _, ok := cfg.Apps[name]; !ok && a.stored == nil {
-			delete(s.apps, name)
-			s.unpublish(name)
-			retired = append(retired, a.dropConns()...)
-			a.metrics.Forget()
-			a.rates.forget()
-			a.bw.reset((*paced).forget)
-			a.checker.reset(stopChecker)
+			retired = append(retired, s.retire(a, false)...)
 		}
 	}
 	// Pools no app uses any more close their idle connections now; those
@@ -426,6 +420,33 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 	rt.cert = newRouteCert(ac)
 	s.publish(a, ac, rt)
 	return rt, retired
+}
+
+// retire takes app a out of service, the one way an app is torn down: it
+// leaves the apps and the admin API, its health checks stop and its
+// metrics are forgotten; the connection pools it held are returned, for
+// the caller to release (releaseConns) once no new route uses them. A
+// parked app (a stored app the catalog evicted) keeps its limits' state
+// until they settle (parkedApps); otherwise that state goes now. Requests
+// still on a route of a finish on it. Callers hold s.mu.
+func (s *Server) retire(a *app, park bool) []*forward.Upstream {
+	delete(s.apps, a.name)
+	s.unpublish(a.name)
+	a.metrics.Forget()
+	a.checker.reset(stopChecker) // a recomposed app starts its checks again
+	if park {
+		s.parked.park(a, s.clk.Now(), s.cfg.Catalog.Cache.MaxApps)
+	} else {
+		a.forgetLimits()
+	}
+	return a.dropConns()
+}
+
+// forgetLimits drops the limits' state a's limiters keep outside this
+// process (the cluster's rate store and bandwidth share).
+func (a *app) forgetLimits() {
+	a.rates.forget()
+	a.bw.reset((*paced).forget)
 }
 
 // dropConns takes the app's connection pools away from it, for the caller
