@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leveeproxy/levee/internal/admit"
+	"github.com/leveeproxy/levee/internal/apps"
 	"github.com/leveeproxy/levee/internal/balance"
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/forward"
@@ -71,52 +72,6 @@ func (s *Server) view(name string) (*appView, bool) {
 	return v.(*appView), true
 }
 
-// AppSummary is one app as GET /api/apps lists it.
-type AppSummary struct {
-	Name   string   `json:"name"`
-	Hosts  []string `json:"hosts"`
-	Stored bool     `json:"stored"` // from the catalog, not the config file
-	// InFlight and Queued are requests at the backends and waiting for a
-	// slot; ConcurrencyLimit is the limit in force now.
-	InFlight         int `json:"inflight"`
-	Queued           int `json:"queued"`
-	ConcurrencyLimit int `json:"concurrency_limit"`
-	// RateLimit is limits.rate in force, in requests per second (0: off).
-	RateLimit float64 `json:"rate_limit"`
-	observe.LiveRates
-	BackendsHealthy int     `json:"backends_healthy"`
-	BackendsTotal   int     `json:"backends_total"`
-	Imbalance       float64 `json:"imbalance"`
-	ImbalanceAlert  bool    `json:"imbalance_alert"`
-}
-
-// AppDetail is GET /api/apps/{app}: the summary, the limits as configured
-// beside those in force and why they differ, the backends, the heaviest
-// clients by requests over 10 s.
-type AppDetail struct {
-	AppSummary
-	Configured LimitView              `json:"configured"`
-	InForce    LimitView              `json:"in_force"`
-	Why        []string               `json:"why"`
-	Backends   []observe.BackendStats `json:"backends"`
-	// BackendLimits is backend_limits' state (nil when off).
-	BackendLimits *observe.PoolStats `json:"backend_limits,omitempty"`
-	// TopClients are the heaviest clients by requests over 10 s (none when
-	// limits.client.top_k is 0).
-	TopClients []topk.Share `json:"top_clients"`
-	// TopK is limits.client.top_k: how many clients the summaries keep.
-	TopK int `json:"top_k"`
-}
-
-// LimitView is an app's limits in the API's units.
-type LimitView struct {
-	Concurrency int           `json:"concurrency"`
-	QueueMaxLen int           `json:"queue_max_len"`
-	QueueWait   time.Duration `json:"queue_max_wait_ns"`
-	Rate        float64       `json:"rate"`        // requests per second; 0: off
-	ClientRate  float64       `json:"client_rate"` // per client; 0: off
-}
-
 // factors is the scale in force now: strict × overload (see scale.go).
 func (s *Server) factors() (strict, overload float64) {
 	v := s.scaleView.Load()
@@ -129,9 +84,9 @@ func (s *Server) factors() (strict, overload float64) {
 // summary is v as the app list shows it; imbalance is its backends'
 // distribution over the last window (balance.Window.Observe, which the
 // caller reads once for what it shows).
-func (s *Server) summary(v *appView, now time.Time, imbalance float64) AppSummary {
+func (s *Server) summary(v *appView, now time.Time, imbalance float64) apps.AppSummary {
 	strict, over := s.factors()
-	sum := AppSummary{Name: v.name, Hosts: v.hosts, Stored: v.stored, InFlight: v.limiter.InFlight(),
+	sum := apps.AppSummary{Name: v.name, Hosts: v.hosts, Stored: v.stored, InFlight: v.limiter.InFlight(),
 		Queued: v.limiter.Queued(), ConcurrencyLimit: v.limiter.Limits().Concurrency,
 		RateLimit: v.limits.Rate.PerSecond() * strict * over, LiveRates: v.metrics.Live.Rates(now)}
 	if sum.Hosts == nil {
@@ -154,7 +109,7 @@ func (s *Server) summary(v *appView, now time.Time, imbalance float64) AppSummar
 // by name; at most limit (≤ 0: all). It also returns how many apps there
 // are. Only the apps listed are summarised whole: ranking costs a few
 // atomic loads per app.
-func (s *Server) Apps(limit int) ([]AppSummary, int) {
+func (s *Server) Apps(limit int) ([]apps.AppSummary, int) {
 	now := s.clk.Now()
 	type ranked struct {
 		v    *appView
@@ -172,7 +127,7 @@ func (s *Server) Apps(limit int) ([]AppSummary, int) {
 	if limit > 0 && limit < n {
 		all = all[:limit]
 	}
-	out := make([]AppSummary, len(all))
+	out := make([]apps.AppSummary, len(all))
 	for i, r := range all {
 		_, imbalance := r.v.window.Observe(r.v.set, now)
 		out[i] = s.summary(r.v, now, imbalance)
@@ -181,20 +136,20 @@ func (s *Server) Apps(limit int) ([]AppSummary, int) {
 }
 
 // App is one app's detail, or false for an app not serving.
-func (s *Server) App(name string) (AppDetail, bool) {
+func (s *Server) App(name string) (apps.AppDetail, bool) {
 	v, ok := s.view(name)
 	if !ok {
-		return AppDetail{}, false
+		return apps.AppDetail{}, false
 	}
 	now := s.clk.Now()
 	strict, over := s.factors()
 	shares, imbalance := v.window.Observe(v.set, now)
-	d := AppDetail{AppSummary: s.summary(v, now, imbalance), TopK: v.top.K(), TopClients: []topk.Share{},
+	d := apps.AppDetail{AppSummary: s.summary(v, now, imbalance), TopK: v.top.K(), TopClients: []topk.Share{},
 		Backends: v.backendStats(shares), BackendLimits: v.poolStats()}
-	d.Configured = LimitView{Concurrency: v.conf.Concurrency, QueueMaxLen: v.conf.MaxLen, QueueWait: v.conf.MaxWait,
+	d.Configured = apps.LimitView{Concurrency: v.conf.Concurrency, QueueMaxLen: v.conf.MaxLen, QueueWait: v.conf.MaxWait,
 		Rate: v.limits.Rate.PerSecond(), ClientRate: v.limits.Client.Rate.PerSecond()}
 	in := v.limiter.Limits()
-	d.InForce = LimitView{Concurrency: in.Concurrency, QueueMaxLen: in.MaxLen, QueueWait: in.MaxWait,
+	d.InForce = apps.LimitView{Concurrency: in.Concurrency, QueueMaxLen: in.MaxLen, QueueWait: in.MaxWait,
 		Rate: d.Configured.Rate * strict * over, ClientRate: d.Configured.ClientRate * strict * over}
 	d.Why = s.why(v, strict, over)
 	if v.top != nil {
@@ -263,32 +218,9 @@ func (s *Server) noteSample(sample overload.Sample) {
 	s.scaleView.Store(&v)
 }
 
-// Instance is this levee as GET /api/instance shows it (the process
-// fills in what the server does not know: version, config file).
-type Instance struct {
-	Role string `json:"role"` // active, or unexpected (another levee holds the lock)
-	// StrictFactor scales limits while unexpected; OverloadFactor is the
-	// overload monitor's, with its last reading.
-	StrictFactor   float64                  `json:"strict_factor"`
-	OverloadFactor float64                  `json:"overload_factor"`
-	Signals        *observe.OverloadReading `json:"overload_signals,omitempty"`
-	Cluster        *ClusterState            `json:"cluster,omitempty"` // nil: no cluster
-	Apps           int                      `json:"apps"`
-	ConfigChecksum string                   `json:"config_checksum,omitempty"`
-	ConfigLoaded   time.Time                `json:"config_loaded"`
-}
-
-// ClusterState is the cluster's view of Redis.
-type ClusterState struct {
-	Redis         []string `json:"redis"`
-	Reachable     bool     `json:"reachable"`
-	Degraded      bool     `json:"degraded"` // limits split locally while Redis is unreachable
-	LiveInstances int      `json:"live_instances"`
-}
-
 // Instance reports this instance's role, scale and cluster state.
-func (s *Server) Instance() Instance {
-	in := Instance{Role: "active", StrictFactor: 1, OverloadFactor: 1}
+func (s *Server) Instance() apps.Instance {
+	in := apps.Instance{Role: "active", StrictFactor: 1, OverloadFactor: 1}
 	if v := s.scaleView.Load(); v != nil {
 		in.StrictFactor, in.OverloadFactor = v.strict, v.overload
 		if v.unexpected {
@@ -301,7 +233,7 @@ func (s *Server) Instance() Instance {
 	}
 	snap := s.current.Load()
 	if c := s.cluster; c != nil {
-		in.Cluster = &ClusterState{Redis: snap.cfg.Cluster.Redis.Addrs, Degraded: c.Degraded(), Reachable: !c.Degraded(),
+		in.Cluster = &apps.ClusterState{Redis: snap.cfg.Cluster.Redis.Addrs, Degraded: c.Degraded(), Reachable: !c.Degraded(),
 			LiveInstances: c.Live()}
 	}
 	s.eachView(func(*appView) { in.Apps++ })
