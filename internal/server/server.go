@@ -128,11 +128,9 @@ type Server struct {
 	tlsMetrics *tlsMetrics
 
 	// exporter sends the spans of traced requests; Serve runs it. refusals
-	// is the tracing.refusals_per_second bucket, kept across reloads while
-	// its rate stays (guarded by mu).
-	exporter     *trace.Exporter
-	refusals     *trace.RefusalLimiter
-	refusalsRate int
+	// is the tracing.refusals_per_second bucket (guarded by mu).
+	exporter *trace.Exporter
+	refusals kept[int, *trace.RefusalLimiter]
 }
 
 // snapshot is one config's routing table, immutable once published.
