@@ -6,11 +6,11 @@ import (
 	"time"
 
 	"github.com/leveeproxy/levee/internal/admit"
+	"github.com/leveeproxy/levee/internal/apps"
 	"github.com/leveeproxy/levee/internal/bandwidth"
 	"github.com/leveeproxy/levee/internal/clock"
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/limits"
-	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/leveeproxy/levee/internal/overload"
 	"github.com/leveeproxy/levee/internal/ratelimit"
 )
@@ -192,7 +192,7 @@ func (s *Server) overloadTick() {
 			s.log.Warn("overload monitor cannot read some signals; they count as cool", "signals", missing)
 		}
 	}
-	s.metrics.SetOverloadReading(observeReading(sample))
+	s.metrics.SetOverloadReading(apps.Reading(sample))
 	s.noteSample(sample)
 	prev := sc.mon.Factor()
 	f, sig := sc.mon.Observe(monitorConfig(oc), sample)
@@ -208,9 +208,4 @@ func (s *Server) overloadTick() {
 	default:
 		s.log.Debug("overload factor changed", "factor", f, "asked", sig.Min())
 	}
-}
-
-func observeReading(s overload.Sample) observe.OverloadReading {
-	return observe.OverloadReading{CPU: s.CPU, Load: s.Load, Memory: s.Memory,
-		Goroutines: float64(s.Goroutines), GCPauseSeconds: s.GCPause.Seconds()}
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/leveeproxy/levee/internal/admit"
+	"github.com/leveeproxy/levee/internal/apps"
 	"github.com/leveeproxy/levee/internal/balance"
 	"github.com/leveeproxy/levee/internal/bandwidth"
 	"github.com/leveeproxy/levee/internal/catalog"
@@ -119,11 +120,9 @@ type Server struct {
 	// Listen took.
 	released sync.Once
 
-	// views are the apps serving, as the admin API reads them (api.go):
-	// name → *appView, published by composeApp.
-	views sync.Map
-	// scaleView is scale as the admin API reads it.
-	scaleView atomic.Pointer[scaleView]
+	// views are the apps serving and the scale, as the admin API reads
+	// them (api.go), published by composeApp and the scale's changes.
+	views apps.Views
 	// tlsMetrics count the TLS listeners' certificate choices (certs.go).
 	tlsMetrics *tlsMetrics
 
@@ -429,7 +428,7 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 // still on a route of a finish on it. Callers hold s.mu.
 func (s *Server) retire(a *app, park bool) []*forward.Upstream {
 	delete(s.apps, a.name)
-	s.unpublish(a.name)
+	s.views.Unpublish(a.name)
 	a.metrics.Forget()
 	a.checker.reset(stopChecker) // a recomposed app starts its checks again
 	if park {
@@ -634,60 +633,6 @@ func stopChecker(c *health.Checker) {
 
 // newRateStore makes a rate limit table of maxKeys keys.
 func newRateStore(maxKeys int) *ratelimit.LocalStore { return limits.NewStore(maxKeys) }
-
-// EachApp reports every app's state to the metrics collector. Like the
-// admin API it reads the published views, never Server.mu.
-func (s *Server) EachApp(fn func(observe.AppStats)) {
-	now := s.clk.Now()
-	s.eachView(func(v *appView) { fn(v.stats(now)) })
-}
-
-// AppStats returns one app's state (for the admin API), or false if no such app.
-func (s *Server) AppStats(name string) (observe.AppStats, bool) {
-	v, ok := s.view(name)
-	if !ok {
-		return observe.AppStats{}, false
-	}
-	return v.stats(s.clk.Now()), true
-}
-
-// stats reads an app's gauges and its backends' distribution over the
-// last window.
-func (v *appView) stats(now time.Time) observe.AppStats {
-	st := observe.AppStats{Name: v.name, InFlight: v.limiter.InFlight(), Queued: v.limiter.Queued(),
-		Limit: v.limiter.Limits().Concurrency, Overloaded: v.limiter.Overloaded(), ImbalanceAlert: v.alert.Load(),
-		TopClients: v.top.Top(now)}
-	st.Pool = v.poolStats()
-	var shares []balance.Share
-	shares, st.Imbalance = v.window.Observe(v.set, now)
-	st.Backends = v.backendStats(shares)
-	return st
-}
-
-// poolStats is v's backend_limits state (nil when off).
-func (v *appView) poolStats() *observe.PoolStats {
-	if v.guard == nil {
-		return nil
-	}
-	g := v.guard.Stats()
-	return &observe.PoolStats{InFlight: g.InFlight, Queued: g.Queued, InflightLimit: g.InflightLimit, Rate: g.Rate}
-}
-
-func (v *appView) backendStats(shares []balance.Share) []observe.BackendStats {
-	out := make([]observe.BackendStats, 0, len(shares))
-	for _, sh := range shares {
-		b := observe.BackendStats{Addr: sh.ID, Weight: sh.Weight, Healthy: sh.Healthy,
-			InFlight: sh.InFlight, Latency: sh.Latency, Share: sh.Share, Requests: sh.Requests}
-		for _, c := range v.conns {
-			if c.Addr() == sh.ID {
-				b.Conns = observe.NewConnStats(c.Counts())
-				break
-			}
-		}
-		out = append(out, b)
-	}
-	return out
-}
 
 // Distribution alerts: the imbalance of each app is evaluated every
 // distributionEvery over distributionWindow, once it has minAlertRequests.
