@@ -169,7 +169,7 @@ type app struct {
 	// rates holds the app's rate limit state (the app's bucket and one per
 	// client, each made when its limit comes on), kept across reloads so a
 	// reload never hands out a fresh burst.
-	rates *appRates // nil while every rate limit is off
+	rates apps.Rates
 	// bw paces the app's bytes (nil when limits.bandwidth is off).
 	bw kept[config.Bandwidth, *paced]
 	// top counts the heaviest clients (nil when limits.client.top_k is 0).
@@ -410,7 +410,7 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 		Count:      a.metrics,
 		Clock:      s.clk,
 	}
-	s.applyRates(a, rt, ac.Limits.Client.MaxKeys)
+	a.rates.Apply(&rt.Gate, s.cluster, name, ac.Limits.Client.MaxKeys)
 	rt.guard = s.applyBackendLimits(a, ac.BackendLimits, lim)
 	rt.ReadClient = rt.guard != nil
 	rt.top = a.top.apply(ac.Limits.Client.TopK, topk.NewClientTop, nil)
@@ -442,7 +442,7 @@ func (s *Server) retire(a *app, park bool) []*forward.Upstream {
 // forgetLimits drops the limits' state a's limiters keep outside this
 // process (the cluster's rate store and bandwidth share).
 func (a *app) forgetLimits() {
-	a.rates.forget()
+	a.rates.Forget()
 	a.bw.reset((*paced).forget)
 }
 
@@ -630,9 +630,6 @@ func stopChecker(c *health.Checker) {
 		c.Stop()
 	}
 }
-
-// newRateStore makes a rate limit table of maxKeys keys.
-func newRateStore(maxKeys int) *ratelimit.LocalStore { return limits.NewStore(maxKeys) }
 
 // Distribution alerts: the imbalance of each app is evaluated every
 // distributionEvery over distributionWindow, once it has minAlertRequests.
