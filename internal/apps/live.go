@@ -39,9 +39,9 @@ type View struct {
 	Adaptive bool
 }
 
-// Scale is the limit scale as the API shows it (the request path reads
-// its own atomic instead).
-type Scale struct {
+// ScaleView is the limit scale as the API shows it (the request path
+// reads Scale's atomic instead).
+type ScaleView struct {
 	Unexpected bool
 	Strict     float64
 	Overload   float64
@@ -56,7 +56,7 @@ type Scale struct {
 // ready; its methods are safe for concurrent use.
 type Views struct {
 	apps  sync.Map // name → *View
-	scale atomic.Pointer[Scale]
+	scale atomic.Pointer[ScaleView]
 }
 
 // Publish makes v the view of app v.Name.
@@ -83,7 +83,7 @@ func (vs *Views) view(name string) (*View, bool) {
 
 // PublishScale publishes the scale; the overload monitor's last reading
 // is kept.
-func (vs *Views) PublishScale(sc Scale) {
+func (vs *Views) PublishScale(sc ScaleView) {
 	if old := vs.scale.Load(); old != nil {
 		sc.Sample = old.Sample
 	}
@@ -91,7 +91,7 @@ func (vs *Views) PublishScale(sc Scale) {
 }
 
 // NoteSample keeps the overload monitor's last reading, with sc.
-func (vs *Views) NoteSample(sc Scale, sample overload.Sample) {
+func (vs *Views) NoteSample(sc ScaleView, sample overload.Sample) {
 	sc.Sample = &sample
 	vs.scale.Store(&sc)
 }

@@ -21,19 +21,14 @@ func (s *Server) publish(a *app, ac *config.App, rt *route) {
 }
 
 // publishScale publishes the scale; the caller holds s.mu.
-func (s *Server) publishScale() { s.views.PublishScale(s.scaleNow()) }
-
-// scaleNow is the scale as the API shows it; the caller holds s.mu.
-func (s *Server) scaleNow() apps.Scale {
-	return apps.Scale{Unexpected: s.scale.unexpected, Strict: s.scale.strict, Overload: s.scale.overload}
-}
+func (s *Server) publishScale() { s.views.PublishScale(s.scale.View()) }
 
 // noteSample keeps the overload monitor's last reading for the API; owned
 // by the overload loop.
 func (s *Server) noteSample(sample overload.Sample) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.views.NoteSample(s.scaleNow(), sample)
+	s.views.NoteSample(s.scale.View(), sample)
 }
 
 // Apps lists the apps serving, busiest first, at most limit (≤ 0: all),

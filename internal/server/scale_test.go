@@ -307,7 +307,7 @@ func TestOverloadAndStrictCompose(t *testing.T) {
 	s.SetUnexpected(true)
 	s.overloadTick()
 	s.mu.Lock()
-	f := s.scale.limitFactor()
+	f := s.scale.LimitFactor()
 	s.mu.Unlock()
 	if math.Abs(f-0.055) > 1e-9 {
 		t.Errorf("limit factor %v, want 0.1 × 0.55", f)

@@ -96,8 +96,11 @@ type Server struct {
 	serving   sync.WaitGroup
 
 	// scale is what every app's limits are multiplied by now (an
-	// unexpected instance's strict fraction, the overload factor).
-	scale scaleState
+	// unexpected instance's strict fraction, the overload factor);
+	// guarded by mu, but for its rate factor.
+	scale apps.Scale
+	// overload is the overload monitor, owned by the overload loop.
+	overload overloadWatch
 
 	// cluster shares rate limits through Redis; nil unless cluster mode is
 	// on. It is fixed for the server's life (cluster changes need a restart).
@@ -221,7 +224,8 @@ func New(cfg *config.Config, o Options) *Server {
 	}
 	s := &Server{log: o.Logger, level: o.LogLevel, clk: o.Clock, apps: map[string]*app{}}
 	s.bg, s.stopBg = context.WithCancel(context.Background())
-	s.scale.init(o.Sampler)
+	s.scale.Init()
+	s.overload = overloadWatch{sampler: o.Sampler, mon: overload.NewMonitor()}
 	s.metrics = observe.NewMetrics(s)
 	s.metrics.SetClock(s.clk)
 	s.tlsMetrics = newTLSMetrics(s.metrics.Registry)
@@ -320,7 +324,7 @@ func (s *Server) applyLocked(cfg *config.Config) {
 	}
 	s.errlog.SetLimits(errorLimits(cfg.Log))
 	s.buffers.SetMax(int64(cfg.Server.BufferMemory))
-	s.scale.setConfig(cfg)
+	s.scale.SetConfig(cfg)
 	trust := forward.NewTrust(cfg.Server.TrustedPrefixes())
 	s.trust = trust
 	entries := make([]catalog.Entry[*route], 0, len(cfg.Apps))
@@ -399,7 +403,7 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 	rt.Gate = limits.Gate{
 		AppRate:    limits.NewRule(name, reply.Rate, limitsconf.GCRA(ac.Limits.Rate, ac.Limits.Burst)),
 		ClientRate: limits.NewRule(name+"-client", reply.ClientRate, limitsconf.GCRA(ac.Limits.Client.Rate, ac.Limits.Client.Burst)),
-		RateFactor: &s.scale.rate,
+		RateFactor: s.scale.RateFactor(),
 		ClientKey:  clientkey.New(ac.Limits.Client.Key),
 		Classes:    limitsconf.Classifier(ac.Limits.Priority),
 		FairShare:  ac.Limits.FairShare,
@@ -463,7 +467,7 @@ func (s *Server) releaseConns(conns []*forward.Upstream) {
 }
 
 // guardKey is what an app's backend_limits guard is made from: an
-// unexpected instance's guard is scaled to its strict fraction (scale.go).
+// unexpected instance's guard is scaled to its strict fraction (apps.Scale).
 type guardKey struct {
 	cfg    config.BackendLimits
 	wait   admit.Limits
@@ -472,17 +476,17 @@ type guardKey struct {
 
 // applyBackendLimits returns the app's backend_limits guard (nil when off).
 func (s *Server) applyBackendLimits(a *app, cfg config.BackendLimits, wait admit.Limits) *protect.Guard {
-	return a.guard.apply(guardKey{cfg, wait, s.scale.strict}, s.newGuard, nil)
+	return a.guard.apply(guardKey{cfg, wait, s.scale.Strict()}, s.newGuard, nil)
 }
 
 func (s *Server) newGuard(k guardKey) *protect.Guard {
 	var rate ratelimit.Limit
 	if k.cfg.Rate != (config.Rate{}) {
-		rate = scaleRate(limitsconf.GCRA(k.cfg.Rate, k.cfg.Burst), k.strict)
+		rate = limits.ScaleRate(limitsconf.GCRA(k.cfg.Rate, k.cfg.Burst), k.strict)
 	}
 	inflight := k.cfg.Inflight
 	if inflight > 0 {
-		inflight = scaleCount(inflight, k.strict)
+		inflight = limits.ScaleCount(inflight, k.strict)
 	}
 	return protect.New(protect.Options{Inflight: inflight, Wait: k.wait, Rate: rate, Clock: s.clk})
 }
@@ -493,10 +497,10 @@ func (s *Server) newGuard(k guardKey) *protect.Guard {
 // keeps them as configured for the next change of factor.
 func (s *Server) applyConcurrency(a *app, c config.Concurrency, lim admit.Limits) {
 	a.conf = lim
-	f := s.scale.limitFactor()
+	f := s.scale.LimitFactor()
 	if c.Adaptive != config.AdaptiveGradient {
 		a.adaptive = nil
-		a.limiter.SetLimits(scaleLimits(lim, f))
+		a.limiter.SetLimits(apps.ScaleLimits(lim, f))
 		return
 	}
 	if a.adaptive != nil && a.adaptive.Config() == limitsconf.Gradient(c) {
@@ -546,7 +550,7 @@ func (s *Server) applyBandwidth(a *app, cfg config.Bandwidth) *bandwidth.Limiter
 	if p == nil {
 		return nil
 	}
-	p.setRate(s.scale.bandwidthRate(int64(cfg.Rate)))
+	p.setRate(s.scale.BandwidthRate(int64(cfg.Rate)))
 	return p.l
 }
 
@@ -554,15 +558,15 @@ func (s *Server) newPaced(app string, cfg config.Bandwidth) *paced {
 	if cfg.Rate == 0 {
 		return nil
 	}
-	rate := s.scale.bandwidthRate(int64(cfg.Rate))
+	rate := s.scale.BandwidthRate(int64(cfg.Rate))
 	// The least rate it may be set to: the strict fraction of the limit,
 	// and in cluster mode a share at its floor (cluster.FloorPercent of the
 	// limit ÷ live instances), taken as a thousandth: up to 20 instances.
-	least := int64(float64(cfg.Rate) * min(s.scale.fraction, 1))
+	least := s.scale.LeastBandwidth(int64(cfg.Rate))
 	if s.cluster != nil {
 		least /= 1000
 	}
-	l, err := bandwidth.New(bandwidthOptions(app, rate, least, cfg.MaxDelay.D(), s.clk))
+	l, err := bandwidth.New(apps.BandwidthOptions(app, rate, least, cfg.MaxDelay.D(), s.clk))
 	if err != nil { // validated config: a broken invariant
 		panic(fmt.Sprintf("server: bandwidth: %v", err))
 	}
