@@ -137,3 +137,37 @@ func TestRatesOutliveARecompose(t *testing.T) {
 	r.Sweep(time.Unix(1e9, 0))
 	r.Forget() // nothing shared: a no-op
 }
+
+// TestParked: an app taken back before its state settles gets it back;
+// one taken after, or parked beyond the limit (the oldest first), gets
+// nothing and its state is dropped once.
+func TestParked(t *testing.T) {
+	now := time.Unix(1e9, 0)
+	var p Parked[string]
+	var dropped []string
+	drop := func(a string) { dropped = append(dropped, a) }
+	p.Park("a", "state-a", now.Add(time.Minute), 2, drop)
+	p.Park("b", "state-b", now.Add(time.Minute), 2, drop)
+	p.Park("c", "state-c", now.Add(time.Minute), 2, drop) // a goes: the oldest beyond 2
+	if _, ok := p.Take("a", now, drop); ok || len(dropped) != 1 || dropped[0] != "state-a" {
+		t.Fatalf("beyond the limit: dropped %q; want state-a dropped and not taken", dropped)
+	}
+	if a, ok := p.Take("b", now.Add(time.Minute), drop); !ok || a != "state-b" {
+		t.Fatalf("Take(b) within its time = %q, %v", a, ok)
+	}
+	if _, ok := p.Take("b", now, drop); ok {
+		t.Fatal("taken twice")
+	}
+	if _, ok := p.Take("c", now.Add(time.Minute+1), drop); ok || len(dropped) != 2 {
+		t.Fatalf("settled: dropped %q; want state-c dropped and not taken", dropped)
+	}
+	c := &config.App{}
+	c.Limits.Rate = config.Rate{Events: 1, Per: time.Hour}
+	c.Limits.Burst = 2
+	if got := Settled(c, now).Sub(now); got != 2*time.Hour {
+		t.Fatalf("Settled = %v after eviction; want 2h (a full bucket of 2 at 1/h)", got)
+	}
+	if got := Settled(nil, now).Sub(now); got != ParkMin {
+		t.Fatalf("Settled without rate limits = %v; want ParkMin", got)
+	}
+}

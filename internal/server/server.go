@@ -89,8 +89,8 @@ type Server struct {
 	lazy         *catalog.Lazy[*route]
 	catalogRetry time.Duration
 	// parked holds the state of stored apps the catalog evicted, until
-	// their limits have settled (see park); guarded by mu.
-	parked parkedApps
+	// their limits have settled (apps.Parked); guarded by mu.
+	parked apps.Parked[*app]
 
 	listeners []*listener
 	serving   sync.WaitGroup
@@ -356,7 +356,7 @@ func (s *Server) applyLocked(cfg *config.Config) {
 func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, trust forward.Trust) (rt *route, retired []*forward.Upstream) {
 	a := s.apps[name]
 	if a == nil {
-		if a = s.parked.take(name, s.clk.Now()); a != nil {
+		if a, _ = s.parked.Take(name, s.clk.Now(), (*app).forgetLimits); a != nil {
 			a.metrics = s.metrics.App(name) // forgotten when it was parked
 			s.apps[name] = a
 		}
@@ -428,7 +428,7 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 // metrics are forgotten; the connection pools it held are returned, for
 // the caller to release (releaseConns) once no new route uses them. A
 // parked app (a stored app the catalog evicted) keeps its limits' state
-// until they settle (parkedApps); otherwise that state goes now. Requests
+// until they settle (apps.Parked); otherwise that state goes now. Requests
 // still on a route of a finish on it. Callers hold s.mu.
 func (s *Server) retire(a *app, park bool) []*forward.Upstream {
 	delete(s.apps, a.name)
@@ -436,7 +436,7 @@ func (s *Server) retire(a *app, park bool) []*forward.Upstream {
 	a.metrics.Forget()
 	a.checker.reset(stopChecker) // a recomposed app starts its checks again
 	if park {
-		s.parked.park(a, s.clk.Now(), s.cfg.Catalog.Cache.MaxApps)
+		s.parked.Park(a.name, a, apps.Settled(a.stored, s.clk.Now()), s.cfg.Catalog.Cache.MaxApps, (*app).forgetLimits)
 	} else {
 		a.forgetLimits()
 	}
