@@ -54,10 +54,10 @@ var unlinked = []struct {
 			"no fasthttp, no forwarding code, no server, and no Prometheus unless it asks for admissionprom"},
 	{"admission/admissionprom", []string{fasthttp, module + "/internal/forward", module + "/internal/server"},
 		"the Prometheus face of the library links Prometheus, and still not the proxy"},
-	{"internal/apps", []string{fasthttp, module + "/internal/server", module + "/internal/admin"},
+	{"internal/apps", []string{module + "/internal/server", module + "/internal/admin"},
 		"apps owns the app state that outlives reloads: the server composes requests' routes from it and " +
-			"the admin API reads its views, never the other way round, and it speaks no wire protocol " +
-			"(the engine adapters in internal/server do)"},
+			"the admin API reads its views, never the other way round (and, like every package but the " +
+			"engines and the legs, it imports no fasthttp: TestOnlyEnginesAndLegsImportFasthttp)"},
 	{"internal/protect", []string{module + "/internal/observe", prometheus},
 		"protect needs the Space-Saving sketch (topk), not the metrics and their Prometheus registry"},
 }
