@@ -171,3 +171,30 @@ func TestParked(t *testing.T) {
 		t.Fatalf("Settled without rate limits = %v; want ParkMin", got)
 	}
 }
+
+// TestComponents: a component whose setting is off is nil; the guard is
+// made at the strict fraction; a bandwidth limiter's rate changes in
+// place.
+func TestComponents(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1e9, 0))
+	if NewGuard(GuardKey{Strict: 1}, clk) != nil {
+		t.Fatal("a guard for backend_limits off")
+	}
+	g := NewGuard(GuardKey{Config: config.BackendLimits{Inflight: 20}, Wait: admit.Limits{MaxLen: 1}, Strict: 0.1}, clk)
+	if st := g.Stats(); st.InflightLimit != 2 {
+		t.Fatalf("guard inflight limit %d at strict 0.1; want 2 (of 20)", st.InflightLimit)
+	}
+	var sc Scale
+	sc.Init()
+	if NewPaced("a", config.Bandwidth{}, &sc, nil, clk) != nil {
+		t.Fatal("a limiter for limits.bandwidth off")
+	}
+	p := NewPaced("a", config.Bandwidth{Rate: 1_000_000, MaxDelay: config.Duration(time.Second)}, &sc, nil, clk)
+	l := p.Limiter()
+	p.SetRate(100_000)
+	if p.Limiter() != l || l.Rate() != 100_000 {
+		t.Fatalf("after SetRate: limiter kept %v, rate %d; want the same one at 100000", p.Limiter() == l, l.Rate())
+	}
+	p.Forget()
+	(*Paced)(nil).Forget()
+}

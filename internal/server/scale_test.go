@@ -149,7 +149,7 @@ func TestStrictScalesEveryLimit(t *testing.T) {
 		t.Errorf("strict app burst admitted %d, want 10%% of 20", admitted)
 	}
 	s.mu.Lock()
-	bw, bwLim := s.apps["a"].bw.v.rate, s.apps["a"].bw.v.l
+	bw, bwLim := s.apps["a"].bw.v.Limiter().Rate(), s.apps["a"].bw.v.Limiter()
 	s.mu.Unlock()
 	if bw != 100_000 || bwLim.Rate() != 100_000 {
 		t.Errorf("strict bandwidth = %d B/s (limiter %d), want 10%% of 1MB/s", bw, bwLim.Rate())
@@ -172,8 +172,8 @@ func TestStrictScalesEveryLimit(t *testing.T) {
 		t.Errorf("active client burst = %d, want 5", got)
 	}
 	s.mu.Lock()
-	bw = s.apps["a"].bw.v.rate
-	sameLim := s.apps["a"].bw.v.l == bwLim
+	bw = s.apps["a"].bw.v.Limiter().Rate()
+	sameLim := s.apps["a"].bw.v.Limiter() == bwLim
 	s.mu.Unlock()
 	if bw != 1_000_000 || bwLim.Rate() != 1_000_000 || !sameLim {
 		t.Errorf("active bandwidth = %d B/s (limiter %d, kept %v), want 1MB/s set in place", bw, bwLim.Rate(), sameLim)

@@ -33,7 +33,6 @@ import (
 	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/leveeproxy/levee/internal/overload"
 	"github.com/leveeproxy/levee/internal/protect"
-	"github.com/leveeproxy/levee/internal/ratelimit"
 	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/spill"
 	"github.com/leveeproxy/levee/internal/topk"
@@ -174,12 +173,12 @@ type app struct {
 	// reload never hands out a fresh burst.
 	rates apps.Rates
 	// bw paces the app's bytes (nil when limits.bandwidth is off).
-	bw kept[config.Bandwidth, *paced]
+	bw kept[config.Bandwidth, *apps.Paced]
 	// top counts the heaviest clients (nil when limits.client.top_k is 0).
 	top kept[int, *topk.ClientTop]
 	// guard enforces backend_limits (nil when off); a new one starts with
 	// nothing in flight and a full bucket.
-	guard kept[guardKey, *protect.Guard]
+	guard kept[apps.GuardKey, *protect.Guard]
 	// stored is the config of an app loaded from the catalog (nil
 	// for an app of the config file); storedRefs counts the catalog's
 	// routes composed for it, the last of which releases it.
@@ -447,7 +446,7 @@ func (s *Server) retire(a *app, park bool) []*forward.Upstream {
 // process (the cluster's rate store and bandwidth share).
 func (a *app) forgetLimits() {
 	a.rates.Forget()
-	a.bw.reset((*paced).forget)
+	a.bw.reset((*apps.Paced).Forget)
 }
 
 // dropConns takes the app's connection pools away from it, for the caller
@@ -466,29 +465,10 @@ func (s *Server) releaseConns(conns []*forward.Upstream) {
 	}
 }
 
-// guardKey is what an app's backend_limits guard is made from: an
-// unexpected instance's guard is scaled to its strict fraction (apps.Scale).
-type guardKey struct {
-	cfg    config.BackendLimits
-	wait   admit.Limits
-	strict float64
-}
-
 // applyBackendLimits returns the app's backend_limits guard (nil when off).
 func (s *Server) applyBackendLimits(a *app, cfg config.BackendLimits, wait admit.Limits) *protect.Guard {
-	return a.guard.apply(guardKey{cfg, wait, s.scale.Strict()}, s.newGuard, nil)
-}
-
-func (s *Server) newGuard(k guardKey) *protect.Guard {
-	var rate ratelimit.Limit
-	if k.cfg.Rate != (config.Rate{}) {
-		rate = limits.ScaleRate(limitsconf.GCRA(k.cfg.Rate, k.cfg.Burst), k.strict)
-	}
-	inflight := k.cfg.Inflight
-	if inflight > 0 {
-		inflight = limits.ScaleCount(inflight, k.strict)
-	}
-	return protect.New(protect.Options{Inflight: inflight, Wait: k.wait, Rate: rate, Clock: s.clk})
+	return a.guard.apply(apps.GuardKey{Config: cfg, Wait: wait, Strict: s.scale.Strict()},
+		func(k apps.GuardKey) *protect.Guard { return apps.NewGuard(k, s.clk) }, nil)
 }
 
 // applyConcurrency sets an app's limiter: a static limit, or an adaptive
@@ -510,71 +490,18 @@ func (s *Server) applyConcurrency(a *app, c config.Concurrency, lim admit.Limits
 	a.adaptive = limits.NewAdaptive(limitsconf.Gradient(c), lim, a.limiter, f)
 }
 
-// paced is an app's bandwidth limiter and the rate it is set to.
-type paced struct {
-	l    *bandwidth.Limiter
-	rate int64 // limits.bandwidth.rate scaled
-	// share sets l's rate to this instance's share of rate in cluster
-	// mode (nil otherwise): by demand, without rebuilding l.
-	share *cluster.Bandwidth
-}
-
-// setRate puts a new scaled rate in force in place, so that neither the
-// limiter nor the cluster's demand sharing hands out a fresh burst.
-func (p *paced) setRate(rate int64) {
-	if p.rate == rate {
-		return
-	}
-	p.rate = rate
-	if p.share != nil {
-		p.share.SetLimit(rate)
-	} else {
-		p.l.SetRate(rate)
-	}
-}
-
-// forget stops sharing the limit through the cluster (the app is gone or
-// gets a new limiter); nil does nothing.
-func (p *paced) forget() {
-	if p != nil && p.share != nil {
-		p.share.Close()
-		p.share = nil
-	}
-}
-
 // applyBandwidth makes, keeps or drops an app's bandwidth limiter. A new
 // one is made only when limits.bandwidth changes; a new scale (the strict
 // fraction) changes its rate in place.
 func (s *Server) applyBandwidth(a *app, cfg config.Bandwidth) *bandwidth.Limiter {
-	p := a.bw.apply(cfg, func(cfg config.Bandwidth) *paced { return s.newPaced(a.name, cfg) }, (*paced).forget)
+	p := a.bw.apply(cfg, func(cfg config.Bandwidth) *apps.Paced {
+		return apps.NewPaced(a.name, cfg, &s.scale, s.cluster, s.clk)
+	}, (*apps.Paced).Forget)
 	if p == nil {
 		return nil
 	}
-	p.setRate(s.scale.BandwidthRate(int64(cfg.Rate)))
-	return p.l
-}
-
-func (s *Server) newPaced(app string, cfg config.Bandwidth) *paced {
-	if cfg.Rate == 0 {
-		return nil
-	}
-	rate := s.scale.BandwidthRate(int64(cfg.Rate))
-	// The least rate it may be set to: the strict fraction of the limit,
-	// and in cluster mode a share at its floor (cluster.FloorPercent of the
-	// limit ÷ live instances), taken as a thousandth: up to 20 instances.
-	least := s.scale.LeastBandwidth(int64(cfg.Rate))
-	if s.cluster != nil {
-		least /= 1000
-	}
-	l, err := bandwidth.New(apps.BandwidthOptions(app, rate, least, cfg.MaxDelay.D(), s.clk))
-	if err != nil { // validated config: a broken invariant
-		panic(fmt.Sprintf("server: bandwidth: %v", err))
-	}
-	p := &paced{l: l, rate: rate}
-	if s.cluster != nil {
-		p.share = s.cluster.Bandwidth(app, l, rate)
-	}
-	return p
+	p.SetRate(s.scale.BandwidthRate(int64(cfg.Rate)))
+	return p.Limiter()
 }
 
 // applyEjection makes, keeps or drops an app's outlier ejector.
