@@ -507,16 +507,7 @@ func (s *Server) applyBandwidth(a *app, cfg config.Bandwidth) *bandwidth.Limiter
 // applyEjection makes, keeps or drops an app's outlier ejector.
 func (s *Server) applyEjection(a *app, cfg config.Ejection) {
 	a.ejector.apply(cfg, func(cfg config.Ejection) *health.Ejector {
-		if cfg.MaxEjected == 0 {
-			return nil
-		}
-		e, err := health.NewEjector(health.Ejection{ConsecutiveFailures: cfg.ConsecutiveFailures,
-			BaseTime: cfg.BaseTime.D(), MaxTime: cfg.MaxTime.D(), MaxEjectedPercent: int(cfg.MaxEjected)},
-			health.EjectorOptions{Logger: s.log.With("app", a.name)})
-		if err != nil { // validated config: a broken invariant
-			panic(fmt.Sprintf("server: ejection: %v", err))
-		}
-		return e
+		return apps.NewEjector(cfg, s.log.With("app", a.name))
 	}, nil)
 }
 
@@ -540,17 +531,11 @@ func (s *Server) applyHealth(a *app, cfg config.Health) {
 // newChecker makes a's health checker (nil when checks are off), started
 // only once Serve has begun (else Serve starts it).
 func (s *Server) newChecker(a *app, cfg config.Health) *health.Checker {
-	if cfg.Path == "" {
-		return nil
-	}
-	c, err := health.NewChecker(a.backends, health.Check{Path: cfg.Path, Interval: cfg.Interval.D(),
-		Timeout: cfg.Timeout.D(), Healthy: cfg.Healthy, Unhealthy: cfg.Unhealthy},
-		health.CheckerOptions{Clock: s.clk, Logger: s.log.With("app", a.name)})
-	if err == nil && s.started {
-		err = c.Start(s.bg)
-	}
-	if err != nil { // validated config: a broken invariant
-		panic(fmt.Sprintf("server: health: %v", err))
+	c := apps.NewChecker(a.backends, cfg, s.clk, s.log.With("app", a.name))
+	if c != nil && s.started {
+		if err := c.Start(s.bg); err != nil { // a new checker: a broken invariant
+			panic(fmt.Sprintf("server: health: %v", err))
+		}
 	}
 	return c
 }

@@ -2,12 +2,15 @@ package apps
 
 import (
 	"fmt"
+	"log/slog"
 
 	"github.com/leveeproxy/levee/internal/admit"
+	"github.com/leveeproxy/levee/internal/balance"
 	"github.com/leveeproxy/levee/internal/bandwidth"
 	"github.com/leveeproxy/levee/internal/clock"
 	"github.com/leveeproxy/levee/internal/cluster"
 	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/health"
 	"github.com/leveeproxy/levee/internal/limits"
 	"github.com/leveeproxy/levee/internal/limitsconf"
 	"github.com/leveeproxy/levee/internal/protect"
@@ -99,4 +102,35 @@ func (p *Paced) Forget() {
 		p.share.Close()
 		p.share = nil
 	}
+}
+
+// NewEjector makes the outlier ejector of cfg (nil when ejection is off),
+// logging to log.
+func NewEjector(cfg config.Ejection, log *slog.Logger) *health.Ejector {
+	if cfg.MaxEjected == 0 {
+		return nil
+	}
+	e, err := health.NewEjector(health.Ejection{ConsecutiveFailures: cfg.ConsecutiveFailures,
+		BaseTime: cfg.BaseTime.D(), MaxTime: cfg.MaxTime.D(), MaxEjectedPercent: int(cfg.MaxEjected)},
+		health.EjectorOptions{Logger: log})
+	if err != nil { // validated config: a broken invariant
+		panic(fmt.Sprintf("apps: ejection: %v", err))
+	}
+	return e
+}
+
+// NewChecker makes the active health checker of set for cfg (nil when
+// checks are off), logging to log. It is not started: its owner starts it
+// (health.Checker.Start) when it may run goroutines.
+func NewChecker(set *balance.Set, cfg config.Health, clk clock.Clock, log *slog.Logger) *health.Checker {
+	if cfg.Path == "" {
+		return nil
+	}
+	c, err := health.NewChecker(set, health.Check{Path: cfg.Path, Interval: cfg.Interval.D(),
+		Timeout: cfg.Timeout.D(), Healthy: cfg.Healthy, Unhealthy: cfg.Unhealthy},
+		health.CheckerOptions{Clock: clk, Logger: log})
+	if err != nil { // validated config: a broken invariant
+		panic(fmt.Sprintf("apps: health: %v", err))
+	}
+	return c
 }
