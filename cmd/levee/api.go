@@ -2,7 +2,9 @@ package main
 
 import (
 	"github.com/leveeproxy/levee/internal/admin"
+	"github.com/leveeproxy/levee/internal/apps"
 	"github.com/leveeproxy/levee/internal/server"
+	"github.com/leveeproxy/levee/internal/topk"
 )
 
 // liveAPI is the admin API's view of the running server, with what only
@@ -14,19 +16,14 @@ type liveAPI struct {
 
 var _ admin.API = liveAPI{}
 
-func (a liveAPI) Apps(limit int) (any, int) { return a.srv.Apps(limit) }
+func (a liveAPI) Apps(limit int) ([]apps.AppSummary, int) { return a.srv.Apps(limit) }
 
-func (a liveAPI) App(name string) (any, bool) { return a.srv.App(name) }
+func (a liveAPI) App(name string) (apps.AppDetail, bool) { return a.srv.App(name) }
 
-func (a liveAPI) Top(app, by, window string) (any, bool, error) { return a.srv.Top(app, by, window) }
-
-// instanceView is GET /api/instance.
-type instanceView struct {
-	server.Instance
-	Build      build  `json:"build"`
-	ConfigFile string `json:"config_file,omitempty"`
+func (a liveAPI) Top(app, by, window string) (topk.Report, bool, error) {
+	return a.srv.Top(app, by, window)
 }
 
-func (a liveAPI) Instance() any {
-	return instanceView{Instance: a.srv.Instance(), Build: buildInfo(), ConfigFile: a.config}
+func (a liveAPI) Instance() admin.Instance {
+	return admin.Instance{Instance: a.srv.Instance(), Build: buildInfo(), ConfigFile: a.config}
 }

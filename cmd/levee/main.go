@@ -22,6 +22,7 @@ import (
 	"runtime/debug"
 	"syscall"
 
+	"github.com/leveeproxy/levee/internal/admin"
 	"github.com/leveeproxy/levee/internal/config"
 )
 
@@ -160,14 +161,8 @@ func versionString() string {
 	return s
 }
 
-// build is what the binary knows of its build: the version, and the VCS
-// revision go build stamped it with (none in a test binary or without VCS).
-type build struct {
-	Version   string `json:"version"`
-	Revision  string `json:"revision,omitempty"`
-	Modified  bool   `json:"modified,omitempty"` // built from a tree with uncommitted changes
-	GoVersion string `json:"go_version"`
-}
+// build is what the binary knows of its build, as the admin API shows it.
+type build = admin.Build
 
 func buildInfo() build {
 	b := build{Version: version, GoVersion: runtime.Version()}

@@ -131,14 +131,12 @@ func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ..
 		Registry: srv.Metrics().Registry,
 		Ready:    ready.Load,
 		Reload:   func() error { return reload("api") },
-		App: func(name string) (any, bool) {
-			return srv.AppStats(name)
-		},
-		Addr:  cfg.Admin.Addr,
-		Token: token,
-		Pprof: cfg.Admin.Pprof,
-		API:   liveAPI{srv: srv, config: src.path},
-		Done:  serveCtx.Done(),
+		App:      srv.AppStats,
+		Addr:     cfg.Admin.Addr,
+		Token:    token,
+		Pprof:    cfg.Admin.Pprof,
+		API:      liveAPI{srv: srv, config: src.path},
+		Done:     serveCtx.Done(),
 	}), slog.NewLogLogger(log.Handler(), slog.LevelWarn))
 	var tasks sync.WaitGroup
 	tasks.Go(func() {

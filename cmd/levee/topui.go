@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/leveeproxy/levee/internal/server"
+	"github.com/leveeproxy/levee/internal/apps"
 	"github.com/leveeproxy/levee/internal/topk"
 	"github.com/leveeproxy/levee/internal/topview"
 )
@@ -139,7 +139,7 @@ func (u *topUI) key(k topview.Key) bool {
 		if cur == "" && u.last.App != nil {
 			cur = u.last.App.Name
 		}
-		i := slices.IndexFunc(u.last.Apps, func(a server.AppSummary) bool { return a.Name == cur })
+		i := slices.IndexFunc(u.last.Apps, func(a apps.AppSummary) bool { return a.Name == cur })
 		switch {
 		case i < 0:
 			i = 0

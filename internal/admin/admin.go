@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 
+	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -20,7 +21,7 @@ type Options struct {
 	Reload func() error
 	// App returns one app's state, served as JSON by
 	// GET /api/apps/{app}/backends; false for an unknown app.
-	App func(name string) (any, bool)
+	App func(name string) (observe.AppStats, bool)
 	// Addr is the admin listener's address (host:port); its host is
 	// accepted in the Host header beside loopback names.
 	Addr string
@@ -75,7 +76,7 @@ func Handler(o Options) http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{Registry: o.Registry}))
 	mux.HandleFunc("GET /api/apps/{app}/backends", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		var st any
+		var st observe.AppStats
 		ok := false
 		if o.App != nil {
 			st, ok = o.App(r.PathValue("app"))

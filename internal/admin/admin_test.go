@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -22,11 +23,11 @@ func TestEndpoints(t *testing.T) {
 	h := Handler(Options{
 		Registry: reg,
 		Ready:    ready.Load,
-		App: func(name string) (any, bool) {
+		App: func(name string) (observe.AppStats, bool) {
 			if name != "photos" {
-				return nil, false
+				return observe.AppStats{}, false
 			}
-			return map[string]any{"app": "photos", "imbalance": 1.02}, true
+			return observe.AppStats{Name: "photos", Imbalance: 1.02}, true
 		},
 		Reload: func() error {
 			if failReload.Load() {

@@ -7,6 +7,9 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/leveeproxy/levee/internal/apps"
+	"github.com/leveeproxy/levee/internal/topk"
 )
 
 // API is the live view of the running proxy the JSON endpoints serve
@@ -16,14 +19,31 @@ import (
 type API interface {
 	// Apps lists the apps serving, busiest first, at most limit (≤ 0: all),
 	// and how many there are.
-	Apps(limit int) (apps any, total int)
+	Apps(limit int) (list []apps.AppSummary, total int)
 	// App is one app's detail; false for an app not serving.
-	App(name string) (any, bool)
+	App(name string) (apps.AppDetail, bool)
 	// Top is app's heaviest clients by a dimension over a window; ok false:
 	// no such app; err: a bad by or window, named in its message.
-	Top(app, by, window string) (report any, ok bool, err error)
+	Top(app, by, window string) (report topk.Report, ok bool, err error)
 	// Instance is this levee: role, scale, cluster, version, config.
-	Instance() any
+	Instance() Instance
+}
+
+// Instance is GET /api/instance: the server's view of this instance, with
+// what only the process knows (its build and config file).
+type Instance struct {
+	apps.Instance
+	Build      Build  `json:"build"`
+	ConfigFile string `json:"config_file,omitempty"`
+}
+
+// Build is what the binary knows of its build: the version, and the VCS
+// revision go build stamped it with (none in a test binary or without VCS).
+type Build struct {
+	Version   string `json:"version"`
+	Revision  string `json:"revision,omitempty"`
+	Modified  bool   `json:"modified,omitempty"` // built from a tree with uncommitted changes
+	GoVersion string `json:"go_version"`
 }
 
 // The bounds of GET /api/events.
@@ -104,14 +124,14 @@ func (h *apiHandlers) instance(w http.ResponseWriter, _ *http.Request) {
 
 // event is one snapshot of GET /api/events.
 type event struct {
-	Time     time.Time `json:"time"`
-	Instance any       `json:"instance"`
-	Apps     any       `json:"apps"`
-	Total    int       `json:"total"`
+	Time     time.Time         `json:"time"`
+	Instance Instance          `json:"instance"`
+	Apps     []apps.AppSummary `json:"apps"`
+	Total    int               `json:"total"`
 	// App and Top are the detail of ?app= and its heaviest clients (by
 	// ?by=, over ?window=), when asked for.
-	App any `json:"app,omitempty"`
-	Top any `json:"top,omitempty"`
+	App *apps.AppDetail `json:"app,omitempty"`
+	Top *topk.Report    `json:"top,omitempty"`
 }
 
 // events streams a snapshot a second as server-sent events until the
@@ -153,8 +173,8 @@ func (h *apiHandlers) events(w http.ResponseWriter, r *http.Request) {
 		ev.Apps, ev.Total = h.api.Apps(EventApps)
 		if name != "" {
 			if d, ok := h.api.App(name); ok {
-				ev.App = d
-				ev.Top, _, _ = h.api.Top(name, by, window)
+				top, _, _ := h.api.Top(name, by, window) // checked above
+				ev.App, ev.Top = &d, &top
 			}
 		}
 		_ = rc.SetWriteDeadline(time.Now().Add(eventWrite))

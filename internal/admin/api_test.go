@@ -10,23 +10,27 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leveeproxy/levee/internal/apps"
+	"github.com/leveeproxy/levee/internal/topk"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // staticAPI is a fixed view of one app, "a".
 type staticAPI struct{}
 
-func (staticAPI) Apps(int) (any, int) { return []string{"a"}, 1 }
-func (staticAPI) App(name string) (any, bool) {
-	return map[string]string{"name": name}, name == "a"
+func (staticAPI) Apps(int) ([]apps.AppSummary, int) { return []apps.AppSummary{{Name: "a"}}, 1 }
+func (staticAPI) App(name string) (apps.AppDetail, bool) {
+	return apps.AppDetail{AppSummary: apps.AppSummary{Name: name}}, name == "a"
 }
-func (staticAPI) Top(app, by, window string) (any, bool, error) {
+func (staticAPI) Top(app, by, window string) (topk.Report, bool, error) {
 	if by != "requests" {
-		return nil, true, errors.New("by must be one of [requests]")
+		return topk.Report{}, true, errors.New("by must be one of [requests]")
 	}
-	return map[string]string{"by": by, "window": window}, app == "a", nil
+	return topk.Report{}, app == "a", nil
 }
-func (staticAPI) Instance() any { return map[string]string{"role": "active"} }
+func (staticAPI) Instance() Instance {
+	return Instance{Instance: apps.Instance{Role: "active"}}
+}
 
 // openStream opens GET /api/events and reads its first event.
 func openStream(t *testing.T, url string) (*http.Response, error) {

@@ -18,7 +18,7 @@ const module = "github.com/leveeproxy/levee"
 
 // dataPath are the packages a request passes through.
 var dataPath = []string{
-	"admission", "admission/admissionprom", "internal/admit", "internal/admit/limit", "internal/balance", "internal/catalog", "internal/chunked", "internal/catalog/sqlitestore", "internal/catalog/pgstore", "internal/clientkey", "internal/clock",
+	"admission", "admission/admissionprom", "internal/admit", "internal/apps", "internal/admit/limit", "internal/balance", "internal/catalog", "internal/chunked", "internal/catalog/sqlitestore", "internal/catalog/pgstore", "internal/clientkey", "internal/clock",
 	"internal/cluster", "internal/config", "internal/forward", "internal/framing", "internal/h2guard", "internal/health", "internal/limits", "internal/limitsconf", "internal/membuf", "internal/netlimit", "internal/observe", "internal/overload", "internal/protect", "internal/ratelimit", "internal/reply", "internal/reply/fastreply", "internal/server", "internal/shape", "internal/topk", "internal/trace", "internal/urlpath",
 }
 
@@ -54,6 +54,10 @@ var unlinked = []struct {
 			"no fasthttp, no forwarding code, no server, and no Prometheus unless it asks for admissionprom"},
 	{"admission/admissionprom", []string{fasthttp, module + "/internal/forward", module + "/internal/server"},
 		"the Prometheus face of the library links Prometheus, and still not the proxy"},
+	{"internal/apps", []string{module + "/internal/server", module + "/internal/admin"},
+		"apps owns the app state that outlives reloads: the server composes requests' routes from it and " +
+			"the admin API reads its views, never the other way round (and, like every package but the " +
+			"engines and the legs, it imports no fasthttp: TestOnlyEnginesAndLegsImportFasthttp)"},
 	{"internal/protect", []string{module + "/internal/observe", prometheus},
 		"protect needs the Space-Saving sketch (topk), not the metrics and their Prometheus registry"},
 }

@@ -1,310 +1,67 @@
 package server
 
 import (
-	"cmp"
-	"fmt"
-	"math"
-	"slices"
-	"sync/atomic"
-	"time"
-
-	"github.com/leveeproxy/levee/internal/admit"
-	"github.com/leveeproxy/levee/internal/balance"
+	"github.com/leveeproxy/levee/internal/apps"
 	"github.com/leveeproxy/levee/internal/config"
-	"github.com/leveeproxy/levee/internal/forward"
 	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/leveeproxy/levee/internal/overload"
-	"github.com/leveeproxy/levee/internal/protect"
 	"github.com/leveeproxy/levee/internal/topk"
 )
 
-// The live view of the admin API (docs/admin.md). It reads what the
-// request path writes (atomics, and summaries under their own short
-// locks) and never takes Server.mu, which a cold app's load needs: each
-// app's view is published by composeApp as an immutable appView, and the
-// apps serving are found in Server.views.
-
-// appView is what the API reads of one app, as composed last.
-type appView struct {
-	name    string
-	hosts   []string
-	stored  bool
-	limiter *admit.Limiter
-	conf    admit.Limits   // configured, before any scale
-	limits  *config.Limits // the app config's, never written
-	metrics *observe.AppMetrics
-	top     *topk.ClientTop
-	guard   *protect.Guard
-	window  *balance.Window
-	set     *balance.Set
-	alert   *atomic.Bool // the imbalance alert
-	conns   []*forward.Upstream
-	// adaptive: the concurrency limit follows the backends' latency.
-	adaptive bool
-}
+// The live view of the admin API (docs/admin.md) is apps.Views: it never
+// takes Server.mu, which a cold app's load needs. composeApp publishes
+// each app's view whole.
 
 // publish makes rt's app visible to the API as composed; the caller holds
 // s.mu.
 func (s *Server) publish(a *app, ac *config.App, rt *route) {
-	v := &appView{name: a.name, hosts: ac.Hosts, stored: a.stored != nil, limiter: a.limiter, conf: a.conf,
-		limits: &ac.Limits, metrics: a.metrics, top: a.top, guard: rt.guard, window: a.window, set: a.backends,
-		alert: a.alert, adaptive: a.adaptive != nil, conns: a.conns}
-	s.views.Store(a.name, v)
-}
-
-// unpublish hides a removed app; the caller holds s.mu.
-func (s *Server) unpublish(name string) { s.views.Delete(name) }
-
-// eachView calls fn for each app serving, in no order.
-func (s *Server) eachView(fn func(*appView)) {
-	s.views.Range(func(_, v any) bool {
-		fn(v.(*appView))
-		return true
-	})
-}
-
-func (s *Server) view(name string) (*appView, bool) {
-	v, ok := s.views.Load(name)
-	if !ok {
-		return nil, false
-	}
-	return v.(*appView), true
-}
-
-// AppSummary is one app as GET /api/apps lists it.
-type AppSummary struct {
-	Name   string   `json:"name"`
-	Hosts  []string `json:"hosts"`
-	Stored bool     `json:"stored"` // from the catalog, not the config file
-	// InFlight and Queued are requests at the backends and waiting for a
-	// slot; ConcurrencyLimit is the limit in force now.
-	InFlight         int `json:"inflight"`
-	Queued           int `json:"queued"`
-	ConcurrencyLimit int `json:"concurrency_limit"`
-	// RateLimit is limits.rate in force, in requests per second (0: off).
-	RateLimit float64 `json:"rate_limit"`
-	observe.LiveRates
-	BackendsHealthy int     `json:"backends_healthy"`
-	BackendsTotal   int     `json:"backends_total"`
-	Imbalance       float64 `json:"imbalance"`
-	ImbalanceAlert  bool    `json:"imbalance_alert"`
-}
-
-// AppDetail is GET /api/apps/{app}: the summary, the limits as configured
-// beside those in force and why they differ, the backends, the heaviest
-// clients by requests over 10 s.
-type AppDetail struct {
-	AppSummary
-	Configured LimitView              `json:"configured"`
-	InForce    LimitView              `json:"in_force"`
-	Why        []string               `json:"why"`
-	Backends   []observe.BackendStats `json:"backends"`
-	// BackendLimits is backend_limits' state (nil when off).
-	BackendLimits *observe.PoolStats `json:"backend_limits,omitempty"`
-	// TopClients are the heaviest clients by requests over 10 s (none when
-	// limits.client.top_k is 0).
-	TopClients []topk.Share `json:"top_clients"`
-	// TopK is limits.client.top_k: how many clients the summaries keep.
-	TopK int `json:"top_k"`
-}
-
-// LimitView is an app's limits in the API's units.
-type LimitView struct {
-	Concurrency int           `json:"concurrency"`
-	QueueMaxLen int           `json:"queue_max_len"`
-	QueueWait   time.Duration `json:"queue_max_wait_ns"`
-	Rate        float64       `json:"rate"`        // requests per second; 0: off
-	ClientRate  float64       `json:"client_rate"` // per client; 0: off
-}
-
-// factors is the scale in force now: strict × overload (see scale.go).
-func (s *Server) factors() (strict, overload float64) {
-	v := s.scaleView.Load()
-	if v == nil {
-		return 1, 1
-	}
-	return v.strict, v.overload
-}
-
-// summary is v as the app list shows it; imbalance is its backends'
-// distribution over the last window (balance.Window.Observe, which the
-// caller reads once for what it shows).
-func (s *Server) summary(v *appView, now time.Time, imbalance float64) AppSummary {
-	strict, over := s.factors()
-	sum := AppSummary{Name: v.name, Hosts: v.hosts, Stored: v.stored, InFlight: v.limiter.InFlight(),
-		Queued: v.limiter.Queued(), ConcurrencyLimit: v.limiter.Limits().Concurrency,
-		RateLimit: v.limits.Rate.PerSecond() * strict * over, LiveRates: v.metrics.Live.Rates(now)}
-	if sum.Hosts == nil {
-		sum.Hosts = []string{}
-	}
-	sum.BackendsTotal = v.set.Len()
-	for i := range sum.BackendsTotal {
-		if v.set.Backend(i).Healthy(now) {
-			sum.BackendsHealthy++
-		}
-	}
-	sum.Imbalance, sum.ImbalanceAlert = imbalance, v.alert.Load()
-	if math.IsNaN(sum.Imbalance) || math.IsInf(sum.Imbalance, 0) {
-		sum.Imbalance = 0
-	}
-	return sum
-}
-
-// Apps lists the apps serving, busiest (requests per second) first, then
-// by name; at most limit (≤ 0: all). It also returns how many apps there
-// are. Only the apps listed are summarised whole: ranking costs a few
-// atomic loads per app.
-func (s *Server) Apps(limit int) ([]AppSummary, int) {
-	now := s.clk.Now()
-	type ranked struct {
-		v    *appView
-		rate float64
-	}
-	var all []ranked
-	s.eachView(func(v *appView) { all = append(all, ranked{v, v.metrics.Live.RequestRate(now)}) })
-	slices.SortFunc(all, func(a, b ranked) int {
-		if c := cmp.Compare(b.rate, a.rate); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.v.name, b.v.name)
-	})
-	n := len(all)
-	if limit > 0 && limit < n {
-		all = all[:limit]
-	}
-	out := make([]AppSummary, len(all))
-	for i, r := range all {
-		_, imbalance := r.v.window.Observe(r.v.set, now)
-		out[i] = s.summary(r.v, now, imbalance)
-	}
-	return out, n
-}
-
-// App is one app's detail, or false for an app not serving.
-func (s *Server) App(name string) (AppDetail, bool) {
-	v, ok := s.view(name)
-	if !ok {
-		return AppDetail{}, false
-	}
-	now := s.clk.Now()
-	strict, over := s.factors()
-	shares, imbalance := v.window.Observe(v.set, now)
-	d := AppDetail{AppSummary: s.summary(v, now, imbalance), TopK: v.top.K(), TopClients: []topk.Share{},
-		Backends: v.backendStats(shares), BackendLimits: v.poolStats()}
-	d.Configured = LimitView{Concurrency: v.conf.Concurrency, QueueMaxLen: v.conf.MaxLen, QueueWait: v.conf.MaxWait,
-		Rate: v.limits.Rate.PerSecond(), ClientRate: v.limits.Client.Rate.PerSecond()}
-	in := v.limiter.Limits()
-	d.InForce = LimitView{Concurrency: in.Concurrency, QueueMaxLen: in.MaxLen, QueueWait: in.MaxWait,
-		Rate: d.Configured.Rate * strict * over, ClientRate: d.Configured.ClientRate * strict * over}
-	d.Why = s.why(v, strict, over)
-	if v.top != nil {
-		d.TopClients = v.top.Report(0, 0, 10, 0, now).Clients
-	}
-	return d, true
-}
-
-// why explains how the limits in force differ from the configured ones.
-func (s *Server) why(v *appView, strict, over float64) []string {
-	why := []string{}
-	if v.adaptive {
-		why = append(why, fmt.Sprintf("concurrency is adaptive (gradient, %d to %d): it follows the backends' latency",
-			v.limits.Concurrency.Min, v.limits.Concurrency.Max))
-	}
-	if strict < 1 {
-		why = append(why, fmt.Sprintf("this instance is unexpected (another levee holds the instance lock): limits × %.2f (instance.strict_fraction)", strict))
-	}
-	if over < 1 {
-		why = append(why, fmt.Sprintf("the host is overloaded: limits × %.2f (overload)", over))
-	}
-	return why
-}
-
-// Top is the heaviest clients of app by a dimension over a window, the
-// names as in topk.Dimensions and topk.WindowNames. ok false: no
-// such app; err: a bad parameter.
-func (s *Server) Top(app, by, window string) (topk.Report, bool, error) {
-	d, w, err := topk.Index(by, window)
-	if err != nil {
-		return topk.Report{}, true, err
-	}
-	v, ok := s.view(app)
-	if !ok {
-		return topk.Report{}, false, nil
-	}
-	return v.top.Report(d, w, 0, 0, s.clk.Now()), true, nil
-}
-
-// scaleView is the limit scale as the API shows it, published whenever
-// it changes (the request path reads scaleState.rate instead).
-type scaleView struct {
-	unexpected bool
-	strict     float64
-	overload   float64
-	sample     *overload.Sample // the monitor's last reading; nil before one
+	s.views.Publish(&apps.View{Name: a.name, Hosts: ac.Hosts, Stored: a.stored != nil, Limiter: a.limiter,
+		Conf: a.conf, Limits: &ac.Limits, Metrics: a.metrics, Top: a.top.v, Guard: rt.guard, Window: a.window,
+		Set: a.backends, Alert: a.alert, Adaptive: a.adaptive != nil, Conns: a.conns})
 }
 
 // publishScale publishes the scale; the caller holds s.mu.
-func (s *Server) publishScale() {
-	v := &scaleView{unexpected: s.scale.unexpected, strict: s.scale.strict, overload: s.scale.overload}
-	if old := s.scaleView.Load(); old != nil {
-		v.sample = old.sample
-	}
-	s.scaleView.Store(v)
-}
+func (s *Server) publishScale() { s.views.PublishScale(s.scale.View()) }
 
 // noteSample keeps the overload monitor's last reading for the API; owned
 // by the overload loop.
 func (s *Server) noteSample(sample overload.Sample) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.publishScale()
-	v := *s.scaleView.Load()
-	v.sample = &sample
-	s.scaleView.Store(&v)
+	s.views.NoteSample(s.scale.View(), sample)
 }
 
-// Instance is this levee as GET /api/instance shows it (the process
-// fills in what the server does not know: version, config file).
-type Instance struct {
-	Role string `json:"role"` // active, or unexpected (another levee holds the lock)
-	// StrictFactor scales limits while unexpected; OverloadFactor is the
-	// overload monitor's, with its last reading.
-	StrictFactor   float64                  `json:"strict_factor"`
-	OverloadFactor float64                  `json:"overload_factor"`
-	Signals        *observe.OverloadReading `json:"overload_signals,omitempty"`
-	Cluster        *ClusterState            `json:"cluster,omitempty"` // nil: no cluster
-	Apps           int                      `json:"apps"`
-	ConfigChecksum string                   `json:"config_checksum,omitempty"`
-	ConfigLoaded   time.Time                `json:"config_loaded"`
+// Apps lists the apps serving, busiest first, at most limit (≤ 0: all),
+// and how many there are (apps.Views.Apps).
+func (s *Server) Apps(limit int) ([]apps.AppSummary, int) { return s.views.Apps(limit, s.clk.Now()) }
+
+// App is one app's detail, or false for an app not serving.
+func (s *Server) App(name string) (apps.AppDetail, bool) { return s.views.App(name, s.clk.Now()) }
+
+// Top is the heaviest clients of app by a dimension over a window, the
+// names as in topk.Dimensions and topk.WindowNames. ok false: no such
+// app; err: a bad parameter.
+func (s *Server) Top(app, by, window string) (topk.Report, bool, error) {
+	return s.views.Top(app, by, window, s.clk.Now())
 }
 
-// ClusterState is the cluster's view of Redis.
-type ClusterState struct {
-	Redis         []string `json:"redis"`
-	Reachable     bool     `json:"reachable"`
-	Degraded      bool     `json:"degraded"` // limits split locally while Redis is unreachable
-	LiveInstances int      `json:"live_instances"`
+// EachApp reports every app's state to the metrics collector. Like the
+// admin API it reads the published views, never Server.mu.
+func (s *Server) EachApp(fn func(observe.AppStats)) { s.views.EachStats(s.clk.Now(), fn) }
+
+// AppStats returns one app's state (for the admin API), or false if no such app.
+func (s *Server) AppStats(name string) (observe.AppStats, bool) {
+	return s.views.Stats(name, s.clk.Now())
 }
 
 // Instance reports this instance's role, scale and cluster state.
-func (s *Server) Instance() Instance {
-	in := Instance{Role: "active", StrictFactor: 1, OverloadFactor: 1}
-	if v := s.scaleView.Load(); v != nil {
-		in.StrictFactor, in.OverloadFactor = v.strict, v.overload
-		if v.unexpected {
-			in.Role = "unexpected"
-		}
-		if v.sample != nil {
-			r := observeReading(*v.sample)
-			in.Signals = &r
-		}
-	}
+func (s *Server) Instance() apps.Instance {
+	in := s.views.Instance()
 	snap := s.current.Load()
 	if c := s.cluster; c != nil {
-		in.Cluster = &ClusterState{Redis: snap.cfg.Cluster.Redis.Addrs, Degraded: c.Degraded(), Reachable: !c.Degraded(),
+		in.Cluster = &apps.ClusterState{Redis: snap.cfg.Cluster.Redis.Addrs, Degraded: c.Degraded(), Reachable: !c.Degraded(),
 			LiveInstances: c.Live()}
 	}
-	s.eachView(func(*appView) { in.Apps++ })
 	in.ConfigChecksum, in.ConfigLoaded = snap.cfg.Checksum, snap.loaded
 	return in
 }

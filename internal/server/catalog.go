@@ -6,15 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"slices"
-	"time"
 
 	"github.com/leveeproxy/levee/internal/catalog"
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/limits"
 	"github.com/leveeproxy/levee/internal/limitsconf"
 	"github.com/leveeproxy/levee/internal/observe"
-	"github.com/leveeproxy/levee/internal/ratelimit"
 )
 
 // The rejection reasons of the catalog (SQLite or PostgreSQL).
@@ -94,9 +91,8 @@ func (s *Server) composeStored(r catalog.Record) (*route, error) {
 	return rt, nil
 }
 
-// releaseStored drops one route of a stored app; the last one releases the
-// app's state: its health checker stops, idle connections close and its
-// metrics are forgotten. Requests still using the route finish on it.
+// releaseStored drops one route of a stored app; the last one retires the
+// app to the parked apps.
 func (s *Server) releaseStored(rt *route) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -105,79 +101,7 @@ func (s *Server) releaseStored(rt *route) {
 	if a.storedRefs > 0 || a.stored == nil || s.apps[a.name] != a {
 		return
 	}
-	delete(s.apps, a.name)
-	s.unpublish(a.name)
-	a.metrics.Forget()
-	if a.checker != nil {
-		a.checker.Stop()
-		a.checker = nil // a recomposed app starts its checks again
-	}
-	s.releaseConns(a.dropConns())
-	s.parked.park(a, s.clk.Now(), s.cfg.Catalog.Cache.MaxApps)
-}
-
-// parkedApps keeps evicted stored apps' state until their limits have
-// settled, so that eviction never hands an app a fresh burst or a fresh
-// concurrency limit: an app loaded again within that time takes its old
-// state back, as across a reload. Settled means every rate bucket is full
-// again (burst × interval after the last request at the latest) and, to
-// let requests in flight on the evicted route finish, parkMin has passed.
-// At most max apps are parked; beyond, the one parked longest is dropped.
-type parkedApps struct {
-	apps  map[string]parkedApp
-	order []string // names in parking order; may hold names taken since
-}
-
-type parkedApp struct {
-	a     *app
-	until time.Time
-}
-
-// parkMin is the least time an evicted app's state is kept: longer than a
-// request normally takes, so the concurrency limit keeps counting those
-// still in flight on the evicted route.
-const parkMin = time.Minute
-
-func (p *parkedApps) park(a *app, now time.Time, limit int) {
-	if p.apps == nil {
-		p.apps = map[string]parkedApp{}
-	}
-	settle := parkMin
-	if c := a.stored; c != nil {
-		for _, lim := range []ratelimit.Limit{limitsconf.GCRA(c.Limits.Rate, c.Limits.Burst), limitsconf.GCRA(c.Limits.Client.Rate, c.Limits.Client.Burst)} {
-			settle = max(settle, time.Duration(lim.Burst)*lim.Interval) // a full bucket from empty; 0 when off
-		}
-	}
-	p.apps[a.name] = parkedApp{a: a, until: now.Add(settle)}
-	p.order = append(p.order, a.name)
-	for len(p.apps) > limit && len(p.order) > 0 {
-		name := p.order[0]
-		p.order = p.order[1:]
-		if pa, ok := p.apps[name]; ok {
-			delete(p.apps, name)
-			pa.a.rates.forget()
-			forgetBandwidth(pa.a)
-		}
-	}
-	if len(p.order) > 2*len(p.apps)+16 { // names taken back: compact
-		p.order = slices.DeleteFunc(p.order, func(n string) bool { _, ok := p.apps[n]; return !ok })
-	}
-}
-
-// take returns the parked state of app name if it has not settled yet;
-// settled state is dropped.
-func (p *parkedApps) take(name string, now time.Time) *app {
-	pa, ok := p.apps[name]
-	if !ok {
-		return nil
-	}
-	delete(p.apps, name)
-	if now.After(pa.until) {
-		pa.a.rates.forget()
-		forgetBandwidth(pa.a)
-		return nil
-	}
-	return pa.a
+	s.releaseConns(s.retire(a, true))
 }
 
 // appConfig is the config in force of a (file or stored) app; nil if none.

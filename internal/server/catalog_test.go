@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leveeproxy/levee/internal/apps"
 	"github.com/leveeproxy/levee/internal/catalog"
 	"github.com/leveeproxy/levee/internal/catalog/sqlitestore"
 	"github.com/leveeproxy/levee/internal/clock"
@@ -360,7 +361,7 @@ func TestCatalogEvictionKeepsTheRateState(t *testing.T) {
 		t.Fatalf("one interval later: %d, want 200", c)
 	}
 	status("other.test") // evict limited again, then let its state settle
-	clk.Advance(parkMin + time.Second)
+	clk.Advance(apps.ParkMin + time.Second)
 	for i := range 3 {
 		if c := status("limited.test"); c != http.StatusOK {
 			t.Fatalf("after settling, request %d of a full burst: %d", i+1, c)

@@ -158,12 +158,12 @@ apps:
 	rate := func(p *proxy) int64 {
 		p.srv.mu.Lock()
 		defer p.srv.mu.Unlock()
-		return p.srv.apps["a"].bw.Rate()
+		return p.srv.apps["a"].bw.v.Limiter().Rate()
 	}
 	lim := func(p *proxy) *bandwidth.Limiter {
 		p.srv.mu.Lock()
 		defer p.srv.mu.Unlock()
-		return p.srv.apps["a"].bw
+		return p.srv.apps["a"].bw.v.Limiter()
 	}
 	first := lim(ps[0])
 	deadline := time.Now().Add(10 * time.Second)

@@ -107,8 +107,8 @@ func TestTopClientsAddNoAllocation(t *testing.T) {
 		if c := ctx.Response.StatusCode(); c != http.StatusServiceUnavailable {
 			t.Fatalf("fasthttp: status %d; want the queue's 503", c)
 		}
-		if p.apps["a"].top.K() != topK {
-			t.Fatalf("top_k %d: the app keeps %d", topK, p.apps["a"].top.K())
+		if p.apps["a"].top.v.K() != topK {
+			t.Fatalf("top_k %d: the app keeps %d", topK, p.apps["a"].top.v.K())
 		}
 		return nethttp, fast
 	}

@@ -8,7 +8,7 @@ func (s *Server) sweepRates(done <-chan struct{}, every time.Duration) {
 		now := s.clk.Now()
 		s.mu.Lock()
 		for _, a := range s.apps {
-			a.rates.sweep(now)
+			a.rates.Sweep(now)
 		}
 		s.mu.Unlock()
 	})

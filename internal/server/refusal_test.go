@@ -47,7 +47,7 @@ var refusalCases = []refusalCase{
 		req: func(h *fasthttp.RequestHeader) { h.Set("X-A", longValue) }},
 	{reason: "backend-client-share", limits: "backend_limits: {inflight: 1}", status: 503,
 		hold: func(tb testing.TB, a *app) {
-			if _, err := a.guard.Enter(tb.Context(), "10.0.0.1", time.Now()); err != nil {
+			if _, err := a.guard.v.Enter(tb.Context(), "10.0.0.1", time.Now()); err != nil {
 				tb.Fatal(err)
 			}
 		}},

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/leveeproxy/levee/internal/admit"
+	"github.com/leveeproxy/levee/internal/apps"
 	"github.com/leveeproxy/levee/internal/balance"
 	"github.com/leveeproxy/levee/internal/bandwidth"
 	"github.com/leveeproxy/levee/internal/catalog"
@@ -32,7 +33,6 @@ import (
 	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/leveeproxy/levee/internal/overload"
 	"github.com/leveeproxy/levee/internal/protect"
-	"github.com/leveeproxy/levee/internal/ratelimit"
 	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/spill"
 	"github.com/leveeproxy/levee/internal/topk"
@@ -92,16 +92,19 @@ type Server struct {
 	lazy         *catalog.Lazy[*route]
 	catalogRetry time.Duration
 	// parked holds the state of stored apps the catalog evicted, until
-	// their limits have settled (see park); guarded by mu.
-	parked parkedApps
+	// their limits have settled (apps.Parked); guarded by mu.
+	parked apps.Parked[*app]
 
 	listen    func(network, address string) (net.Listener, error) // Options.Listen
 	listeners []*listener
 	serving   sync.WaitGroup
 
 	// scale is what every app's limits are multiplied by now (an
-	// unexpected instance's strict fraction, the overload factor).
-	scale scaleState
+	// unexpected instance's strict fraction, the overload factor);
+	// guarded by mu, but for its rate factor.
+	scale apps.Scale
+	// overload is the overload monitor, owned by the overload loop.
+	overload overloadWatch
 
 	// cluster shares rate limits through Redis; nil unless cluster mode is
 	// on. It is fixed for the server's life (cluster changes need a restart).
@@ -124,20 +127,16 @@ type Server struct {
 	// Listen took.
 	released sync.Once
 
-	// views are the apps serving, as the admin API reads them (api.go):
-	// name → *appView, published by composeApp.
-	views sync.Map
-	// scaleView is scale as the admin API reads it.
-	scaleView atomic.Pointer[scaleView]
+	// views are the apps serving and the scale, as the admin API reads
+	// them (api.go), published by composeApp and the scale's changes.
+	views apps.Views
 	// tlsMetrics count the TLS listeners' certificate choices (certs.go).
 	tlsMetrics *tlsMetrics
 
 	// exporter sends the spans of traced requests; Serve runs it. refusals
-	// is the tracing.refusals_per_second bucket, kept across reloads while
-	// its rate stays (guarded by mu).
-	exporter     *trace.Exporter
-	refusals     *trace.RefusalLimiter
-	refusalsRate int
+	// is the tracing.refusals_per_second bucket (guarded by mu).
+	exporter *trace.Exporter
+	refusals kept[int, *trace.RefusalLimiter]
 }
 
 // snapshot is one config's routing table, immutable once published.
@@ -167,12 +166,9 @@ type app struct {
 	backends *balance.Set
 	adaptive *limits.Adaptive // nil for a static concurrency limit
 	// ejector takes failing backends out (nil when ejection is off);
-	// checker probes them (nil when health checks are off). Both follow
-	// the app across reloads.
-	ejector     *health.Ejector
-	ejectionCfg config.Ejection
-	checker     *health.Checker
-	healthCfg   config.Health
+	// checker probes them (nil when health checks are off).
+	ejector kept[config.Ejection, *health.Ejector]
+	checker kept[config.Health, *health.Checker]
 	// window measures the backends' shares of requests; alert is whether
 	// the imbalance is over its threshold (guarded by Server.mu).
 	window *balance.Window
@@ -180,24 +176,14 @@ type app struct {
 	// rates holds the app's rate limit state (the app's bucket and one per
 	// client, each made when its limit comes on), kept across reloads so a
 	// reload never hands out a fresh burst.
-	rates *appRates // nil while every rate limit is off
-	// bw paces the app's bytes (nil when limits.bandwidth is off); kept
-	// across reloads unless its settings change.
-	bw     *bandwidth.Limiter
-	bwCfg  config.Bandwidth
-	bwRate int64 // bwCfg.Rate scaled
-	// bwShare sets bw's rate to this instance's share of bwRate in cluster
-	// mode (nil otherwise): by demand, without rebuilding bw.
-	bwShare *cluster.Bandwidth
-	// top counts the heaviest clients (nil when limits.client.top_k is 0);
-	// kept across reloads unless top_k changes.
-	top *topk.ClientTop
-	// guard enforces backend_limits (nil when off); kept across reloads
-	// unless they or the queue bounds change.
-	guard      *protect.Guard
-	guardCfg   config.BackendLimits
-	guardWait  admit.Limits
-	guardScale float64 // the strict factor the guard was made with
+	rates apps.Rates
+	// bw paces the app's bytes (nil when limits.bandwidth is off).
+	bw kept[config.Bandwidth, *apps.Paced]
+	// top counts the heaviest clients (nil when limits.client.top_k is 0).
+	top kept[int, *topk.ClientTop]
+	// guard enforces backend_limits (nil when off); a new one starts with
+	// nothing in flight and a full bucket.
+	guard kept[apps.GuardKey, *protect.Guard]
 	// stored is the config of an app loaded from the catalog (nil
 	// for an app of the config file); storedRefs counts the catalog's
 	// routes composed for it, the last of which releases it.
@@ -245,7 +231,8 @@ func New(cfg *config.Config, o Options) *Server {
 	}
 	s := &Server{log: o.Logger, level: o.LogLevel, clk: o.Clock, listen: o.Listen, apps: map[string]*app{}}
 	s.bg, s.stopBg = context.WithCancel(context.Background())
-	s.scale.init(o.Sampler)
+	s.scale.Init()
+	s.overload = overloadWatch{sampler: o.Sampler, mon: overload.NewMonitor()}
 	s.metrics = observe.NewMetrics(s)
 	s.metrics.SetClock(s.clk)
 	s.tlsMetrics = newTLSMetrics(s.metrics.Registry)
@@ -344,7 +331,7 @@ func (s *Server) applyLocked(cfg *config.Config) {
 	}
 	s.errlog.SetLimits(errorLimits(cfg.Log))
 	s.buffers.SetMax(int64(cfg.Server.BufferMemory))
-	s.scale.setConfig(cfg)
+	s.scale.SetConfig(cfg)
 	trust := forward.NewTrust(cfg.Server.TrustedPrefixes())
 	s.trust = trust
 	entries := make([]catalog.Entry[*route], 0, len(cfg.Apps))
@@ -360,15 +347,7 @@ func (s *Server) applyLocked(cfg *config.Config) {
 	s.publishScale()
 	for name, a := range s.apps {
 		if _, ok := cfg.Apps[name]; !ok && a.stored == nil {
-			delete(s.apps, name)
-			s.unpublish(name)
-			retired = append(retired, a.dropConns()...)
-			a.metrics.Forget()
-			a.rates.forget()
-			forgetBandwidth(a)
-			if a.checker != nil {
-				a.checker.Stop()
-			}
+			retired = append(retired, s.retire(a, false)...)
 		}
 	}
 	// Pools no app uses any more close their idle connections now; those
@@ -384,7 +363,7 @@ func (s *Server) applyLocked(cfg *config.Config) {
 func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, trust forward.Trust) (rt *route, retired []*forward.Upstream) {
 	a := s.apps[name]
 	if a == nil {
-		if a = s.parked.take(name, s.clk.Now()); a != nil {
+		if a, _ = s.parked.Take(name, s.clk.Now(), (*app).forgetLimits); a != nil {
 			a.metrics = s.metrics.App(name) // forgotten when it was parked
 			s.apps[name] = a
 		}
@@ -420,8 +399,8 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 	rt.body = bodyRead{ahead: int64(ac.Limits.RequestBuffer), rate: clientRate(cfg.Server),
 		timeout: cfg.Server.ReadTimeout.D()}
 	a.backends = rt.pool.Set()
-	if a.ejector != nil {
-		a.ejector.Retain(a.backends)
+	if a.ejector.v != nil {
+		a.ejector.v.Retain(a.backends)
 	}
 	s.applyHealth(a, ac.Health)
 	if a.window == nil {
@@ -431,7 +410,7 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 	rt.Gate = limits.Gate{
 		AppRate:    limits.NewRule(name, reply.Rate, limitsconf.GCRA(ac.Limits.Rate, ac.Limits.Burst)),
 		ClientRate: limits.NewRule(name+"-client", reply.ClientRate, limitsconf.GCRA(ac.Limits.Client.Rate, ac.Limits.Client.Burst)),
-		RateFactor: &s.scale.rate,
+		RateFactor: s.scale.RateFactor(),
 		ClientKey:  clientkey.New(ac.Limits.Client.Key),
 		Classes:    limitsconf.Classifier(ac.Limits.Priority),
 		FairShare:  ac.Limits.FairShare,
@@ -442,16 +421,40 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 		Count:      a.metrics,
 		Clock:      s.clk,
 	}
-	s.applyRates(a, rt, ac.Limits.Client.MaxKeys)
+	a.rates.Apply(&rt.Gate, s.cluster, name, ac.Limits.Client.MaxKeys)
 	rt.guard = s.applyBackendLimits(a, ac.BackendLimits, lim)
 	rt.ReadClient = rt.guard != nil
-	if a.top.K() != ac.Limits.Client.TopK {
-		a.top = topk.NewClientTop(ac.Limits.Client.TopK)
-	}
-	rt.top = a.top
+	rt.top = a.top.apply(ac.Limits.Client.TopK, topk.NewClientTop, nil)
 	rt.cert = newRouteCert(ac)
 	s.publish(a, ac, rt)
 	return rt, retired
+}
+
+// retire takes app a out of service, the one way an app is torn down: it
+// leaves the apps and the admin API, its health checks stop and its
+// metrics are forgotten; the connection pools it held are returned, for
+// the caller to release (releaseConns) once no new route uses them. A
+// parked app (a stored app the catalog evicted) keeps its limits' state
+// until they settle (apps.Parked); otherwise that state goes now. Requests
+// still on a route of a finish on it. Callers hold s.mu.
+func (s *Server) retire(a *app, park bool) []*forward.Upstream {
+	delete(s.apps, a.name)
+	s.views.Unpublish(a.name)
+	a.metrics.Forget()
+	a.checker.reset(stopChecker) // a recomposed app starts its checks again
+	if park {
+		s.parked.Park(a.name, a, apps.Settled(a.stored, s.clk.Now()), s.cfg.Catalog.Cache.MaxApps, (*app).forgetLimits)
+	} else {
+		a.forgetLimits()
+	}
+	return a.dropConns()
+}
+
+// forgetLimits drops the limits' state a's limiters keep outside this
+// process (the cluster's rate store and bandwidth share).
+func (a *app) forgetLimits() {
+	a.rates.Forget()
+	a.bw.reset((*apps.Paced).Forget)
 }
 
 // dropConns takes the app's connection pools away from it, for the caller
@@ -470,26 +473,10 @@ func (s *Server) releaseConns(conns []*forward.Upstream) {
 	}
 }
 
-// applyBackendLimits returns the app's backend_limits guard, made anew only
-// when they or the queue bounds change: a new guard starts with nothing in
-// flight and a full bucket.
-// An unexpected instance's guard is scaled to its strict fraction (see scale.go).
+// applyBackendLimits returns the app's backend_limits guard (nil when off).
 func (s *Server) applyBackendLimits(a *app, cfg config.BackendLimits, wait admit.Limits) *protect.Guard {
-	strict := s.scale.strict
-	if a.guard != nil && a.guardCfg == cfg && a.guardWait == wait && a.guardScale == strict {
-		return a.guard
-	}
-	var rate ratelimit.Limit
-	if cfg.Rate != (config.Rate{}) {
-		rate = scaleRate(limitsconf.GCRA(cfg.Rate, cfg.Burst), strict)
-	}
-	inflight := cfg.Inflight
-	if inflight > 0 {
-		inflight = scaleCount(inflight, strict)
-	}
-	a.guard = protect.New(protect.Options{Inflight: inflight, Wait: wait, Rate: rate, Clock: s.clk})
-	a.guardCfg, a.guardWait, a.guardScale = cfg, wait, strict
-	return a.guard
+	return a.guard.apply(apps.GuardKey{Config: cfg, Wait: wait, Strict: s.scale.Strict()},
+		func(k apps.GuardKey) *protect.Guard { return apps.NewGuard(k, s.clk) }, nil)
 }
 
 // applyConcurrency sets an app's limiter: a static limit, or an adaptive
@@ -498,10 +485,10 @@ func (s *Server) applyBackendLimits(a *app, cfg config.BackendLimits, wait admit
 // keeps them as configured for the next change of factor.
 func (s *Server) applyConcurrency(a *app, c config.Concurrency, lim admit.Limits) {
 	a.conf = lim
-	f := s.scale.limitFactor()
+	f := s.scale.LimitFactor()
 	if c.Adaptive != config.AdaptiveGradient {
 		a.adaptive = nil
-		a.limiter.SetLimits(scaleLimits(lim, f))
+		a.limiter.SetLimits(apps.ScaleLimits(lim, f))
 		return
 	}
 	if a.adaptive != nil && a.adaptive.Config() == limitsconf.Gradient(c) {
@@ -513,153 +500,59 @@ func (s *Server) applyConcurrency(a *app, c config.Concurrency, lim admit.Limits
 
 // applyBandwidth makes, keeps or drops an app's bandwidth limiter. A new
 // one is made only when limits.bandwidth changes; a new scale (the strict
-// fraction) changes its rate in place, so neither it nor the cluster's
-// demand sharing ever hands out a fresh burst.
+// fraction) changes its rate in place.
 func (s *Server) applyBandwidth(a *app, cfg config.Bandwidth) *bandwidth.Limiter {
-	if cfg.Rate == 0 {
-		forgetBandwidth(a)
-		a.bw = nil
+	p := a.bw.apply(cfg, func(cfg config.Bandwidth) *apps.Paced {
+		return apps.NewPaced(a.name, cfg, &s.scale, s.cluster, s.clk)
+	}, (*apps.Paced).Forget)
+	if p == nil {
 		return nil
 	}
-	rate := s.scale.bandwidthRate(int64(cfg.Rate))
-	if a.bw != nil && a.bwCfg == cfg {
-		if a.bwRate != rate {
-			a.bwRate = rate
-			if a.bwShare != nil {
-				a.bwShare.SetLimit(rate)
-			} else {
-				a.bw.SetRate(rate)
-			}
-		}
-		return a.bw
-	}
-	forgetBandwidth(a)
-	// The least rate it may be set to: the strict fraction of the limit,
-	// and in cluster mode a share at its floor (cluster.FloorPercent of the
-	// limit ÷ live instances), taken as a thousandth: up to 20 instances.
-	least := int64(float64(cfg.Rate) * min(s.scale.fraction, 1))
-	if s.cluster != nil {
-		least /= 1000
-	}
-	l, err := bandwidth.New(bandwidthOptions(a.name, rate, least, cfg.MaxDelay.D(), s.clk))
-	if err != nil { // validated config: a broken invariant
-		panic(fmt.Sprintf("server: bandwidth: %v", err))
-	}
-	a.bw, a.bwCfg, a.bwRate = l, cfg, rate
-	if s.cluster != nil {
-		a.bwShare = s.cluster.Bandwidth(a.name, l, rate)
-	}
-	return a.bw
+	p.SetRate(s.scale.BandwidthRate(int64(cfg.Rate)))
+	return p.Limiter()
 }
 
 // applyEjection makes, keeps or drops an app's outlier ejector.
 func (s *Server) applyEjection(a *app, cfg config.Ejection) {
-	if cfg.MaxEjected == 0 {
-		a.ejector = nil
-		return
-	}
-	if a.ejector != nil && a.ejectionCfg == cfg {
-		return
-	}
-	e, err := health.NewEjector(health.Ejection{ConsecutiveFailures: cfg.ConsecutiveFailures,
-		BaseTime: cfg.BaseTime.D(), MaxTime: cfg.MaxTime.D(), MaxEjectedPercent: int(cfg.MaxEjected)},
-		health.EjectorOptions{Logger: s.log.With("app", a.name)})
-	if err != nil { // validated config: a broken invariant
-		panic(fmt.Sprintf("server: ejection: %v", err))
-	}
-	a.ejector, a.ejectionCfg = e, cfg
+	a.ejector.apply(cfg, func(cfg config.Ejection) *health.Ejector {
+		return apps.NewEjector(cfg, s.log.With("app", a.name))
+	}, nil)
 }
 
 // outcomes is what the app's pool reports finished requests to.
 func (a *app) outcomes() forward.OutcomeObserver {
-	if a.ejector == nil {
+	if a.ejector.v == nil {
 		return nil
 	}
-	return a.ejector
+	return a.ejector.v
 }
 
 // applyHealth starts, updates or stops an app's active health checker.
 // Its goroutine belongs to the server and ends at shutdown.
 func (s *Server) applyHealth(a *app, cfg config.Health) {
-	if a.checker != nil && a.healthCfg == cfg {
-		a.checker.Update(a.backends)
-		return
+	c := a.checker.apply(cfg, func(cfg config.Health) *health.Checker { return s.newChecker(a, cfg) }, stopChecker)
+	if c != nil {
+		c.Update(a.backends)
 	}
-	if a.checker != nil {
-		a.checker.Stop()
-		a.checker = nil
-	}
-	a.healthCfg = cfg
-	if cfg.Path == "" {
-		return
-	}
-	c, err := health.NewChecker(a.backends, health.Check{Path: cfg.Path, Interval: cfg.Interval.D(),
-		Timeout: cfg.Timeout.D(), Healthy: cfg.Healthy, Unhealthy: cfg.Unhealthy},
-		health.CheckerOptions{Clock: s.clk, Logger: s.log.With("app", a.name)})
-	if err == nil && s.started { // else Serve starts it
-		err = c.Start(s.bg)
-	}
-	if err != nil { // validated config: a broken invariant
-		panic(fmt.Sprintf("server: health: %v", err))
-	}
-	a.checker = c
 }
 
-// newRateStore makes a rate limit table of maxKeys keys.
-func newRateStore(maxKeys int) *ratelimit.LocalStore { return limits.NewStore(maxKeys) }
-
-// EachApp reports every app's state to the metrics collector. Like the
-// admin API it reads the published views, never Server.mu.
-func (s *Server) EachApp(fn func(observe.AppStats)) {
-	now := s.clk.Now()
-	s.eachView(func(v *appView) { fn(v.stats(now)) })
-}
-
-// AppStats returns one app's state (for the admin API), or false if no such app.
-func (s *Server) AppStats(name string) (observe.AppStats, bool) {
-	v, ok := s.view(name)
-	if !ok {
-		return observe.AppStats{}, false
-	}
-	return v.stats(s.clk.Now()), true
-}
-
-// stats reads an app's gauges and its backends' distribution over the
-// last window.
-func (v *appView) stats(now time.Time) observe.AppStats {
-	st := observe.AppStats{Name: v.name, InFlight: v.limiter.InFlight(), Queued: v.limiter.Queued(),
-		Limit: v.limiter.Limits().Concurrency, Overloaded: v.limiter.Overloaded(), ImbalanceAlert: v.alert.Load(),
-		TopClients: v.top.Top(now)}
-	st.Pool = v.poolStats()
-	var shares []balance.Share
-	shares, st.Imbalance = v.window.Observe(v.set, now)
-	st.Backends = v.backendStats(shares)
-	return st
-}
-
-// poolStats is v's backend_limits state (nil when off).
-func (v *appView) poolStats() *observe.PoolStats {
-	if v.guard == nil {
-		return nil
-	}
-	g := v.guard.Stats()
-	return &observe.PoolStats{InFlight: g.InFlight, Queued: g.Queued, InflightLimit: g.InflightLimit, Rate: g.Rate}
-}
-
-func (v *appView) backendStats(shares []balance.Share) []observe.BackendStats {
-	out := make([]observe.BackendStats, 0, len(shares))
-	for _, sh := range shares {
-		b := observe.BackendStats{Addr: sh.ID, Weight: sh.Weight, Healthy: sh.Healthy,
-			InFlight: sh.InFlight, Latency: sh.Latency, Share: sh.Share, Requests: sh.Requests}
-		for _, c := range v.conns {
-			if c.Addr() == sh.ID {
-				b.Conns = observe.NewConnStats(c.Counts())
-				break
-			}
+// newChecker makes a's health checker (nil when checks are off), started
+// only once Serve has begun (else Serve starts it).
+func (s *Server) newChecker(a *app, cfg config.Health) *health.Checker {
+	c := apps.NewChecker(a.backends, cfg, s.clk, s.log.With("app", a.name))
+	if c != nil && s.started {
+		if err := c.Start(s.bg); err != nil { // a new checker: a broken invariant
+			panic(fmt.Sprintf("server: health: %v", err))
 		}
-		out = append(out, b)
 	}
-	return out
+	return c
+}
+
+// stopChecker ends a health checker's goroutine; nil does nothing.
+func stopChecker(c *health.Checker) {
+	if c != nil {
+		c.Stop()
+	}
 }
 
 // Distribution alerts: the imbalance of each app is evaluated every
@@ -766,8 +659,8 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.mu.Lock()
 	s.started = true
 	for _, a := range s.apps {
-		if a.checker != nil {
-			a.checker.Start(s.bg) // never started: New and apply start none
+		if a.checker.v != nil {
+			a.checker.v.Start(s.bg) // never started: New and apply start none
 		}
 	}
 	s.mu.Unlock()
@@ -871,9 +764,7 @@ func (s *Server) stopHealthChecks() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, a := range s.apps {
-		if a.checker != nil {
-			a.checker.Stop()
-		}
+		stopChecker(a.checker.v)
 	}
 }
 

@@ -28,10 +28,8 @@ func (s *Server) applyTracing(cfg config.Tracing) *tracer {
 	}
 	s.exporter.SetConfig(trace.ExportConfig{URL: trace.TracesURL(cfg.Endpoint), Headers: cfg.Headers,
 		Timeout: cfg.Timeout.D(), ServiceName: cfg.ServiceName})
-	if s.refusals == nil || s.refusalsRate != cfg.RefusalsPerSecond {
-		s.refusals, s.refusalsRate = trace.NewRefusalLimiter(cfg.RefusalsPerSecond), cfg.RefusalsPerSecond
-	}
-	return &tracer{sampler: trace.NewSampler(cfg.SampleRatio), refusals: s.refusals, export: s.exporter}
+	refusals := s.refusals.apply(cfg.RefusalsPerSecond, trace.NewRefusalLimiter, nil)
+	return &tracer{sampler: trace.NewSampler(cfg.SampleRatio), refusals: refusals, export: s.exporter}
 }
 
 // beginTrace starts the trace state of a routed request that arrived at

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/leveeproxy/levee/internal/server"
+	"github.com/leveeproxy/levee/internal/apps"
 	"github.com/leveeproxy/levee/internal/topk"
 )
 
@@ -151,7 +151,7 @@ func header(s *Snapshot, v View) []string {
 	return []string{first, second, third}
 }
 
-func clusterText(c *server.ClusterState) string {
+func clusterText(c *apps.ClusterState) string {
 	if c == nil {
 		return "cluster off"
 	}

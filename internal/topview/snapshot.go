@@ -8,7 +8,7 @@ import (
 	"encoding/json"
 	"time"
 
-	"github.com/leveeproxy/levee/internal/server"
+	"github.com/leveeproxy/levee/internal/apps"
 	"github.com/leveeproxy/levee/internal/topk"
 )
 
@@ -23,12 +23,12 @@ type Snapshot struct {
 	// Instance is GET /api/instance.
 	Instance Instance
 	// Apps are the busiest apps (GET /api/apps), Total how many serve.
-	Apps  []server.AppSummary
+	Apps  []apps.AppSummary
 	Total int
 	// App is the selected app's detail (GET /api/apps/{app}) and Top its
 	// heaviest clients (GET /api/apps/{app}/top); both nil when no app
 	// serves.
-	App *server.AppDetail
+	App *apps.AppDetail
 	Top *topk.Report
 
 	raw rawSnapshot
@@ -36,7 +36,7 @@ type Snapshot struct {
 
 // Instance is GET /api/instance: the server's part and the build.
 type Instance struct {
-	server.Instance
+	apps.Instance
 	Build struct {
 		Version  string `json:"version"`
 		Revision string `json:"revision"`
@@ -80,7 +80,7 @@ func (s *Snapshot) setRaw(raw rawSnapshot) error {
 		}
 	}
 	if isObject(raw.App) {
-		s.App = new(server.AppDetail)
+		s.App = new(apps.AppDetail)
 		if err := json.Unmarshal(raw.App, s.App); err != nil {
 			return err
 		}
