@@ -17,7 +17,7 @@ import (
 
 // gate is a toy edge with a concurrency limit of slots in front of the
 // drill's backend (set by the drill through OnBackends); a request waits at
-// most 100 ms for a slot, then gets 503. Streaming, it holds the slot while
+// most gateWait for a slot, then gets 503. Streaming, it holds the slot while
 // the body comes in and the response goes out, as levee did in the incident;
 // buffered, it reads the whole body before it takes a slot and the whole
 // response before it gives the slot back.
@@ -42,8 +42,13 @@ func (g *gate) onBackends(_ string, bs []*Backend) error {
 	return nil
 }
 
+// gateWait is long beside a slot's hold by a buffered gate (a few ms), so
+// that a busy CI machine cannot make the good edge refuse its victim, and
+// short beside the attack, so that the streaming gate's held slots do.
+const gateWait = time.Second
+
 func (g *gate) acquire() bool {
-	t := time.NewTimer(100 * time.Millisecond)
+	t := time.NewTimer(gateWait)
 	defer t.Stop()
 	select {
 	case g.slots <- struct{}{}:
