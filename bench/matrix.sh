@@ -20,7 +20,9 @@
 #   haproxy  nbthread 1, http-reuse always, bind ssl alpn h2,http/1.1
 # Load: wrk -t1 for HTTP/1.1 (plain and TLS), h2load -t1 -m1 for h2 (one stream at a time per
 # connection, so N connections are N requests in flight, as with wrk). One ECDSA P-256 certificate.
-# Figures per point and peer: requests/s, proxy CPU µs per request (utime+stime of the proxy from
+# Figures per point and peer: 2xx responses/s (a refusal is not throughput: levee's default limits
+# refuse at 1,024 connections on one core, nginx's config has none), proxy CPU µs per answered
+# request, of any status (utime+stime of the proxy from
 # /proc, over the run), p99 (wrk's; h2load's from its per-request log), and backend dials per 1,000
 # requests (connections the backend accepted from 1 s into the run to its end, from its /__conns,
 # ÷ the requests of that window × 1,000). DURATION must be at least 2s.
@@ -139,21 +141,22 @@ url() {
 
 backend_conns() { curl -s -m 2 "http://127.0.0.1:$BACKEND_PORT/__conns" || echo 0; }
 
-# load PEER PROTO CONNS DURATION OUT — run the load; prints "requests p99_ms errors"
+# load PEER PROTO CONNS DURATION OUT — run the load; prints "ok p99_ms errors answered": ok are
+# the 2xx answers (a proxy's refusals are not throughput), answered every response, of any status
 load() {
   local peer=$1 proto=$2 n=$3 d=$4 out=$5 limit
   limit=$(( $(to_secs "$d") + 30 ))
   if [[ $proto == h2tls ]]; then
     "${ON_LOAD_CPU[@]}" timeout -k 5 "$limit" h2load -t1 -c"$n" -m1 -D "$(to_secs "$d")" \
       -H ':authority: bench.local' --log-file="$out.log" "$(url "$peer" "$proto")" >"$out" 2>&1 || true
-    awk '/^requests:/ { req=$8; err=$10+$12 } END { printf "%d ", req+0 }' "$out"
+    awk '/^status codes:/ { ok=$3 } END { printf "%d ", ok+0 }' "$out"
     # h2load's log: start time, status, latency (µs) per request
     if [[ -s $out.log ]]; then
       awk '{print $3}' "$out.log" | sort -n | awk '{a[NR]=$1} END { i=int(NR*0.99); if(i<1)i=1; printf "%.3f ", a[i]/1000 }'
     else
       printf "nan "
     fi
-    awk '/^requests:/ { print $10+$12 }' "$out"
+    awk '/^requests:/ { done=$6 } /^status codes:/ { ok=$3 } END { printf "%d %d\n", done-ok, done+0 }' "$out"
   else
     "${ON_LOAD_CPU[@]}" timeout -k 5 "$limit" wrk -t1 -c"$n" -d"$d" --latency -H 'Host: bench.local' \
       "$(url "$peer" "$proto")" >"$out" 2>&1 || true
@@ -162,9 +165,9 @@ load() {
         if(u=="us") return x/1000; if(u=="ms") return x; if(u=="s") return x*1000; return x }
       / requests in /              { reqs=$1 }
       /^ +99%/                     { p99=ms($2) }
-      /Non-2xx or 3xx responses:/  { err+=$NF }
+      /Non-2xx or 3xx responses:/  { err+=$NF; non2xx=$NF }
       /Socket errors:/             { for(i=1;i<=NF;i++) if($i ~ /^[0-9]+,?$/) { v=$i; sub(/,/,"",v); err+=v } }
-      END { printf "%d %.3f %d\n", reqs+0, p99+0, err }' "$out"
+      END { printf "%d %.3f %d %d\n", reqs-non2xx, p99+0, err, reqs+0 }' "$out"
   fi
 }
 
@@ -192,13 +195,13 @@ for pin in "${PIN_LIST[@]}"; do
         b1=$(backend_conns)
         t1=$(date +%s.%N)
         c1=$(cpu_ticks "${PID[$peer]}")
-        read -r reqs p99 errs <"$out.sum"
+        read -r reqs p99 errs answered <"$out.sum"
         awk -v pin="$pin" -v proto="$proto" -v n="$n" -v peer="$peer" -v reqs="$reqs" -v p99="$p99" \
-            -v errs="$errs" -v dc=$((c1 - c0)) -v hz="$CLK_TCK" -v db=$((b1 - b0 - 1)) -v t0="$t0" -v t1="$t1" \
+            -v errs="$errs" -v answered="${answered:-0}" -v dc=$((c1 - c0)) -v hz="$CLK_TCK" -v db=$((b1 - b0 - 1)) -v t0="$t0" -v t1="$t1" \
             -v d="$(to_secs "$DURATION")" 'BEGIN {
           if (db < 0) db = 0
-          counted = reqs * (d - 1) / d  # the requests of the window dials are counted in
-          if (reqs > 0) printf "%s\t%s\t%s\t%s\t%.0f\t%.1f\t%s\t%.2f\t%d\n", pin, proto, n, peer, reqs/(t1-t0), dc/hz*1e6/reqs, p99, db*1000/counted, errs
+          counted = answered * (d - 1) / d  # the requests of the window dials are counted in
+          if (reqs > 0) printf "%s\t%s\t%s\t%s\t%.0f\t%.1f\t%s\t%.2f\t%d\n", pin, proto, n, peer, reqs/(t1-t0), dc/hz*1e6/answered, p99, db*1000/counted, errs
           else printf "%s\t%s\t%s\t%s\tnan\tnan\tnan\tnan\t%d\n", pin, proto, n, peer, errs }' >>"$results"
         log "$(tail -1 "$results")"
       done
@@ -289,7 +292,7 @@ if ((WRITE)); then
     echo "- machine: $(nproc) CPUs, ${CPU_MODEL:-unknown CPU}, $(uname -sr)"
     echo "- versions: levee $LEVEE_REV ($GO_VER), nginx $NGINX_VER, haproxy $HAPROXY_VER, wrk $WRK_VER, h2load $H2LOAD_VER"
     echo "- setup: one worker thread per proxy; levee's config as a new user writes it (default limits), nginx upstream keepalive 1024, haproxy http-reuse always; ECDSA P-256 certificate; pinning alone: proxy on CPU 0, backend + load on CPU 1; shared: proxy + backend on CPU 0, load on CPU 1"
-    echo "- figures: requests/s over the run; proxy CPU per request from /proc; p99 (h2load's from its per-request log); backend dials per 1,000 requests from the backend's accepted connections"
+    echo "- figures: 2xx responses/s over the run (refusals are not counted as throughput); proxy CPU per answered request from /proc; p99 (h2load's from its per-request log); backend dials per 1,000 requests from the backend's accepted connections"
     echo
     cat "$table"
   } >"$tmp/section.body"
