@@ -10,7 +10,7 @@
 #                        shared: proxy and backend on CPU 0, load alone on CPU 1
 #   BACKEND_PORT [9101]   PORT_BASE [18080]: nginx on it (TLS +100), haproxy +1, levee +2, admin +12
 #   OVERLOAD_CONNS [512 4000]  the open-loop overload's connections ("" skips it)
-#   OVERLOAD_DURATION [5s]     per overload run
+#   OVERLOAD_DURATION [5s]     per overload run   OVERLOAD_ROUNDS [3]  its rounds (medians)
 #
 # The points: protocol (HTTP/1.1, HTTP/1.1 over TLS, h2 over TLS) × client connections × pinning.
 # At each, the same backend (bench/backend, 100-byte answers, GOMAXPROCS=1) is loaded through levee,
@@ -33,7 +33,8 @@
 # (the lowest throughput or goodput ratio, the highest CPU or p99 ratio), never the best. Run it
 # alone on the machine.
 # Runtime at defaults: 2 pinnings × 3 protocols × 3 sizes × 3 peers × 6 s ≈ 6 min, plus the
-# overload's 2 × 2 rates × 4 targets × ~7 s ≈ 2 min, plus builds.
+# overload's 2 × 2 rates × 4 targets × 3 rounds × ~7 s ≈ 6 min, plus builds. One round of the
+# overload is not a figure: a single round gave 0.06 and 0.72 at one point an hour apart.
 set -euo pipefail
 
 BENCH_NAME=matrix.sh
@@ -217,7 +218,7 @@ overload="$tmp/overload.tsv"   # conns rate peer goodput_ratio p99_ratio cpu_rat
 : >"$overload"
 for n in "${OVERLOAD_LIST[@]}"; do
   log "overload: bench/overload.sh at 3x and 10x with $n connections, the proxy sharing the backend's core"
-  if ! PIN_MODE=shared CONNS=$n BASE_RATE=0 CAL_DURATION=0 IDLE_WAIT=0 ROUNDS=1 DURATION="${OVERLOAD_DURATION:-5s}" \
+  if ! PIN_MODE=shared CONNS=$n BASE_RATE=0 CAL_DURATION=0 IDLE_WAIT=0 ROUNDS="${OVERLOAD_ROUNDS:-3}" DURATION="${OVERLOAD_DURATION:-5s}" \
       bash "$(dirname "$0")/overload.sh" >"$tmp/overload-$n.md" 2>"$tmp/overload-$n.err"; then
     log "overload.sh with $n connections failed:"; tail -5 "$tmp/overload-$n.err" >&2; continue
   fi
