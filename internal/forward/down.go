@@ -5,13 +5,13 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/leveeproxy/levee/internal/admit"
-	"github.com/leveeproxy/levee/internal/ascii"
 	"github.com/leveeproxy/levee/internal/clientkey"
 	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/shape"
@@ -227,17 +227,8 @@ func (d *httpDown) send(b *fastBody, n int) {
 }
 
 func isEventStream(h http.Header) bool {
-	ct, _, _ := stringsCut(h.Get("Content-Type"), ';')
-	return ascii.EqualFold(trimSpace([]byte(ct)), "text/event-stream")
-}
-
-func stringsCut(s string, sep byte) (before, after string, found bool) {
-	for i := range len(s) {
-		if s[i] == sep {
-			return s[:i], s[i+1:], true
-		}
-	}
-	return s, "", false
+	ct, _, _ := strings.Cut(h.Get("Content-Type"), ";")
+	return strings.EqualFold(strings.TrimSpace(ct), "text/event-stream")
 }
 
 func (d *httpDown) fail(f failure) {

@@ -596,7 +596,14 @@ func (c *conn) flushRefund() {
 // the client has left, whichever is less) is due.
 func (c *conn) sendRefunds(st *stream, lazy bool) {
 	c.mu.Lock()
-	var connIncr, stIncr int64
+	connIncr, stIncr, id := c.takeRefundsLocked(st)
+	c.mu.Unlock()
+	c.writeRefunds(connIncr, stIncr, id, lazy)
+}
+
+// takeRefundsLocked takes the window increments due on the connection
+// and, if st is set and still the connection's, on st; c.mu is held.
+func (c *conn) takeRefundsLocked(st *stream) (connIncr, stIncr int64, id uint32) {
 	if c.recvUnsent > 0 && (c.recvUnsent >= connRecvWindow/8 || c.recvUnsent >= c.recvAvail) {
 		connIncr = c.recvUnsent
 		c.recvAvail += connIncr
@@ -608,11 +615,14 @@ func (c *conn) sendRefunds(st *stream, lazy bool) {
 		st.recvAvail += stIncr
 		st.recvUnsent = 0
 	}
-	var id uint32
 	if st != nil {
 		id = st.id
 	}
-	c.mu.Unlock()
+	return connIncr, stIncr, id
+}
+
+// writeRefunds writes the WINDOW_UPDATE frames takeRefundsLocked took.
+func (c *conn) writeRefunds(connIncr, stIncr int64, id uint32, lazy bool) {
 	if connIncr == 0 && stIncr == 0 {
 		return
 	}

@@ -528,28 +528,36 @@ func (st *stream) sendHeadersOnly() error {
 // waitWindow waits for a WINDOW_UPDATE (or SETTINGS) that may open a
 // window, the stream's end, or its write deadline.
 func (st *stream) waitWindow() error {
-	dl := st.writeDeadline
+	if !waitWake(st.wwake, &st.wtimer, st.writeDeadline) {
+		st.resetFromHandler(ErrCodeInternal, os.ErrDeadlineExceeded)
+		return os.ErrDeadlineExceeded
+	}
+	return nil
+}
+
+// waitWake waits for wake until dl (zero: none), with *t as its timer
+// (made on first use, kept for the next wait). It reports false if dl
+// passed first, or had passed already.
+func waitWake(wake <-chan struct{}, t **time.Timer, dl time.Time) bool {
 	if dl.IsZero() {
-		<-st.wwake
-		return nil
+		<-wake
+		return true
 	}
 	d := dl.Sub(timeNow())
 	if d <= 0 {
-		st.resetFromHandler(ErrCodeInternal, os.ErrDeadlineExceeded)
-		return os.ErrDeadlineExceeded
+		return false
 	}
-	if st.wtimer == nil {
-		st.wtimer = time.NewTimer(d)
+	if *t == nil {
+		*t = time.NewTimer(d)
 	} else {
-		st.wtimer.Reset(d)
+		(*t).Reset(d)
 	}
 	select {
-	case <-st.wwake:
-		st.wtimer.Stop()
-		return nil
-	case <-st.wtimer.C:
-		st.resetFromHandler(ErrCodeInternal, os.ErrDeadlineExceeded)
-		return os.ErrDeadlineExceeded
+	case <-wake:
+		(*t).Stop()
+		return true
+	case <-(*t).C:
+		return false
 	}
 }
 
@@ -797,24 +805,12 @@ func (b *requestBody) Read(p []byte) (int, error) {
 		}
 		dl := b.deadline
 		c.mu.Unlock()
-		if dl.IsZero() {
-			<-b.wake
-		} else {
-			d := dl.Sub(timeNow())
-			if d <= 0 {
-				return 0, os.ErrDeadlineExceeded
-			}
-			if b.timer == nil {
-				b.timer = time.NewTimer(d)
-			} else {
-				b.timer.Reset(d)
-			}
-			select {
-			case <-b.wake:
-				b.timer.Stop()
-			case <-b.timer.C:
-			}
+		if !dl.IsZero() && !timeNow().Before(dl) {
+			return 0, os.ErrDeadlineExceeded
 		}
+		// Woken or timed out, the loop looks again: bytes that came with
+		// the deadline are read, and the next turn returns its error.
+		waitWake(b.wake, &b.timer, dl)
 		c.mu.Lock()
 	}
 }
@@ -828,42 +824,14 @@ func (b *requestBody) readErr(err error) error {
 	return err
 }
 
-// sendBodyRefunds gives back the windows a read consumed.
+// sendBodyRefunds gives back the windows a read consumed. b.st is read
+// under c.mu: the stream's update goes out only while it is still the
+// connection's.
 func (c *conn) sendBodyRefunds(b *requestBody) {
 	c.mu.Lock()
-	st := b.st
-	if st == nil || !st.inMap {
-		c.mu.Unlock()
-		c.sendRefunds(nil, false)
-		return
-	}
-	// st is held by its handler, which cannot free it before this
-	// returns only if this is the handler's goroutine; so the stream's
-	// update is written under c.mu's snapshot of its id.
-	var connIncr, stIncr int64
-	if c.recvUnsent > 0 && (c.recvUnsent >= connRecvWindow/8 || c.recvUnsent >= c.recvAvail) {
-		connIncr = c.recvUnsent
-		c.recvAvail += connIncr
-		c.recvUnsent = 0
-	}
-	if !st.remoteEnded && st.recvUnsent > 0 && (st.recvUnsent >= streamRecvWindow/8 || st.recvUnsent >= st.recvAvail) {
-		stIncr = st.recvUnsent
-		st.recvAvail += stIncr
-		st.recvUnsent = 0
-	}
-	id := st.id
+	connIncr, stIncr, id := c.takeRefundsLocked(b.st)
 	c.mu.Unlock()
-	if connIncr == 0 && stIncr == 0 {
-		return
-	}
-	c.lockWrite()
-	if connIncr > 0 {
-		c.wbuf = appendWindowUpdate(c.wbuf, 0, uint32(connIncr))
-	}
-	if stIncr > 0 {
-		c.wbuf = appendWindowUpdate(c.wbuf, id, uint32(stIncr))
-	}
-	c.unlockWrite(time.Time{})
+	c.writeRefunds(connIncr, stIncr, id, false)
 }
 
 // write100 sends 100 Continue, unless the response has begun.

@@ -65,6 +65,22 @@ func spillConfig(backend, limits, dir, spill string) string {
 	return oneSlot(backend, limits) + fmt.Sprintf("server: {spill: {dir: %s%s}}\n", dir, spill)
 }
 
+// expectSpilled waits until p has spilled one response of spillSize and
+// given back its slot, then checks that what the client's socket took
+// before its writes stalled streamed and the rest is on disk, unlinked
+// from dir, and that others are served meanwhile (what).
+func expectSpilled(t *testing.T, p *proxy, dir, what string) {
+	t.Helper()
+	waitFor(t, "the response to be spilled and the slot given back", func() bool {
+		return p.metric("levee_spilled_total", nil) == 1 && p.metric("levee_inflight", map[string]string{"app": "photos"}) == 0
+	})
+	if got := p.metric("levee_spill_bytes", nil); got <= 0 || got >= spillSize {
+		t.Fatalf("levee_spill_bytes = %v; want the rest of the %d-byte response after what streamed", got, spillSize)
+	}
+	expectEmptyDir(t, dir)
+	expectServed(t, p, 5, what)
+}
+
 func expectEmptyDir(t *testing.T, dir string) {
 	t.Helper()
 	if es, err := os.ReadDir(dir); err != nil || len(es) != 0 {
@@ -82,16 +98,7 @@ func TestSlowReaderPastTheBufferHoldsNoSlot(t *testing.T) {
 	p := startProxy(t, spillConfig(be.addr(), "", dir, ""))
 	c := slowReader(t, p)
 	fmt.Fprintf(c, "GET /big HTTP/1.1\r\nHost: photos.test\r\n\r\n")
-	waitFor(t, "the response to be spilled and the slot given back", func() bool {
-		return p.metric("levee_spilled_total", nil) == 1 && p.metric("levee_inflight", map[string]string{"app": "photos"}) == 0
-	})
-	// What the client's socket took before its writes stalled streamed;
-	// the rest is on disk.
-	if got := p.metric("levee_spill_bytes", nil); got <= 0 || got >= spillSize {
-		t.Fatalf("levee_spill_bytes = %v; want the rest of the %d-byte response after what streamed", got, spillSize)
-	}
-	expectEmptyDir(t, dir)
-	expectServed(t, p, 5, "while a client reads a spilled response slowly")
+	expectSpilled(t, p, dir, "while a client reads a spilled response slowly")
 	c.(*net.TCPConn).SetReadBuffer(1 << 20) // now read it at loopback speed
 	c.SetReadDeadline(time.Now().Add(guard))
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
@@ -125,14 +132,7 @@ func TestSlowReaderPastTheBufferHoldsNoSlotOverH2(t *testing.T) {
 		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
 	}
 	fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndStream: true, EndHeaders: true})
-	waitFor(t, "the response to be spilled and the slot given back", func() bool {
-		return p.metric("levee_spilled_total", nil) == 1 && p.metric("levee_inflight", map[string]string{"app": "photos"}) == 0
-	})
-	if got := p.metric("levee_spill_bytes", nil); got <= 0 || got >= spillSize {
-		t.Fatalf("levee_spill_bytes = %v; want the rest of the %d-byte response after what streamed", got, spillSize)
-	}
-	expectEmptyDir(t, dir)
-	expectServed(t, p, 5, "while an HTTP/2 client reads a spilled response slowly")
+	expectSpilled(t, p, dir, "while an HTTP/2 client reads a spilled response slowly")
 	// Now read it all, granting window as it comes.
 	fr.WriteWindowUpdate(0, spillSize)
 	fr.WriteWindowUpdate(1, spillSize)
