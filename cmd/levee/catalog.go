@@ -192,6 +192,8 @@ func openServeCatalog(ctx context.Context, cfg config.Catalog, log *slog.Logger)
 		case err != nil:
 			st.Close()
 			return nil, nil, fmt.Errorf("catalog.postgres: %w", err)
+		default:
+			st.Warm(cctx)
 		}
 		return st, st.Close, nil
 	}

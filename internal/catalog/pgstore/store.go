@@ -125,6 +125,25 @@ func (s *Store) Check(ctx context.Context) error {
 	return nil
 }
 
+// Warm opens the pool's connections now, so that the first wave of cold
+// hosts after a start does not pay a connection (and its password
+// exchange) each on the request path. It is best effort: it stops at the
+// first connection that fails or when ctx ends, and keeps what it opened.
+func (s *Store) Warm(ctx context.Context) int {
+	held := make([]*pgxpool.Conn, 0, s.pool.Config().MaxConns)
+	for range cap(held) {
+		c, err := s.pool.Acquire(ctx)
+		if err != nil {
+			break
+		}
+		held = append(held, c)
+	}
+	for _, c := range held {
+		c.Release()
+	}
+	return len(held)
+}
+
 type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }

@@ -100,6 +100,29 @@ func TestCheckAndInit(t *testing.T) {
 	}
 }
 
+// Warm opens every connection of the pool up front and keeps them: a
+// cold wave right after a start finds them open, and reads over them dial
+// nothing more.
+func TestWarmOpensThePool(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, pg.Database(t), Options{Conns: 3})
+	if n := s.Warm(ctx); n != 3 {
+		t.Fatalf("Warm opened %d connections, want 3", n)
+	}
+	before := s.pool.Stat()
+	if before.TotalConns() != 3 || before.IdleConns() != 3 {
+		t.Fatalf("after Warm: %d open, %d idle; want 3 and 3", before.TotalConns(), before.IdleConns())
+	}
+	for range 20 {
+		if _, err := s.ForHost(ctx, "nobody.example"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := s.pool.Stat().NewConnsCount() - before.NewConnsCount(); n != 0 {
+		t.Errorf("reads after Warm dialled %d connections, want 0", n)
+	}
+}
+
 // A write notifies the listener as it commits; a listener whose
 // connection is killed reconnects (telling the watcher once, for what it
 // may have missed) and hears the next write.
