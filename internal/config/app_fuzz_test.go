@@ -3,6 +3,7 @@ package config
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 
@@ -68,4 +69,55 @@ func FuzzParseApp(f *testing.F) {
 			t.Fatalf("export and import changed the app:\nbefore %+v\nafter  %+v\nline %s", a, src.App, line)
 		}
 	})
+}
+
+// FuzzJSONDocument checks ParseApp's JSON path against the YAML parser it
+// stands in for: whenever jsonDocument takes a document, yaml.v3 must read
+// the same tree (kinds, resolved tags, values), so a stored app decodes to
+// the same config, and the same errors, whichever parser reads it.
+func FuzzJSONDocument(f *testing.F) {
+	f.Add([]byte(`{"hosts": ["shop.example"], "backends": ["127.0.0.1:9001"], "limits": {"concurrency": 7, "rate": "10/s"}}`))
+	f.Add([]byte(`{"a": [1, -0, 1.5, 1e3, 99999999999999999999, 9007199254740993, true, false, null, "x\u00e9\n"], "b": {}}`))
+	f.Add([]byte(`{"hosts":["a.test"],"hosts":["b.test"]}`))
+	f.Add([]byte(`{"a": "\ud83d\ude00", "b": "10", "c": "true", "d": ""} `))
+	f.Add([]byte(`{"a": 1} {"b": 2}`))
+	f.Add([]byte(`{"a": "x\"y\/z\u00e9", "b": [[], {}, [{"c": -0.5e-3}]]}`))
+	f.Add([]byte(`{"d": 01}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		j, ok := jsonDocument(data)
+		if !ok {
+			return
+		}
+		if !json.Valid(data) {
+			t.Fatalf("jsonDocument took %q, which is not JSON", data)
+		}
+		y, err := parseDocument(data)
+		if err != nil {
+			t.Fatalf("jsonDocument took %q, which YAML refuses: %v", data, err)
+		}
+		if d := sameTree(j, y, "$"); d != "" {
+			t.Fatalf("%q: %s", data, d)
+		}
+	})
+}
+
+// sameTree reports the first difference between two node trees, "" if none.
+func sameTree(j, y *yaml.Node, at string) string {
+	y = resolve(y)
+	switch {
+	case j.Kind != y.Kind:
+		return fmt.Sprintf("%s: kind %v, YAML %v", at, j.Kind, y.Kind)
+	case j.ShortTag() != y.ShortTag():
+		return fmt.Sprintf("%s: tag %s, YAML %s", at, j.ShortTag(), y.ShortTag())
+	case j.Kind == yaml.ScalarNode && j.Value != y.Value:
+		return fmt.Sprintf("%s: value %q, YAML %q", at, j.Value, y.Value)
+	case len(j.Content) != len(y.Content):
+		return fmt.Sprintf("%s: %d children, YAML %d", at, len(j.Content), len(y.Content))
+	}
+	for i := range j.Content {
+		if d := sameTree(j.Content[i], y.Content[i], fmt.Sprintf("%s[%d]", at, i)); d != "" {
+			return d
+		}
+	}
+	return ""
 }

@@ -122,6 +122,9 @@ func (c *Catalog) validate(errs *Errors) {
 // of apps.NAME in the config file) as the config file would: defaults
 // first, then every problem reported with its field path.
 func ParseApp(name string, data []byte) (*App, error) {
+	if root, ok := jsonDocument(data); ok {
+		return decodeApp(name, root)
+	}
 	root, err := parseDocument(data)
 	if err != nil {
 		return nil, Errors{{Path: "apps." + name, Msg: strings.TrimPrefix(err.Error(), "yaml: ")}}

@@ -71,3 +71,21 @@ func TestCatalogPostgres(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkParseAppStored is a stored app's decode, as a cold host pays it:
+// the JSON the catalog holds, and the same app as YAML for comparison.
+func BenchmarkParseAppStored(b *testing.B) {
+	for _, tc := range []struct{ name, doc string }{
+		{"json", `{"hosts":["shop.example","*.shop.example"],"backends":["127.0.0.1:9001",{"addr":"127.0.0.1:9002","weight":2}],"limits":{"concurrency":64,"rate":"100/s"}}`},
+		{"yaml", "hosts: [shop.example, '*.shop.example']\nbackends: [127.0.0.1:9001, {addr: 127.0.0.1:9002, weight: 2}]\nlimits: {concurrency: 64, rate: 100/s}\n"},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := ParseApp("shop", []byte(tc.doc)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
