@@ -118,7 +118,7 @@ func (s *Server) serveFast(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	e := fastExchanges.Get().(*fastExchange)
-	e.c, e.left, e.pc.c = ctx, false, ctx
+	e.c, e.left, e.pc.c, e.pc.w = ctx, false, ctx, &s.peers
 	e.whole, e.paced.R, e.nItems = false, nil, 0
 	serve(s, e)
 	if ctx.Request.Header.ContentLength() == -1 && !e.chunk.done {

@@ -36,19 +36,21 @@ func dialRequest(t *testing.T, addr, raw string) *net.TCPConn {
 	return c.(*net.TCPConn)
 }
 
-// watchers counts the goroutines watching a waiting fasthttp request's client.
+// watchers counts the goroutines watching waiting fasthttp requests'
+// clients: a server's peerWatch loop, which runs while one is listed.
 func watchers() int {
 	buf := make([]byte, 1<<16)
 	for {
 		n := runtime.Stack(buf, true)
 		if n < len(buf) {
-			return bytes.Count(buf[:n], []byte(".(*peerCtx).watch("))
+			return bytes.Count(buf[:n], []byte(".(*peerWatch).loop("))
 		}
 		buf = make([]byte, 2*len(buf))
 	}
 }
 
-// noWatchers waits for every watcher to be gone: none outlives its request.
+// noWatchers waits for every watch loop to be gone: none outlives the
+// requests it watches.
 func noWatchers(t *testing.T) {
 	t.Helper()
 	waitFor(t, "no goroutine watching a client", func() bool { return watchers() == 0 })
@@ -93,6 +95,11 @@ apps:
 			waitFor(t, "the leaver to queue", func() bool { return queued() == 1 })
 			stayer := dialRequest(t, addr, "GET /stays HTTP/1.1\r\nHost: a.test\r\n\r\n")
 			waitFor(t, "a second request to queue behind it", func() bool { return queued() == 2 })
+			// Both watched, by one goroutine: a queue costs none per request.
+			waitFor(t, "both watched", func() bool { return p.srv.peers.listed() == 2 })
+			if n := watchers(); n != 1 {
+				t.Fatalf("%d goroutines watch the two waiting requests; want 1", n)
+			}
 
 			tc.leave(leaver)
 			// Within the 10 s of waitFor, far within max_wait (1m).
@@ -337,7 +344,7 @@ func admitAtOnce(t *testing.T, limits string) float64 {
 	}
 	ctx, _ := fastCtxOn(t, "a.test")
 	e := &fastExchange{c: ctx}
-	e.pc.c = ctx
+	e.pc.c, e.pc.w = ctx, &s.peers
 	now := time.Now()
 	allocs := testing.AllocsPerRun(100, func() {
 		slot, _, ok := s.enter(e.ctx(), rt, "/", "", now, nil)
@@ -346,16 +353,16 @@ func admitAtOnce(t *testing.T, limits string) float64 {
 		}
 		slot.Release()
 	})
-	if e.pc.watched.Load() || watchers() != 0 {
+	if e.pc.watched.Load() || s.peers.listed() != 0 || watchers() != 0 {
 		t.Fatal("a request that did not wait had its client watched")
 	}
 	e.pc.finish()
 	return allocs
 }
 
-// TestFastWatcherRunsOnlyWhileTheRequestWaits: the watcher starts when the
-// request queues and is gone (joined) once the request is admitted, while
-// the backend still holds it.
+// TestFastWatcherRunsOnlyWhileTheRequestWaits: the request is watched from
+// when it queues until it is admitted, not while the backend holds it; the
+// watch's goroutine runs only while a request is watched.
 func TestFastWatcherRunsOnlyWhileTheRequestWaits(t *testing.T) {
 	be := newGatedBackend(t)
 	p := startProxy(t, fmt.Sprintf(`
@@ -375,15 +382,25 @@ apps:
 		defer close(done)
 		p.srv.serveFast(ctx)
 	}()
-	waitFor(t, "the request to queue, watched", func() bool { return a.limiter.Queued() == 1 && watchers() == 1 })
+	waitFor(t, "the request to queue, watched", func() bool {
+		return a.limiter.Queued() == 1 && p.srv.peers.listed() == 1 && watchers() == 1
+	})
 	a.limiter.Release()
 	waitFor(t, "the request at the backend", func() bool { return be.inflight.Load() == 1 })
-	if n := watchers(); n != 0 {
-		t.Fatalf("%d watchers while the request is at the backend; want 0", n)
+	if n := p.srv.peers.listed(); n != 0 {
+		t.Fatalf("%d requests watched while the only one is at the backend; want 0", n)
 	}
+	noWatchers(t) // the loop ends with nothing to watch
 	be.open()
 	<-done
 	if code := ctx.Response.StatusCode(); code != http.StatusOK {
 		t.Fatalf("status %d; want 200", code)
 	}
+}
+
+// listed is how many requests w watches.
+func (w *peerWatch) listed() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.peers)
 }

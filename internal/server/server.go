@@ -74,6 +74,8 @@ type Server struct {
 	access  *observe.AccessLog
 	// unrouted counts requests no app claims, under app="".
 	unrouted *observe.AppMetrics
+	// peers watches the clients of waiting fasthttp requests (peerCtx).
+	peers peerWatch
 
 	// current is what the request path reads: one atomic load per request.
 	current atomic.Pointer[snapshot]
@@ -707,6 +709,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.stopHealthChecks()
 	err := s.shutdown(drain)
 	s.serving.Wait()
+	s.peers.wait() // its loop ends at the first tick without a waiting request
 	stopExport()
 	s.waitOrLog(drain, "the last trace export", exporting.Wait)
 	var closeErr error
