@@ -35,6 +35,9 @@ type downstream interface {
 	// fields, with levee's forwarding fields and the trace context tc.
 	// upgrading: the request asks for a protocol upgrade levee passes on.
 	copyHead(p *Pool, out *fasthttp.RequestHeader, tc TraceHeaders) (upgrading bool)
+	// bodyCloser is the client's body, which a leg closes to end a read
+	// of it that waits when the exchange ends first; nil: none.
+	bodyCloser() io.Closer
 	// stream is the request body still to be read from the client and
 	// its declared length (-1: unknown); a nil r with whole set is a body
 	// the engine read whole itself; both nil: no body.
@@ -76,6 +79,9 @@ func (d fastDown) stream() (io.Reader, int, []byte) {
 	}
 	return nil, 0, d.c.Request.Body() // read whole by fasthttp (tests)
 }
+
+// bodyCloser is nil: fasthttp's body stream is fasthttp's to close.
+func (d fastDown) bodyCloser() io.Closer { return nil }
 
 func (d fastDown) idempotent() bool                { return isIdempotent(&d.c.Request.Header) }
 func (d fastDown) head() bool                      { return d.c.IsHead() }
@@ -174,6 +180,13 @@ func (d *httpDown) stream() (io.Reader, int, []byte) {
 	return r.Body, int(r.ContentLength), nil
 }
 
+func (d *httpDown) bodyCloser() io.Closer {
+	if d.r.Body == nil || d.r.Body == http.NoBody {
+		return nil
+	}
+	return d.r.Body
+}
+
 func (d *httpDown) idempotent() bool { return isIdempotentMethod(d.r.Method) }
 func (d *httpDown) head() bool       { return d.r.Method == http.MethodHead }
 
@@ -224,6 +237,14 @@ func (d *httpDown) send(b *fastBody, n int) {
 	}
 	b.CloseWithError(err)
 	d.aborted = err != nil
+	if err == nil && b.trailer != nil {
+		// Sent after the body (TrailerPrefix: announced by nobody, as
+		// gRPC's grpc-status is).
+		h := d.w.Header()
+		for k, vs := range b.trailer {
+			h[http.TrailerPrefix+k] = vs
+		}
+	}
 }
 
 func isEventStream(h http.Header) bool {

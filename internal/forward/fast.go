@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -201,14 +202,9 @@ func (p *Pool) forward(d downstream, be *backend, in Body, sh *shape.Checker, pk
 	if watched != nil && watched.Done() == nil {
 		watched = nil // cannot end
 	}
+	call := legCall{watched: watched, body: d.bodyCloser()}
 	for {
-		if watched != nil {
-			be.up.watches.add(out, watched)
-		}
-		err := be.up.Fast.Do(out, resp)
-		if watched != nil {
-			be.up.watches.remove(out)
-		}
+		err := be.up.do(out, resp, call)
 		if !retrying || !p.retryTry(d, resp, err, body, pk, &t) {
 			if streamed != nil {
 				countItems(in.Items, streamed)
@@ -422,6 +418,10 @@ type fastBody struct {
 	mu         sync.Mutex
 	spillErr   error
 
+	// trailer is what the backend sent after the body (HTTP/2), once
+	// its body has ended whole; nil: none.
+	trailer http.Header
+
 	// server.min_rate, on the client's writes: each read sets the write
 	// deadline of the bytes it returns.
 	d            downstream
@@ -491,6 +491,9 @@ func (b *fastBody) Read(p []byte) (int, error) {
 // will, or the client is gone.
 func (b *fastBody) backendDone(err error) {
 	if b.resp != nil {
+		if t, ok := b.resp.BodyStream().(interface{ trailers() http.Header }); ok && err == nil {
+			defer func() { b.trailer = t.trailers() }() // read once the body is closed
+		}
 		releaseBody(b.resp, err)
 		fasthttp.ReleaseResponse(b.resp)
 		b.resp = nil

@@ -382,7 +382,7 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 	retired = a.dropConns()
 	a.conns = make([]*forward.Upstream, len(ac.Backends))
 	for i, b := range ac.Backends {
-		a.conns[i] = s.upstreams.Acquire(b.Addr, cfg.Upstream)
+		a.conns[i] = s.upstreams.AcquireLeg(b.Addr, cfg.Upstream, ac.Upstream)
 	}
 	s.applyEjection(a, ac.Ejection)
 	rt = &route{app: a, pool: forward.NewPool(forward.Options{
