@@ -38,6 +38,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	e := httpExchanges.Get().(*httpExchange)
 	e.rec.ResponseWriter, e.rec.Code, e.rec.Written, e.R, e.conn = w, 0, 0, r, hc
 	e.nItems, e.aborted = 0, false
+	e.grpc = isGRPC(r)
 	serve(s, e)
 	aborted := e.aborted
 	e.free()
@@ -58,6 +59,7 @@ type httpExchange struct {
 	conn    *h2Conn // nil when not from a listener
 	nItems  int     // batch items, as forward counted them
 	aborted bool    // the answer broke off after part of it was written
+	grpc    bool    // a gRPC call (grpc.go)
 	tr      trace.Request
 }
 
@@ -88,8 +90,8 @@ func (e *httpExchange) gone() {}
 // timed at min_rate. A whole body goes on with its length.
 func (e *httpExchange) readBody(s *Server, rt *route, sh *limits.PathShape) (limits.Refusal, bool) {
 	r := e.R
-	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
-		return limits.Refusal{}, true
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 || e.grpc {
+		return limits.Refusal{}, true // a gRPC call's body streams (grpc.go)
 	}
 	e.tr.Mark(trace.StageBodyRead, s.clk)
 	now := time.Now()

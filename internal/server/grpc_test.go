@@ -1,0 +1,386 @@
+package server
+
+// End-to-end tests of gRPC through levee (issue 21): a grpc-go server as
+// the backend, over h2c and over h2 with TLS, and a grpc-go client over
+// levee's h2c and TLS listeners. The service is hand-written over a codec
+// of raw bytes (content-type application/grpc+raw), so no protoc.
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/leveeproxy/levee/internal/testcert"
+)
+
+// rawCodec passes messages as the bytes they are.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) ([]byte, error) { return *(v.(*[]byte)), nil }
+func (rawCodec) Unmarshal(data []byte, v any) error {
+	*(v.(*[]byte)) = append([]byte(nil), data...)
+	return nil
+}
+func (rawCodec) Name() string { return "raw" }
+
+// echo is the backend's state, as the tests read it.
+type echo struct {
+	calls    atomic.Int64 // calls that reached the backend
+	blocked  atomic.Int64 // Block calls waiting now
+	canceled chan string  // a Block call's end, by its context's error
+	// deadline is the grpc-timeout the last call came with (0: none).
+	deadline atomic.Int64
+	header   chan metadata.MD // the last Block call's request metadata
+}
+
+const echoService = "test.Echo"
+
+func (e *echo) desc() *grpc.ServiceDesc {
+	return &grpc.ServiceDesc{
+		ServiceName: echoService,
+		HandlerType: (*any)(nil),
+		Methods: []grpc.MethodDesc{{MethodName: "Echo", Handler: func(_ any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			e.enter(ctx)
+			var in []byte
+			if err := dec(&in); err != nil {
+				return nil, err
+			}
+			grpc.SetTrailer(ctx, metadata.Pairs("x-echo-len", strconv.Itoa(len(in))))
+			if bytes.HasPrefix(in, []byte("fail:")) {
+				return nil, status.Error(codes.FailedPrecondition, string(in[5:]))
+			}
+			return &in, nil
+		}}},
+		Streams: []grpc.StreamDesc{
+			{StreamName: "Count", ServerStreams: true, Handler: func(_ any, ss grpc.ServerStream) error {
+				e.enter(ss.Context())
+				var in []byte
+				if err := ss.RecvMsg(&in); err != nil {
+					return err
+				}
+				n, _ := strconv.Atoi(string(in))
+				for i := range n {
+					out := []byte(strconv.Itoa(i))
+					if err := ss.SendMsg(&out); err != nil {
+						return err
+					}
+				}
+				ss.SetTrailer(metadata.Pairs("x-count", strconv.Itoa(n)))
+				return nil
+			}},
+			{StreamName: "Sum", ClientStreams: true, Handler: func(_ any, ss grpc.ServerStream) error {
+				e.enter(ss.Context())
+				total := 0
+				for {
+					var in []byte
+					err := ss.RecvMsg(&in)
+					if err == io.EOF {
+						out := []byte(strconv.Itoa(total))
+						return ss.SendMsg(&out)
+					}
+					if err != nil {
+						return err
+					}
+					total += len(in)
+				}
+			}},
+			{StreamName: "Chat", ServerStreams: true, ClientStreams: true, Handler: func(_ any, ss grpc.ServerStream) error {
+				e.enter(ss.Context())
+				for {
+					var in []byte
+					err := ss.RecvMsg(&in)
+					if err == io.EOF {
+						return nil
+					}
+					if err != nil {
+						return err
+					}
+					if err := ss.SendMsg(&in); err != nil {
+						return err
+					}
+				}
+			}},
+			{StreamName: "Block", ServerStreams: true, Handler: func(_ any, ss grpc.ServerStream) error {
+				e.enter(ss.Context())
+				md, _ := metadata.FromIncomingContext(ss.Context())
+				select {
+				case e.header <- md:
+				default:
+				}
+				e.blocked.Add(1)
+				defer e.blocked.Add(-1)
+				<-ss.Context().Done()
+				select {
+				case e.canceled <- ss.Context().Err().Error():
+				default:
+				}
+				return ss.Context().Err()
+			}},
+		},
+	}
+}
+
+func (e *echo) enter(ctx context.Context) {
+	e.calls.Add(1)
+	if dl, ok := ctx.Deadline(); ok {
+		e.deadline.Store(int64(time.Until(dl)))
+	} else {
+		e.deadline.Store(0)
+	}
+}
+
+// grpcBackend starts a grpc-go server of echo: h2c, or h2 over TLS when
+// cert (PEM, with key) is set.
+func grpcBackend(t *testing.T, cert, key []byte) (string, *echo) {
+	t.Helper()
+	e := &echo{canceled: make(chan string, 16), header: make(chan metadata.MD, 1)}
+	opts := []grpc.ServerOption{grpc.ForceServerCodec(rawCodec{})}
+	if cert != nil {
+		pair, err := tls.X509KeyPair(cert, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{pair}})))
+	}
+	s := grpc.NewServer(opts...)
+	s.RegisterService(e.desc(), struct{}{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.Serve(ln)
+	}()
+	t.Cleanup(func() {
+		s.Stop()
+		<-done
+	})
+	return ln.Addr().String(), e
+}
+
+// grpcLeg is how a test's levee reaches its gRPC backend.
+type grpcLeg struct {
+	name     string
+	upstream string // apps.NAME.upstream, as YAML
+	cert     []byte // the backend's certificate (h2), nil for h2c
+	key      []byte
+}
+
+func grpcLegs(t *testing.T) []grpcLeg {
+	cert, key := testcert.PEM(t, "backend.test")
+	ca := t.TempDir() + "/ca.pem"
+	writeFile(t, ca, cert)
+	return []grpcLeg{
+		{name: "h2c", upstream: "{protocol: h2c}"},
+		{name: "h2", upstream: fmt.Sprintf("{protocol: h2, tls: {ca: %s, server_name: backend.test}}", ca), cert: cert, key: key},
+	}
+}
+
+// grpcProxy starts levee with app rpc (host rpc.test) on backend over leg,
+// with an h2c listener and a TLS one; limits and extra as photosApp's.
+func grpcProxy(t *testing.T, backend string, leg grpcLeg, limits, extra string) (p *proxy, h2cAddr, tlsAddr string, pool *tls.Config) {
+	t.Helper()
+	skipOnH2C(t, "the test sets its own listeners, h2c and TLS")
+	cert, key := testcert.PEM(t, "rpc.test")
+	certFile, keyFile := t.TempDir()+"/cert.pem", t.TempDir()+"/key.pem"
+	writeFile(t, certFile, cert)
+	writeFile(t, keyFile, key)
+	cfg := fmt.Sprintf("listen:\n  - {addr: 127.0.0.1:0, h2c: true}\n  - {addr: 127.0.0.1:0, tls: {cert: %q, key: %q}}\n",
+		certFile, keyFile)
+	cfg += fmt.Sprintf("apps:\n  rpc:\n    hosts: [rpc.test]\n    backends: [%s]\n    upstream: %s\n", backend, leg.upstream)
+	if limits != "" {
+		cfg += "    limits: " + limits + "\n"
+	}
+	p = startProxy(t, cfg+extra)
+	addrs := p.srv.Addrs()
+	return p, addrs[0].String(), addrs[1].String(), &tls.Config{RootCAs: testcert.Pool(t, cert), ServerName: "rpc.test"}
+}
+
+// grpcClients are a grpc-go client over each of levee's downstream
+// protocols: h2c, and h2 over TLS.
+func grpcClients(t *testing.T, h2cAddr, tlsAddr string, tc *tls.Config) map[string]*grpc.ClientConn {
+	t.Helper()
+	out := map[string]*grpc.ClientConn{}
+	for name, c := range map[string]struct {
+		addr  string
+		creds credentials.TransportCredentials
+	}{
+		"h2c": {h2cAddr, insecure.NewCredentials()},
+		"tls": {tlsAddr, credentials.NewTLS(tc)},
+	} {
+		cc, err := grpc.NewClient("passthrough:///"+c.addr, grpc.WithTransportCredentials(c.creds),
+			grpc.WithAuthority("rpc.test"), grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cc.Close() })
+		out[name] = cc
+	}
+	return out
+}
+
+func method(name string) string { return "/" + echoService + "/" + name }
+
+// unary calls Echo with msg, returning the reply and its trailer.
+func unary(ctx context.Context, cc *grpc.ClientConn, msg []byte) ([]byte, metadata.MD, error) {
+	var out []byte
+	var tr metadata.MD
+	err := cc.Invoke(ctx, method("Echo"), &msg, &out, grpc.Trailer(&tr))
+	return out, tr, err
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Unary calls and the three kinds of streaming pass, with their trailers,
+// from both downstream protocols to both backend legs.
+func TestGRPCPassesThrough(t *testing.T) {
+	for _, leg := range grpcLegs(t) {
+		t.Run(leg.name, func(t *testing.T) {
+			backend, _ := grpcBackend(t, leg.cert, leg.key)
+			_, h2cAddr, tlsAddr, tc := grpcProxy(t, backend, leg, "", "")
+			for down, cc := range grpcClients(t, h2cAddr, tlsAddr, tc) {
+				t.Run(down, func(t *testing.T) {
+					ctx := testCtx(t)
+					checkUnary(t, ctx, cc)
+					checkServerStream(t, ctx, cc)
+					checkClientStream(t, ctx, cc)
+					checkBidi(t, ctx, cc)
+				})
+			}
+		})
+	}
+}
+
+func checkUnary(t *testing.T, ctx context.Context, cc *grpc.ClientConn) {
+	t.Helper()
+	out, tr, err := unary(ctx, cc, []byte("hello"))
+	if err != nil || string(out) != "hello" || first(tr, "x-echo-len") != "5" {
+		t.Fatalf("unary: %q, trailer %v, %v", out, tr, err)
+	}
+	// A status other than OK comes in the trailers, message and all.
+	_, tr, err = unary(ctx, cc, []byte("fail:no such thing"))
+	if s, _ := status.FromError(err); s.Code() != codes.FailedPrecondition || s.Message() != "no such thing" || first(tr, "x-echo-len") != "18" {
+		t.Fatalf("failing unary: %v, trailer %v", err, tr)
+	}
+	// A large message passes whole.
+	big := bytes.Repeat([]byte("0123456789abcdef"), 256<<10) // 4 MiB
+	out, _, err = unary(ctx, cc, big)
+	if err != nil || !bytes.Equal(out, big) {
+		t.Fatalf("4 MiB unary: %d bytes back, %v", len(out), err)
+	}
+}
+
+func first(md metadata.MD, k string) string {
+	if v := md.Get(k); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func checkServerStream(t *testing.T, ctx context.Context, cc *grpc.ClientConn) {
+	t.Helper()
+	st, err := cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, method("Count"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := []byte("50")
+	if err := st.SendMsg(&n); err != nil {
+		t.Fatal(err)
+	}
+	st.CloseSend()
+	for i := 0; ; i++ {
+		var m []byte
+		err := st.RecvMsg(&m)
+		if err == io.EOF {
+			if i != 50 || first(st.Trailer(), "x-count") != "50" {
+				t.Fatalf("server stream: %d messages, trailer %v", i, st.Trailer())
+			}
+			return
+		}
+		if err != nil || string(m) != strconv.Itoa(i) {
+			t.Fatalf("server stream message %d: %q, %v", i, m, err)
+		}
+	}
+}
+
+func checkClientStream(t *testing.T, ctx context.Context, cc *grpc.ClientConn) {
+	t.Helper()
+	st, err := cc.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true}, method("Sum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		m := bytes.Repeat([]byte("x"), 1000)
+		if err := st.SendMsg(&m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.CloseSend()
+	var out []byte
+	if err := st.RecvMsg(&out); err != nil || string(out) != "100000" {
+		t.Fatalf("client stream: %q, %v", out, err)
+	}
+}
+
+// Each message comes back before the next is sent: the stream passes
+// message by message, never buffered to its end.
+func checkBidi(t *testing.T, ctx context.Context, cc *grpc.ClientConn) {
+	t.Helper()
+	st, err := cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, method("Chat"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		m := []byte(fmt.Sprintf("m%d", i))
+		if err := st.SendMsg(&m); err != nil {
+			t.Fatal(err)
+		}
+		var back []byte
+		if err := st.RecvMsg(&back); err != nil || !bytes.Equal(back, m) {
+			t.Fatalf("bidi message %d: %q, %v", i, back, err)
+		}
+	}
+	st.CloseSend()
+	var m []byte
+	if err := st.RecvMsg(&m); err != io.EOF {
+		t.Fatalf("bidi end: %v, want EOF", err)
+	}
+}
+
+// errAs is errors.As for a status.
+func errCode(err error) codes.Code {
+	var s interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &s) {
+		return s.GRPCStatus().Code()
+	}
+	return status.Code(err)
+}
+
+func writeFile(t *testing.T, path string, b []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
