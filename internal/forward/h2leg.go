@@ -203,7 +203,7 @@ func (l *h2Leg) wakeLocked() {
 }
 
 // dial opens one connection within the dial budget: TCP, then TLS with
-// ALPN h2 for protocol h2, then HTTP/2's preface and SETTINGS.
+// ALPN h2 for protocol h2, then HTTP/2's preface and SETTINGS, both ways.
 func (l *h2Leg) dial(ctx context.Context) (*h2Conn, error) {
 	bc, err := l.dialer.dialOwn(l.addr)
 	if err != nil {
@@ -228,6 +228,16 @@ func (l *h2Leg) dial(ctx context.Context) (*h2Conn, error) {
 	if err != nil {
 		nc.Close()
 		return nil, err
+	}
+	// The backend's SETTINGS come before its PING's ack: once it is back,
+	// the connection's stream limit is the backend's, not a guess that
+	// would send streams the backend refuses.
+	pctx, cancel := context.WithTimeout(ctx, l.dialer.d.Timeout)
+	err = cc.Ping(pctx)
+	cancel()
+	if err != nil {
+		cc.Close()
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Addr: bc.RemoteAddr(), Err: err}
 	}
 	return &h2Conn{cc: cc}, nil
 }

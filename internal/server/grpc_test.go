@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,6 +27,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/leveeproxy/levee/internal/leaktest"
 	"github.com/leveeproxy/levee/internal/testcert"
 )
 
@@ -382,5 +384,73 @@ func writeFile(t *testing.T, path string, b []byte) {
 	t.Helper()
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A cancelled call resets its stream both ways: the backend's handler
+// sees its context end, and the call's slot is free at once for the next
+// call (concurrency 1, no queue). From both downstream protocols.
+func TestGRPCCancelReleasesTheSlot(t *testing.T) {
+	leg := grpcLegs(t)[0]
+	backend, e := grpcBackend(t, nil, nil)
+	_, h2cAddr, tlsAddr, tc := grpcProxy(t, backend, leg, "{concurrency: 1, queue: {max_len: 0}}", "")
+	for down, cc := range grpcClients(t, h2cAddr, tlsAddr, tc) {
+		t.Run(down, func(t *testing.T) {
+			ctx := testCtx(t)
+			callCtx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			st, err := cc.NewStream(callCtx, &grpc.StreamDesc{ServerStreams: true}, method("Block"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := []byte("x")
+			if err := st.SendMsg(&m); err != nil {
+				t.Fatal(err)
+			}
+			st.CloseSend()
+			leaktest.WaitFor(t, 10*time.Second, "the call at the backend", func() bool { return e.blocked.Load() == 1 })
+			if _, _, err := unary(ctx, cc, []byte("x")); err == nil {
+				t.Fatal("a second call passed while the first held the only slot")
+			}
+			cancel()
+			select {
+			case why := <-e.canceled:
+				if why != context.Canceled.Error() {
+					t.Fatalf("the backend's call ended by %q, want a cancel", why)
+				}
+			case <-ctx.Done():
+				t.Fatal("the backend never saw the cancel")
+			}
+			leaktest.WaitFor(t, 10*time.Second, "the slot back", func() bool {
+				_, _, err := unary(ctx, cc, []byte("x"))
+				return err == nil
+			})
+		})
+	}
+}
+
+// The balancer picks a backend per call, not per connection: calls on
+// one client connection (one HTTP/2 connection to levee) spread over
+// every backend.
+func TestGRPCCallsSpreadOverBackends(t *testing.T) {
+	var addrs []string
+	var echoes []*echo
+	for range 3 {
+		a, e := grpcBackend(t, nil, nil)
+		addrs, echoes = append(addrs, a), append(echoes, e)
+	}
+	_, h2cAddr, tlsAddr, tc := grpcProxy(t, strings.Join(addrs, ", "), grpcLegs(t)[0], "", "")
+	cc := grpcClients(t, h2cAddr, tlsAddr, tc)["h2c"]
+	ctx := testCtx(t)
+	const calls = 300
+	for range calls {
+		if _, _, err := unary(ctx, cc, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, e := range echoes {
+		if n := e.calls.Load(); n < calls/3/2 {
+			t.Errorf("backend %d had %d of %d calls: pinned, not balanced per call", i, n, calls)
+		}
 	}
 }
