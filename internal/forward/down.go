@@ -254,6 +254,10 @@ func isEventStream(h http.Header) bool {
 
 func (d *httpDown) fail(f failure) {
 	clear(d.w.Header())
+	if ct := d.r.Header["Content-Type"]; len(ct) == 1 && reply.IsGRPC(ct[0]) {
+		f.grpc(d.w)
+		return
+	}
 	f.http(d.w)
 }
 

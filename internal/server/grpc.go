@@ -17,3 +17,13 @@ func isGRPC(r *http.Request) bool {
 	ct := r.Header["Content-Type"]
 	return len(ct) == 1 && reply.IsGRPC(ct[0])
 }
+
+// refuseFraming answers a request framing refused, as gRPC's client
+// reads it for a gRPC call.
+func refuseFraming(w http.ResponseWriter, r *http.Request, ref *reply.Reply) {
+	if isGRPC(r) {
+		ref.GRPC(w, 0)
+		return
+	}
+	ref.HTTP(w, 0)
+}

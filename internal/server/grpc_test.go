@@ -13,7 +13,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http/httptest"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -27,7 +29,12 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/leveeproxy/levee/internal/admit"
 	"github.com/leveeproxy/levee/internal/leaktest"
+	"github.com/leveeproxy/levee/internal/limits"
+	"github.com/leveeproxy/levee/internal/protect"
+	"github.com/leveeproxy/levee/internal/reply"
+	"github.com/leveeproxy/levee/internal/shape"
 	"github.com/leveeproxy/levee/internal/testcert"
 )
 
@@ -301,17 +308,24 @@ func first(md metadata.MD, k string) string {
 	return ""
 }
 
-func checkServerStream(t *testing.T, ctx context.Context, cc *grpc.ClientConn) {
+// serverStream opens a server-streaming call of name and sends it msg.
+func serverStream(t *testing.T, ctx context.Context, cc *grpc.ClientConn, name, msg string) grpc.ClientStream {
 	t.Helper()
-	st, err := cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, method("Count"))
+	st, err := cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, method(name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := []byte("50")
-	if err := st.SendMsg(&n); err != nil {
+	m := []byte(msg)
+	if err := st.SendMsg(&m); err != nil {
 		t.Fatal(err)
 	}
 	st.CloseSend()
+	return st
+}
+
+func checkServerStream(t *testing.T, ctx context.Context, cc *grpc.ClientConn) {
+	t.Helper()
+	st := serverStream(t, ctx, cc, "Count", "50")
 	for i := 0; ; i++ {
 		var m []byte
 		err := st.RecvMsg(&m)
@@ -399,15 +413,7 @@ func TestGRPCCancelReleasesTheSlot(t *testing.T) {
 			ctx := testCtx(t)
 			callCtx, cancel := context.WithCancel(ctx)
 			defer cancel()
-			st, err := cc.NewStream(callCtx, &grpc.StreamDesc{ServerStreams: true}, method("Block"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			m := []byte("x")
-			if err := st.SendMsg(&m); err != nil {
-				t.Fatal(err)
-			}
-			st.CloseSend()
+			serverStream(t, callCtx, cc, "Block", "x")
 			leaktest.WaitFor(t, 10*time.Second, "the call at the backend", func() bool { return e.blocked.Load() == 1 })
 			if _, _, err := unary(ctx, cc, []byte("x")); err == nil {
 				t.Fatal("a second call passed while the first held the only slot")
@@ -439,18 +445,122 @@ func TestGRPCCallsSpreadOverBackends(t *testing.T) {
 		a, e := grpcBackend(t, nil, nil)
 		addrs, echoes = append(addrs, a), append(echoes, e)
 	}
-	_, h2cAddr, tlsAddr, tc := grpcProxy(t, strings.Join(addrs, ", "), grpcLegs(t)[0], "", "")
+	// Round robin: a pick per call is then exactly even, whatever the
+	// latencies (p2c's picks, per call too, follow them).
+	_, h2cAddr, tlsAddr, tc := grpcProxy(t, strings.Join(addrs, ", "), grpcLegs(t)[0], "", "    balance: round_robin\n")
 	cc := grpcClients(t, h2cAddr, tlsAddr, tc)["h2c"]
 	ctx := testCtx(t)
-	const calls = 300
-	for range calls {
-		if _, _, err := unary(ctx, cc, []byte("x")); err != nil {
-			t.Fatal(err)
+	call := func(n int) {
+		for range n {
+			if _, _, err := unary(ctx, cc, []byte("x")); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
+	const calls = 300
+	call(calls)
 	for i, e := range echoes {
-		if n := e.calls.Load(); n < calls/3/2 {
+		if n := e.calls.Load(); n != calls/3 {
 			t.Errorf("backend %d had %d of %d calls: pinned, not balanced per call", i, n, calls)
 		}
+	}
+}
+
+// Every reason in the one reply table answers a gRPC call with a
+// trailers-only 200 whose grpc-status a gRPC client's retry policy reads
+// right: RESOURCE_EXHAUSTED for the request's own rate, shape and size,
+// UNAVAILABLE (with grpc-retry-pushback-ms from Retry-After's figure)
+// for what levee or the backends cannot take now. The reason stays as
+// Levee-Reject or Levee-Error, and the recorder keeps the HTTP status
+// the refusal stands for (metrics, balancer, adaptive limit).
+func TestGRPCRefusalForEveryReason(t *testing.T) {
+	want := map[string]int{
+		reply.Rate: reply.GRPCResourceExhausted, reply.ClientRate: reply.GRPCResourceExhausted,
+		reply.Body: reply.GRPCResourceExhausted, reply.MinRate: reply.GRPCResourceExhausted,
+		string(admit.QueueFull): reply.GRPCUnavailable, string(admit.Shed): reply.GRPCUnavailable,
+		string(admit.QueueTimeout): reply.GRPCUnavailable, string(admit.ClientShare): reply.GRPCUnavailable,
+		string(protect.ReasonShare): reply.GRPCUnavailable, string(protect.ReasonRate): reply.GRPCUnavailable,
+		reply.NoBackend: reply.GRPCUnavailable, reasonCatalogBusy: reply.GRPCUnavailable,
+		reasonCatalogUnavailable: reply.GRPCUnavailable, reply.BackendTimeout: reply.GRPCUnavailable,
+		reply.BackendUnreachable: reply.GRPCUnavailable, reply.Bandwidth: reply.GRPCUnavailable,
+		reply.Deadline: reply.GRPCDeadlineExceeded, reply.NoRoute: reply.GRPCUnimplemented,
+		reply.BadRequestBody: reply.GRPCInternal,
+	}
+	reasons := reply.Reasons()
+	slices.Sort(reasons)
+	for _, reason := range reasons {
+		rep := reply.For(reason)
+		rec := &limits.Recorder{ResponseWriter: httptest.NewRecorder()}
+		ref := limits.Refusal{Code: rep.Status, Reason: reason, RetryAfter: 1500 * time.Millisecond}
+		ref.GRPC(rec)
+		w := rec.ResponseWriter.(*httptest.ResponseRecorder)
+		h := w.Header()
+		code, _ := strconv.Atoi(h.Get("Grpc-Status"))
+		wantCode, listed := want[reason]
+		switch {
+		case w.Code != 200 || w.Body.Len() != 0 || h.Get("Content-Type") != "application/grpc":
+			t.Errorf("%s: %d, %d body bytes, %q; want a trailers-only 200", reason, w.Code, w.Body.Len(), h.Get("Content-Type"))
+		case listed && code != wantCode, !listed && code != rep.GRPCCode():
+			t.Errorf("%s: grpc-status %d, want %d", reason, code, wantCode)
+		case !listed && rep.Header == reply.Reject && rep.Status < 500 && code != reply.GRPCResourceExhausted:
+			t.Errorf("%s: a limit of the request's own (%d) is %d, want RESOURCE_EXHAUSTED", reason, rep.Status, code)
+		case !listed && rep.Status == 503 && code != reply.GRPCUnavailable:
+			t.Errorf("%s: a 503 is %d, want UNAVAILABLE", reason, code)
+		case !strings.Contains(h.Get("Grpc-Message"), strings.TrimSpace(strings.TrimPrefix(rep.Body, "levee: "))):
+			t.Errorf("%s: grpc-message %q does not say %q", reason, h.Get("Grpc-Message"), rep.Body)
+		case h.Get(rep.Header) != reason:
+			t.Errorf("%s: %s = %q", reason, rep.Header, h.Get(rep.Header))
+		case h.Get("Retry-After") != "2" || h.Get("Grpc-Retry-Pushback-Ms") != "1500":
+			t.Errorf("%s: Retry-After %q, pushback %q; want 2 and 1500, one figure", reason, h.Get("Retry-After"), h.Get("Grpc-Retry-Pushback-Ms"))
+		case rec.Code != rep.Status:
+			t.Errorf("%s: recorded %d, want %d", reason, rec.Code, rep.Status)
+		}
+		delete(want, reason)
+	}
+	for reason := range want {
+		t.Errorf("%s is not in the reply table", reason)
+	}
+	for _, r := range []shape.Reason{shape.HeaderBytes, shape.HeaderCount, shape.URLLength, shape.QueryValues,
+		shape.BatchItems, shape.BatchJSON, shape.BatchShape} {
+		rec := &limits.Recorder{ResponseWriter: httptest.NewRecorder()}
+		limits.ViolationGRPC(rec, &shape.Violation{Reason: r, Status: 422, Msg: string(r) + ": too many"})
+		h := rec.Header()
+		if h.Get("Grpc-Status") != "8" || h.Get(reply.Reject) != string(r) || h.Get("Grpc-Message") != "levee: rejected: "+string(r)+": too many" ||
+			rec.Code != 422 {
+			t.Errorf("%s: %v, recorded %d", r, h, rec.Code)
+		}
+	}
+}
+
+// A grpc-go client reads levee's refusals: a rate-limited call gets
+// RESOURCE_EXHAUSTED, a call refused by a full queue UNAVAILABLE with
+// the pushback and the reason as metadata, and neither reaches the backend.
+func TestGRPCClientReadsRefusals(t *testing.T) {
+	backend, e := grpcBackend(t, nil, nil)
+	for _, down := range []string{"h2c", "tls"} {
+		t.Run(down, func(t *testing.T) {
+			// A levee each: the rate's burst is the subtest's own.
+			_, h2cAddr, tlsAddr, tc := grpcProxy(t, backend, grpcLegs(t)[0], "{concurrency: 1, queue: {max_len: 0}, rate: 1/m, burst: 2}", "")
+			cc := grpcClients(t, h2cAddr, tlsAddr, tc)[down]
+			ctx := testCtx(t)
+			callCtx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			before := e.calls.Load()
+			serverStream(t, callCtx, cc, "Block", "x") // takes the only slot
+			leaktest.WaitFor(t, 10*time.Second, "the call at the backend", func() bool { return e.blocked.Load() == 1 })
+			_, tr, err := unary(ctx, cc, []byte("x"))
+			if s, _ := status.FromError(err); s.Code() != codes.Unavailable || !strings.Contains(s.Message(), "queue-full") ||
+				first(tr, "levee-reject") != "queue-full" || first(tr, "grpc-retry-pushback-ms") == "" {
+				t.Fatalf("queue full: %v, metadata %v; want UNAVAILABLE naming queue-full, with pushback", err, tr)
+			}
+			_, tr, err = unary(ctx, cc, []byte("x"))
+			if s, _ := status.FromError(err); s.Code() != codes.ResourceExhausted || first(tr, "levee-reject") != reply.Rate {
+				t.Fatalf("rate: %v, metadata %v; want RESOURCE_EXHAUSTED, rate", err, tr)
+			}
+			cancel()
+			if n := e.calls.Load() - before; n != 1 {
+				t.Fatalf("%d calls reached the backend, want the first only", n)
+			}
+		})
 	}
 }

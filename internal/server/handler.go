@@ -26,7 +26,7 @@ import (
 // unambiguous HTTP/1.1 form is refused first (package framing).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if ref := framing.HTTP(r); ref != nil {
-		ref.HTTP(w, 0)
+		refuseFraming(w, r, ref)
 		s.unrouted.Rejected(ref.Reason)
 		s.unrouted.Observe(ref.Status, 0)
 		return
@@ -79,9 +79,21 @@ func (e *httpExchange) remote() string { return e.R.RemoteAddr }
 
 func (e *httpExchange) ctx() context.Context { return e.R.Context() }
 
-func (e *httpExchange) refuse(ref limits.Refusal) { ref.HTTP(&e.rec) }
+func (e *httpExchange) refuse(ref limits.Refusal) {
+	if e.grpc {
+		ref.GRPC(&e.rec)
+		return
+	}
+	ref.HTTP(&e.rec)
+}
 
-func (e *httpExchange) refuseShape(v *shape.Violation) { reply.ViolationHTTP(&e.rec, v, false) }
+func (e *httpExchange) refuseShape(v *shape.Violation) {
+	if e.grpc {
+		limits.ViolationGRPC(&e.rec, v)
+		return
+	}
+	reply.ViolationHTTP(&e.rec, v, false)
+}
 
 func (e *httpExchange) gone() {}
 
