@@ -13,6 +13,7 @@ import (
 
 	"github.com/leveeproxy/levee/internal/admit"
 	"github.com/leveeproxy/levee/internal/clientkey"
+	"github.com/leveeproxy/levee/internal/deadline"
 	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/shape"
 )
@@ -152,7 +153,8 @@ func (d *httpDown) copyHead(p *Pool, out *fasthttp.RequestHeader, tc TraceHeader
 				}
 			}
 		case isHopByHop(k) || len(conn.names) > 0 && conn.has([]byte(k)) || isForwarding(k) || k == "Host" ||
-			k == "Content-Length" || k == "Expect" || isProxy(k) || k == reply.Shadow || k == "Http2-Settings":
+			k == "Content-Length" || k == "Expect" || isProxy(k) || k == reply.Shadow || k == "Http2-Settings" ||
+			k == deadline.Header:
 		case isIdentity(k) && !trusted:
 		case tc.Traceparent != nil && (k == "Traceparent" || tc.DropTracestate && k == "Tracestate"):
 		default:

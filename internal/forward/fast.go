@@ -18,6 +18,7 @@ import (
 	"github.com/leveeproxy/levee/internal/balance"
 	"github.com/leveeproxy/levee/internal/bandwidth"
 	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/deadline"
 	"github.com/leveeproxy/levee/internal/membuf"
 	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/shape"
@@ -95,6 +96,10 @@ type Body struct {
 	Shadow string
 	// Trace is what tracing changes of the request's trace context.
 	Trace TraceHeaders
+	// Deadline is when the request's time is up (the client's deadline
+	// or the app's upstream.timeout); the backend learns what is left
+	// (Levee-Deadline, and grpc-timeout for gRPC). Zero: none.
+	Deadline time.Time
 }
 
 // TraceHeaders is how a traced request's W3C trace context goes to the
@@ -141,6 +146,9 @@ func (p *Pool) forward(d downstream, be *backend, in Body, sh *shape.Checker, pk
 	upgrading := d.copyHead(p, &out.Header, in.Trace)
 	if in.Shadow != "" {
 		out.Header.Set(reply.Shadow, in.Shadow)
+	}
+	if !in.Deadline.IsZero() {
+		p.handOnDeadline(&out.Header, in.Deadline)
 	}
 	if upgrading {
 		p.tunnel(d.(fastDown).c, be, out, pk) // only fasthttp's requests upgrade
@@ -563,7 +571,8 @@ func (p *Pool) copyRequestTraced(ctx *fasthttp.RequestCtx, out *fasthttp.Request
 			// Connection cannot strip (RFC 9112 §3.2: one Host, always).
 			out.SetHostBytes(v)
 		case isHopByHop(k) || conn.has(k) || isForwarding(k) ||
-			ascii.EqualFold(k, "Content-Length") || ascii.EqualFold(k, "Expect") || isProxy(k) || ascii.EqualFold(k, reply.Shadow):
+			ascii.EqualFold(k, "Content-Length") || ascii.EqualFold(k, "Expect") || isProxy(k) || ascii.EqualFold(k, reply.Shadow) ||
+			ascii.EqualFold(k, deadline.Header):
 		case isIdentity(k) && !p.trust.trustsFast(ctx): // peer looked up only when such a header is sent
 		case ascii.EqualFold(k, "Http2-Settings") && h2c:
 		case tc.Traceparent != nil && (ascii.EqualFold(k, "Traceparent") || tc.DropTracestate && ascii.EqualFold(k, "Tracestate")):

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leveeproxy/levee/internal/ascii"
 	"github.com/leveeproxy/levee/internal/shape"
 )
 
@@ -13,13 +14,13 @@ import (
 // (application/grpc, application/grpc+proto, application/grpc;…): its
 // client reads an answer only from grpc-status, and its body is a stream
 // of messages rather than a document.
-func IsGRPC(contentType string) bool {
+func IsGRPC[T string | []byte](contentType T) bool {
 	const prefix = "application/grpc"
-	if len(contentType) < len(prefix) || !strings.EqualFold(contentType[:len(prefix)], prefix) {
+	if len(contentType) < len(prefix) || !ascii.EqualFold(contentType[:len(prefix)], prefix) {
 		return false
 	}
 	rest := contentType[len(prefix):]
-	return rest == "" || rest[0] == '+' || rest[0] == ';'
+	return len(rest) == 0 || rest[0] == '+' || rest[0] == ';'
 }
 
 // The gRPC status codes levee answers with (google.golang.org/grpc/codes,

@@ -246,6 +246,15 @@ func grpcClients(t *testing.T, h2cAddr, tlsAddr string, tc *tls.Config) map[stri
 	return out
 }
 
+// rpcOverH2C is an echo backend over h2c behind a levee whose app has
+// upstream and limits (YAML), and a client of it over h2c.
+func rpcOverH2C(t *testing.T, upstream, limits string) (*proxy, *echo, *grpc.ClientConn) {
+	t.Helper()
+	backend, e := grpcBackend(t, nil, nil)
+	p, h2cAddr, tlsAddr, tc := grpcProxy(t, backend, grpcLeg{name: "h2c", upstream: upstream}, limits, "")
+	return p, e, grpcClients(t, h2cAddr, tlsAddr, tc)["h2c"]
+}
+
 func method(name string) string { return "/" + echoService + "/" + name }
 
 // unary calls Echo with msg, returning the reply and its trailer.
@@ -562,5 +571,67 @@ func TestGRPCClientReadsRefusals(t *testing.T) {
 				t.Fatalf("%d calls reached the backend, want the first only", n)
 			}
 		})
+	}
+}
+
+// The backend learns the time a call has left: grpc-timeout, the smaller
+// of the client's deadline and the app's upstream.timeout, less the time
+// the call spent in levee; and Levee-Deadline in milliseconds.
+func TestGRPCDeadlineIsHandedOn(t *testing.T) {
+	_, e, cc := rpcOverH2C(t, "{protocol: h2c, timeout: 5s}", "")
+	ctx := testCtx(t)
+	for _, c := range []struct {
+		client time.Duration
+		max    time.Duration
+	}{{time.Second, time.Second}, {time.Minute, 5 * time.Second}} {
+		cctx, cancel := context.WithTimeout(ctx, c.client)
+		serverStream(t, cctx, cc, "Block", "x")
+		var md metadata.MD
+		select {
+		case md = <-e.header:
+		case <-ctx.Done():
+			t.Fatal("no call at the backend")
+		}
+		got := time.Duration(e.deadline.Load())
+		ms, err := strconv.Atoi(first(md, "levee-deadline"))
+		if got <= 0 || got > c.max || err != nil || ms <= 0 || time.Duration(ms)*time.Millisecond > c.max {
+			t.Errorf("client deadline %v: the backend's is %v, Levee-Deadline %q; want both in (0, %v]", c.client, got, first(md, "levee-deadline"), c.max)
+		}
+		cancel()
+	}
+}
+
+// A call whose deadline passes while it waits for a slot is refused with
+// DEADLINE_EXCEEDED and never reaches the backend, though the queue would
+// have let it wait longer; one whose deadline is already spent is
+// refused before it takes a slot.
+func TestGRPCDeadlineShorterThanTheQueueIsRefused(t *testing.T) {
+	p, e, cc := rpcOverH2C(t, "{protocol: h2c, deadline_header: X-Timeout}", "{concurrency: 1, queue: {max_len: 8, max_wait: 30s}}")
+	ctx := testCtx(t)
+	withTimeout := func(ms string) context.Context { return metadata.AppendToOutgoingContext(ctx, "x-timeout", ms) }
+
+	_, tr, err := unary(withTimeout("0"), cc, []byte("x"))
+	if s, _ := status.FromError(err); s.Code() != codes.DeadlineExceeded || first(tr, "levee-reject") != reply.Deadline {
+		t.Fatalf("a spent deadline: %v, %v; want DEADLINE_EXCEEDED, deadline", err, tr)
+	}
+	holdCtx, release := context.WithCancel(ctx)
+	defer release()
+	serverStream(t, holdCtx, cc, "Block", "x")
+	leaktest.WaitFor(t, 10*time.Second, "the call at the backend", func() bool { return e.blocked.Load() == 1 })
+	before := e.calls.Load()
+	_, tr, err = unary(withTimeout("200"), cc, []byte("x"))
+	if s, _ := status.FromError(err); s.Code() != codes.DeadlineExceeded || first(tr, "levee-reject") != reply.Deadline {
+		t.Fatalf("queued past its deadline: %v, %v; want DEADLINE_EXCEEDED, deadline", err, tr)
+	}
+	release()
+	leaktest.WaitFor(t, 10*time.Second, "the slot back", func() bool {
+		_, _, err := unary(ctx, cc, []byte("x"))
+		return err == nil
+	})
+	if n := e.calls.Load() - before; n != 1 {
+		t.Fatalf("%d calls reached the backend after the refused one; want 1 (the last)", n)
+	}
+	if n := p.metric("levee_rejected_total", map[string]string{"app": "rpc", "reason": reply.Deadline}); n != 2 {
+		t.Fatalf("levee_rejected_total{reason=deadline} = %v, want 2", n)
 	}
 }

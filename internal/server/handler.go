@@ -158,7 +158,7 @@ func (e *httpExchange) forward(rt *route, sh *limits.PathShape, slot admit.Relea
 		admit.Release(slot, StatusClientClosed)
 		return
 	}
-	body := forward.Body{Limit: rt.BodyLimit(sh), Shadow: out.shadow.Header(), Items: &e.nItems,
+	body := forward.Body{Limit: rt.BodyLimit(sh), Shadow: out.shadow.Header(), Deadline: out.deadline, Items: &e.nItems,
 		Trace: forward.TraceHeaders{Traceparent: e.tr.Traceparent(), DropTracestate: e.tr.DropTracestate()}}
 	if b := e.body; b != nil {
 		// What streams from here holds the slot: timed afresh (see fastExchange).

@@ -203,6 +203,8 @@ type route struct {
 	guard *protect.Guard  // backend_limits; nil when off
 	body  bodyRead        // how the request body is read before admission
 	cert  routeCert       // apps.NAME.tls, for the TLS listeners' SNI
+	// deadline is apps.NAME.upstream's timeout and deadline_header.
+	deadline deadlineRule
 }
 
 // bodyRead is how a route reads a request body ahead of admission:
@@ -398,6 +400,7 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 	})}
 	rt.body = bodyRead{ahead: int64(ac.Limits.RequestBuffer), rate: clientRate(cfg.Server),
 		timeout: cfg.Server.ReadTimeout.D()}
+	rt.deadline = newDeadlineRule(ac)
 	a.backends = rt.pool.Set()
 	if a.ejector.v != nil {
 		a.ejector.v.Retain(a.backends)
