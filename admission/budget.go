@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync"
+	"time"
 
 	"github.com/leveeproxy/levee/internal/admit"
 )
@@ -63,7 +64,7 @@ func (b *Budget) Group(ctx context.Context, key string, opts ...GroupOption) *Gr
 		panic("admission: Group on a nil or zero Budget; make one with NewBudget")
 	}
 	gctx, cancel := context.WithCancelCause(ctx)
-	g := &Group{b: b, ctx: gctx, cancel: cancel, ticket: admit.Ticket{Client: key}}
+	g := &Group{b: b, ctx: gctx, parent: ctx, cancel: cancel, ticket: admit.Ticket{Client: key}}
 	for _, o := range opts {
 		o.apply(g)
 	}
@@ -109,6 +110,7 @@ var errBatchItems = &Rejection{Reason: BatchItems}
 type Group struct {
 	b      *Budget
 	ctx    context.Context
+	parent context.Context // the request's: once it ends, no task starts
 	cancel context.CancelCauseFunc
 	ticket admit.Ticket
 	sem    chan struct{} // WithGroupLimit; nil: no cap of its own
@@ -203,13 +205,21 @@ func (g *Group) Go(f func(ctx context.Context) error) {
 	g.b.pool.run(g, f)
 }
 
-// call runs one task, recording its error or recovering its panic.
+// call runs one task, recording its error or recovering its panic. A
+// task whose request's context has ended (its client gone, or its
+// deadline, as Gate.Wrap sets it from Levee-Deadline, passed) is never
+// started: the group fails with the context's error. (A task that got
+// its slot runs though a sibling failed the group, as in errgroup.)
 func (g *Group) call(f func(ctx context.Context) error) {
 	defer func() {
 		if v := recover(); v != nil {
 			g.panic(&PanicError{Value: v, Stack: debug.Stack()})
 		}
 	}()
+	if err := ended(g.parent); err != nil {
+		g.fail(err)
+		return
+	}
 	if err := f(g.ctx); err != nil {
 		g.fail(err)
 	}
@@ -279,4 +289,16 @@ func (p *PanicError) Error() string {
 func (p *PanicError) Unwrap() error {
 	err, _ := p.Value.(error)
 	return err
+}
+
+// ended is ctx's error, or context.DeadlineExceeded once its deadline has
+// passed though its timer has not fired yet.
+func ended(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }

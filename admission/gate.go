@@ -1,8 +1,11 @@
 package admission
 
 import (
+	"context"
 	"net/http"
+	"time"
 
+	"github.com/leveeproxy/levee/internal/deadline"
 	"github.com/leveeproxy/levee/internal/limits"
 	"github.com/leveeproxy/levee/internal/limitsconf"
 )
@@ -46,6 +49,11 @@ func NewGate(l Limits) (*Gate, error) {
 // is counted (Stats) and the request goes on with a Levee-Shadow header
 // naming it, as levee sends it to a backend (a client's own is dropped).
 //
+// A request from levee carries the time it has left (Levee-Deadline): the
+// request's context gets that deadline, so the wait in step 4 ends at it
+// (504, deadline), a Budget task under it is never started once it has
+// passed, and next can stop work whose client will not wait for it.
+//
 // A request refused in steps 1 to 4 gets exactly the answer the levee proxy
 // gives (status, Levee-Reject, Retry-After, RateLimit fields, body) and
 // never reaches next; a client that goes away while queued gets none. A
@@ -57,7 +65,26 @@ func (g *Gate) Wrap(next http.Handler) http.Handler {
 	if g == nil || g.h == nil {
 		panic("admission: Wrap on a nil or zero Gate; make one with NewGate")
 	}
-	return g.h.With(next)
+	h := g.h.With(next)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if d, ok := leveeDeadline(r.Header); ok {
+			ctx, cancel := context.WithTimeout(r.Context(), d)
+			defer cancel()
+			r = r.WithContext(ctx)
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// leveeDeadline is the time a request has left by its Levee-Deadline
+// fields (levee's, in front; the smallest, if several).
+func leveeDeadline(h http.Header) (d time.Duration, ok bool) {
+	for _, v := range h[deadline.Header] {
+		if vd, vok := deadline.ParseMillis(v); vok && (!ok || vd < d) {
+			d, ok = vd, true
+		}
+	}
+	return d, ok
 }
 
 // Stats are what a gate has done since it was made.

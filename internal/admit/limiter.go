@@ -147,17 +147,24 @@ func (l *Limiter) AcquireWait(ctx context.Context, t Ticket) (time.Duration, err
 		return 0, rej
 	}
 	l.mu.Unlock()
-	if err := l.wait(ctx, w, maxWait); err != nil {
+	// A deadline before the queue's own bound is the wait's: its end is
+	// the request's (context.DeadlineExceeded), not queue-timeout. So a
+	// context needs no timer of its own for it (only Deadline is read).
+	byDeadline := false
+	if dl, ok := ctx.Deadline(); ok && (l.s.patient || dl.Sub(now) < maxWait) {
+		maxWait, byDeadline = dl.Sub(now), true
+	}
+	if err := l.wait(ctx, w, maxWait, byDeadline); err != nil {
 		return 0, err
 	}
 	return l.clk.Now().Sub(now), nil
 }
 
 // wait blocks a queued w until it is granted or dropped, maxWait passes or
-// ctx ends, and returns the outcome.
-func (l *Limiter) wait(ctx context.Context, w *waiter, maxWait time.Duration) error {
-	received := false // whether the wake was taken from w.ready
-	if l.s.patient {  // no max wait
+// ctx ends, and returns the outcome; byDeadline: maxWait is ctx's deadline.
+func (l *Limiter) wait(ctx context.Context, w *waiter, maxWait time.Duration, byDeadline bool) error {
+	received := false               // whether the wake was taken from w.ready
+	if l.s.patient && !byDeadline { // no max wait
 		select {
 		case <-w.ready:
 			received = true
@@ -179,7 +186,11 @@ func (l *Limiter) wait(ctx context.Context, w *waiter, maxWait time.Duration) er
 	switch state {
 	case waiting: // timed out or cancelled while still queued
 		l.s.leave(w)
-		if err == nil {
+		switch {
+		case err != nil:
+		case byDeadline:
+			err = context.DeadlineExceeded
+		default:
 			err = errQueueTimeout
 		}
 	case granted:

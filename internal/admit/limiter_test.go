@@ -286,6 +286,27 @@ func TestPassedDeadlineIsRefusedUpFront(t *testing.T) {
 	}
 }
 
+// A deadline before the queue's max wait ends the wait at the deadline,
+// as the request's own end (context.DeadlineExceeded), not a queue-timeout.
+func TestDeadlineBoundsTheQueueWait(t *testing.T) {
+	h := newHarness(t, Limits{Concurrency: 1, MaxLen: 1, MaxWait: time.Second})
+	h.mustAcquire(1)
+	ctx := clockDeadline{context.Background(), epoch.Add(100 * time.Millisecond)}
+	done := make(chan error, 1)
+	go func() { done <- h.l.Acquire(ctx) }()
+	<-h.clk.TimerCreated()
+	h.clk.Advance(100 * time.Millisecond)
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err = %v, want context.DeadlineExceeded at the deadline", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the wait outlived its deadline")
+	}
+	h.check(1, 0)
+}
+
 func TestGrantRacingTimeoutKeepsSlot(t *testing.T) {
 	h := newHarness(t, Limits{Concurrency: 1, MaxLen: 1, MaxWait: time.Second})
 	h.mustAcquire(1)

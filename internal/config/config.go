@@ -149,6 +149,8 @@ type App struct {
 	BackendLimits BackendLimits `yaml:"backend_limits"`
 	// TLS is the app's own certificate for its hosts (nil: the listener's).
 	TLS *AppTLS `yaml:"tls"`
+	// Upstream is how levee talks to the app's backends (upstream.go).
+	Upstream AppUpstream `yaml:"upstream"`
 }
 
 // Health configures active health checks; off unless Path is set.
@@ -520,6 +522,7 @@ func DefaultApp() *App {
 			Priority:       Priority{Default: ClassDefault},
 			Bandwidth:      Bandwidth{MaxDelay: Duration(DefaultBandwidthMaxDelay)},
 		},
+		Upstream: AppUpstream{Protocol: ProtocolHTTP1, Timeout: Duration(DefaultAppTimeout)},
 	}
 }
 

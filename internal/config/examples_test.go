@@ -83,8 +83,9 @@ func TestFullExampleIsTheDefaults(t *testing.T) {
 	for _, k := range schemaKeys(reflect.TypeFor[Config](), "") {
 		// cert and key: see tls-h2.yaml; engine: removed, a config naming it is refused;
 		// log.access.sample: the default is access: false, which has no sample to show
-		// apps.NAME.tls: off by default, its keys named in the comment.
+		// apps.NAME.tls, apps.NAME.upstream.tls: off by default, their keys named in the comment.
 		if !written[k] && !strings.HasPrefix(k, "listen[].tls.") && !strings.HasPrefix(k, "apps.NAME.tls.") &&
+			!strings.HasPrefix(k, "apps.NAME.upstream.tls.") &&
 			k != "listen[].engine" && k != "log.access.sample" {
 			t.Errorf("full.yaml does not set %s", k)
 		}

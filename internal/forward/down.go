@@ -13,6 +13,7 @@ import (
 
 	"github.com/leveeproxy/levee/internal/admit"
 	"github.com/leveeproxy/levee/internal/clientkey"
+	"github.com/leveeproxy/levee/internal/deadline"
 	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/shape"
 )
@@ -35,6 +36,9 @@ type downstream interface {
 	// fields, with levee's forwarding fields and the trace context tc.
 	// upgrading: the request asks for a protocol upgrade levee passes on.
 	copyHead(p *Pool, out *fasthttp.RequestHeader, tc TraceHeaders) (upgrading bool)
+	// bodyCloser is the client's body, which a leg closes to end a read
+	// of it that waits when the exchange ends first; nil: none.
+	bodyCloser() io.Closer
 	// stream is the request body still to be read from the client and
 	// its declared length (-1: unknown); a nil r with whole set is a body
 	// the engine read whole itself; both nil: no body.
@@ -76,6 +80,9 @@ func (d fastDown) stream() (io.Reader, int, []byte) {
 	}
 	return nil, 0, d.c.Request.Body() // read whole by fasthttp (tests)
 }
+
+// bodyCloser is nil: fasthttp's body stream is fasthttp's to close.
+func (d fastDown) bodyCloser() io.Closer { return nil }
 
 func (d fastDown) idempotent() bool                { return isIdempotent(&d.c.Request.Header) }
 func (d fastDown) head() bool                      { return d.c.IsHead() }
@@ -146,7 +153,8 @@ func (d *httpDown) copyHead(p *Pool, out *fasthttp.RequestHeader, tc TraceHeader
 				}
 			}
 		case isHopByHop(k) || len(conn.names) > 0 && conn.has([]byte(k)) || isForwarding(k) || k == "Host" ||
-			k == "Content-Length" || k == "Expect" || isProxy(k) || k == reply.Shadow || k == "Http2-Settings":
+			k == "Content-Length" || k == "Expect" || isProxy(k) || k == reply.Shadow || k == "Http2-Settings" ||
+			k == deadline.Header:
 		case isIdentity(k) && !trusted:
 		case tc.Traceparent != nil && (k == "Traceparent" || tc.DropTracestate && k == "Tracestate"):
 		default:
@@ -172,6 +180,13 @@ func (d *httpDown) stream() (io.Reader, int, []byte) {
 		return nil, 0, nil
 	}
 	return r.Body, int(r.ContentLength), nil
+}
+
+func (d *httpDown) bodyCloser() io.Closer {
+	if d.r.Body == nil || d.r.Body == http.NoBody {
+		return nil
+	}
+	return d.r.Body
 }
 
 func (d *httpDown) idempotent() bool { return isIdempotentMethod(d.r.Method) }
@@ -224,6 +239,14 @@ func (d *httpDown) send(b *fastBody, n int) {
 	}
 	b.CloseWithError(err)
 	d.aborted = err != nil
+	if err == nil && b.trailer != nil {
+		// Sent after the body (TrailerPrefix: announced by nobody, as
+		// gRPC's grpc-status is).
+		h := d.w.Header()
+		for k, vs := range b.trailer {
+			h[http.TrailerPrefix+k] = vs
+		}
+	}
 }
 
 func isEventStream(h http.Header) bool {
@@ -233,6 +256,10 @@ func isEventStream(h http.Header) bool {
 
 func (d *httpDown) fail(f failure) {
 	clear(d.w.Header())
+	if ct := d.r.Header["Content-Type"]; len(ct) == 1 && reply.IsGRPC(ct[0]) {
+		f.grpc(d.w)
+		return
+	}
 	f.http(d.w)
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/leveeproxy/levee/internal/balance"
 	"github.com/leveeproxy/levee/internal/bandwidth"
 	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/deadline"
 	"github.com/leveeproxy/levee/internal/membuf"
 	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/shape"
@@ -94,6 +96,10 @@ type Body struct {
 	Shadow string
 	// Trace is what tracing changes of the request's trace context.
 	Trace TraceHeaders
+	// Deadline is when the request's time is up (the client's deadline
+	// or the app's upstream.timeout); the backend learns what is left
+	// (Levee-Deadline, and grpc-timeout for gRPC). Zero: none.
+	Deadline time.Time
 }
 
 // TraceHeaders is how a traced request's W3C trace context goes to the
@@ -140,6 +146,9 @@ func (p *Pool) forward(d downstream, be *backend, in Body, sh *shape.Checker, pk
 	upgrading := d.copyHead(p, &out.Header, in.Trace)
 	if in.Shadow != "" {
 		out.Header.Set(reply.Shadow, in.Shadow)
+	}
+	if !in.Deadline.IsZero() {
+		p.handOnDeadline(&out.Header, in.Deadline)
 	}
 	if upgrading {
 		p.tunnel(d.(fastDown).c, be, out, pk) // only fasthttp's requests upgrade
@@ -201,14 +210,9 @@ func (p *Pool) forward(d downstream, be *backend, in Body, sh *shape.Checker, pk
 	if watched != nil && watched.Done() == nil {
 		watched = nil // cannot end
 	}
+	call := legCall{watched: watched, body: d.bodyCloser()}
 	for {
-		if watched != nil {
-			be.up.watches.add(out, watched)
-		}
-		err := be.up.Fast.Do(out, resp)
-		if watched != nil {
-			be.up.watches.remove(out)
-		}
+		err := be.up.do(out, resp, call)
 		if !retrying || !p.retryTry(d, resp, err, body, pk, &t) {
 			if streamed != nil {
 				countItems(in.Items, streamed)
@@ -422,6 +426,10 @@ type fastBody struct {
 	mu         sync.Mutex
 	spillErr   error
 
+	// trailer is what the backend sent after the body (HTTP/2), once
+	// its body has ended whole; nil: none.
+	trailer http.Header
+
 	// server.min_rate, on the client's writes: each read sets the write
 	// deadline of the bytes it returns.
 	d            downstream
@@ -491,6 +499,9 @@ func (b *fastBody) Read(p []byte) (int, error) {
 // will, or the client is gone.
 func (b *fastBody) backendDone(err error) {
 	if b.resp != nil {
+		if t, ok := b.resp.BodyStream().(interface{ trailers() http.Header }); ok && err == nil {
+			defer func() { b.trailer = t.trailers() }() // read once the body is closed
+		}
 		releaseBody(b.resp, err)
 		fasthttp.ReleaseResponse(b.resp)
 		b.resp = nil
@@ -560,7 +571,8 @@ func (p *Pool) copyRequestTraced(ctx *fasthttp.RequestCtx, out *fasthttp.Request
 			// Connection cannot strip (RFC 9112 §3.2: one Host, always).
 			out.SetHostBytes(v)
 		case isHopByHop(k) || conn.has(k) || isForwarding(k) ||
-			ascii.EqualFold(k, "Content-Length") || ascii.EqualFold(k, "Expect") || isProxy(k) || ascii.EqualFold(k, reply.Shadow):
+			ascii.EqualFold(k, "Content-Length") || ascii.EqualFold(k, "Expect") || isProxy(k) || ascii.EqualFold(k, reply.Shadow) ||
+			ascii.EqualFold(k, deadline.Header):
 		case isIdentity(k) && !p.trust.trustsFast(ctx): // peer looked up only when such a header is sent
 		case ascii.EqualFold(k, "Http2-Settings") && h2c:
 		case tc.Traceparent != nil && (ascii.EqualFold(k, "Traceparent") || tc.DropTracestate && ascii.EqualFold(k, "Tracestate")):

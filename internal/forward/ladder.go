@@ -36,6 +36,29 @@ func (f failure) http(w http.ResponseWriter) {
 	f.rep.HTTP(w, 0)
 }
 
+// grpc writes f for a gRPC client: a trailers-only 200 with grpc-status.
+// A writer that records statuses records f's own (limits.Recorder), so
+// that the balancer and the metrics see a backend's failure as one.
+func (f failure) grpc(w http.ResponseWriter) {
+	status := f.status()
+	if rec, ok := w.(interface{ RecordAs(int) }); ok {
+		rec.RecordAs(status)
+	}
+	if f.v != nil {
+		reply.ViolationGRPC(w, f.v)
+		return
+	}
+	f.rep.GRPC(w, 0)
+}
+
+// status is the HTTP status f stands for.
+func (f failure) status() int {
+	if f.v != nil {
+		return f.v.Status
+	}
+	return f.rep.Status
+}
+
 // fail is the one error ladder of both engines: it decides whose failure
 // err is and what the client gets, and counts or logs it. bodyErr is why
 // reading the client's body stopped, if the engine knows it apart from err

@@ -36,17 +36,54 @@ type Upstreams struct {
 type upstreamKey struct {
 	addr     string
 	settings config.Upstream
+	leg      legKey
+}
+
+// legKey is the protocol to a backend and its TLS client, as far as they
+// make pools differ (the files' contents are read on the pool's making).
+type legKey struct {
+	protocol string
+	tls      config.UpstreamTLS
+}
+
+func legKeyOf(a config.AppUpstream) legKey {
+	k := legKey{protocol: a.Protocol}
+	if k.protocol == "" {
+		k.protocol = config.ProtocolHTTP1
+	}
+	if a.TLS != nil && k.protocol == config.ProtocolH2 {
+		t := a.TLS
+		k.tls = config.UpstreamTLS{CA: t.CA, ServerName: t.ServerName, Cert: t.Cert, Key: t.Key,
+			InsecureSkipVerify: t.InsecureSkipVerify}
+	}
+	return k
 }
 
 // Upstream is the connection pool of one backend address under one set of
-// upstream settings: Fast, with levee's exchange on each connection, for
-// both engines.
+// upstream settings and one protocol: Fast, with levee's exchange on each
+// connection, for both engines (HTTP/1.1), or h2 (HTTP/2, h2c or h2).
 type Upstream struct {
 	key     upstreamKey
 	refs    int // guarded by Upstreams.mu
 	Fast    *fasthttp.HostClient
 	watches *watches    // the net/http engine's requests in flight on Fast
-	dialer  *fastDialer // Fast's: the pool's stats and dial budget
+	dialer  *fastDialer // the pool's stats and dial budget
+	h2      *h2Leg      // nil: HTTP/1.1 (Fast)
+}
+
+// do sends out to the pool's backend and reads the response head into
+// resp, on the pool's leg: HTTP/1.1 or HTTP/2.
+func (p *Upstream) do(out *fasthttp.Request, resp *fasthttp.Response, call legCall) error {
+	if p.h2 != nil {
+		return p.h2.do(out, resp, call)
+	}
+	if call.watched == nil {
+		return p.Fast.Do(out, resp)
+	}
+	p.watches.add(out, call.watched)
+	err := p.Fast.Do(out, resp)
+	p.watches.remove(out)
+	return err
 }
 
 // Addr is the pool's backend address.
@@ -55,10 +92,17 @@ func (p *Upstream) Addr() string { return p.key.addr }
 // Counts are the pool's connection stats now.
 func (p *Upstream) Counts() observe.ConnCounts { return p.dialer.stats.Counts() }
 
-// Acquire returns the pool of backend addr under settings u, made on its
-// first use, and counts one more user of it.
+// Acquire returns the HTTP/1.1 pool of backend addr under settings u (see
+// AcquireLeg).
 func (us *Upstreams) Acquire(addr string, u config.Upstream) *Upstream {
-	k := upstreamKey{addr, u}
+	return us.AcquireLeg(addr, u, config.AppUpstream{Protocol: config.ProtocolHTTP1})
+}
+
+// AcquireLeg returns the pool of backend addr under settings u, spoken to
+// as app says (its protocol and TLS, validated), made on its first use,
+// and counts one more user of it.
+func (us *Upstreams) AcquireLeg(addr string, u config.Upstream, app config.AppUpstream) *Upstream {
+	k := upstreamKey{addr, u, legKeyOf(app)}
 	us.mu.Lock()
 	defer us.mu.Unlock()
 	p := us.pools[k]
@@ -69,6 +113,9 @@ func (us *Upstreams) Acquire(addr string, u config.Upstream) *Upstream {
 		w := new(watches)
 		p = &Upstream{key: k, watches: w}
 		p.Fast, p.dialer = newFastClient(addr, u, &us.Unclean, w)
+		if app.HTTP2() {
+			p.h2 = newH2Leg(addr, u, app, p.dialer)
+		}
 		us.pools[k] = p
 	}
 	p.refs++
@@ -124,4 +171,9 @@ func (us *Upstreams) CloseIdle() {
 }
 
 // CloseIdle closes the pool's idle connections.
-func (p *Upstream) CloseIdle() { p.Fast.CloseIdleConnections() }
+func (p *Upstream) CloseIdle() {
+	p.Fast.CloseIdleConnections()
+	if p.h2 != nil {
+		p.h2.closeIdle()
+	}
+}

@@ -236,6 +236,9 @@ func (g *Gate) Admit(ctx context.Context, t admit.Ticket, tr *trace.Request) (ad
 			g.Count.Rejected(string(rej.Reason))
 			return nil, Refusal{Code: http.StatusServiceUnavailable, Reason: string(rej.Reason), RetryAfter: rej.RetryAfter}, false
 		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			return nil, g.DeadlinePassed(), false // the request's deadline, not its client's going
+		}
 		return nil, Refusal{}, false
 	}
 	if waited > 0 {

@@ -43,6 +43,9 @@ type exchange interface {
 	readBody(s *Server, rt *route, sh *limits.PathShape) (limits.Refusal, bool)
 	// readAhead is what readBody read, and whether it is the whole body.
 	readAhead() (head []byte, whole bool)
+	// clientTimeout is the client's own deadline, from now: gRPC's
+	// grpc-timeout, or the header named (canonical; "": none).
+	clientTimeout(header string) (time.Duration, bool)
 	// refuse answers a refusal; refuseShape a shape violation found before
 	// the body was read (the engine drains or closes for the unread body).
 	refuse(ref limits.Refusal)
@@ -134,7 +137,18 @@ func serve[E exchange](s *Server, e E) {
 		out.check, got = rt.ShadowBatch(sh, head, whole)
 		out.shadow |= got
 	}
-	slot, ref, ok := s.enter(e.ctx(), rt, path, client, start, tr)
+	// The deadline: from the arrival, the app's timeout or the client's.
+	left := rt.deadline.of(e.clientTimeout(rt.deadline.header))
+	if left <= 0 {
+		e.refuse(rt.DeadlinePassed())
+		return
+	}
+	out.deadline = start.Add(left)
+	ctx := e.ctx()
+	if left < rt.deadline.queueWait {
+		ctx = &queueDeadline{Context: ctx, at: out.deadline} // it can end the wait
+	}
+	slot, ref, ok := s.enter(ctx, rt, path, client, start, tr)
 	if !ok {
 		if ref.Code == 0 {
 			e.gone()
@@ -143,15 +157,23 @@ func serve[E exchange](s *Server, e E) {
 		}
 		return
 	}
+	if !s.clk.Now().Before(out.deadline) {
+		// It passed while the request queued: refused, never sent.
+		admit.Release(slot, reply.DeadlineReply.Status)
+		e.refuse(rt.DeadlinePassed())
+		return
+	}
 	tr.Mark(trace.StageForward, s.clk)
 	e.forward(rt, sh, slot, out)
 }
 
 // toBackend is what serve hands forward beside the route: the checker
-// whose batch limit forward enforces (nil: none) and the shadowed reasons.
+// whose batch limit forward enforces (nil: none), the shadowed reasons
+// and the request's deadline.
 type toBackend struct {
-	check  *shape.Checker
-	shadow limits.ShadowSet
+	check    *shape.Checker
+	shadow   limits.ShadowSet
+	deadline time.Time
 }
 
 // noRoute is the refusal of a request no app claims.

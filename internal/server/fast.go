@@ -238,7 +238,7 @@ func (e *fastExchange) forward(rt *route, sh *limits.PathShape, slot admit.Relea
 	// What streams from here holds the slot: it is timed afresh, so the
 	// bytes read ahead bank no time for it.
 	e.paced.Start, e.paced.N = time.Now(), 0
-	body := forward.Body{Limit: rt.BodyLimit(sh), Head: e.body.Bytes(), Whole: e.whole, Shadow: out.shadow.Header(),
+	body := forward.Body{Limit: rt.BodyLimit(sh), Head: e.body.Bytes(), Whole: e.whole, Shadow: out.shadow.Header(), Deadline: out.deadline,
 		Items: &e.nItems, Trace: forward.TraceHeaders{Traceparent: e.tr.Traceparent(), DropTracestate: e.tr.DropTracestate()}}
 	if e.paced.R != nil {
 		body.Rest = &e.paced

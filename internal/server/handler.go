@@ -26,7 +26,7 @@ import (
 // unambiguous HTTP/1.1 form is refused first (package framing).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if ref := framing.HTTP(r); ref != nil {
-		ref.HTTP(w, 0)
+		refuseFraming(w, r, ref)
 		s.unrouted.Rejected(ref.Reason)
 		s.unrouted.Observe(ref.Status, 0)
 		return
@@ -38,6 +38,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	e := httpExchanges.Get().(*httpExchange)
 	e.rec.ResponseWriter, e.rec.Code, e.rec.Written, e.R, e.conn = w, 0, 0, r, hc
 	e.nItems, e.aborted = 0, false
+	e.grpc = isGRPC(r)
 	serve(s, e)
 	aborted := e.aborted
 	e.free()
@@ -58,6 +59,7 @@ type httpExchange struct {
 	conn    *h2Conn // nil when not from a listener
 	nItems  int     // batch items, as forward counted them
 	aborted bool    // the answer broke off after part of it was written
+	grpc    bool    // a gRPC call (grpc.go)
 	tr      trace.Request
 }
 
@@ -77,9 +79,21 @@ func (e *httpExchange) remote() string { return e.R.RemoteAddr }
 
 func (e *httpExchange) ctx() context.Context { return e.R.Context() }
 
-func (e *httpExchange) refuse(ref limits.Refusal) { ref.HTTP(&e.rec) }
+func (e *httpExchange) refuse(ref limits.Refusal) {
+	if e.grpc {
+		ref.GRPC(&e.rec)
+		return
+	}
+	ref.HTTP(&e.rec)
+}
 
-func (e *httpExchange) refuseShape(v *shape.Violation) { reply.ViolationHTTP(&e.rec, v, false) }
+func (e *httpExchange) refuseShape(v *shape.Violation) {
+	if e.grpc {
+		limits.ViolationGRPC(&e.rec, v)
+		return
+	}
+	reply.ViolationHTTP(&e.rec, v, false)
+}
 
 func (e *httpExchange) gone() {}
 
@@ -88,8 +102,8 @@ func (e *httpExchange) gone() {}
 // timed at min_rate. A whole body goes on with its length.
 func (e *httpExchange) readBody(s *Server, rt *route, sh *limits.PathShape) (limits.Refusal, bool) {
 	r := e.R
-	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
-		return limits.Refusal{}, true
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 || e.grpc {
+		return limits.Refusal{}, true // a gRPC call's body streams (grpc.go)
 	}
 	e.tr.Mark(trace.StageBodyRead, s.clk)
 	now := time.Now()
@@ -144,7 +158,7 @@ func (e *httpExchange) forward(rt *route, sh *limits.PathShape, slot admit.Relea
 		admit.Release(slot, StatusClientClosed)
 		return
 	}
-	body := forward.Body{Limit: rt.BodyLimit(sh), Shadow: out.shadow.Header(), Items: &e.nItems,
+	body := forward.Body{Limit: rt.BodyLimit(sh), Shadow: out.shadow.Header(), Deadline: out.deadline, Items: &e.nItems,
 		Trace: forward.TraceHeaders{Traceparent: e.tr.Traceparent(), DropTracestate: e.tr.DropTracestate()}}
 	if b := e.body; b != nil {
 		// What streams from here holds the slot: timed afresh (see fastExchange).

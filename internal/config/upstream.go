@@ -1,0 +1,148 @@
+package config
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// The protocols levee speaks to an app's backends (apps.NAME.upstream.protocol).
+const (
+	// ProtocolHTTP1 is HTTP/1.1 over TCP (the default).
+	ProtocolHTTP1 = "http1"
+	// ProtocolH2C is HTTP/2 over TCP with prior knowledge (no TLS).
+	ProtocolH2C = "h2c"
+	// ProtocolH2 is HTTP/2 over TLS, negotiated by ALPN.
+	ProtocolH2 = "h2"
+)
+
+// Bounds of apps.NAME.upstream.timeout.
+const (
+	DefaultAppTimeout = 30 * time.Second
+	MaxAppTimeout     = 24 * time.Hour
+)
+
+// AppUpstream is how levee talks to one app's backends. The connection
+// pool's settings (connections per backend, dial rate, timeouts) are the
+// global upstream section's, shared by every app.
+type AppUpstream struct {
+	// Protocol is http1, h2c or h2 (h2 is HTTP/2 over TLS to the backend).
+	Protocol string `yaml:"protocol"`
+	// TLS configures the TLS client of protocol h2; nil verifies the
+	// backend against the system roots for its host.
+	TLS *UpstreamTLS `yaml:"tls"`
+	// Timeout is the app's response timeout: the most time a forwarded
+	// request is given, which the backend learns as Levee-Deadline (and
+	// grpc-timeout for gRPC), less what the client's own deadline and
+	// the queue took.
+	Timeout Duration `yaml:"timeout"`
+	// DeadlineHeader names a request header in which a client gives its
+	// own deadline, in milliseconds from now (as Levee-Deadline); ""
+	// reads only gRPC's grpc-timeout.
+	DeadlineHeader string `yaml:"deadline_header"`
+}
+
+// HTTP2 reports whether the app's backends speak HTTP/2.
+func (u *AppUpstream) HTTP2() bool { return u.Protocol == ProtocolH2C || u.Protocol == ProtocolH2 }
+
+// UpstreamTLS is the TLS client toward an app's backends (protocol h2).
+// Verification is on unless InsecureSkipVerify says otherwise.
+type UpstreamTLS struct {
+	// CA is a PEM file of the roots a backend's certificate must chain to;
+	// "" is the system's roots.
+	CA string `yaml:"ca"`
+	// ServerName is sent as SNI and verified against the backend's
+	// certificate; "" is the backend address's host.
+	ServerName string `yaml:"server_name"`
+	// Cert and Key are PEM files of a client certificate (both or neither).
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
+	// InsecureSkipVerify accepts any certificate: for tests only.
+	InsecureSkipVerify bool `yaml:"insecure_skip_verify"`
+
+	// What validation loaded (see Config).
+	roots *x509.CertPool
+	pair  *tls.Certificate
+}
+
+// Config returns the TLS client config of t as validation loaded it, for
+// a backend at host, with ALPN h2. A nil t verifies against the system
+// roots.
+func (t *UpstreamTLS) Config(host string) *tls.Config {
+	c := &tls.Config{ServerName: host, NextProtos: []string{"h2"}, MinVersion: tls.VersionTLS12}
+	if t == nil {
+		return c
+	}
+	if t.ServerName != "" {
+		c.ServerName = t.ServerName
+	}
+	c.RootCAs = t.roots
+	if t.pair != nil {
+		c.Certificates = []tls.Certificate{*t.pair}
+	}
+	c.InsecureSkipVerify = t.InsecureSkipVerify //nolint:gosec // the operator's explicit choice, documented as tests only
+	return c
+}
+
+// validateAppUpstream checks apps.NAME.upstream (p) and loads its TLS
+// files through rd (nil: files are not allowed, as in a stored app).
+func validateAppUpstream(errs *Errors, rd *reader, p string, u *AppUpstream) {
+	switch u.Protocol {
+	case ProtocolHTTP1, ProtocolH2C, ProtocolH2:
+	default:
+		errs.add(p+".protocol", "must be http1, h2c or h2 (got %q)", u.Protocol)
+	}
+	if u.Timeout <= 0 || u.Timeout.D() > MaxAppTimeout {
+		errs.add(p+".timeout", "must be > 0 and ≤ 24h (got %s)", u.Timeout)
+	}
+	if h := u.DeadlineHeader; h != "" && !httpguts.ValidHeaderFieldName(h) {
+		errs.add(p+".deadline_header", "%q is not a header name", h)
+	}
+	if u.TLS == nil {
+		return
+	}
+	if u.Protocol != ProtocolH2 {
+		errs.add(p+".tls", "only with protocol h2 (HTTP/2 over TLS); got protocol %q", u.Protocol)
+		return
+	}
+	u.TLS.load(errs, rd, p+".tls")
+}
+
+// load reads t's files through rd, adding problems to errs under p.
+func (t *UpstreamTLS) load(errs *Errors, rd *reader, p string) {
+	files := t.CA != "" || t.Cert != "" || t.Key != ""
+	if files && rd == nil {
+		errs.add(p, "a stored app names no files: its backends' TLS can set server_name only")
+		return
+	}
+	if (t.Cert == "") != (t.Key == "") {
+		errs.add(p, "both cert and key are required for a client certificate (or neither)")
+		return
+	}
+	if t.CA != "" {
+		pem, err := rd.read(t.CA, MaxPEMBytes)
+		if err != nil {
+			errs.add(p+".ca", "%v", err)
+			return
+		}
+		t.roots = x509.NewCertPool()
+		if !t.roots.AppendCertsFromPEM(pem) {
+			errs.add(p+".ca", "%s holds no PEM certificate", t.CA)
+			return
+		}
+	}
+	if t.Cert != "" {
+		pair, err := loadCertificate(*rd, p, &TLS{Cert: t.Cert, Key: t.Key})
+		if err != nil {
+			var fe FieldError
+			if errors.As(err, &fe) {
+				*errs = append(*errs, fe)
+			}
+			return
+		}
+		t.pair = &pair
+	}
+}

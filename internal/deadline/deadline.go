@@ -1,0 +1,103 @@
+// Package deadline is how much time a request has left, as levee hands
+// it to a backend: Levee-Deadline, milliseconds from when it was sent,
+// and gRPC's own grpc-timeout. The proxy writes both; package admission
+// reads Levee-Deadline, so a backend drops work whose client has gone.
+package deadline
+
+import (
+	"strconv"
+	"time"
+)
+
+// Header carries a request's time left to the backend, in whole
+// milliseconds, rounded down (0: none left).
+const Header = "Levee-Deadline"
+
+// GRPCHeader is gRPC's own (gRPC over HTTP/2, "Timeout").
+const GRPCHeader = "Grpc-Timeout"
+
+// maxMillis bounds a parsed value (about 3 years): a larger one is no
+// deadline a caller can keep, and its Duration would overflow.
+const maxMillis = 1 << 40
+
+// ParseMillis reads a Levee-Deadline value: decimal digits only.
+func ParseMillis(s string) (time.Duration, bool) {
+	if s == "" || len(s) > 13 {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if n > maxMillis {
+		return 0, false
+	}
+	return time.Duration(n) * time.Millisecond, true
+}
+
+// FormatMillis writes d as a Levee-Deadline value (negative: 0).
+func FormatMillis(d time.Duration) string {
+	return strconv.FormatInt(max(int64(d/time.Millisecond), 0), 10)
+}
+
+// grpcUnits are grpc-timeout's units, largest first.
+var grpcUnits = [...]struct {
+	c byte
+	d time.Duration
+}{{'H', time.Hour}, {'M', time.Minute}, {'S', time.Second}, {'m', time.Millisecond}, {'u', time.Microsecond}, {'n', time.Nanosecond}}
+
+// ParseGRPCTimeout reads a grpc-timeout value: at most 8 digits and a
+// unit (H, M, S, m, u, n).
+func ParseGRPCTimeout(s string) (time.Duration, bool) {
+	if len(s) < 2 || len(s) > 9 {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(s)-1; i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	for _, u := range grpcUnits {
+		if u.c == s[len(s)-1] {
+			if n > int64(maxMillis*time.Millisecond/u.d) {
+				return 0, false
+			}
+			return time.Duration(n) * u.d, true
+		}
+	}
+	return 0, false
+}
+
+// FormatGRPCTimeout writes d as a grpc-timeout value: in the finest unit
+// that fits 8 digits, rounded up so a deadline is never made shorter
+// than the caller's by the rounding (negative or zero: 0n).
+func FormatGRPCTimeout(d time.Duration) string {
+	if d <= 0 {
+		return "0n"
+	}
+	const most = 1e8 - 1
+	for i := len(grpcUnits) - 1; i >= 0; i-- {
+		u := grpcUnits[i]
+		if n := (d + u.d - 1) / u.d; n <= most {
+			return strconv.FormatInt(int64(n), 10) + string(u.c)
+		}
+	}
+	return strconv.Itoa(most) + "H"
+}
+
+// Left is the time a request that arrived at start has once it is sent
+// at now: the smaller of the client's own time (client, if ok) and the
+// app's timeout, less the time since start.
+func Left(start, now time.Time, timeout, client time.Duration, ok bool) time.Duration {
+	if ok && client < timeout {
+		timeout = client
+	}
+	return timeout - now.Sub(start)
+}

@@ -1,0 +1,89 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/leveeproxy/levee/internal/ascii"
+	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/deadline"
+)
+
+// deadlineRule is how a route gives each request its deadline: the
+// app's upstream.timeout, or the client's own if shorter (grpc-timeout
+// for a gRPC call, upstream.deadline_header for any), from its arrival.
+// A request whose deadline passes before it is sent is refused
+// (deadline); the backend gets what is left as Levee-Deadline (and
+// grpc-timeout for gRPC).
+type deadlineRule struct {
+	timeout time.Duration
+	header  string // canonical; "": none
+	// queueWait is limits.queue.max_wait: a deadline at least that far
+	// off cannot end a wait in the queue, which then needs no context of
+	// its own (queueDeadline).
+	queueWait time.Duration
+}
+
+func newDeadlineRule(ac *config.App) deadlineRule {
+	r := deadlineRule{timeout: ac.Upstream.Timeout.D(), queueWait: ac.Limits.Queue.MaxWait.D()}
+	if h := ac.Upstream.DeadlineHeader; h != "" {
+		r.header = http.CanonicalHeaderKey(h)
+	}
+	return r
+}
+
+// of is the time a request may take from its arrival.
+func (r *deadlineRule) of(client time.Duration, ok bool) time.Duration {
+	return deadline.Left(time.Time{}, time.Time{}, r.timeout, client, ok)
+}
+
+// queueDeadline is a request's context with its deadline, for the wait
+// in the queue only: the limiter reads Deadline and bounds its own timer
+// by it, so no timer or goroutine is made for it (context.WithDeadline
+// would watch the fasthttp engine's context, which polls the client's
+// socket once watched).
+type queueDeadline struct {
+	context.Context
+	at time.Time
+}
+
+func (c *queueDeadline) Deadline() (time.Time, bool) {
+	if at, ok := c.Context.Deadline(); ok && at.Before(c.at) {
+		return at, true
+	}
+	return c.at, true
+}
+
+// clientTimeout is the deadline a gRPC call or header (canonical; ""
+// none) gives, the smaller if both do.
+func (e *httpExchange) clientTimeout(header string) (d time.Duration, ok bool) {
+	h := e.R.Header
+	if e.grpc {
+		if v := h[deadline.GRPCHeader]; len(v) == 1 {
+			d, ok = deadline.ParseGRPCTimeout(v[0])
+		}
+	}
+	if header != "" {
+		if v := h[header]; len(v) == 1 {
+			if hd, hok := deadline.ParseMillis(v[0]); hok && (!ok || hd < d) {
+				d, ok = hd, true
+			}
+		}
+	}
+	return d, ok
+}
+
+// clientTimeout is the deadline header gives ("": none looked for; gRPC
+// has no HTTP/1.1 form).
+func (e *fastExchange) clientTimeout(header string) (time.Duration, bool) {
+	if header == "" {
+		return 0, false
+	}
+	for k, v := range e.c.Request.Header.All() {
+		if ascii.EqualFold(k, header) {
+			return deadline.ParseMillis(string(v))
+		}
+	}
+	return 0, false
+}
