@@ -1,0 +1,404 @@
+package acme
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/caddyserver/certmagic"
+	"github.com/mholt/acmez/v3"
+	"github.com/mholt/acmez/v3/acme"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/leveeproxy/levee/internal/catalog"
+	"github.com/leveeproxy/levee/internal/clock"
+	"github.com/leveeproxy/levee/internal/config"
+)
+
+// Options configure a Manager.
+type Options struct {
+	// Config is the validated config, tls.acme on; Reload replaces it.
+	Config *config.Config
+	// Storage keeps certificates and keys; the Manager does not close it.
+	Storage *Storage
+	// Stored finds catalog apps; nil when there is no catalog (set later
+	// with SetStored, before Start).
+	Stored   StoredApp
+	Logger   *slog.Logger
+	Registry prometheus.Registerer
+	Clock    clock.Clock // nil: the real one
+}
+
+// issueTimeout bounds one issuance (order, validation, download),
+// however long the handshake that started it waited.
+const issueTimeout = 3 * time.Minute
+
+// Manager obtains and renews certificates for eligible names and hands
+// them to TLS handshakes. New starts nothing; Start starts certmagic's
+// maintenance (renewals at two thirds of a certificate's life) and
+// Close stops it and waits for every issuance it started.
+type Manager struct {
+	o       Options
+	acme    config.ACME
+	budgets *Budgets
+	m       *metrics
+	file    atomic.Pointer[claims]
+	stored  atomic.Pointer[StoredApp]
+
+	magic  atomic.Pointer[certmagic.Config] // nil until Start
+	cache  *certmagic.Cache
+	issuer *budgetIssuer
+
+	ctx     context.Context // ends at Close: every issuance's parent
+	cancel  context.CancelFunc
+	flights sync.WaitGroup
+	sem     chan struct{} // one token per issuance running
+
+	mu     sync.Mutex
+	flying map[string]*flight // name → the issuance under way
+	errs   map[string]string  // name → its last failure, for levee certs
+}
+
+// flight is one issuance that handshakes for its name wait on.
+type flight struct {
+	done chan struct{}
+	cert *tls.Certificate // set before done closes; nil: none
+}
+
+// New returns a Manager for validated o.Config (tls.acme on).
+func New(o Options) *Manager {
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	a := o.Config.TLS.ACME
+	m := &Manager{o: o, acme: a, budgets: NewBudgets(a.Budgets), m: newMetrics(o.Registry),
+		sem: make(chan struct{}, a.Concurrency), flying: map[string]*flight{}, errs: map[string]string{}}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	c := newClaims(o.Config)
+	m.file.Store(&c)
+	if o.Stored != nil {
+		m.stored.Store(&o.Stored)
+	}
+	return m
+}
+
+// SetStored sets how catalog apps are found; call it before Start.
+func (m *Manager) SetStored(fn StoredApp) { m.stored.Store(&fn) }
+
+// Reload takes the config file's apps of cfg (tls.acme itself is read
+// at New: a change to it takes a restart).
+func (m *Manager) Reload(cfg *config.Config) {
+	c := newClaims(cfg)
+	m.file.Store(&c)
+}
+
+// Listeners are the addresses levee answers challenges on: HTTP-01 on a
+// plain listener, TLS-ALPN-01 on a TLS one ("" for none: that challenge
+// is not used).
+type Listeners struct{ HTTP, TLS string }
+
+// Start starts certmagic's cache and its maintenance; the challenge
+// servers are levee's own listeners at l (certmagic, finding their
+// ports taken, starts none of its own).
+func (m *Manager) Start(l Listeners) error {
+	var magic *certmagic.Config
+	m.cache = certmagic.NewCache(certmagic.CacheOptions{
+		GetConfigForCert: func(certmagic.Certificate) (*certmagic.Config, error) { return magic, nil },
+		Logger:           zap.NewNop(),
+	})
+	magic = certmagic.New(m.cache, certmagic.Config{
+		Storage:  m.o.Storage,
+		Logger:   zap.NewNop(), // outcomes are counted and logged once each, by OnEvent
+		OnEvent:  m.onEvent,
+		OnDemand: &certmagic.OnDemandConfig{DecisionFunc: m.decide},
+		OCSP:     certmagic.OCSPConfig{DisableStapling: true},
+		// Renew at two thirds of the lifetime.
+		RenewalWindowRatio: 1.0 / 3,
+	})
+	tmpl := certmagic.ACMEIssuer{
+		CA: m.acme.CA, Email: m.acme.Email, Agreed: true, TrustedRoots: m.acme.Roots(),
+		DisableHTTPChallenge:    !slices.Contains(m.acme.Challenges, config.ChallengeHTTP) || l.HTTP == "",
+		DisableTLSALPNChallenge: !slices.Contains(m.acme.Challenges, config.ChallengeTLSALPN) || l.TLS == "",
+		CertObtainTimeout:       issueTimeout,
+		Logger:                  zap.NewNop(),
+	}
+	if tmpl.DisableHTTPChallenge && tmpl.DisableTLSALPNChallenge {
+		m.cache.Stop()
+		return errors.New("acme: no listener can answer a challenge of tls.acme.challenges " +
+			"(http-01 needs a plain listener, tls-alpn-01 a TLS one)")
+	}
+	if e := m.acme.EAB; e != nil {
+		tmpl.ExternalAccount = &acme.EAB{KeyID: e.KeyID, MACKey: e.MACKey}
+	}
+	var err error
+	if tmpl.ListenHost, tmpl.AltHTTPPort, err = hostPort(l.HTTP); err == nil {
+		var host string
+		host, tmpl.AltTLSALPNPort, err = hostPort(l.TLS)
+		if tmpl.ListenHost == "" {
+			tmpl.ListenHost = host
+		}
+	}
+	if err != nil {
+		m.cache.Stop()
+		return err
+	}
+	m.issuer = &budgetIssuer{ACMEIssuer: certmagic.NewACMEIssuer(magic, tmpl), budgets: m.budgets, clk: m.o.Clock,
+		m: m.m, renewal: m.hasCert, done: m.recordOutcome}
+	magic.Issuers = []certmagic.Issuer{m.issuer}
+	m.magic.Store(magic)
+	return nil
+}
+
+func hostPort(addr string) (string, int, error) {
+	if addr == "" {
+		return "", 0, nil
+	}
+	h, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("acme: listener %q: %w", addr, err)
+	}
+	n, err := strconv.Atoi(p)
+	return h, n, err
+}
+
+// Close stops renewals and waits for the issuances under way to end
+// (their contexts are cancelled). Safe without Start.
+func (m *Manager) Close() {
+	m.cancel()
+	m.flights.Wait()
+	if m.cache != nil {
+		m.cache.Stop()
+	}
+}
+
+// hasCert says whether the store holds a certificate for name.
+func (m *Manager) hasCert(ctx context.Context, name string) bool {
+	return m.o.Storage.Exists(ctx, certmagic.StorageKeys.SiteCert(m.issuer.IssuerKey(), name))
+}
+
+// eligible reports whether name may have a certificate now.
+func (m *Manager) eligible(ctx context.Context, name string) (bool, error) {
+	var stored StoredApp
+	if p := m.stored.Load(); p != nil {
+		stored = *p
+	}
+	return eligible(ctx, &m.acme, *m.file.Load(), stored, name)
+}
+
+// decide is certmagic's OnDemand DecisionFunc, asked before a handshake's
+// issuance and before each renewal of a certificate: the name must be
+// eligible, and the budgets must allow an order (spent only when one is
+// sent, by budgetIssuer).
+func (m *Manager) decide(ctx context.Context, name string) error {
+	ok, err := m.eligible(ctx, name)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		m.m.refused.WithLabelValues(ReasonUnknown).Inc()
+		return errNotEligible
+	}
+	if err := m.budgets.Allowed(name, m.hasCert(ctx, name), m.o.Clock.Now()); err != nil {
+		var r *Refused
+		if errors.As(err, &r) {
+			m.m.refused.WithLabelValues(r.Reason).Inc()
+		}
+		return err
+	}
+	return nil
+}
+
+// isChallenge says hello is a CA validating TLS-ALPN-01 (RFC 8737: the
+// only protocol offered is acme-tls/1).
+func isChallenge(hello *tls.ClientHelloInfo) bool {
+	return len(hello.SupportedProtos) == 1 && hello.SupportedProtos[0] == acmez.ACMETLS1Protocol
+}
+
+// Certificate is the listeners' GetCertificate for ACME names. ours is
+// false for a name that is not ACME's (no app claims it with acme on):
+// the caller picks its certificate as without ACME. For an ACME name, a
+// nil certificate means the listener's. A name that has a certificate
+// never waits; one that has none waits at most tls.acme.first_wait for
+// its issuance.
+func (m *Manager) Certificate(hello *tls.ClientHelloInfo) (cert *tls.Certificate, ours bool, err error) {
+	magic := m.magic.Load()
+	name := catalog.CanonicalHost(hello.ServerName)
+	if magic == nil || name == "" {
+		return nil, false, nil
+	}
+	if !isChallenge(hello) {
+		if c := m.cached(name); c != nil {
+			return c, true, nil
+		}
+	}
+	ok, err := m.eligible(hello.Context(), name)
+	if err != nil || !ok {
+		if err == nil {
+			m.m.refused.WithLabelValues(ReasonUnknown).Inc() // counted, never logged: a flood costs no I/O
+		}
+		if isChallenge(hello) {
+			return nil, true, errNotEligible
+		}
+		return nil, false, nil
+	}
+	if isChallenge(hello) {
+		c, err := magic.GetCertificateWithContext(hello.Context(), hello)
+		return c, true, err
+	}
+	if c := m.await(hello.Context(), name); c != nil {
+		return c, true, nil
+	}
+	m.m.fallbacks.Inc()
+	return nil, true, nil
+}
+
+// cached is name's certificate in the cache, if it has one still valid.
+func (m *Manager) cached(name string) *tls.Certificate {
+	now := m.o.Clock.Now()
+	for _, c := range m.cache.AllMatchingCertificates(name) {
+		if c.Leaf != nil && now.Before(c.Leaf.NotAfter) {
+			return &c.Certificate
+		}
+	}
+	return nil
+}
+
+// await starts name's issuance, or joins the one under way, and waits
+// for it at most first_wait (or until ctx ends).
+func (m *Manager) await(ctx context.Context, name string) *tls.Certificate {
+	f := m.start(name)
+	if f == nil {
+		return nil
+	}
+	t := m.o.Clock.NewTimer(m.acme.FirstWait.D())
+	defer t.Stop()
+	select {
+	case <-f.done:
+		return f.cert
+	case <-t.C():
+	case <-ctx.Done():
+	}
+	return nil
+}
+
+// start returns name's flight, starting it when a concurrency token is
+// free; nil (counted) when none is.
+func (m *Manager) start(name string) *flight {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if f := m.flying[name]; f != nil {
+		return f
+	}
+	select {
+	case m.sem <- struct{}{}:
+	default:
+		m.m.refused.WithLabelValues(ReasonBusy).Inc()
+		return nil
+	}
+	f := &flight{done: make(chan struct{})}
+	m.flying[name] = f
+	m.flights.Go(func() {
+		defer func() { <-m.sem }()
+		f.cert = m.obtain(name)
+		m.mu.Lock()
+		delete(m.flying, name)
+		m.mu.Unlock()
+		close(f.done)
+	})
+	return f
+}
+
+// obtain loads name's certificate from the store (another instance may
+// have issued it), or else orders one, and caches it: certmagic keeps it
+// renewed from then on.
+func (m *Manager) obtain(name string) *tls.Certificate {
+	ctx, cancel := context.WithTimeout(m.ctx, issueTimeout)
+	defer cancel()
+	magic := m.magic.Load()
+	if err := m.decide(ctx, name); err != nil {
+		return nil
+	}
+	_, err := magic.CacheManagedCertificate(ctx, name)
+	if errors.Is(err, fs.ErrNotExist) {
+		// ObtainCertSync holds the store's lease on name and looks in the
+		// store again under it: one order per name in a fleet.
+		if err = magic.ObtainCertSync(ctx, name); err == nil {
+			_, err = magic.CacheManagedCertificate(ctx, name)
+		}
+	}
+	if err != nil {
+		m.o.Logger.Debug("acme: no certificate", "name", name, "err", err)
+		return nil
+	}
+	return m.cached(name)
+}
+
+// recordOutcome keeps name's last failure for levee certs.
+func (m *Manager) recordOutcome(name string, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err == nil {
+		delete(m.errs, name)
+		return
+	}
+	if len(m.errs) < maxTrackedKeys {
+		m.errs[name] = err.Error()
+	}
+}
+
+// LastError is name's last failed order, "" for none.
+func (m *Manager) LastError(name string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.errs[name]
+}
+
+// onEvent logs each issuance's outcome once.
+func (m *Manager) onEvent(_ context.Context, event string, data map[string]any) error {
+	name, _ := data["identifier"].(string)
+	renewal, _ := data["renewal"].(bool)
+	switch event {
+	case "cert_obtained":
+		m.o.Logger.Info("acme: certificate obtained", "name", name, "renewal", renewal)
+	case "cert_failed":
+		err, _ := data["error"].(error)
+		var r *Refused
+		if errors.As(err, &r) {
+			return nil // counted by the budgets; the name asks again later
+		}
+		m.o.Logger.Warn("acme: certificate not obtained", "name", name, "renewal", renewal, "err", err)
+	}
+	return nil
+}
+
+// HTTPChallengePrefix starts the path of every HTTP-01 validation.
+const HTTPChallengePrefix = "/.well-known/acme-challenge/"
+
+// ServeHTTPChallenge answers an HTTP-01 validation request for an
+// eligible name, before routing: it reports whether it answered. A
+// request for another name, or another path, is left to the caller.
+func (m *Manager) ServeHTTPChallenge(w http.ResponseWriter, r *http.Request) bool {
+	if m.magic.Load() == nil || !strings.HasPrefix(r.URL.Path, HTTPChallengePrefix) {
+		return false
+	}
+	ok, err := m.eligible(r.Context(), catalog.CanonicalHost(r.Host))
+	if err != nil || !ok {
+		return false
+	}
+	return m.issuer.HandleHTTPChallenge(w, r)
+}

@@ -1,0 +1,167 @@
+package acme
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/leaktest"
+	"github.com/leveeproxy/levee/internal/pebbletest"
+	"github.com/leveeproxy/levee/internal/testcert"
+)
+
+// fixture is a Manager behind two listeners of its own, as levee's
+// would be: a TLS one (TLS-ALPN-01) and a plain one (HTTP-01).
+type fixture struct {
+	m        *Manager
+	reg      *prometheus.Registry
+	pebble   *pebbletest.Pebble
+	tlsAddr  string
+	fallback *x509.Certificate // the listener's own
+}
+
+func listen(t *testing.T) net.Listener {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+func port(ln net.Listener) int { return ln.Addr().(*net.TCPAddr).Port }
+
+func newFixture(t *testing.T, challenge, apps string) *fixture {
+	tlsLn, httpLn := listen(t), listen(t)
+	p := pebbletest.Start(t, pebbletest.Ports{HTTP: port(httpLn), TLS: port(tlsLn)})
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "acme.key")
+	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(testKey(7))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// first_wait: a bound for the test's failure, not a measure.
+	cfg, err := config.Parse([]byte(fmt.Sprintf(`
+catalog: {sqlite: %s}
+tls:
+  acme: {ca: %q, ca_root: %s, key_file: %s, challenges: [%s], first_wait: 1m}
+apps:
+%s`, filepath.Join(dir, "c.db"), p.Directory, p.RootsFile, keyFile, challenge, apps)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := OpenStorage(context.Background(), StorageOptions{SQLite: cfg.Catalog.SQLite, Key: cfg.TLS.ACME.Key()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	m := New(Options{Config: cfg, Storage: st, Registry: reg, Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err := m.Start(Listeners{HTTP: httpLn.Addr().String(), TLS: tlsLn.Addr().String()}); err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM := testcert.PEM(t, "listener.invalid")
+	own, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tcfg := &tls.Config{Certificates: []tls.Certificate{own}, NextProtos: []string{"http/1.1", "acme-tls/1"},
+		GetCertificate: func(h *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			c, _, err := m.Certificate(h)
+			return c, err
+		}}
+	tlsSrv := &http.Server{Handler: http.NotFoundHandler(), TLSConfig: tcfg}
+	httpSrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !m.ServeHTTPChallenge(w, r) {
+			http.NotFound(w, r)
+		}
+	})}
+	go tlsSrv.ServeTLS(tlsLn, "", "")
+	go httpSrv.Serve(httpLn)
+	t.Cleanup(func() {
+		tlsSrv.Close()
+		httpSrv.Close()
+		m.Close()
+		st.Close()
+	})
+	leaf, _ := x509.ParseCertificate(own.Certificate[0])
+	return &fixture{m: m, reg: reg, pebble: p, tlsAddr: tlsLn.Addr().String(), fallback: leaf}
+}
+
+// handshake connects for name and returns the certificate presented.
+func (f *fixture) handshake(t *testing.T, name string) *x509.Certificate {
+	t.Helper()
+	c, err := tls.Dial("tcp", f.tlsAddr, &tls.Config{ServerName: name, InsecureSkipVerify: true})
+	if err != nil {
+		t.Fatalf("handshake for %s: %v", name, err)
+	}
+	defer c.Close()
+	return c.ConnectionState().PeerCertificates[0]
+}
+
+const shopApp = `
+  shop: {hosts: [shop.example.com], backends: ["127.0.0.1:9"], tls: acme}
+`
+
+// A config app's name gets a certificate from Pebble by each challenge,
+// verified against Pebble's root; an unknown name causes no order.
+func TestManagerObtainsFromPebble(t *testing.T) {
+	for _, ch := range []string{config.ChallengeTLSALPN, config.ChallengeHTTP} {
+		t.Run(ch, func(t *testing.T) {
+			// certmagic keeps one rate limiter goroutine per ACME account in a
+			// package-level map for the process's life: one per account, not
+			// per name, and not stoppable from outside.
+			leaktest.CheckIgnoring(t, "certmagic.(*RingBufferRateLimiter).loop")
+			f := newFixture(t, ch, shopApp)
+			for _, evil := range []string{"evil.example.com", "a.shop.example.com", "127.0.0.1"} {
+				if got := f.handshake(t, evil); !got.Equal(f.fallback) {
+					t.Fatalf("%s got %v, want the listener's certificate", evil, got.Subject)
+				}
+			}
+			if n := f.pebble.Orders(); n != 0 {
+				t.Fatalf("unknown names caused %d orders", n)
+			}
+			if got := testutil.ToFloat64(f.m.m.refused.WithLabelValues(ReasonUnknown)); got != 2 {
+				t.Fatalf("refused unknown = %v, want 2 (the IP is not a name)", got)
+			}
+			leaf := f.handshake(t, "shop.example.com")
+			if _, err := leaf.Verify(x509.VerifyOptions{DNSName: "shop.example.com", Roots: f.pebble.Root(t),
+				Intermediates: f.intermediates(t)}); err != nil {
+				t.Fatalf("the certificate does not verify against Pebble's root: %v (subject %v)", err, leaf.Subject)
+			}
+			again := f.handshake(t, "shop.example.com")
+			if !again.Equal(leaf) {
+				t.Fatal("the second handshake got another certificate")
+			}
+			if n := f.pebble.Orders(); n != 1 {
+				t.Fatalf("Pebble counted %d orders, want 1", n)
+			}
+			if got := testutil.ToFloat64(f.m.m.certs.WithLabelValues("issued")); got != 1 {
+				t.Fatalf("issued = %v", got)
+			}
+		})
+	}
+}
+
+// intermediates fetches the chain the handshake sent, beyond the leaf.
+func (f *fixture) intermediates(t *testing.T) *x509.CertPool {
+	c, err := tls.Dial("tcp", f.tlsAddr, &tls.Config{ServerName: "shop.example.com", InsecureSkipVerify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	pool := x509.NewCertPool()
+	for _, ic := range c.ConnectionState().PeerCertificates[1:] {
+		pool.AddCert(ic)
+	}
+	return pool
+}
