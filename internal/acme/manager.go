@@ -19,7 +19,6 @@ import (
 	"github.com/caddyserver/certmagic"
 	"github.com/mholt/acmez/v3"
 	"github.com/mholt/acmez/v3/acme"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/leveeproxy/levee/internal/catalog"
@@ -35,10 +34,9 @@ type Options struct {
 	Storage *Storage
 	// Stored finds catalog apps; nil when there is no catalog (set later
 	// with SetStored, before Start).
-	Stored   StoredApp
-	Logger   *slog.Logger
-	Registry prometheus.Registerer
-	Clock    clock.Clock // nil: the real one
+	Stored StoredApp
+	Logger *slog.Logger
+	Clock  clock.Clock // nil: the real one
 }
 
 // issueTimeout bounds one issuance (order, validation, download),
@@ -86,7 +84,7 @@ func New(o Options) *Manager {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	a := o.Config.TLS.ACME
-	m := &Manager{o: o, acme: a, budgets: NewBudgets(a.Budgets), m: newMetrics(o.Registry),
+	m := &Manager{o: o, acme: a, budgets: NewBudgets(a.Budgets), m: newMetrics(),
 		sem: make(chan struct{}, a.Concurrency), flying: map[string]*flight{}, errs: map[string]string{}}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	c := newClaims(o.Config)

@@ -65,7 +65,8 @@ apps:
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	m := New(Options{Config: cfg, Storage: st, Registry: reg, Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	m := New(Options{Config: cfg, Storage: st, Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	reg.MustRegister(m.Collectors()...)
 	if err := m.Start(Listeners{HTTP: httpLn.Addr().String(), TLS: tlsLn.Addr().String()}); err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ type metrics struct {
 	fallbacks prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics() *metrics {
 	m := &metrics{
 		certs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "levee_acme_certificates_total",
@@ -34,8 +34,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Handshakes for an ACME name without a certificate that got the listener's certificate after tls.acme.first_wait.",
 		}),
 	}
-	if reg != nil {
-		reg.MustRegister(m.certs, m.failed, m.refused, m.orders, m.fallbacks)
-	}
 	return m
+}
+
+// Collectors are the Manager's metrics, for the server's registry.
+func (m *Manager) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.m.certs, m.m.failed, m.m.refused, m.m.orders, m.m.fallbacks}
 }
