@@ -81,6 +81,12 @@ func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ..
 		defer closeStore()
 		opts.Catalog = st
 	}
+	mgr, closeACME, err := openACME(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeACME()
+	opts.ACME = mgr
 	srv := server.New(cfg, opts)
 	// Every return below releases what New and Listen took: a start that
 	// fails part way leaks no socket or goroutine. After Serve, a no-op.
@@ -96,6 +102,11 @@ func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ..
 	notify := sdnotify.FromEnv()
 	if err := srv.Listen(); err != nil {
 		return err
+	}
+	if mgr != nil {
+		if err := mgr.Start(srv.ACMEListeners()); err != nil {
+			return err
+		}
 	}
 	adminLn, err := net.Listen("tcp", cfg.Admin.Addr)
 	if err != nil {
