@@ -26,10 +26,10 @@ func openACMEStorage(ctx context.Context, cfg *config.Config) (*acme.Storage, er
 	return st, nil
 }
 
-// openACME makes the ACME manager of levee serve, nil when tls.acme is
-// off. A key file that does not open the store is an error here, at start.
+// openACME makes the ACME manager of levee serve and its admin view, nil
+// when tls.acme is off. A key file that does not open the store is an error here, at start.
 // close closes the manager (after Serve) and its store.
-func openACME(ctx context.Context, cfg *config.Config, log *slog.Logger) (m *acme.Manager, close func(), err error) {
+func openACME(ctx context.Context, cfg *config.Config, log *slog.Logger) (c *liveCerts, close func(), err error) {
 	if !cfg.TLS.ACME.On() {
 		return nil, func() {}, nil
 	}
@@ -37,6 +37,6 @@ func openACME(ctx context.Context, cfg *config.Config, log *slog.Logger) (m *acm
 	if err != nil {
 		return nil, nil, err
 	}
-	m = acme.New(acme.Options{Config: cfg, Storage: st, Logger: log})
-	return m, func() { m.Close(); st.Close() }, nil
+	m := acme.New(acme.Options{Config: cfg, Storage: st, Logger: log})
+	return &liveCerts{mgr: m, st: st}, func() { m.Close(); st.Close() }, nil
 }

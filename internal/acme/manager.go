@@ -37,7 +37,13 @@ type Options struct {
 	Stored StoredApp
 	Logger *slog.Logger
 	Clock  clock.Clock // nil: the real one
+	// RenewCheck is how often certificates are checked for renewal; 0:
+	// certmagic's default (10 minutes). Tests shorten it.
+	RenewCheck time.Duration
 }
+
+// CacheCapacity bounds the certificates held in memory.
+const CacheCapacity = 100_000
 
 // issueTimeout bounds one issuance (order, validation, download),
 // however long the handshake that started it waited.
@@ -64,9 +70,9 @@ type Manager struct {
 	flights sync.WaitGroup
 	sem     chan struct{} // one token per issuance running
 
-	mu     sync.Mutex
-	flying map[string]*flight // name → the issuance under way
-	errs   map[string]string  // name → its last failure, for levee certs
+	mu      sync.Mutex
+	flying  map[string]*flight   // name → the issuance under way
+	expires map[string]time.Time // name → its cached certificate's expiry
 }
 
 // flight is one issuance that handshakes for its name wait on.
@@ -85,7 +91,7 @@ func New(o Options) *Manager {
 	}
 	a := o.Config.TLS.ACME
 	m := &Manager{o: o, acme: a, budgets: NewBudgets(a.Budgets), m: newMetrics(),
-		sem: make(chan struct{}, a.Concurrency), flying: map[string]*flight{}, errs: map[string]string{}}
+		sem: make(chan struct{}, a.Concurrency), flying: map[string]*flight{}, expires: map[string]time.Time{}}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	c := newClaims(o.Config)
 	m.file.Store(&c)
@@ -118,6 +124,10 @@ func (m *Manager) Start(l Listeners) error {
 	m.cache = certmagic.NewCache(certmagic.CacheOptions{
 		GetConfigForCert: func(certmagic.Certificate) (*certmagic.Config, error) { return magic, nil },
 		Logger:           zap.NewNop(),
+		// An evicted certificate is loaded from the store again at its
+		// next handshake, never ordered again.
+		Capacity:           CacheCapacity,
+		RenewCheckInterval: m.o.RenewCheck,
 	})
 	magic = certmagic.New(m.cache, certmagic.Config{
 		Storage:  m.o.Storage,
@@ -346,24 +356,88 @@ func (m *Manager) obtain(name string) *tls.Certificate {
 	return m.cached(name)
 }
 
-// recordOutcome keeps name's last failure for levee certs.
+// recordOutcome keeps name's last failure in the store (forgets it on
+// success), for levee certs on any instance.
 func (m *Manager) recordOutcome(name string, err error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if err == nil {
-		delete(m.errs, name)
-		return
-	}
-	if len(m.errs) < maxTrackedKeys {
-		m.errs[name] = err.Error()
+	ctx, cancel := context.WithTimeout(m.ctx, statusTimeout)
+	defer cancel()
+	if err := saveStatus(ctx, m.o.Storage, name, err, m.o.Clock.Now()); err != nil && ctx.Err() == nil {
+		m.o.Logger.Warn("acme: cannot record the outcome of an order", "name", name, "err", err)
 	}
 }
 
-// LastError is name's last failed order, "" for none.
-func (m *Manager) LastError(name string) string {
+// statusTimeout bounds the write of a name's last outcome.
+const statusTimeout = 5 * time.Second
+
+// Renew renews name's certificate now, whatever its age (levee certs
+// renew, the admin API), within the budgets; it waits for the renewal up
+// to ctx. An ineligible name is errNotEligible.
+func (m *Manager) Renew(ctx context.Context, name string) error {
+	magic := m.magic.Load()
+	if magic == nil {
+		return errors.New("acme: not started")
+	}
+	name = catalog.CanonicalHost(name)
+	if err := m.decide(ctx, name); err != nil {
+		return err
+	}
+	select {
+	case m.sem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-m.sem }()
+	rctx, cancel := context.WithTimeout(m.ctx, issueTimeout)
+	defer cancel()
+	if !m.hasCert(rctx, name) {
+		if err := magic.ObtainCertSync(rctx, name); err != nil {
+			return err
+		}
+	} else if err := magic.RenewCertSync(rctx, name, true); err != nil {
+		return err
+	}
+	_, err := magic.CacheManagedCertificate(rctx, name)
+	return err
+}
+
+// ErrNotEligible is returned for a name no app claims with tls: acme.
+var ErrNotEligible = errNotEligible
+
+// nearestExpiry is the days until the soonest expiry of a cached
+// certificate (0 with none).
+func (m *Manager) nearestExpiry() float64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.errs[name]
+	var soonest time.Time
+	for name, at := range m.expires {
+		if m.cache == nil || len(m.cache.AllMatchingCertificates(name)) == 0 {
+			delete(m.expires, name) // evicted
+			continue
+		}
+		if soonest.IsZero() || at.Before(soonest) {
+			soonest = at
+		}
+	}
+	if soonest.IsZero() {
+		return 0
+	}
+	return soonest.Sub(m.o.Clock.Now()).Hours() / 24
+}
+
+// cachedCert notes the expiry of a certificate certmagic cached.
+func (m *Manager) cachedCert(names []string) {
+	for _, name := range names {
+		for _, c := range m.cache.AllMatchingCertificates(name) {
+			if c.Leaf == nil {
+				continue
+			}
+			m.mu.Lock()
+			if len(m.expires) < CacheCapacity {
+				m.expires[name] = c.Leaf.NotAfter
+			}
+			m.mu.Unlock()
+		}
+	}
 }
 
 // onEvent logs each issuance's outcome once.
@@ -371,6 +445,9 @@ func (m *Manager) onEvent(_ context.Context, event string, data map[string]any) 
 	name, _ := data["identifier"].(string)
 	renewal, _ := data["renewal"].(bool)
 	switch event {
+	case "cached_managed_cert":
+		names, _ := data["sans"].([]string)
+		m.cachedCert(names)
 	case "cert_obtained":
 		m.o.Logger.Info("acme: certificate obtained", "name", name, "renewal", renewal)
 	case "cert_failed":

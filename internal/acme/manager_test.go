@@ -11,7 +11,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -148,6 +150,18 @@ func TestManagerObtainsFromPebble(t *testing.T) {
 			}
 			if got := testutil.ToFloat64(f.m.m.certs.WithLabelValues("issued")); got != 1 {
 				t.Fatalf("issued = %v", got)
+			}
+			list, err := Certs(context.Background(), f.m.o.Storage, 0)
+			if err != nil || len(list) != 1 || list[0].Name != "shop.example.com" || !list[0].NotAfter.Equal(leaf.NotAfter) ||
+				!strings.HasPrefix(list[0].Issuer, "Pebble Intermediate") {
+				t.Fatalf("Certs = %+v, %v", list, err)
+			}
+			life := leaf.NotAfter.Sub(leaf.NotBefore)
+			if want := leaf.NotBefore.Add(life * 2 / 3); list[0].NextRenewal.Sub(want).Abs() > time.Second {
+				t.Fatalf("next renewal %s, want two thirds of the life: %s", list[0].NextRenewal, want)
+			}
+			if days := f.m.nearestExpiry(); days < 89 || days > 90 {
+				t.Fatalf("nearest expiry %v days, want Pebble's 90", days)
 			}
 		})
 	}

@@ -39,5 +39,9 @@ func newMetrics() *metrics {
 
 // Collectors are the Manager's metrics, for the server's registry.
 func (m *Manager) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.m.certs, m.m.failed, m.m.refused, m.m.orders, m.m.fallbacks}
+	expiry := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "levee_acme_nearest_expiry_days",
+		Help: "Days until the soonest expiry among the ACME certificates this instance holds (0 with none).",
+	}, m.nearestExpiry)
+	return []prometheus.Collector{m.m.certs, m.m.failed, m.m.refused, m.m.orders, m.m.fallbacks, expiry}
 }
