@@ -24,6 +24,9 @@ type budgetIssuer struct {
 	// renewal says whether the store already holds a certificate of name
 	// (a renewal, exempt from the per-domain budget).
 	renewal func(ctx context.Context, name string) bool
+	// eligible refuses (and counts) a name no app claims with acme any
+	// more: its certificate is not renewed.
+	eligible func(ctx context.Context, name string) error
 	// done records each order's outcome for levee certs (nil err: issued).
 	done func(name string, err error)
 }
@@ -39,6 +42,9 @@ func (b *budgetIssuer) Issue(ctx context.Context, csr *x509.CertificateRequest) 
 	name := ""
 	if len(csr.DNSNames) > 0 {
 		name = csr.DNSNames[0]
+	}
+	if err := b.eligible(ctx, name); err != nil {
+		return nil, certmagic.ErrNoRetry{Err: err}
 	}
 	renewal := b.renewal(ctx, name)
 	if err := b.budgets.Take(name, renewal, b.clk.Now()); err != nil {

@@ -1,6 +1,7 @@
 package acme
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -38,9 +39,13 @@ type Options struct {
 	Logger *slog.Logger
 	Clock  clock.Clock // nil: the real one
 	// RenewCheck is how often certificates are checked for renewal; 0:
-	// certmagic's default (10 minutes). Tests shorten it.
+	// DefaultRenewCheck. Tests shorten it.
 	RenewCheck time.Duration
 }
+
+// DefaultRenewCheck is how often the renewal loop looks for certificates
+// whose time has come.
+const DefaultRenewCheck = 10 * time.Minute
 
 // CacheCapacity bounds the certificates held in memory.
 const CacheCapacity = 100_000
@@ -70,10 +75,14 @@ type Manager struct {
 	flights sync.WaitGroup
 	sem     chan struct{} // one token per issuance running
 
-	mu      sync.Mutex
-	flying  map[string]*flight   // name → the issuance under way
-	expires map[string]time.Time // name → its cached certificate's expiry
+	mu       sync.Mutex
+	flying   map[string]*flight // name → the issuance under way
+	held     map[string]held    // name → its cached certificate's times
+	renewing map[string]bool    // names whose renewal is under way here
 }
+
+// held is what the renewal loop knows of a cached certificate.
+type held struct{ expires, renew time.Time }
 
 // flight is one issuance that handshakes for its name wait on.
 type flight struct {
@@ -91,7 +100,8 @@ func New(o Options) *Manager {
 	}
 	a := o.Config.TLS.ACME
 	m := &Manager{o: o, acme: a, budgets: NewBudgets(a.Budgets), m: newMetrics(),
-		sem: make(chan struct{}, a.Concurrency), flying: map[string]*flight{}, expires: map[string]time.Time{}}
+		sem: make(chan struct{}, a.Concurrency), flying: map[string]*flight{},
+		held: map[string]held{}, renewing: map[string]bool{}}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	c := newClaims(o.Config)
 	m.file.Store(&c)
@@ -126,17 +136,23 @@ func (m *Manager) Start(l Listeners) error {
 		Logger:           zap.NewNop(),
 		// An evicted certificate is loaded from the store again at its
 		// next handshake, never ordered again.
-		Capacity:           CacheCapacity,
-		RenewCheckInterval: m.o.RenewCheck,
+		Capacity: CacheCapacity,
 	})
 	magic = certmagic.New(m.cache, certmagic.Config{
-		Storage:  m.o.Storage,
-		Logger:   zap.NewNop(), // outcomes are counted and logged once each, by OnEvent
-		OnEvent:  m.onEvent,
-		OnDemand: &certmagic.OnDemandConfig{DecisionFunc: m.decide},
-		OCSP:     certmagic.OCSPConfig{DisableStapling: true},
-		// Renew at two thirds of the lifetime.
-		RenewalWindowRatio: 1.0 / 3,
+		Storage: m.o.Storage,
+		Logger:  zap.NewNop(), // outcomes are counted and logged once each, by OnEvent
+		OnEvent: m.onEvent,
+		// Not certmagic's OnDemand: its maintenance skips on-demand
+		// certificates and renews them in handshakes, which would then
+		// wait on the CA. levee asks decide itself before a first order,
+		// and budgetIssuer before every order, renewals included.
+		OCSP: certmagic.OCSPConfig{DisableStapling: true},
+		// levee's renewal loop renews each name at its own time
+		// (renewalAt); certmagic's maintenance only in the last 2% of a
+		// life, should that loop have failed all along.
+		RenewalWindowRatio: 1.0 / 50,
+		// The CA's renewal window would replace levee's spread.
+		DisableARI: true,
 	})
 	tmpl := certmagic.ACMEIssuer{
 		CA: m.acme.CA, Email: m.acme.Email, Agreed: true, TrustedRoots: m.acme.Roots(),
@@ -166,9 +182,10 @@ func (m *Manager) Start(l Listeners) error {
 		return err
 	}
 	m.issuer = &budgetIssuer{ACMEIssuer: certmagic.NewACMEIssuer(magic, tmpl), budgets: m.budgets, clk: m.o.Clock,
-		m: m.m, renewal: m.hasCert, done: m.recordOutcome}
+		m: m.m, renewal: m.hasCert, eligible: m.eligibleCounted, done: m.recordOutcome}
 	magic.Issuers = []certmagic.Issuer{m.issuer}
 	m.magic.Store(magic)
+	m.flights.Go(m.renewLoop)
 	return nil
 }
 
@@ -208,11 +225,8 @@ func (m *Manager) eligible(ctx context.Context, name string) (bool, error) {
 	return eligible(ctx, &m.acme, *m.file.Load(), stored, name)
 }
 
-// decide is certmagic's OnDemand DecisionFunc, asked before a handshake's
-// issuance and before each renewal of a certificate: the name must be
-// eligible, and the budgets must allow an order (spent only when one is
-// sent, by budgetIssuer).
-func (m *Manager) decide(ctx context.Context, name string) error {
+// eligibleCounted is eligible, an ineligible name counted and refused.
+func (m *Manager) eligibleCounted(ctx context.Context, name string) error {
 	ok, err := m.eligible(ctx, name)
 	if err != nil {
 		return err
@@ -220,6 +234,17 @@ func (m *Manager) decide(ctx context.Context, name string) error {
 	if !ok {
 		m.m.refused.WithLabelValues(ReasonUnknown).Inc()
 		return errNotEligible
+	}
+	return nil
+}
+
+// decide is levee's decision function (certmagic's OnDemand
+// DecisionFunc in shape), asked before a first order: the name must be
+// eligible, and the budgets must allow an order (spent only when one is
+// sent, by budgetIssuer).
+func (m *Manager) decide(ctx context.Context, name string) error {
+	if err := m.eligibleCounted(ctx, name); err != nil {
+		return err
 	}
 	if err := m.budgets.Allowed(name, m.hasCert(ctx, name), m.o.Clock.Now()); err != nil {
 		var r *Refused
@@ -278,12 +303,16 @@ func (m *Manager) Certificate(hello *tls.ClientHelloInfo) (cert *tls.Certificate
 // cached is name's certificate in the cache, if it has one still valid.
 func (m *Manager) cached(name string) *tls.Certificate {
 	now := m.o.Clock.Now()
+	var best *certmagic.Certificate
 	for _, c := range m.cache.AllMatchingCertificates(name) {
-		if c.Leaf != nil && now.Before(c.Leaf.NotAfter) {
-			return &c.Certificate
+		if c.Leaf != nil && now.Before(c.Leaf.NotAfter) && (best == nil || c.Leaf.NotAfter.After(best.Leaf.NotAfter)) {
+			best = &c
 		}
 	}
-	return nil
+	if best == nil {
+		return nil
+	}
+	return &best.Certificate
 }
 
 // await starts name's issuance, or joins the one under way, and waits
@@ -409,13 +438,9 @@ func (m *Manager) nearestExpiry() float64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var soonest time.Time
-	for name, at := range m.expires {
-		if m.cache == nil || len(m.cache.AllMatchingCertificates(name)) == 0 {
-			delete(m.expires, name) // evicted
-			continue
-		}
-		if soonest.IsZero() || at.Before(soonest) {
-			soonest = at
+	for _, h := range m.held {
+		if soonest.IsZero() || h.expires.Before(soonest) {
+			soonest = h.expires
 		}
 	}
 	if soonest.IsZero() {
@@ -424,20 +449,98 @@ func (m *Manager) nearestExpiry() float64 {
 	return soonest.Sub(m.o.Clock.Now()).Hours() / 24
 }
 
-// cachedCert notes the expiry of a certificate certmagic cached.
+// cachedCert notes the times of a certificate certmagic cached.
 func (m *Manager) cachedCert(names []string) {
 	for _, name := range names {
-		for _, c := range m.cache.AllMatchingCertificates(name) {
-			if c.Leaf == nil {
-				continue
-			}
+		if c := m.cached(name); c != nil && c.Leaf != nil {
 			m.mu.Lock()
-			if len(m.expires) < CacheCapacity {
-				m.expires[name] = c.Leaf.NotAfter
+			if _, ok := m.held[name]; ok || len(m.held) < CacheCapacity {
+				m.held[name] = held{expires: c.Leaf.NotAfter, renew: renewalAt(c.Leaf)}
 			}
 			m.mu.Unlock()
 		}
 	}
+}
+
+// renewLoop renews each certificate this instance holds at its own time
+// (renewalAt), in the background, until Close.
+func (m *Manager) renewLoop() {
+	every := cmp.Or(m.o.RenewCheck, DefaultRenewCheck)
+	for {
+		t := m.o.Clock.NewTimer(every)
+		select {
+		case <-m.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		m.renewDue()
+	}
+}
+
+// renewDue starts the renewals whose time has come, as many as the
+// concurrency tokens allow (the rest wait for the next look).
+func (m *Manager) renewDue() {
+	now := m.o.Clock.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for name, h := range m.held {
+		if m.cache != nil && len(m.cache.AllMatchingCertificates(name)) == 0 {
+			delete(m.held, name) // evicted: renewed by whoever loads it next
+			continue
+		}
+		if now.Before(h.renew) || m.renewing[name] {
+			continue
+		}
+		select {
+		case m.sem <- struct{}{}:
+		default:
+			return
+		}
+		m.renewing[name] = true
+		m.flights.Go(func() {
+			defer func() { <-m.sem }()
+			m.renewOne(name)
+			m.mu.Lock()
+			delete(m.renewing, name)
+			m.mu.Unlock()
+		})
+	}
+}
+
+// renewOne renews name under a lease of the store, so that one instance
+// of a fleet renews it: under the lease it first loads what is stored,
+// and renews only if that is still due. The new certificate replaces the
+// old in the cache with no moment without one.
+func (m *Manager) renewOne(name string) {
+	ctx, cancel := context.WithTimeout(m.ctx, issueTimeout)
+	defer cancel()
+	magic := m.magic.Load()
+	lease := "levee_renew_" + certmagic.StorageKeys.Safe(name)
+	if err := m.o.Storage.Lock(ctx, lease); err != nil {
+		return
+	}
+	defer m.o.Storage.Unlock(context.WithoutCancel(ctx), lease)
+	old := m.cache.AllMatchingCertificates(name)
+	if _, err := magic.CacheManagedCertificate(ctx, name); err != nil {
+		return
+	}
+	if c := m.cached(name); c == nil || c.Leaf == nil || !m.o.Clock.Now().Before(renewalAt(c.Leaf)) {
+		if err := magic.RenewCertSync(ctx, name, true); err != nil {
+			return
+		}
+		if _, err := magic.CacheManagedCertificate(ctx, name); err != nil {
+			return
+		}
+	}
+	fresh := m.cached(name)
+	var stale []string
+	for _, c := range old {
+		if fresh == nil || c.Leaf == nil || !c.Leaf.Equal(fresh.Leaf) {
+			stale = append(stale, c.Hash())
+		}
+	}
+	m.cache.Remove(stale)
 }
 
 // onEvent logs each issuance's outcome once.

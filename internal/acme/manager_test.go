@@ -45,8 +45,14 @@ func listen(t *testing.T) net.Listener {
 func port(ln net.Listener) int { return ln.Addr().(*net.TCPAddr).Port }
 
 func newFixture(t *testing.T, challenge, apps string) *fixture {
+	return newFixtureWith(t, challenge, apps, 0, 0)
+}
+
+// newFixtureWith is newFixture with Pebble's certificates living validity
+// (0: 90 days) and renewals looked for every renewCheck (0: the default).
+func newFixtureWith(t *testing.T, challenge, apps string, validity, renewCheck time.Duration) *fixture {
 	tlsLn, httpLn := listen(t), listen(t)
-	p := pebbletest.Start(t, pebbletest.Ports{HTTP: port(httpLn), TLS: port(tlsLn)})
+	p := pebbletest.Start(t, pebbletest.Options{HTTP: port(httpLn), TLS: port(tlsLn), Validity: validity})
 	dir := t.TempDir()
 	keyFile := filepath.Join(dir, "acme.key")
 	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(testKey(7))), 0o600); err != nil {
@@ -67,7 +73,7 @@ apps:
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	m := New(Options{Config: cfg, Storage: st, Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	m := New(Options{Config: cfg, Storage: st, RenewCheck: renewCheck, Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	reg.MustRegister(m.Collectors()...)
 	if err := m.Start(Listeners{HTTP: httpLn.Addr().String(), TLS: tlsLn.Addr().String()}); err != nil {
 		t.Fatal(err)
@@ -157,8 +163,8 @@ func TestManagerObtainsFromPebble(t *testing.T) {
 				t.Fatalf("Certs = %+v, %v", list, err)
 			}
 			life := leaf.NotAfter.Sub(leaf.NotBefore)
-			if want := leaf.NotBefore.Add(life * 2 / 3); list[0].NextRenewal.Sub(want).Abs() > time.Second {
-				t.Fatalf("next renewal %s, want two thirds of the life: %s", list[0].NextRenewal, want)
+			if r := list[0].NextRenewal; r.Before(leaf.NotBefore.Add(life*7/12)) || !r.Before(leaf.NotBefore.Add(life*2/3)) {
+				t.Fatalf("next renewal %s, want within [7/12, 2/3) of the life from %s", r, leaf.NotBefore)
 			}
 			if days := f.m.nearestExpiry(); days < 89 || days > 90 {
 				t.Fatalf("nearest expiry %v days, want Pebble's 90", days)
@@ -179,4 +185,43 @@ func (f *fixture) intermediates(t *testing.T) *x509.CertPool {
 		pool.AddCert(ic)
 	}
 	return pool
+}
+
+// Renewal replaces a certificate before it expires, in the background,
+// with no failed handshake during the swap: Pebble issues 30-second
+// certificates, renewed from 7/12 of their life, and a client keeps
+// handshaking (verifying each against Pebble's root) until it sees the
+// new one.
+func TestManagerRenewsWithoutAFailedHandshake(t *testing.T) {
+	leaktest.CheckIgnoring(t, "certmagic.(*RingBufferRateLimiter).loop")
+	f := newFixtureWith(t, config.ChallengeTLSALPN, shopApp, 30*time.Second, 100*time.Millisecond)
+	roots := f.pebble.Root(t)
+	first := f.handshake(t, "shop.example.com")
+	if !first.Equal(first) || first.DNSNames[0] != "shop.example.com" {
+		t.Fatalf("first certificate: %v", first.DNSNames)
+	}
+	deadline := first.NotAfter // a bound for the failure, not a measure
+	for {
+		c, err := tls.Dial("tcp", f.tlsAddr, &tls.Config{ServerName: "shop.example.com", RootCAs: roots})
+		if err != nil {
+			t.Fatalf("a handshake failed during renewal: %v", err)
+		}
+		leaf := c.ConnectionState().PeerCertificates[0]
+		c.Close()
+		if !leaf.Equal(first) {
+			if !leaf.NotAfter.After(first.NotAfter) {
+				t.Fatalf("the new certificate expires at %s, the old at %s", leaf.NotAfter, first.NotAfter)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the certificate was not renewed before it expired")
+		}
+	}
+	if got := testutil.ToFloat64(f.m.m.certs.WithLabelValues("renewed")); got != 1 {
+		t.Fatalf("renewed = %v, want 1", got)
+	}
+	if n := f.pebble.Orders(); n != 2 {
+		t.Fatalf("Pebble counted %d orders, want 2", n)
+	}
 }

@@ -9,6 +9,7 @@ package pebbletest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -45,12 +46,16 @@ type Pebble struct {
 	out       *syncBuffer
 }
 
-// Ports are where Pebble sends validations: levee's plain listener
-// (HTTP-01) and its TLS listener (TLS-ALPN-01).
-type Ports struct{ HTTP, TLS int }
+// Options say where Pebble sends validations: levee's plain listener
+// (HTTP-01) and its TLS listener (TLS-ALPN-01); and how long the
+// certificates it issues live (0: 90 days).
+type Options struct {
+	HTTP, TLS int
+	Validity  time.Duration
+}
 
 // Start runs pebble for t alone, stopped when t ends.
-func Start(t testing.TB, ports Ports) *Pebble {
+func Start(t testing.TB, o Options) *Pebble {
 	t.Helper()
 	bin := lookBin(t)
 	dir := t.TempDir()
@@ -67,11 +72,11 @@ func Start(t testing.TB, ports Ports) *Pebble {
 	cfg := map[string]any{"pebble": map[string]any{
 		"listenAddress": addr, "managementListenAddress": mgmt,
 		"certificate": write("cert.pem", certPEM), "privateKey": write("key.pem", keyPEM),
-		"httpPort": ports.HTTP, "tlsPort": ports.TLS,
+		"httpPort": o.HTTP, "tlsPort": o.TLS,
 		"externalAccountBindingRequired": false,
 		"retryAfter":                     map[string]int{"authz": 1, "order": 1},
 		"profiles": map[string]any{"default": map[string]any{
-			"description": "default", "validityPeriod": 7776000,
+			"description": "default", "validityPeriod": int(cmp.Or(o.Validity, 90*24*time.Hour).Seconds()),
 		}},
 	}}
 	cj, _ := json.Marshal(cfg)

@@ -40,7 +40,7 @@ func startACMEProxy(t *testing.T, challenge, jsonl string) *acmeProxy {
 		t.Fatal(err)
 	}
 	bound := map[string]net.Listener{plain.Addr().String(): plain, tlsLn.Addr().String(): tlsLn}
-	pb := pebbletest.Start(t, pebbletest.Ports{HTTP: plain.Addr().(*net.TCPAddr).Port, TLS: tlsLn.Addr().(*net.TCPAddr).Port})
+	pb := pebbletest.Start(t, pebbletest.Options{HTTP: plain.Addr().(*net.TCPAddr).Port, TLS: tlsLn.Addr().(*net.TCPAddr).Port})
 	dir := t.TempDir()
 	keyFile := filepath.Join(dir, "acme.key")
 	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(make([]byte, 32))), 0o600); err != nil {
