@@ -101,11 +101,8 @@ func Cert(ctx context.Context, st *Storage, name string) (CertInfo, error) {
 	name = catalog.CanonicalHost(name)
 	safe := certmagic.StorageKeys.Safe(name)
 	issuers, err := st.List(ctx, "certificates", false)
-	if err != nil {
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return CertInfo{}, err
-	}
-	if errors.Is(err, fs.ErrNotExist) {
-		issuers, err = nil, nil
 	}
 	for _, iss := range issuers {
 		k := path.Join(iss, safe, safe+".crt")

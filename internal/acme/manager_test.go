@@ -48,9 +48,15 @@ func newFixture(t *testing.T, challenge, apps string) *fixture {
 	return newFixtureWith(t, challenge, apps, 0, 0)
 }
 
+// silent, as a validity, makes a fixture whose plain listener answers no
+// HTTP-01 validation (with 90-day certificates).
+const silent = -1
+
 // newFixtureWith is newFixture with Pebble's certificates living validity
 // (0: 90 days) and renewals looked for every renewCheck (0: the default).
 func newFixtureWith(t *testing.T, challenge, apps string, validity, renewCheck time.Duration) *fixture {
+	answer := validity != silent
+	validity = max(validity, 0)
 	tlsLn, httpLn := listen(t), listen(t)
 	p := pebbletest.Start(t, pebbletest.Options{HTTP: port(httpLn), TLS: port(tlsLn), Validity: validity})
 	dir := t.TempDir()
@@ -90,7 +96,7 @@ apps:
 		}}
 	tlsSrv := &http.Server{Handler: http.NotFoundHandler(), TLSConfig: tcfg}
 	httpSrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !m.ServeHTTPChallenge(w, r) {
+		if !answer || !m.ServeHTTPChallenge(w, r) {
 			http.NotFound(w, r)
 		}
 	})}
@@ -223,5 +229,33 @@ func TestManagerRenewsWithoutAFailedHandshake(t *testing.T) {
 	}
 	if n := f.pebble.Orders(); n != 2 {
 		t.Fatalf("Pebble counted %d orders, want 2", n)
+	}
+}
+
+// A validation that fails is counted by the CA's reason, recorded as the
+// name's last error in the store, and backs the name off: the next
+// handshake sends no order.
+func TestManagerFailedValidationBacksOff(t *testing.T) {
+	leaktest.CheckIgnoring(t, "certmagic.(*RingBufferRateLimiter).loop")
+	f := newFixtureWith(t, config.ChallengeHTTP, shopApp, silent, 0)
+	if got := f.handshake(t, "shop.example.com"); !got.Equal(f.fallback) {
+		t.Fatalf("got %v, want the listener's certificate", got.Subject)
+	}
+	if n := f.pebble.Orders(); n != 1 {
+		t.Fatalf("%d orders, want 1", n)
+	}
+	if got := testutil.ToFloat64(f.m.m.failed.WithLabelValues("unauthorized")); got != 1 {
+		t.Fatalf("failures{unauthorized} = %v", got)
+	}
+	ci, err := Cert(context.Background(), f.m.o.Storage, "shop.example.com")
+	if err != nil || !strings.Contains(ci.LastError, "unauthorized") || ci.ErrorAt.IsZero() {
+		t.Fatalf("Cert = %+v, %v; want the failure recorded", ci, err)
+	}
+	f.handshake(t, "shop.example.com")
+	if n := f.pebble.Orders(); n != 1 {
+		t.Fatalf("the second handshake sent an order during the backoff (%d orders)", n)
+	}
+	if got := testutil.ToFloat64(f.m.m.refused.WithLabelValues(ReasonBackoff)); got != 1 {
+		t.Fatalf("refused{backoff} = %v", got)
 	}
 }
