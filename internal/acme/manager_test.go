@@ -60,24 +60,42 @@ func newFixtureWith(t *testing.T, challenge, apps string, validity, renewCheck t
 	tlsLn, httpLn := listen(t), listen(t)
 	p := pebbletest.Start(t, pebbletest.Options{HTTP: port(httpLn), TLS: port(tlsLn), Validity: validity})
 	dir := t.TempDir()
-	keyFile := filepath.Join(dir, "acme.key")
+	cfg := testConfig(t, p, "sqlite: "+filepath.Join(dir, "c.db"), challenge, apps)
+	st, err := OpenStorage(context.Background(), StorageOptions{SQLite: cfg.Catalog.SQLite, Key: cfg.TLS.ACME.Key()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	f := serveManager(t, cfg, st, tlsLn, httpLn, renewCheck, answer)
+	f.pebble = p
+	return f
+}
+
+// testConfig is a validated config with tls.acme on Pebble p, the
+// catalog store given (a flow mapping's content), and apps.
+func testConfig(t *testing.T, p *pebbletest.Pebble, catalog, challenge, apps string) *config.Config {
+	t.Helper()
+	keyFile := filepath.Join(t.TempDir(), "acme.key")
 	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(testKey(7))), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	// first_wait: a bound for the test's failure, not a measure.
 	cfg, err := config.Parse([]byte(fmt.Sprintf(`
-catalog: {sqlite: %s}
+catalog: {%s}
 tls:
   acme: {ca: %q, ca_root: %s, key_file: %s, challenges: [%s], first_wait: 1m}
 apps:
-%s`, filepath.Join(dir, "c.db"), p.Directory, p.RootsFile, keyFile, challenge, apps)))
+%s`, catalog, p.Directory, p.RootsFile, keyFile, challenge, apps)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := OpenStorage(context.Background(), StorageOptions{SQLite: cfg.Catalog.SQLite, Key: cfg.TLS.ACME.Key()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	return cfg
+}
+
+// serveManager starts a Manager on st behind a TLS and a plain listener
+// of its own, as levee's would be, until t ends.
+func serveManager(t *testing.T, cfg *config.Config, st *Storage, tlsLn, httpLn net.Listener, renewCheck time.Duration, answer bool) *fixture {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	m := New(Options{Config: cfg, Storage: st, RenewCheck: renewCheck, Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	reg.MustRegister(m.Collectors()...)
@@ -106,10 +124,9 @@ apps:
 		tlsSrv.Close()
 		httpSrv.Close()
 		m.Close()
-		st.Close()
 	})
 	leaf, _ := x509.ParseCertificate(own.Certificate[0])
-	return &fixture{m: m, reg: reg, pebble: p, tlsAddr: tlsLn.Addr().String(), fallback: leaf}
+	return &fixture{m: m, reg: reg, tlsAddr: tlsLn.Addr().String(), fallback: leaf}
 }
 
 // handshake connects for name and returns the certificate presented.
