@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
@@ -272,4 +273,14 @@ func (t *AppTLS) MarshalYAML() (any, error) {
 	}
 	type plain AppTLS
 	return (*plain)(t), nil
+}
+
+// Same reports whether a and b configure ACME alike, the key file's key
+// and the roots as read included: a reload that changes tls.acme is
+// refused (it takes a restart).
+func (a *ACME) Same(b *ACME) bool {
+	x, y := *a, *b
+	x.key, y.key, x.roots, y.roots = nil, nil, nil, nil
+	rootsSame := (a.roots == nil) == (b.roots == nil) && (a.roots == nil || a.roots.Equal(b.roots))
+	return reflect.DeepEqual(x, y) && bytes.Equal(a.key, b.key) && rootsSame
 }

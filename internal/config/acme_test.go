@@ -63,3 +63,21 @@ func TestParseACMEKey(t *testing.T) {
 		}
 	}
 }
+
+// A reload compares tls.acme whole, the key as read included.
+func TestACMESame(t *testing.T) {
+	a := ACME{CA: "https://ca/dir", Challenges: []string{ChallengeHTTP}, key: []byte("k1")}
+	b := a
+	b.Challenges = []string{ChallengeHTTP}
+	if !a.Same(&b) {
+		t.Fatal("equal configs differ")
+	}
+	b.key = []byte("k2")
+	if a.Same(&b) {
+		t.Fatal("another key (same file name) is the same")
+	}
+	b.key, b.Budgets.Orders.Max = a.key, 1
+	if a.Same(&b) {
+		t.Fatal("another budget is the same")
+	}
+}

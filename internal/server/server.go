@@ -324,6 +324,8 @@ func needsRestart(old, cfg *config.Config) error {
 		return errors.New("reload: cluster settings changed; restart levee to apply them (nothing was changed)")
 	case old.Catalog != cfg.Catalog:
 		return errors.New("reload: catalog changed; restart levee to apply it (nothing was changed)")
+	case !old.TLS.ACME.Same(&cfg.TLS.ACME):
+		return errors.New("reload: tls.acme changed; restart levee to apply it (nothing was changed)")
 	}
 	return nil
 }
