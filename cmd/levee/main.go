@@ -7,6 +7,7 @@
 //	levee drill NAME|all        replay an incident against an edge and grade it
 //	levee catalog import|export|stats   manage an app catalog (SQLite or PostgreSQL)
 //	levee top                   a live terminal view of a running levee
+//	levee certs list|show|renew the ACME certificates of a running levee
 //	levee version               print the version
 package main
 
@@ -44,6 +45,8 @@ Usage:
   levee top [--config FILE | --admin URL] [--app NAME] [--once [--json]]
                               a live terminal view of a running levee: apps,
                               refusals, top clients, backends (levee top --help)
+  levee certs list|show NAME|renew NAME [--config FILE | --admin URL]
+                              the ACME certificates of a running levee (levee certs for help)
   levee version               print the version
 `
 
@@ -86,6 +89,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return catalogCmd(ctx, rest, stdout, stderr)
 	case "top":
 		return topCmd(ctx, rest, stdout, stderr)
+	case "certs":
+		return certsCmd(ctx, rest, stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, versionString())
 		return 0

@@ -81,6 +81,15 @@ func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ..
 		defer closeStore()
 		opts.Catalog = st
 	}
+	certs, closeACME, err := openACME(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeACME()
+	var adminCerts admin.Certs // nil unless tls.acme is on
+	if certs != nil {
+		opts.ACME, adminCerts = certs.mgr, certs
+	}
 	srv := server.New(cfg, opts)
 	// Every return below releases what New and Listen took: a start that
 	// fails part way leaks no socket or goroutine. After Serve, a no-op.
@@ -96,6 +105,11 @@ func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ..
 	notify := sdnotify.FromEnv()
 	if err := srv.Listen(); err != nil {
 		return err
+	}
+	if opts.ACME != nil {
+		if err := opts.ACME.Start(srv.ACMEListeners()); err != nil {
+			return err
+		}
 	}
 	adminLn, err := net.Listen("tcp", cfg.Admin.Addr)
 	if err != nil {
@@ -137,6 +151,7 @@ func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ..
 		Pprof:    cfg.Admin.Pprof,
 		API:      liveAPI{srv: srv, config: src.path},
 		Done:     serveCtx.Done(),
+		Certs:    adminCerts,
 	}), slog.NewLogLogger(log.Handler(), slog.LevelWarn))
 	var tasks sync.WaitGroup
 	tasks.Go(func() {

@@ -35,6 +35,8 @@ type Options struct {
 	// (nil: neither); Done, closed at shutdown, ends the event streams.
 	API  API
 	Done <-chan struct{}
+	// Certs serves /api/certs (nil: tls.acme off, 404).
+	Certs Certs
 }
 
 // Handler returns the admin endpoints. Every request must name a loopback
@@ -52,6 +54,9 @@ type Options struct {
 //	GET  /api/apps/{app}/backends  the app's backends: share, in flight, latency, health, imbalance; top_clients (limits.client.top_k)
 //	GET  /api/instance             role, scale, cluster, version, config
 //	GET  /api/events               server-sent events: a snapshot a second (?app=&by=&window=)
+//	GET  /api/certs                ACME certificates, soonest expiry first (?limit=N&expiring=336h)
+//	GET  /api/certs/{name}         one certificate: issuer, expiry, next renewal, last error
+//	POST /api/certs/{name}/renew   renew it now, within the budgets; mutating
 //	GET  /ui/                      the dashboard, live from /api/events (?app=&by=&window=); /ui redirects here
 //	GET  /debug/pprof/...  Go profiles, with Options.Pprof only
 func Handler(o Options) http.Handler {
@@ -91,6 +96,9 @@ func Handler(o Options) http.Handler {
 	if o.API != nil {
 		(&apiHandlers{api: o.API, done: o.Done}).register(mux)
 		registerUI(mux)
+	}
+	if o.Certs != nil {
+		registerCerts(mux, g, o.Certs)
 	}
 	mux.HandleFunc("POST /reload", g.mutating(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

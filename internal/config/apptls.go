@@ -14,6 +14,9 @@ type AppTLS struct {
 	Key     string `yaml:"key"`
 	CertPEM string `yaml:"cert_pem"`
 	KeyPEM  string `yaml:"key_pem"`
+	// Mode is the scalar form: AppTLSACME or AppTLSListener ("" for a
+	// certificate of the app's own); see acme.go.
+	Mode string `yaml:"-"`
 
 	// pair is the certificate as validation loaded it; err why it could
 	// not be (a stored app's, which does not refuse the app: only its
@@ -25,6 +28,9 @@ type AppTLS struct {
 // Certificate is the app's certificate as validation loaded it, or why it
 // could not be.
 func (t *AppTLS) Certificate() (*tls.Certificate, error) {
+	if t.Mode != "" { // acme or listener: none of the app's own
+		return nil, nil
+	}
 	if t.pair == nil && t.err == nil {
 		return nil, errors.New("config: the app's certificate was not loaded")
 	}
@@ -38,6 +44,9 @@ func (t *AppTLS) Files() bool { return t.Cert != "" || t.Key != "" }
 // files are not allowed, as in a catalog), or from its PEM. A problem is
 // added to errs when strict, else kept in t for the handshake to report.
 func checkAppTLS(errs *Errors, rd *reader, path string, t *AppTLS, strict bool) {
+	if t.Mode != "" {
+		return
+	}
 	var cert, key []byte
 	switch {
 	case t.Files() && (t.CertPEM != "" || t.KeyPEM != ""):

@@ -34,6 +34,8 @@ type Config struct {
 	Checksum string `yaml:"-"`
 	// Tracing exports a span per request over OTLP (see tracing.go).
 	Tracing Tracing `yaml:"tracing"`
+	// TLS holds settings of TLS beyond one listener or app (acme.go).
+	TLS TLSSection `yaml:"tls"`
 }
 
 // Listener is one client-facing address.
@@ -493,6 +495,7 @@ func Default() Config {
 		Cluster:  DefaultCluster(),
 		Catalog:  DefaultCatalog(),
 		Tracing:  DefaultTracing(),
+		TLS:      DefaultTLS(),
 	}
 }
 

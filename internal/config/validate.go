@@ -59,15 +59,18 @@ func (c *Config) validate(rd reader) error {
 	c.Tracing.validate(&errs)
 	c.Catalog.validate(&errs)
 	routes := map[string]string{} // host+path → app, to catch two apps claiming one route
+	usesACME := false
 	for _, name := range c.AppNames() {
 		validateApp(&errs, name, c.Apps[name], routes)
 		if a := c.Apps[name]; a != nil && a.TLS != nil {
 			checkAppTLS(&errs, &rd, "apps."+name+".tls", a.TLS, true)
+			usesACME = usesACME || a.TLS.ACME()
 		}
 		if a := c.Apps[name]; a != nil {
 			validateAppUpstream(&errs, &rd, "apps."+name+".upstream", &a.Upstream)
 		}
 	}
+	c.TLS.ACME.validate(&errs, rd, usesACME, c.Catalog.On())
 	if len(errs) > 0 {
 		return errs
 	}

@@ -66,14 +66,15 @@ func (t certTable) lookup(host string) (c *tls.Certificate, ok bool) {
 type routeCert struct {
 	cert *tls.Certificate // nil: the listener's
 	err  error            // a stored certificate that did not load
+	conf *config.App      // the app's config, for ACME's eligibility
 }
 
 func newRouteCert(ac *config.App) routeCert {
 	if ac.TLS == nil {
-		return routeCert{}
+		return routeCert{conf: ac}
 	}
 	c, err := ac.TLS.Certificate()
-	return routeCert{cert: c, err: err}
+	return routeCert{cert: c, err: err, conf: ac}
 }
 
 // errNoCertificate fails the handshake of a host whose stored certificate
@@ -84,6 +85,9 @@ var errNoCertificate = errors.New("levee: this host's certificate does not load"
 // certificate is the listeners' tls.Config.GetCertificate: the app's own
 // certificate for the SNI's host, or nil for the listener's.
 func (s *Server) certificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+	if c, ours, err := s.acmeCertificate(hello); ours {
+		return c, err
+	}
 	host := catalog.CanonicalHost(hello.ServerName)
 	if host == "" {
 		return nil, nil

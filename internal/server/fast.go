@@ -117,6 +117,9 @@ func (s *Server) serveFast(ctx *fasthttp.RequestCtx) {
 		s.unrouted.Observe(r.Status, 0)
 		return
 	}
+	if s.serveACMEFast(ctx) { // before routing: no app, no limits
+		return
+	}
 	e := fastExchanges.Get().(*fastExchange)
 	e.c, e.left, e.pc.c, e.pc.w = ctx, false, ctx, &s.peers
 	e.whole, e.paced.R, e.nItems = false, nil, 0

@@ -61,6 +61,9 @@ func (s *Server) newListener(cfg *config.Config, lc config.Listener, ln net.List
 		}
 		l.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
 			NextProtos: []string{"h2", "http/1.1"}, GetCertificate: s.certificate}
+		if s.acme != nil { // offered alone by a CA validating TLS-ALPN-01; no browser offers it
+			l.tls.NextProtos = append(l.tls.NextProtos, acmeALPN)
+		}
 	}
 	o := netlimit.Options{Max: cfg.Server.MaxConns, PerIP: cfg.Server.MaxConnsPerIP,
 		// Trusted proxies carry many clients: they are exempt, as of the
@@ -190,6 +193,10 @@ func (l *listener) sort(c net.Conn) {
 			return
 		}
 		c = tc
+		if tc.ConnectionState().NegotiatedProtocol == acmeALPN { // a validation ends at its handshake
+			tc.Close()
+			return
+		}
 		if cs := tc.ConnectionState(); cs.NegotiatedProtocol == "h2" {
 			if !h2Adequate(&cs) {
 				h2guard.Refuse(tc, h2guard.ErrCodeInadequateSecurity)

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leveeproxy/levee/internal/acme"
 	"github.com/leveeproxy/levee/internal/admit"
 	"github.com/leveeproxy/levee/internal/apps"
 	"github.com/leveeproxy/levee/internal/balance"
@@ -61,6 +62,9 @@ type Options struct {
 	// net.Listen: for tests that shape the connections levee accepts
 	// (their socket buffers).
 	Listen func(network, address string) (net.Listener, error)
+	// ACME, when set, obtains certificates for apps with tls: acme (see
+	// acme.go); the caller starts it after Listen and closes it after Serve.
+	ACME *acme.Manager
 }
 
 // Server is one levee proxy. Create it with New, bind with Listen, run with
@@ -93,6 +97,7 @@ type Server struct {
 	// miss (nil when off); fixed for the server's life.
 	lazy         *catalog.Lazy[*route]
 	catalogRetry time.Duration
+	acme         *acme.Manager // nil when tls.acme is off
 	// parked holds the state of stored apps the catalog evicted, until
 	// their limits have settled (apps.Parked); guarded by mu.
 	parked apps.Parked[*app]
@@ -268,6 +273,7 @@ func New(cfg *config.Config, o Options) *Server {
 	s.apply(cfg)
 	s.lazy = s.newLazyCatalog(o.Catalog, cfg.Catalog)
 	s.catalogRetry = cfg.Catalog.Loader.RetryAfter.D()
+	s.setupACME(o.ACME)
 	return s
 }
 
@@ -294,6 +300,9 @@ func (s *Server) Reload(cfg *config.Config) error {
 	}
 	s.applyLocked(cfg)
 	s.mu.Unlock()
+	if s.acme != nil {
+		s.acme.Reload(cfg)
+	}
 	if s.lazy != nil {
 		// The catalog's cached apps compose again on the new config (its
 		// composer takes s.mu); a file app now named like one drops it.
@@ -319,6 +328,8 @@ func needsRestart(old, cfg *config.Config) error {
 		return errors.New("reload: cluster settings changed; restart levee to apply them (nothing was changed)")
 	case old.Catalog != cfg.Catalog:
 		return errors.New("reload: catalog changed; restart levee to apply it (nothing was changed)")
+	case !old.TLS.ACME.Same(&cfg.TLS.ACME):
+		return errors.New("reload: tls.acme changed; restart levee to apply it (nothing was changed)")
 	}
 	return nil
 }

@@ -411,5 +411,32 @@
   $('by').addEventListener('change', (e) => { state.by = e.target.value; saveURL(); connect(); });
   $('window').addEventListener('change', (e) => { state.window = e.target.value; saveURL(); connect(); });
 
+  // ---- ACME certificates expiring within 14 days (tls.acme; the
+  // section stays hidden when the API says 404: ACME is off) ----
+
+  const CERTS_EVERY_MS = 60000;
+
+  function loadCerts() {
+    fetch('/api/certs?expiring=336h', { cache: 'no-store' })
+      .then((r) => r.ok ? r.json() : null)
+      .then((j) => { if (j) renderCerts(j.certs || []); })
+      .catch(() => {});
+  }
+
+  function renderCerts(certs) {
+    $('certs').hidden = false;
+    const tb = $('certs-table').tBodies[0];
+    tb.replaceChildren();
+    for (const c of certs) {
+      tb.appendChild(row([el('td', '', c.name), el('td', '', c.issuer),
+        el('td', 'warn', new Date(c.not_after).toLocaleString()),
+        el('td', '', new Date(c.next_renewal).toLocaleString()),
+        el('td', c.last_error ? 'warn' : 'muted', c.last_error || '–')]));
+    }
+    text('certs-none', certs.length ? '' : 'none');
+  }
+
   connect();
+  loadCerts();
+  setInterval(loadCerts, CERTS_EVERY_MS);
 })();

@@ -1,0 +1,47 @@
+package acme
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics count what the Manager did and refused.
+type metrics struct {
+	certs     *prometheus.CounterVec // result: issued, renewed
+	failed    *prometheus.CounterVec // reason: the ACME problem type
+	refused   *prometheus.CounterVec // reason: Reason*
+	orders    prometheus.Counter
+	fallbacks prometheus.Counter
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		certs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "levee_acme_certificates_total",
+			Help: "Certificates obtained by ACME (result: issued, renewed).",
+		}, []string{"result"}),
+		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "levee_acme_failures_total",
+			Help: "ACME orders that failed, by the CA's problem type (connection, unauthorized, dns, rateLimited, ...; other).",
+		}, []string{"reason"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "levee_acme_refused_total",
+			Help: "Certificates not ordered: unknown (no app claims the name with tls: acme), backoff, orders, certificates, failed-validations (a budget is spent), busy (issuance concurrency full).",
+		}, []string{"reason"}),
+		orders: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "levee_acme_orders_total",
+			Help: "ACME orders sent to the CA.",
+		}),
+		fallbacks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "levee_acme_first_wait_fallbacks_total",
+			Help: "Handshakes for an ACME name without a certificate that got the listener's certificate after tls.acme.first_wait.",
+		}),
+	}
+	return m
+}
+
+// Collectors are the Manager's metrics, for the server's registry.
+func (m *Manager) Collectors() []prometheus.Collector {
+	expiry := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "levee_acme_nearest_expiry_days",
+		Help: "Days until the soonest expiry among the ACME certificates this instance holds (0 with none).",
+	}, m.nearestExpiry)
+	return []prometheus.Collector{m.m.certs, m.m.failed, m.m.refused, m.m.orders, m.m.fallbacks, expiry}
+}
