@@ -111,6 +111,14 @@ func (g *instanceGuard) file() *os.File {
 	return g.lock.File()
 }
 
+// claim names this process in the lock file, once an adopted lock's
+// upgrade has succeeded.
+func (g *instanceGuard) claim() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.lock.Claim()
+}
+
 // release gives the lock up; serve calls it last, after the drain.
 func (g *instanceGuard) release() {
 	g.mu.Lock()

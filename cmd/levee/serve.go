@@ -198,7 +198,7 @@ func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ..
 	for _, f := range onStart {
 		f(srv.Addrs(), adminLn.Addr())
 	}
-	h.serving(log)
+	h.serving(guard, log)
 	err = srv.Serve(serveCtx)
 	log.Info("levee stopped", "err", err)
 	stopServing()

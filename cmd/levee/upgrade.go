@@ -77,11 +77,12 @@ func (h *handover) takeOver(ctx context.Context, log *slog.Logger) error {
 }
 
 // serving, in a process started by an upgrade, tells the old one to
-// drain and exit: this one accepts from now on.
-func (h *handover) serving(log *slog.Logger) {
+// drain and exit, and names this one in the lock: it accepts from now on.
+func (h *handover) serving(guard *instanceGuard, log *slog.Logger) {
 	if h.in == nil {
 		return
 	}
+	guard.claim()
 	if err := h.in.Serving(); err != nil {
 		log.Warn("upgrade: could not tell the old levee this one serves; it ends on its own", "err", err)
 	}

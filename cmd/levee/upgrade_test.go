@@ -410,3 +410,38 @@ func TestFailedUpgradeKeepsTheOldServing(t *testing.T) {
 		u.fatalf("the lock was free after failed upgrades")
 	}
 }
+
+// TestUpgradeCommand: `levee upgrade` upgrades by SIGUSR2 when the admin
+// address is not fixed, and through the admin API with --admin; it exits
+// 1 with the reason when the new config is bad, and the old levee serves on.
+func TestUpgradeCommand(t *testing.T) {
+	backend := namedBackend(t, "one")
+	u := startUpgradable(t, backend, "")
+	l := startLoad(t, u.proxy, "one", 2)
+	l.answered(t, 20)
+
+	code, stdout, stderr := runLevee(t, "upgrade", "--config", u.config)
+	pid := u.upgraded(1)
+	if code != 0 || !strings.Contains(stdout, fmt.Sprintf("process %d serves", pid)) {
+		u.fatalf("levee upgrade (signal) = %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	l.answered(t, 20)
+
+	code, stdout, stderr = runLevee(t, "upgrade", "--config", u.config, "--admin", u.admin, "--binary", leveeBin)
+	pid = u.upgraded(2)
+	if code != 0 || !strings.Contains(stdout, fmt.Sprintf("process %d serves", pid)) {
+		u.fatalf("levee upgrade --admin = %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	l.answered(t, 20)
+
+	writeConfig(t, u.config, upgradeConfig(backend, u.lock, "    limits: {rate: -5/s}\n"))
+	code, _, stderr = runLevee(t, "upgrade", "--config", u.config, "--admin", u.admin)
+	if code != 1 || !strings.Contains(stderr, "limits") {
+		u.fatalf("levee upgrade to a bad config = %d, stderr: %s; want 1 naming the problem", code, stderr)
+	}
+	l.answered(t, 20)
+	l.end()
+	if l.bad.Load() > 0 {
+		u.fatalf("%d requests failed; first: %v", l.bad.Load(), l.errs[:min(5, len(l.errs))])
+	}
+}

@@ -22,8 +22,9 @@ func (l *Lock) File() *os.File {
 
 // Adopt takes over a lock inherited from the levee being replaced: f must
 // be the lock file at path, and its open file description must hold the
-// flock (or take it now, if nobody holds it). It writes this process's
-// PID in the file. A descriptor that is not the lock at path, or whose
+// flock (or take it now, if nobody holds it). The file still names the
+// old holder until Claim: the new one claims it once it serves, so that a
+// failed upgrade leaves the file naming the levee still serving. A descriptor that is not the lock at path, or whose
 // lock another process holds, is refused and left open for the caller.
 func Adopt(path string, f *os.File) (*Lock, error) {
 	fi, err := f.Stat()
@@ -45,8 +46,27 @@ func Adopt(path string, f *os.File) (*Lock, error) {
 		}
 		return nil, fmt.Errorf("instance: inherited lock %s: %w", path, err)
 	}
-	if err := f.Truncate(0); err == nil {
-		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-	}
 	return &Lock{f: f, path: path}, nil
+}
+
+// Claim writes this process's PID in the lock file, as the holder.
+func (l *Lock) Claim() {
+	if l == nil || l.f == nil {
+		return
+	}
+	if err := l.f.Truncate(0); err == nil {
+		_, _ = l.f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+}
+
+// HolderPID is the PID the holder of the lock at path wrote in it; 0 when
+// the file is missing, unreadable or names none. It says who held the
+// lock last; whether it is still held is TryAcquire's to tell.
+func HolderPID(path string) int {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	return readPID(f)
 }

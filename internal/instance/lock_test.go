@@ -211,6 +211,10 @@ func TestAdoptKeepsOneLock(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Adopt: %v", err)
 	}
+	adopted.Claim()
+	if got := HolderPID(path); got != os.Getpid() {
+		t.Errorf("HolderPID after Claim = %d, want %d", got, os.Getpid())
+	}
 	var held *HeldError
 	if _, err := TryAcquire(path); !errors.As(err, &held) {
 		t.Fatalf("third open while both hold it: %v, want HeldError", err)
