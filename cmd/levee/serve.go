@@ -111,7 +111,7 @@ func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ..
 	// Its own cap, so admin clients never hold the descriptors the proxy needs.
 	adminLn = admin.LimitListener(adminLn, admin.MaxConns)
 	// Started by an upgrade: the old levee's state, once it stops accepting.
-	if err := h.takeOver(ctx, log); err != nil {
+	if err := h.takeOver(ctx, srv, log); err != nil {
 		adminLn.Close()
 		return err
 	}
@@ -137,7 +137,7 @@ func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ..
 		log.Info("config reloaded", "trigger", trigger, "apps", len(next.Apps))
 		return nil
 	}
-	up := &upgrader{h: h, guard: guard, notify: notify, log: log, stop: stopServing}
+	up := &upgrader{h: h, srv: srv, guard: guard, notify: notify, log: log, stop: stopServing, drained: make(chan struct{})}
 	upgradeNow := func(trigger, binary string) (int, error) {
 		reloadMu.Lock()
 		defer reloadMu.Unlock()
@@ -199,7 +199,11 @@ func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ..
 		f(srv.Addrs(), adminLn.Addr())
 	}
 	h.serving(guard, log)
+	if h.in != nil {
+		tasks.Go(func() { h.reports(serveCtx, srv, log) })
+	}
 	err = srv.Serve(serveCtx)
+	up.finish()
 	log.Info("levee stopped", "err", err)
 	stopServing()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -7,8 +7,11 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"sync"
+	"time"
 
 	"github.com/leveeproxy/levee/internal/sdnotify"
+	"github.com/leveeproxy/levee/internal/server"
 	"github.com/leveeproxy/levee/internal/upgrade"
 )
 
@@ -62,16 +65,20 @@ func (h *handover) failed(err error) {
 // takeOver, in a process started by an upgrade, tells the old one this
 // one is prepared and takes the state it sends once it has stopped
 // accepting. Elsewhere it does nothing.
-func (h *handover) takeOver(ctx context.Context, log *slog.Logger) error {
+func (h *handover) takeOver(ctx context.Context, srv *server.Server, log *slog.Logger) error {
 	if h.in == nil {
 		return nil
 	}
-	_, gone, err := h.in.Prepared(ctx)
+	state, gone, err := h.in.Prepared(ctx)
 	if err != nil {
 		return err
 	}
 	if gone {
 		log.Warn("upgrade: the old levee went away before handing its state over; starting with fresh limits")
+		return nil
+	}
+	if err := srv.ImportState(state); err != nil {
+		log.Warn("upgrade: "+err.Error(), "state_bytes", len(state))
 	}
 	return nil
 }
@@ -91,6 +98,7 @@ func (h *handover) serving(guard *instanceGuard, log *slog.Logger) {
 // upgrader starts the upgrades of one serving levee, one at a time.
 type upgrader struct {
 	h      *handover
+	srv    *server.Server
 	guard  *instanceGuard
 	notify *sdnotify.Notifier
 	log    *slog.Logger
@@ -99,6 +107,10 @@ type upgrader struct {
 	stop func()
 	// done: this levee has handed over (guarded by the caller's lock).
 	done bool
+	// drained is closed once this levee's Serve has returned; reporting
+	// is the goroutine that reports to the new levee until then.
+	drained   chan struct{}
+	reporting sync.WaitGroup
 }
 
 // errHandedOver refuses a second upgrade of a levee that handed over.
@@ -113,6 +125,7 @@ func (u *upgrader) run(ctx context.Context, trigger, binary string) (int, error)
 		return 0, errHandedOver
 	}
 	_ = u.notify.Reloading()
+	var rep *server.Reporter
 	child, err := upgrade.Start(ctx, upgrade.Spec{
 		Binary: binary, Args: os.Args[1:], Env: os.Environ(),
 		Stdout: os.Stdout, Stderr: os.Stderr,
@@ -123,7 +136,12 @@ func (u *upgrader) run(ctx context.Context, trigger, binary string) (int, error)
 		// sockets' backlog: this one admits nothing more, so the state
 		// it hands over is the whole of it.
 		u.h.sockets.Pause()
-		if err = child.Handover(ctx, nil); err != nil {
+		// What this one still admits (a request on a connection it
+		// holds) and has in flight is reported from here on, to be
+		// counted against the new one's limits.
+		rep = u.srv.Report()
+		if err = child.Handover(ctx, u.srv.ExportState()); err != nil {
+			rep.Stop()
 			u.h.sockets.Resume()
 		}
 	}
@@ -136,7 +154,57 @@ func (u *upgrader) run(ctx context.Context, trigger, binary string) (int, error)
 	_ = u.notify.Send(fmt.Sprintf("MAINPID=%d\nREADY=1\nSTATUS=serving (upgraded from %d)", child.PID(), os.Getpid()))
 	u.log.Info("upgrade: the new levee serves; draining and exiting", "trigger", trigger, "pid", child.PID())
 	u.done = true
-	child.Close()
+	u.reporting.Go(func() { u.report(child, rep) })
 	u.stop()
 	return child.PID(), nil
+}
+
+// reportEvery is how often a levee that handed over reports its requests
+// in flight to the new one, which holds their slots until then: as they
+// finish there is no event to wake on.
+const reportEvery = 10 * time.Millisecond
+
+// report sends the new levee what this one admits and has in flight,
+// until this one's Serve has returned (nothing in flight then), and
+// closes the control socket.
+func (u *upgrader) report(child *upgrade.Child, rep *server.Reporter) {
+	defer child.Close()
+	defer rep.Stop()
+	t := time.NewTicker(reportEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-rep.Wake():
+		case <-t.C:
+		case <-u.drained:
+			_ = child.Report(rep.Take())
+			return
+		}
+		if err := child.Report(rep.Take()); err != nil {
+			u.log.Warn("upgrade: cannot report to the new levee; it counts this one's requests until this one exits", "err", err)
+			<-u.drained
+			return
+		}
+	}
+}
+
+// finish ends the reporting, once Serve has returned.
+func (u *upgrader) finish() {
+	close(u.drained)
+	u.reporting.Wait()
+}
+
+// reports, in a levee started by an upgrade, counts what the old one
+// reports against this one's limits until it exits (or ctx ends), then
+// gives back the slots its requests held.
+func (h *handover) reports(ctx context.Context, srv *server.Server, log *slog.Logger) {
+	err := h.in.Reports(ctx, func(b []byte) {
+		if err := srv.ApplyReport(b); err != nil {
+			log.Warn("upgrade: " + err.Error())
+		}
+	})
+	srv.ReleaseHeld()
+	if err != nil && ctx.Err() == nil {
+		log.Warn("upgrade: the old levee's reports ended early; its requests no longer count here", "err", err)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -247,35 +248,55 @@ func flocksOn(ino uint64) int {
 }
 
 // load sends requests from a few clients until stopped: half keep their
-// connections alive, half open a new one per request. Every answer must
-// be whole and right.
+// connections alive, half open a new one per request; each client sends
+// one every pace (0: as fast as answers come). Every answer must be whole
+// and one of those good accepts.
 type load struct {
 	ok, bad atomic.Int64
 	mu      sync.Mutex
 	errs    []string
 	stop    chan struct{}
 	wg      sync.WaitGroup
-	tick    chan struct{} // a send per success, dropped when no one waits
+	tick    chan int // the status of an answer, dropped when no one waits
 }
 
 func startLoad(t *testing.T, proxy, want string, clients int) *load {
 	t.Helper()
-	l := &load{stop: make(chan struct{}), tick: make(chan struct{})}
+	return startPacedLoad(t, proxy, clients, 0, func(code int, body string) bool { return code == 200 && body == want })
+}
+
+func startPacedLoad(t *testing.T, proxy string, clients int, pace time.Duration, good func(code int, body string) bool) *load {
+	t.Helper()
+	l := &load{stop: make(chan struct{}), tick: make(chan int)}
 	for i := range clients {
 		tr := &http.Transport{DisableKeepAlives: i%2 == 1, MaxIdleConnsPerHost: 1}
 		c := &http.Client{Transport: tr, Timeout: waitTimeout}
 		l.wg.Go(func() {
 			defer tr.CloseIdleConnections()
+			var every <-chan time.Time
+			if pace > 0 {
+				tk := time.NewTicker(pace) // the offered load's pace, not an ordering
+				defer tk.Stop()
+				every = tk.C
+			}
 			for {
-				select {
-				case <-l.stop:
-					return
-				default:
+				if every != nil {
+					select {
+					case <-l.stop:
+						return
+					case <-every:
+					}
+				} else {
+					select {
+					case <-l.stop:
+						return
+					default:
+					}
 				}
 				req, _ := http.NewRequest(http.MethodGet, proxy+"/", nil)
 				req.Host = "a.test"
 				code, body, err := do(c, req)
-				if err != nil || code != 200 || body != want {
+				if err != nil || !good(code, body) {
 					l.bad.Add(1)
 					l.mu.Lock()
 					l.errs = append(l.errs, fmt.Sprintf("%d %q %v", code, body, err))
@@ -284,7 +305,7 @@ func startLoad(t *testing.T, proxy, want string, clients int) *load {
 				}
 				l.ok.Add(1)
 				select {
-				case l.tick <- struct{}{}:
+				case l.tick <- code:
 				default:
 				}
 			}
@@ -292,6 +313,23 @@ func startLoad(t *testing.T, proxy, want string, clients int) *load {
 	}
 	t.Cleanup(l.end)
 	return l
+}
+
+// answeredWith waits until an answer has had status code.
+func (l *load) answeredWith(t *testing.T, code int) {
+	t.Helper()
+	deadline := time.NewTimer(waitTimeout)
+	defer deadline.Stop()
+	for {
+		select {
+		case c := <-l.tick:
+			if c == code {
+				return
+			}
+		case <-deadline.C:
+			t.Fatalf("no answer had status %d within %v (ok %d, bad %d)", code, waitTimeout, l.ok.Load(), l.bad.Load())
+		}
+	}
 }
 
 // answered waits until n more requests have been answered.
@@ -443,5 +481,100 @@ func TestUpgradeCommand(t *testing.T) {
 	l.end()
 	if l.bad.Load() > 0 {
 		u.fatalf("%d requests failed; first: %v", l.bad.Load(), l.errs[:min(5, len(l.errs))])
+	}
+}
+
+// arrivals is a backend that notes when each request reaches it, once
+// recording has begun.
+type arrivals struct {
+	mu        sync.Mutex
+	recording bool
+	at        []time.Time
+}
+
+func (a *arrivals) backend(t *testing.T) string {
+	t.Helper()
+	b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		a.mu.Lock()
+		if a.recording {
+			a.at = append(a.at, time.Now())
+		}
+		a.mu.Unlock()
+		io.WriteString(w, "one")
+	}))
+	t.Cleanup(b.Close)
+	return b.Listener.Addr().String()
+}
+
+func (a *arrivals) record() {
+	a.mu.Lock()
+	a.recording = true
+	a.mu.Unlock()
+}
+
+func (a *arrivals) count() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.at)
+}
+
+// since counts the arrivals from the first one recorded until until,
+// and returns how long that is.
+func (a *arrivals) since(until time.Time) (int, time.Duration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.at) == 0 {
+		return 0, 0
+	}
+	n := 0
+	for _, t := range a.at {
+		if !t.After(until) {
+			n++
+		}
+	}
+	return n, until.Sub(a.at[0])
+}
+
+// TestUpgradeKeepsTheRateLimit: under load over its limit, an app limited
+// to 50/s with a burst of 25 gets at most 50/s (+2%) to its backend over
+// every window that starts with its bucket empty and spans upgrades: the
+// new levee takes the buckets over (an upgrade that started them full
+// would let a burst of 25 more through each time), and what the old one
+// still admits is charged to it. (Windows that start anywhere would also
+// count what GCRA rightly lets through after the traffic stalls: the
+// total of a window that starts with the bucket empty does not.)
+func TestUpgradeKeepsTheRateLimit(t *testing.T) {
+	var arr arrivals
+	u := startUpgradable(t, arr.backend(t), "    limits: {rate: 50/s, burst: 25}\n")
+	l := startPacedLoad(t, u.proxy, 2, 4*time.Millisecond, func(code int, body string) bool {
+		return code == 200 && body == "one" || code == http.StatusTooManyRequests
+	})
+	l.answeredWith(t, http.StatusTooManyRequests) // the burst is spent: the bucket is empty from here
+	arr.record()
+	const upgrades = 3
+	var ends []time.Time // each window ends a second after an upgrade
+	for i := 1; i <= upgrades; i++ {
+		if err := syscall.Kill(int(u.pid.Load()), syscall.SIGUSR2); err != nil {
+			t.Fatal(err)
+		}
+		u.upgraded(i)
+		for n := arr.count() + 50; arr.count() < n; { // a second of admissions by the new levee
+			l.answeredWith(t, 200)
+		}
+		ends = append(ends, time.Now())
+	}
+	l.end()
+	if l.bad.Load() > 0 {
+		u.fatalf("%d requests failed; first: %v", l.bad.Load(), l.errs[:min(5, len(l.errs))])
+	}
+	for i, end := range ends {
+		n, d := arr.since(end)
+		// GCRA from an empty bucket admits d/interval + 1; the first
+		// arrival recorded may have had one more. 2% more allowed.
+		limit := int(50*d.Seconds()*1.02) + 2
+		if n > limit {
+			u.fatalf("%d requests reached the backend in the %v spanning %d upgrades; the limit allows %d", n, d.Round(time.Millisecond), i+1, limit)
+		}
+		t.Logf("%d upgrades: %d requests in %v (limit %d)", i+1, n, d.Round(time.Millisecond), limit)
 	}
 }

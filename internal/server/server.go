@@ -137,6 +137,11 @@ type Server struct {
 	// is the tracing.refusals_per_second bucket (guarded by mu).
 	exporter *trace.Exporter
 	refusals kept[int, *trace.RefusalLimiter]
+
+	// held counts, by app, the slots its limiter holds for the requests
+	// still in flight in the levee this one took over from (report.go);
+	// guarded by mu.
+	held map[string]int
 }
 
 // snapshot is one config's routing table, immutable once published.

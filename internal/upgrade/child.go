@@ -105,3 +105,27 @@ func (in *Inherited) Close() error {
 	in.sockets.CloseUnclaimed()
 	return in.ctrl.close()
 }
+
+// Reports calls apply with each report the old process sends after
+// Serving, until it closes the control socket (it has exited: it holds
+// nothing more), which returns nil, or ctx ends. The control socket is
+// closed on return.
+func (in *Inherited) Reports(ctx context.Context, apply func([]byte)) error {
+	defer in.ctrl.close()
+	stop := context.AfterFunc(ctx, func() { _ = in.ctrl.c.SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
+	for {
+		m, err := in.ctrl.recv(time.Time{}) // no deadline: the old levee drains for as long as it drains
+		switch {
+		case err == errPeerGone:
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil:
+			return err
+		case m.Kind != kindReport:
+			return fmt.Errorf("upgrade: the old levee said %q, want %q", m.Kind, kindReport)
+		}
+		apply(m.Report)
+	}
+}

@@ -156,7 +156,7 @@ func (c *Child) PID() int { return c.pid }
 // accepting and admitting) and waits until the new process serves. On
 // failure the new process is killed and reaped, and the caller resumes
 // serving. On success the new process is left to run on its own; the
-// control socket stays open for Release until Close.
+// control socket stays open for Report until Close.
 func (c *Child) Handover(ctx context.Context, state []byte) error {
 	if err := c.ctrl.send(message{Kind: kindState, State: state}, time.Now().Add(c.timeout)); err != nil {
 		return c.abort(err)
@@ -170,10 +170,10 @@ func (c *Child) Handover(ctx context.Context, state []byte) error {
 	return nil
 }
 
-// Release tells the new process that requests this one admitted have
-// finished, by app; it counts them against its limits until then.
-func (c *Child) Release(byApp map[string]int) error {
-	return c.ctrl.send(message{Kind: kindRelease, Releases: byApp}, time.Now().Add(c.timeout))
+// Report tells the new process what this one admitted, and still holds,
+// since the state: it counts them against its own limits.
+func (c *Child) Report(report []byte) error {
+	return c.ctrl.send(message{Kind: kindReport, Report: report}, time.Now().Add(c.timeout))
 }
 
 // Close closes the control socket: the new process then knows this one

@@ -19,10 +19,12 @@ type message struct {
 	PID int `json:"pid,omitempty"`
 	// Err says why the new process gave up (failed).
 	Err string `json:"err,omitempty"`
-	// State is the limits' state (state); its own version inside.
-	State json.RawMessage `json:"state,omitempty"`
-	// Releases are requests the old process finished (release), by app.
-	Releases map[string]int `json:"releases,omitempty"`
+	// State is the limits' state (state), opaque here: its format and
+	// version are the server's.
+	State []byte `json:"state,omitempty"`
+	// Report is what the old process admitted and still holds since the
+	// state (report), opaque here like State.
+	Report []byte `json:"report,omitempty"`
 }
 
 const (
@@ -30,7 +32,7 @@ const (
 	kindState    = "state"
 	kindServing  = "serving"
 	kindFailed   = "failed"
-	kindRelease  = "release"
+	kindReport   = "report"
 )
 
 // maxFrame bounds one frame: the limits' state of many apps and clients
