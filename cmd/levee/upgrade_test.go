@@ -578,3 +578,43 @@ func TestUpgradeKeepsTheRateLimit(t *testing.T) {
 		t.Logf("%d upgrades: %d requests in %v (limit %d)", i+1, n, d.Round(time.Millisecond), limit)
 	}
 }
+
+// TestUpgradeKeepsTheConcurrency: an app with a concurrency of 4, under
+// more load than that, never has more than 4 requests at its backend
+// while upgrades hand over: the new levee holds a slot for each request
+// the old one still has in flight, until the old one reports it done.
+func TestUpgradeKeepsTheConcurrency(t *testing.T) {
+	var inflight, most atomic.Int64
+	b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		n := inflight.Add(1)
+		defer inflight.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(30 * time.Millisecond) // the backend's work: requests overlap the handover
+		io.WriteString(w, "one")
+	}))
+	t.Cleanup(b.Close)
+	u := startUpgradable(t, b.Listener.Addr().String(), "    limits: {concurrency: 4, queue: {max_len: 64, max_wait: 5s}}\n")
+	l := startPacedLoad(t, u.proxy, 8, 0, func(code int, body string) bool {
+		return code == 200 && body == "one" || code == http.StatusServiceUnavailable || code == http.StatusTooManyRequests
+	})
+	l.answeredWith(t, 200)
+	for i := 1; i <= 3; i++ {
+		if err := syscall.Kill(int(u.pid.Load()), syscall.SIGUSR2); err != nil {
+			t.Fatal(err)
+		}
+		u.upgraded(i)
+		for range 20 {
+			l.answeredWith(t, 200)
+		}
+	}
+	l.end()
+	if l.bad.Load() > 0 {
+		u.fatalf("%d requests failed; first: %v", l.bad.Load(), l.errs[:min(5, len(l.errs))])
+	}
+	if m := most.Load(); m > 4 {
+		u.fatalf("the backend had %d requests in flight at once; the app's concurrency is 4", m)
+	} else if m < 4 {
+		t.Fatalf("the backend never had more than %d in flight: the load did not reach the limit", m)
+	}
+}
