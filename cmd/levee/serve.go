@@ -181,7 +181,9 @@ func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ..
 				_, _ = upgradeNow("SIGUSR2", "")
 			case <-serveCtx.Done():
 				ready.Store(false) // load balancers stop sending while we drain
-				_ = notify.Stopping()
+				if !up.handedOver() {
+					_ = notify.Stopping()
+				}
 				return
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leveeproxy/levee/internal/sdnotify"
@@ -105,8 +106,8 @@ type upgrader struct {
 	// stop ends this process's serving (its drain follows) once the new
 	// one serves.
 	stop func()
-	// done: this levee has handed over (guarded by the caller's lock).
-	done bool
+	// done: this levee has handed over.
+	done atomic.Bool
 	// drained is closed once this levee's Serve has returned; reporting
 	// is the goroutine that reports to the new levee until then.
 	drained   chan struct{}
@@ -121,7 +122,7 @@ var errHandedOver = errors.New("upgrade: this levee has already handed over to a
 // PID once it serves; on any failure this levee serves on as before and
 // the error says why. Callers serialise it (with reloads).
 func (u *upgrader) run(ctx context.Context, trigger, binary string) (int, error) {
-	if u.done {
+	if u.done.Load() {
 		return 0, errHandedOver
 	}
 	_ = u.notify.Reloading()
@@ -151,9 +152,9 @@ func (u *upgrader) run(ctx context.Context, trigger, binary string) (int, error)
 		return 0, err
 	}
 	// The new process is systemd's main process from now on.
-	_ = u.notify.Send(fmt.Sprintf("MAINPID=%d\nREADY=1\nSTATUS=serving (upgraded from %d)", child.PID(), os.Getpid()))
+	_ = u.notify.MainPID(child.PID(), fmt.Sprintf("serving (upgraded from process %d)", os.Getpid()))
 	u.log.Info("upgrade: the new levee serves; draining and exiting", "trigger", trigger, "pid", child.PID())
-	u.done = true
+	u.done.Store(true)
 	u.reporting.Go(func() { u.report(child, rep) })
 	u.stop()
 	return child.PID(), nil
@@ -187,6 +188,10 @@ func (u *upgrader) report(child *upgrade.Child, rep *server.Reporter) {
 		}
 	}
 }
+
+// handedOver reports whether this levee has handed over to a new one:
+// systemd supervises that one now, and takes no message from this one.
+func (u *upgrader) handedOver() bool { return u.done.Load() }
 
 // finish ends the reporting, once Serve has returned.
 func (u *upgrader) finish() {

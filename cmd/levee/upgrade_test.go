@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -54,7 +55,7 @@ apps:
 %s`, lock, backend, extra)
 }
 
-func startUpgradable(t *testing.T, backend, extra string) *upgradeLevee {
+func startUpgradable(t *testing.T, backend, extra string, env ...string) *upgradeLevee {
 	t.Helper()
 	if testH2C() {
 		t.Skip("upgrades are driven over HTTP/1.1")
@@ -69,7 +70,7 @@ func startUpgradable(t *testing.T, backend, extra string) *upgradeLevee {
 	}
 	defer out.Close() // the process has its own copy
 	u.first = exec.Command(leveeBin, "serve", "--config", u.config)
-	u.first.Env = testEnv(t)
+	u.first.Env = append(testEnv(t), env...)
 	// A file, not a pipe: Wait returns at this process's exit, not at the
 	// exit of the last process that inherited the descriptor.
 	u.first.Stdout, u.first.Stderr = out, out
@@ -616,5 +617,54 @@ func TestUpgradeKeepsTheConcurrency(t *testing.T) {
 		u.fatalf("the backend had %d requests in flight at once; the app's concurrency is 4", m)
 	} else if m < 4 {
 		t.Fatalf("the backend never had more than %d in flight: the load did not reach the limit", m)
+	}
+}
+
+// TestUpgradeMovesMainPID: under systemd (Type=notify), an upgrade says
+// RELOADING=1, then hands the unit's main PID to the new levee with
+// READY=1 once it serves; neither the new levee before that nor the old
+// one after it says anything (neither is the main process then, and
+// NotifyAccess=main would drop it).
+func TestUpgradeMovesMainPID(t *testing.T) {
+	dir, err := os.MkdirTemp("", "sdn") // short: unix socket paths are limited to 108 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "notify")
+	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	next := func() string {
+		t.Helper()
+		c.SetReadDeadline(time.Now().Add(waitTimeout))
+		buf := make([]byte, 4096)
+		n, err := c.Read(buf)
+		if err != nil {
+			t.Fatalf("no notification: %v", err)
+		}
+		return string(buf[:n])
+	}
+	u := startUpgradable(t, namedBackend(t, "one"), "", "NOTIFY_SOCKET="+sock)
+	if got := next(); !strings.HasPrefix(got, "READY=1") {
+		t.Fatalf("first notification %q, want READY=1", got)
+	}
+	if err := syscall.Kill(int(u.pid.Load()), syscall.SIGUSR2); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(); !strings.HasPrefix(got, "RELOADING=1") {
+		t.Fatalf("notification %q, want RELOADING=1", got)
+	}
+	pid := u.upgraded(1)
+	want := fmt.Sprintf("MAINPID=%d\nREADY=1\n", pid)
+	if got := next(); !strings.HasPrefix(got, want) {
+		t.Fatalf("notification %q, want it to start %q", got, want)
+	}
+	// The old levee has exited (upgraded waited for it): it said no more.
+	c.SetReadDeadline(time.Now())
+	if n, err := c.Read(make([]byte, 4096)); err == nil {
+		t.Fatalf("the old levee said more after handing over (%d bytes): systemd would drop it", n)
 	}
 }
