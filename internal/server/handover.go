@@ -6,13 +6,15 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/leveeproxy/levee/internal/bandwidth"
 	"github.com/leveeproxy/levee/internal/limitsconf"
 	"github.com/leveeproxy/levee/internal/ratelimit"
 )
 
 // StateVersion is the version of the limits' state an upgrade hands over
 // (ExportState). A levee handed a state of another version cannot read it
-// and starts its buckets empty, not full (ImportState).
+// and starts its buckets empty, not full (ImportState); the adaptive
+// limits then start from their configured start, as on a fresh start.
 const StateVersion = 1
 
 // handoverState is the limits' state of a whole levee, by app. Gob keeps
@@ -27,6 +29,15 @@ type handoverState struct {
 
 type appState struct {
 	Rate, Clients *rateState // nil: the limit is off, or shared through the cluster
+	// Bandwidth is how far ahead of now limits.bandwidth's bucket ran (nil: off).
+	Bandwidth *time.Duration
+	// Adaptive is what an adaptive concurrency limit learnt (nil: static).
+	Adaptive *learnt
+}
+
+type learnt struct {
+	Limit    int
+	Baseline time.Duration
 }
 
 type rateState struct {
@@ -45,6 +56,14 @@ func (s *Server) ExportState() []byte {
 		var as appState
 		app, client := a.rates.Local()
 		as.Rate, as.Clients = exportRate(app, now), exportRate(client, now)
+		if bw := a.bandwidth(); bw != nil {
+			as.Bandwidth = new(bw.Ahead(now))
+		}
+		if a.adaptive != nil {
+			if n, base, ok := a.adaptive.Learnt(); ok {
+				as.Adaptive = &learnt{Limit: n, Baseline: base}
+			}
+		}
 		st.Apps[name] = as
 	}
 	s.mu.Unlock()
@@ -60,10 +79,12 @@ func exportRate(st *ratelimit.LocalStore, now time.Time) *rateState {
 }
 
 // ImportState takes over the limits' state an upgraded levee exported,
-// for the apps both have. Call it before serving. A state it cannot read
-// (another version, or corrupt) is not guessed at: every app's and
-// client's rate bucket starts empty, refilling at its rate, and the error
-// says so; the caller serves all the same.
+// for the apps both have: rate and bandwidth buckets, what adaptive
+// limits learnt, the requests in flight. Call it before serving. A state
+// it cannot read (another version, or corrupt) is not guessed at: every
+// app's and client's rate bucket, and every bandwidth bucket, starts
+// empty, refilling at its rate, and the error says so; the caller serves
+// all the same.
 func (s *Server) ImportState(b []byte) error {
 	var st handoverState
 	err := gob.NewDecoder(bytes.NewReader(b)).Decode(&st)
@@ -85,6 +106,12 @@ func (s *Server) ImportState(b []byte) error {
 		app, client := a.rates.Local()
 		importRate(app, as.Rate, now)
 		importRate(client, as.Clients, now)
+		if bw := a.bandwidth(); bw != nil && as.Bandwidth != nil {
+			bw.Resume(now, *as.Bandwidth)
+		}
+		if a.adaptive != nil && as.Adaptive != nil {
+			a.adaptive.Resume(as.Adaptive.Limit, as.Adaptive.Baseline)
+		}
 	}
 	s.holdLocked(st.InFlight)
 	return nil
@@ -111,7 +138,16 @@ func (s *Server) startEmpty(now time.Time) {
 		if client != nil {
 			client.StartEmpty(now, depth(limitsconf.GCRA(ac.Limits.Client.Rate, ac.Limits.Client.Burst)))
 		}
+		a.bandwidth().StartEmpty(now)
 	}
+}
+
+// bandwidth is the app's bandwidth limiter; nil when off.
+func (a *app) bandwidth() *bandwidth.Limiter {
+	if a.bw.v == nil {
+		return nil
+	}
+	return a.bw.v.Limiter()
 }
 
 // depth is how long an empty bucket of lim takes to fill.

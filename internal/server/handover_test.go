@@ -101,3 +101,64 @@ func TestUnreadableStateStartsEmpty(t *testing.T) {
 		}
 	}
 }
+
+const handoverBandwidthConfig = `listen: 127.0.0.1:0
+apps:
+  b:
+    hosts: [b.test]
+    backends: [127.0.0.1:1]
+    limits: {bandwidth: 1MB/s, concurrency: {adaptive: gradient, min: 2, max: 100}}
+`
+
+// The bandwidth bucket and what the adaptive limit learnt are handed
+// over; the bytes the old levee still sends are charged; an unreadable
+// state starts the bandwidth bucket empty.
+func TestBandwidthAndAdaptiveHandover(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	newServer := func() *Server {
+		s := New(mustParse(t, handoverBandwidthConfig), Options{Clock: clk})
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	old, next := newServer(), newServer()
+	ob := old.apps["b"]
+	ob.adaptive.Resume(37, 5*time.Millisecond) // as if learnt
+	for range 4 {
+		if _, err := ob.bandwidth().ReserveAt(clk.Now(), ob.bandwidth().Chunk()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ahead := ob.bandwidth().Ahead(clk.Now())
+	if err := next.ImportState(old.ExportState()); err != nil {
+		t.Fatal(err)
+	}
+	nb := next.apps["b"]
+	if n, base, ok := nb.adaptive.Learnt(); !ok || n != 37 || base != 5*time.Millisecond {
+		t.Errorf("adaptive limit after the handover: %d %v %v, want 37 5ms", n, base, ok)
+	}
+	if got := nb.limiter.Limits().Concurrency; got != 37 {
+		t.Errorf("concurrency in force %d, want the learnt 37", got)
+	}
+	if got := nb.bandwidth().Ahead(clk.Now()); got != ahead || ahead <= 0 {
+		t.Errorf("bandwidth bucket ahead by %v after the handover, want the old one's %v", got, ahead)
+	}
+	rep := old.Report()
+	if _, err := ob.bandwidth().ReserveAt(clk.Now(), ob.bandwidth().Chunk()); err != nil {
+		t.Fatal(err)
+	}
+	if err := next.ApplyReport(rep.Take()); err != nil {
+		t.Fatal(err)
+	}
+	rep.Stop()
+	if got, want := nb.bandwidth().Ahead(clk.Now()), ob.bandwidth().Ahead(clk.Now()); got != want {
+		t.Errorf("bandwidth bucket ahead by %v after the report, want the old one's %v", got, want)
+	}
+
+	empty := newServer()
+	if err := empty.ImportState([]byte("not gob")); err == nil {
+		t.Fatal("an unreadable state was taken")
+	}
+	if got := empty.apps["b"].bandwidth().Ahead(clk.Now()); got <= 0 {
+		t.Errorf("bandwidth bucket ahead by %v after an unreadable state, want its whole burst spent", got)
+	}
+}

@@ -20,6 +20,7 @@ type report struct {
 	Version  int
 	Charges  map[string]appCharges // units admitted, by app, then key
 	InFlight map[string]int        // requests in flight now, by app
+	Bytes    map[string]int64      // bytes limits.bandwidth granted, by app
 }
 
 type appCharges struct {
@@ -35,6 +36,7 @@ type Reporter struct {
 	mu      sync.Mutex
 	charges map[string]appCharges
 	stores  []*ratelimit.LocalStore // observed
+	bytes   map[string]int64        // each bandwidth limiter's bytes at the last Take
 }
 
 // Report starts collecting every rate admission of this levee's apps,
@@ -42,6 +44,7 @@ type Reporter struct {
 // the export escapes both.
 func (s *Server) Report() *Reporter {
 	r := &Reporter{s: s, wake: make(chan struct{}, 1), charges: map[string]appCharges{}}
+	r.bytes, _ = s.bandwidthSince(nil)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for name, a := range s.apps {
@@ -91,9 +94,27 @@ func (r *Reporter) Poke() {
 func (r *Reporter) Take() []byte {
 	r.mu.Lock()
 	rep := report{Version: StateVersion, Charges: r.charges, InFlight: r.s.inFlight()}
+	r.bytes, rep.Bytes = r.s.bandwidthSince(r.bytes)
 	r.charges = map[string]appCharges{}
 	r.mu.Unlock()
 	return encode(rep)
+}
+
+// bandwidthSince returns every bandwidth limiter's bytes granted so far,
+// and the growth since before (nil: none), by app.
+func (s *Server) bandwidthSince(before map[string]int64) (now, grown map[string]int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now, grown = map[string]int64{}, map[string]int64{}
+	for name, a := range s.apps {
+		if bw := a.bandwidth(); bw != nil {
+			now[name] = bw.Stats().Bytes
+			if d := now[name] - before[name]; before != nil && d > 0 {
+				grown[name] = d
+			}
+		}
+	}
+	return now, grown
 }
 
 // Stop stops collecting.
@@ -126,8 +147,9 @@ func encode(v any) []byte {
 
 // ApplyReport counts a report of the levee this one took over from
 // against this one's limits: its admissions are charged to the rate
-// buckets (into debt if need be), and its requests in flight hold slots
-// of each app's concurrency until a later report gives them back.
+// buckets (into debt if need be), the bytes its responses still send to
+// the bandwidth buckets, and its requests in flight hold slots of each
+// app's concurrency until a later report gives them back.
 func (s *Server) ApplyReport(b []byte) error {
 	var rep report
 	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&rep); err != nil {
@@ -147,6 +169,11 @@ func (s *Server) ApplyReport(b []byte) error {
 		app, client := a.rates.Local()
 		charge(app, c.Rate, limitsconf.GCRA(ac.Limits.Rate, ac.Limits.Burst), now)
 		charge(client, c.Clients, limitsconf.GCRA(ac.Limits.Client.Rate, ac.Limits.Client.Burst), now)
+	}
+	for name, n := range rep.Bytes {
+		if a := s.apps[name]; a != nil {
+			a.bandwidth().Charge(now, n)
+		}
 	}
 	s.holdLocked(rep.InFlight)
 	return nil
