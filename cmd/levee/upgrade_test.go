@@ -44,7 +44,7 @@ type upgradeLevee struct {
 // upgradeConfig is one app "a" in front of backend with the given extra
 // app keys, its lock at lock.
 func upgradeConfig(backend, lock, extra string) string {
-	return fmt.Sprintf(`listen: 127.0.0.1:0
+	return fmt.Sprintf(`%s
 admin: 127.0.0.1:0
 instance: {lock: %s}
 server: {drain_timeout: 5s}
@@ -52,14 +52,11 @@ apps:
   a:
     hosts: [a.test]
     backends: [%s]
-%s`, lock, backend, extra)
+%s`, listenLine(), lock, backend, extra)
 }
 
 func startUpgradable(t *testing.T, backend, extra string, env ...string) *upgradeLevee {
 	t.Helper()
-	if testH2C() {
-		t.Skip("upgrades are driven over HTTP/1.1")
-	}
 	dir := t.TempDir()
 	u := &upgradeLevee{t: t, config: filepath.Join(dir, "levee.yaml"), lock: filepath.Join(dir, "levee.lock"),
 		log: filepath.Join(dir, "levee.log"), exited: make(chan struct{})}
@@ -271,6 +268,10 @@ func startPacedLoad(t *testing.T, proxy string, clients int, pace time.Duration,
 	l := &load{stop: make(chan struct{}), tick: make(chan int)}
 	for i := range clients {
 		tr := &http.Transport{DisableKeepAlives: i%2 == 1, MaxIdleConnsPerHost: 1}
+		if testH2C() && i%2 == 0 { // the keep-alive half over h2c: the drain ends them with GOAWAY
+			tr.Protocols = new(http.Protocols)
+			tr.Protocols.SetUnencryptedHTTP2(true)
+		}
 		c := &http.Client{Transport: tr, Timeout: waitTimeout}
 		l.wg.Go(func() {
 			defer tr.CloseIdleConnections()
@@ -356,8 +357,9 @@ func (l *load) end() {
 	l.wg.Wait()
 }
 
-// TestUpgradeUnderLoad: a levee upgraded several times in a row, by
-// SIGUSR2 and by POST /upgrade, under keep-alive and fresh-connection
+// TestUpgradeUnderLoad: a levee upgraded several times in a row
+// (LEVEE_TEST_UPGRADES, 4 by default), by SIGUSR2 and by POST /upgrade,
+// under keep-alive (HTTP/1.1, or h2c in the h2c run) and fresh-connection
 // load, never refuses or resets a connection nor truncates an answer; the
 // lock is always held, by one lock; each old process exits.
 func TestUpgradeUnderLoad(t *testing.T) {
@@ -365,7 +367,10 @@ func TestUpgradeUnderLoad(t *testing.T) {
 	w := watchLock(t, u.lock)
 	l := startLoad(t, u.proxy, "one", 4)
 	l.answered(t, 50)
-	const upgrades = 4
+	upgrades := 4
+	if n, err := strconv.Atoi(os.Getenv("LEVEE_TEST_UPGRADES")); err == nil && n > 0 {
+		upgrades = n // the issue's 20, by hand: LEVEE_TEST_UPGRADES=20
+	}
 	for i := 1; i <= upgrades; i++ {
 		old := int(u.pid.Load())
 		if i%2 == 1 {
