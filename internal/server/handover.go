@@ -9,6 +9,7 @@ import (
 	"github.com/leveeproxy/levee/internal/bandwidth"
 	"github.com/leveeproxy/levee/internal/limitsconf"
 	"github.com/leveeproxy/levee/internal/ratelimit"
+	"github.com/leveeproxy/levee/internal/topk"
 )
 
 // StateVersion is the version of the limits' state an upgrade hands over
@@ -33,6 +34,8 @@ type appState struct {
 	Bandwidth *time.Duration
 	// Adaptive is what an adaptive concurrency limit learnt (nil: static).
 	Adaptive *learnt
+	// Top is the top clients' counts (nil: limits.client.top_k is 0).
+	Top *topk.Snapshot
 }
 
 type learnt struct {
@@ -64,6 +67,7 @@ func (s *Server) ExportState() []byte {
 				as.Adaptive = &learnt{Limit: n, Baseline: base}
 			}
 		}
+		as.Top = a.top.v.Snapshot(now)
 		st.Apps[name] = as
 	}
 	s.mu.Unlock()
@@ -80,7 +84,7 @@ func exportRate(st *ratelimit.LocalStore, now time.Time) *rateState {
 
 // ImportState takes over the limits' state an upgraded levee exported,
 // for the apps both have: rate and bandwidth buckets, what adaptive
-// limits learnt, the requests in flight. Call it before serving. A state
+// limits learnt, the top clients' counts, the requests in flight. Call it before serving. A state
 // it cannot read (another version, or corrupt) is not guessed at: every
 // app's and client's rate bucket, and every bandwidth bucket, starts
 // empty, refilling at its rate, and the error says so; the caller serves
@@ -112,6 +116,7 @@ func (s *Server) ImportState(b []byte) error {
 		if a.adaptive != nil && as.Adaptive != nil {
 			a.adaptive.Resume(as.Adaptive.Limit, as.Adaptive.Baseline)
 		}
+		a.top.v.Restore(now, as.Top)
 	}
 	s.holdLocked(st.InFlight)
 	return nil

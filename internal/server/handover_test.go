@@ -14,7 +14,7 @@ apps:
   a:
     hosts: [a.test]
     backends: [127.0.0.1:1]
-    limits: {rate: 10/s, burst: 5, concurrency: 3, client: {rate: 10/s, burst: 5}}
+    limits: {rate: 10/s, burst: 5, concurrency: 3, client: {rate: 10/s, burst: 5, top_k: 4}}
 `
 
 func newHandoverServer(t *testing.T, clk clock.Clock) *Server {
@@ -46,6 +46,7 @@ func TestStateHandover(t *testing.T) {
 	}
 	c.AllowAt("client-1", limitsconf.GCRA(ac.Limits.Client.Rate, ac.Limits.Client.Burst), clk.Now(), 1)
 	old.apps["a"].limiter.Hold(2) // two requests in flight
+	old.apps["a"].top.v.Observe("client-1", false, 100, 0, clk.Now())
 
 	if err := next.ImportState(old.ExportState()); err != nil {
 		t.Fatal(err)
@@ -55,6 +56,9 @@ func TestStateHandover(t *testing.T) {
 	}
 	if got := next.apps["a"].limiter.InFlight(); got != 2 {
 		t.Errorf("new levee holds %d slots for the old one's requests, want 2", got)
+	}
+	if top := next.apps["a"].top.v.Top(clk.Now()); len(top.Requests) != 1 || top.Requests[0].Key != "client-1" {
+		t.Errorf("new levee's top clients: %+v, want client-1 carried over", top)
 	}
 	// The old one admits one more, and one of its two finishes.
 	rep := old.Report()
