@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -28,22 +29,29 @@ type instanceGuard struct {
 }
 
 // lockInstance takes the instance lock of cfg, whose file is configPath
-// (empty: no lock). When another levee holds it, instance.unexpected
-// decides: refuse returns the error naming the holder; strict returns an
+// (empty: no lock), or adopts inherited, the lock an upgrade handed over
+// (nil: none). When another levee holds it, instance.unexpected decides:
+// refuse returns the error naming the holder; strict returns an
 // unexpected guard.
-func lockInstance(cfg *config.Config, configPath string, log *slog.Logger) (*instanceGuard, error) {
+func lockInstance(cfg *config.Config, configPath string, inherited *os.File, log *slog.Logger) (*instanceGuard, error) {
 	if configPath == "" {
 		return &instanceGuard{}, nil
 	}
 	path := cfg.Instance.Lock
+	var err error
 	if path == "" {
-		var err error
 		if path, err = instance.DefaultPath(configPath); err != nil {
 			return nil, err
 		}
 	}
 	g := &instanceGuard{path: path}
-	l, err := instance.TryAcquire(path)
+	var l *instance.Lock
+	if inherited != nil {
+		// The same lock, handed over: held throughout (instance.Adopt).
+		l, err = instance.Adopt(path, inherited)
+	} else {
+		l, err = instance.TryAcquire(path)
+	}
 	var held *instance.HeldError
 	switch {
 	case err == nil:
@@ -94,6 +102,21 @@ func (g *instanceGuard) status() string {
 		return "serving as an UNEXPECTED instance with strict limits (another levee holds " + g.path + ")"
 	}
 	return "serving"
+}
+
+// file is the held lock's open file, to hand over (nil: none held).
+func (g *instanceGuard) file() *os.File {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.lock.File()
+}
+
+// claim names this process in the lock file, once an adopted lock's
+// upgrade has succeeded.
+func (g *instanceGuard) claim() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.lock.Claim()
 }
 
 // release gives the lock up; serve calls it last, after the drain.

@@ -3,6 +3,7 @@
 //
 //	levee serve --config FILE   run the proxy
 //	levee check --config FILE   validate a config; exit 1 listing every problem
+//	levee upgrade --config FILE replace the running levee without a gap
 //	levee demo                  run levee in front of sample backends on loopback
 //	levee drill NAME|all        replay an incident against an edge and grade it
 //	levee catalog import|export|stats   manage an app catalog (SQLite or PostgreSQL)
@@ -35,6 +36,9 @@ const usage = `levee: an HTTP edge proxy that keeps serving under overload
 Usage:
   levee serve --config FILE   run the proxy
   levee check --config FILE   validate a config; exit 1 listing every problem
+  levee upgrade --config FILE [--binary PATH]
+                              replace the running levee by a new process on the
+                              same sockets, lock and limits (levee upgrade --help)
   levee demo [--listen ADDR] [--admin ADDR]
                               run levee in front of sample backends on loopback
   levee drill NAME|all [flags]
@@ -81,6 +85,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return exitUsage
 		}
 		return check(ctx, path, stdout, stderr)
+	case "upgrade":
+		return upgradeCmd(ctx, rest, stdout, stderr)
 	case "demo":
 		return demoCmd(ctx, rest, stdout, stderr)
 	case "drill":

@@ -47,7 +47,14 @@ type started func(proxy []net.Addr, admin net.Addr)
 // reload the config from src; a bad one is refused and the old one serves on.
 // A reload in progress when ctx ends is refused at once (its load returns),
 // so nothing it holds keeps the drain waiting.
-func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ...started) error {
+func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ...started) (err error) {
+	h, err := newHandover()
+	if err != nil {
+		return err
+	}
+	// A levee started by an upgrade that cannot serve says why to the old
+	// one, which serves on.
+	defer func() { h.failed(err) }()
 	cfg, err := src.load(ctx)
 	if err != nil {
 		return err
@@ -66,13 +73,13 @@ func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ..
 	log := newLogger(cfg.Log, level, out)
 	// The lock comes before any socket: a refused instance binds nothing.
 	// It is held until serve returns, after the drain (see docs/deploy.md).
-	guard, err := lockInstance(cfg, src.path, log)
+	guard, err := lockInstance(cfg, src.path, h.inheritedLock(), log)
 	if err != nil {
 		return err
 	}
 	defer guard.release()
 	opts := server.Options{Logger: log, LogLevel: level, LogOutput: out,
-		AccessLog: slog.NewJSONHandler(out, nil)}
+		AccessLog: slog.NewJSONHandler(out, nil), Listen: h.proxyListen}
 	st, closeStore, err := openServeCatalog(ctx, cfg.Catalog, log)
 	if err != nil {
 		return err
@@ -111,12 +118,17 @@ func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ..
 			return err
 		}
 	}
-	adminLn, err := net.Listen("tcp", cfg.Admin.Addr)
+	adminLn, err := h.adminListen(cfg.Admin.Addr)
 	if err != nil {
 		return fmt.Errorf("admin: listen %s: %w", cfg.Admin.Addr, err)
 	}
 	// Its own cap, so admin clients never hold the descriptors the proxy needs.
 	adminLn = admin.LimitListener(adminLn, admin.MaxConns)
+	// Started by an upgrade: the old levee's state, once it stops accepting.
+	if err := h.takeOver(ctx, srv, log); err != nil {
+		adminLn.Close()
+		return err
+	}
 
 	serveCtx, stopServing := context.WithCancel(ctx)
 	defer stopServing()
@@ -139,12 +151,19 @@ func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ..
 		log.Info("config reloaded", "trigger", trigger, "apps", len(next.Apps))
 		return nil
 	}
+	up := &upgrader{h: h, srv: srv, guard: guard, notify: notify, log: log, stop: stopServing, drained: make(chan struct{})}
+	upgradeNow := func(trigger, binary string) (int, error) {
+		reloadMu.Lock()
+		defer reloadMu.Unlock()
+		return up.run(serveCtx, trigger, binary)
+	}
 
 	var ready atomic.Bool
 	adminSrv := admin.NewServer(admin.Handler(admin.Options{
 		Registry: srv.Metrics().Registry,
 		Ready:    ready.Load,
 		Reload:   func() error { return reload("api") },
+		Upgrade:  func(binary string) (int, error) { return upgradeNow("api", binary) },
 		App:      srv.AppStats,
 		Addr:     cfg.Admin.Addr,
 		Token:    token,
@@ -160,9 +179,11 @@ func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ..
 		}
 	})
 
-	hup := make(chan os.Signal, 1)
+	hup, usr2 := make(chan os.Signal, 1), make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
+	signal.Notify(usr2, syscall.SIGUSR2)
 	defer signal.Stop(hup)
+	defer signal.Stop(usr2)
 	// Ready before the loop below starts, so its Store(false) on shutdown
 	// always comes after: a signal during startup must not leave us ready.
 	ready.Store(true)
@@ -171,9 +192,13 @@ func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ..
 			select {
 			case <-hup:
 				_ = reload("SIGHUP")
+			case <-usr2:
+				_, _ = upgradeNow("SIGUSR2", "")
 			case <-serveCtx.Done():
 				ready.Store(false) // load balancers stop sending while we drain
-				_ = notify.Stopping()
+				if !up.handedOver() {
+					_ = notify.Stopping()
+				}
 				return
 			}
 		}
@@ -183,12 +208,19 @@ func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ..
 		tasks.Go(func() { guard.takeOver(serveCtx, srv, log) })
 	}
 	log.Info("levee serving", "listen", srv.Addrs(), "admin", adminLn.Addr().String(), "apps", len(cfg.Apps),
-		"role", guard.role())
-	_ = notify.Ready(guard.status())
+		"role", guard.role(), "pid", os.Getpid())
+	if h.in == nil {
+		_ = notify.Ready(guard.status()) // after an upgrade, the old levee says it, with MAINPID
+	}
 	for _, f := range onStart {
 		f(srv.Addrs(), adminLn.Addr())
 	}
+	h.serving(guard, log)
+	if h.in != nil {
+		tasks.Go(func() { h.reports(serveCtx, srv, log) })
+	}
 	err = srv.Serve(serveCtx)
+	up.finish()
 	log.Info("levee stopped", "err", err)
 	stopServing()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

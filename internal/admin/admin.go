@@ -19,6 +19,10 @@ type Options struct {
 	Ready func() bool
 	// Reload reloads the config file, returning why it was refused.
 	Reload func() error
+	// Upgrade replaces the running levee with a new process of binary
+	// (empty: the same one), returning its PID once it serves, or why it
+	// failed (the old one then serves on). Nil: POST /upgrade is 404.
+	Upgrade func(binary string) (int, error)
 	// App returns one app's state, served as JSON by
 	// GET /api/apps/{app}/backends; false for an unknown app.
 	App func(name string) (observe.AppStats, bool)
@@ -48,6 +52,8 @@ type Options struct {
 //	GET  /readyz    200 while serving, 503 before and while draining
 //	GET  /metrics   Prometheus metrics
 //	POST /reload    reload the config; 200 or 400 with the reason (JSON); mutating
+//	POST /upgrade   start a new levee on the same sockets and lock; 200 with its pid once it
+//	                serves, or 502 with why it failed ({"binary": PATH} optional); mutating
 //	GET  /api/apps                 the apps serving, busiest first (?limit=N)
 //	GET  /api/apps/{app}           one app: live rates, limits configured and in force, backends, top clients
 //	GET  /api/apps/{app}/top       heaviest clients (?by=requests|rejected|bytes|items&window=10s|1m|10m)
@@ -109,5 +115,8 @@ func Handler(o Options) http.Handler {
 		}
 		json.NewEncoder(w).Encode(map[string]any{"ok": true})
 	}))
+	if o.Upgrade != nil {
+		mux.HandleFunc("POST /upgrade", g.mutating(upgradeHandler(o.Upgrade)))
+	}
 	return g.checkHost(mux)
 }

@@ -83,10 +83,11 @@ func TryAcquire(path string) (*Lock, error) {
 		return nil, fmt.Errorf("instance: lock %s: %w", path, err)
 	}
 	// Ours now: say who holds it, for the message a second instance prints.
-	if err := f.Truncate(0); writable && err == nil {
-		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	l := &Lock{f: f, path: path}
+	if writable {
+		l.Claim()
 	}
-	return &Lock{f: f, path: path}, nil
+	return l, nil
 }
 
 // Await polls TryAcquire every `every` until it succeeds or ctx ends

@@ -193,3 +193,77 @@ func TestLockRefusesNonRegularFiles(t *testing.T) {
 		}
 	}
 }
+
+// A lock handed over as an open descriptor stays one lock: the new holder
+// adopts it (and names itself in the file), no third open can take it
+// while either holds it, and it frees only when both have let go.
+func TestAdoptKeepsOneLock(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "levee.lock")
+	old, err := TryAcquire(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dup, err := dupFile(old.File())
+	if err != nil {
+		t.Fatal(err)
+	}
+	adopted, err := Adopt(path, dup)
+	if err != nil {
+		t.Fatalf("Adopt: %v", err)
+	}
+	adopted.Claim()
+	if got := HolderPID(path); got != os.Getpid() {
+		t.Errorf("HolderPID after Claim = %d, want %d", got, os.Getpid())
+	}
+	var held *HeldError
+	if _, err := TryAcquire(path); !errors.As(err, &held) {
+		t.Fatalf("third open while both hold it: %v, want HeldError", err)
+	}
+	old.Release()
+	if _, err := TryAcquire(path); !errors.As(err, &held) {
+		t.Fatalf("third open after the old one let go: %v, want HeldError", err)
+	}
+	adopted.Release()
+	l, err := TryAcquire(path)
+	if err != nil {
+		t.Fatalf("after both let go: %v", err)
+	}
+	l.Release()
+}
+
+// Adopt refuses a descriptor of another file, and one whose lock another
+// open file description holds.
+func TestAdoptRefuses(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "levee.lock")
+	holder, err := TryAcquire(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release()
+	other, err := os.Create(filepath.Join(dir, "other.lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := Adopt(path, other); err == nil || !strings.Contains(err.Error(), "not "+path) {
+		t.Errorf("Adopt(another file) = %v, want it refused", err)
+	}
+	second, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	var held *HeldError
+	if _, err := Adopt(path, second); !errors.As(err, &held) {
+		t.Errorf("Adopt(a new open of a held lock) = %v, want HeldError", err)
+	}
+}
+
+func dupFile(f *os.File) (*os.File, error) {
+	fd, err := syscall.Dup(int(f.Fd()))
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), f.Name()), nil
+}

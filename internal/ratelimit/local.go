@@ -35,6 +35,8 @@ type LocalStore struct {
 	scanGap  int64
 	shards   []shard
 	overflow overflowBucket
+	// observe, when set, is told every admission (Observe).
+	observe atomic.Pointer[func(key string, n int)]
 }
 
 type shard struct {
@@ -110,6 +112,16 @@ func (s *LocalStore) Allow(_ context.Context, key string, lim Limit, now time.Ti
 // rejects with RetryAfter Never; n > lim.Burst rejects with RetryAfter Never and the
 // key's Remaining and Reset. For an existing key it allocates nothing.
 func (s *LocalStore) AllowAt(key string, lim Limit, now time.Time, n int) Decision {
+	d := s.allowAt(key, lim, now, n)
+	if d.Allowed && n > 0 {
+		if f := s.observe.Load(); f != nil {
+			(*f)(key, n)
+		}
+	}
+	return d
+}
+
+func (s *LocalStore) allowAt(key string, lim Limit, now time.Time, n int) Decision {
 	if !lim.valid() || n < 0 {
 		return reject
 	}

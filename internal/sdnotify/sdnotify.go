@@ -1,6 +1,7 @@
 // Package sdnotify tells systemd (Type=notify) how levee is doing, with the
 // sd_notify datagram protocol and no dependency: READY=1 once serving,
-// RELOADING=1 and READY=1 around a reload, STOPPING=1 when draining.
+// RELOADING=1 and READY=1 around a reload or an upgrade, MAINPID= when an
+// upgrade hands over, STOPPING=1 when draining.
 package sdnotify
 
 import (
@@ -70,6 +71,14 @@ func (n *Notifier) Ready(status string) error {
 // whatever its outcome. systemd wants the CLOCK_MONOTONIC time with it.
 func (n *Notifier) Reloading() error {
 	return n.Send("RELOADING=1\nMONOTONIC_USEC=" + strconv.FormatInt(monotonicUsec(), 10))
+}
+
+// MainPID hands systemd's supervision to process pid, a new levee that an
+// upgrade started and that serves now, and says it is ready: from here on
+// the unit's main process is pid (NotifyAccess=main then takes its
+// messages), and this process's exit does not stop the unit.
+func (n *Notifier) MainPID(pid int, status string) error {
+	return n.Send("MAINPID=" + strconv.Itoa(pid) + "\nREADY=1\nSTATUS=" + status)
 }
 
 // Stopping says levee is draining and will exit.

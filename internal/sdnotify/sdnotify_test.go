@@ -111,3 +111,14 @@ func TestSendGivesUpOnAFullQueue(t *testing.T) {
 	}
 	t.Fatal("100,000 messages to a socket nobody reads were all sent")
 }
+
+func TestMainPID(t *testing.T) {
+	path, c := fakeSystemd(t)
+	n := New(path)
+	if err := n.MainPID(4242, "serving (upgraded)"); err != nil {
+		t.Fatal(err)
+	}
+	if got := recv(t, c); got != "MAINPID=4242\nREADY=1\nSTATUS=serving (upgraded)" {
+		t.Errorf("got %q", got)
+	}
+}

@@ -150,7 +150,7 @@ func serve[E exchange](s *Server, e E) {
 	}
 	slot, ref, ok := s.enter(ctx, rt, path, client, start, tr)
 	if !ok {
-		if ref.Code == 0 {
+		if ref = s.unanswered(ref); ref.Code == 0 {
 			e.gone()
 		} else {
 			e.refuse(ref)

@@ -144,6 +144,14 @@ type Server struct {
 	// is the tracing.refusals_per_second bucket (guarded by mu).
 	exporter *trace.Exporter
 	refusals kept[int, *trace.RefusalLimiter]
+
+	// draining is set once Serve has begun its drain (draining.go).
+	draining atomic.Bool
+
+	// held counts, by app, the slots its limiter holds for the requests
+	// still in flight in the levee this one took over from (report.go);
+	// guarded by mu.
+	held map[string]int
 }
 
 // snapshot is one config's routing table, immutable once published.
@@ -712,6 +720,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	case <-ctx.Done():
 	case serveErr = <-errc:
 	}
+	s.draining.Store(true)
 	stopBackground()
 	stopWatch()
 	// Everything below ends by the drain deadline: SIGTERM always finishes,

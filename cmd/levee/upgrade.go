@@ -1,0 +1,215 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leveeproxy/levee/internal/sdnotify"
+	"github.com/leveeproxy/levee/internal/server"
+	"github.com/leveeproxy/levee/internal/upgrade"
+)
+
+// handover is serve's part in upgrades (docs/deploy.md, "Upgrades"): the
+// sockets every listener is taken from, what this process inherited when
+// an upgrade started it, and the upgrade it starts in its turn.
+type handover struct {
+	sockets *upgrade.Sockets
+	in      *upgrade.Inherited // nil: not started by an upgrade
+}
+
+// newHandover reads what this process inherited, if anything.
+func newHandover() (*handover, error) {
+	in, err := upgrade.FromEnv()
+	if err != nil {
+		return nil, err
+	}
+	h := &handover{sockets: new(upgrade.Sockets), in: in}
+	if in != nil {
+		h.sockets = in.Sockets()
+	}
+	return h, nil
+}
+
+// inheritedLock is the instance lock's file handed over, or nil.
+func (h *handover) inheritedLock() *os.File {
+	if h.in == nil {
+		return nil
+	}
+	return h.in.Lock()
+}
+
+// proxyListen is server.Options.Listen: the proxy's sockets are named by
+// their configured address, so a listener that kept its address keeps
+// its socket across an upgrade.
+func (h *handover) proxyListen(network, address string) (net.Listener, error) {
+	return h.sockets.Listen("proxy "+address, network, address)
+}
+
+func (h *handover) adminListen(address string) (net.Listener, error) {
+	return h.sockets.Listen("admin "+address, "tcp", address)
+}
+
+// failed tells the old process, if any, why this one will not serve.
+func (h *handover) failed(err error) {
+	if h.in != nil && err != nil {
+		h.in.Fail(err)
+	}
+}
+
+// takeOver, in a process started by an upgrade, tells the old one this
+// one is prepared and takes the state it sends once it has stopped
+// accepting. Elsewhere it does nothing.
+func (h *handover) takeOver(ctx context.Context, srv *server.Server, log *slog.Logger) error {
+	if h.in == nil {
+		return nil
+	}
+	state, gone, err := h.in.Prepared(ctx)
+	if err != nil {
+		return err
+	}
+	if gone {
+		log.Warn("upgrade: the old levee went away before handing its state over; starting with fresh limits")
+		return nil
+	}
+	if err := srv.ImportState(state); err != nil {
+		log.Warn("upgrade: "+err.Error(), "state_bytes", len(state))
+	}
+	return nil
+}
+
+// serving, in a process started by an upgrade, tells the old one to
+// drain and exit, and names this one in the lock: it accepts from now on.
+func (h *handover) serving(guard *instanceGuard, log *slog.Logger) {
+	if h.in == nil {
+		return
+	}
+	guard.claim()
+	if err := h.in.Serving(); err != nil {
+		log.Warn("upgrade: could not tell the old levee this one serves; it ends on its own", "err", err)
+	}
+}
+
+// upgrader starts the upgrades of one serving levee, one at a time.
+type upgrader struct {
+	h      *handover
+	srv    *server.Server
+	guard  *instanceGuard
+	notify *sdnotify.Notifier
+	log    *slog.Logger
+	// stop ends this process's serving (its drain follows) once the new
+	// one serves.
+	stop func()
+	// done: this levee has handed over.
+	done atomic.Bool
+	// drained is closed once this levee's Serve has returned; reporting
+	// is the goroutine that reports to the new levee until then.
+	drained   chan struct{}
+	reporting sync.WaitGroup
+}
+
+// errHandedOver refuses a second upgrade of a levee that handed over.
+var errHandedOver = errors.New("upgrade: this levee has already handed over to a new one")
+
+// run replaces this levee with binary (empty: its own, as on disk now),
+// started with this process's arguments. It returns the new process's
+// PID once it serves; on any failure this levee serves on as before and
+// the error says why. Callers serialise it (with reloads).
+func (u *upgrader) run(ctx context.Context, trigger, binary string) (int, error) {
+	if u.done.Load() {
+		return 0, errHandedOver
+	}
+	_ = u.notify.Reloading()
+	var rep *server.Reporter
+	child, err := upgrade.Start(ctx, upgrade.Spec{
+		Binary: binary, Args: os.Args[1:], Env: os.Environ(),
+		Stdout: os.Stdout, Stderr: os.Stderr,
+		Sockets: u.h.sockets, Lock: u.guard.file(),
+	})
+	if err == nil {
+		// From here until the new one serves, connections wait in the
+		// sockets' backlog: this one admits nothing more, so the state
+		// it hands over is the whole of it.
+		u.h.sockets.Pause()
+		// What this one still admits (a request on a connection it
+		// holds) and has in flight is reported from here on, to be
+		// counted against the new one's limits.
+		rep = u.srv.Report()
+		if err = child.Handover(ctx, u.srv.ExportState()); err != nil {
+			rep.Stop()
+			u.h.sockets.Resume()
+		}
+	}
+	if err != nil {
+		_ = u.notify.Ready(u.guard.status())
+		u.log.Error("upgrade failed; this levee keeps serving", "trigger", trigger, "err", err)
+		return 0, err
+	}
+	// The new process is systemd's main process from now on.
+	_ = u.notify.MainPID(child.PID(), fmt.Sprintf("serving (upgraded from process %d)", os.Getpid()))
+	u.log.Info("upgrade: the new levee serves; draining and exiting", "trigger", trigger, "pid", child.PID())
+	u.done.Store(true)
+	u.reporting.Go(func() { u.report(child, rep) })
+	u.stop()
+	return child.PID(), nil
+}
+
+// reportEvery is how often a levee that handed over reports its requests
+// in flight to the new one, which holds their slots until then: as they
+// finish there is no event to wake on.
+const reportEvery = 10 * time.Millisecond
+
+// report sends the new levee what this one admits and has in flight,
+// until this one's Serve has returned (nothing in flight then), and
+// closes the control socket.
+func (u *upgrader) report(child *upgrade.Child, rep *server.Reporter) {
+	defer child.Close()
+	defer rep.Stop()
+	t := time.NewTicker(reportEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-rep.Wake():
+		case <-t.C:
+		case <-u.drained:
+			_ = child.Report(rep.Take())
+			return
+		}
+		if err := child.Report(rep.Take()); err != nil {
+			u.log.Warn("upgrade: cannot report to the new levee; it counts this one's requests until this one exits", "err", err)
+			<-u.drained
+			return
+		}
+	}
+}
+
+// handedOver reports whether this levee has handed over to a new one:
+// systemd supervises that one now, and takes no message from this one.
+func (u *upgrader) handedOver() bool { return u.done.Load() }
+
+// finish ends the reporting, once Serve has returned.
+func (u *upgrader) finish() {
+	close(u.drained)
+	u.reporting.Wait()
+}
+
+// reports, in a levee started by an upgrade, counts what the old one
+// reports against this one's limits until it exits (or ctx ends), then
+// gives back the slots its requests held.
+func (h *handover) reports(ctx context.Context, srv *server.Server, log *slog.Logger) {
+	err := h.in.Reports(ctx, func(b []byte) {
+		if err := srv.ApplyReport(b); err != nil {
+			log.Warn("upgrade: " + err.Error())
+		}
+	})
+	srv.ReleaseHeld()
+	if err != nil && ctx.Err() == nil {
+		log.Warn("upgrade: the old levee's reports ended early; its requests no longer count here", "err", err)
+	}
+}

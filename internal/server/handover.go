@@ -1,0 +1,159 @@
+package server
+
+import (
+	"bytes"
+	"encoding/gob"
+	"fmt"
+	"time"
+
+	"github.com/leveeproxy/levee/internal/bandwidth"
+	"github.com/leveeproxy/levee/internal/limitsconf"
+	"github.com/leveeproxy/levee/internal/ratelimit"
+	"github.com/leveeproxy/levee/internal/topk"
+)
+
+// StateVersion is the version of the limits' state an upgrade hands over
+// (ExportState). A levee handed a state of another version cannot read it
+// and starts its buckets empty, not full (ImportState); the adaptive
+// limits then start from their configured start, as on a fresh start.
+const StateVersion = 1
+
+// handoverState is the limits' state of a whole levee, by app. Gob keeps
+// client keys as the bytes they are.
+type handoverState struct {
+	Version int
+	Apps    map[string]appState
+	// InFlight are the requests each app had in flight at the export:
+	// they hold slots of its concurrency in the new levee (report.go).
+	InFlight map[string]int
+}
+
+type appState struct {
+	Rate, Clients *rateState // nil: the limit is off, or shared through the cluster
+	// Bandwidth is how far ahead of now limits.bandwidth's bucket ran (nil: off).
+	Bandwidth *time.Duration
+	// Adaptive is what an adaptive concurrency limit learnt (nil: static).
+	Adaptive *learnt
+	// Top is the top clients' counts (nil: limits.client.top_k is 0).
+	Top *topk.Snapshot
+}
+
+type learnt struct {
+	Limit    int
+	Baseline time.Duration
+}
+
+type rateState struct {
+	Keys     []ratelimit.Entry
+	Overflow time.Duration
+}
+
+// ExportState returns the limits' state of every app, for the levee that
+// takes over from this one (ImportState). Call it once this one admits no
+// more requests, so that nothing it admits is missing from the state.
+func (s *Server) ExportState() []byte {
+	now := s.clk.Now()
+	st := handoverState{Version: StateVersion, Apps: map[string]appState{}, InFlight: s.inFlight()}
+	s.mu.Lock()
+	for name, a := range s.apps {
+		var as appState
+		app, client := a.rates.Local()
+		as.Rate, as.Clients = exportRate(app, now), exportRate(client, now)
+		if bw := a.bandwidth(); bw != nil {
+			as.Bandwidth = new(bw.Ahead(now))
+		}
+		if a.adaptive != nil {
+			if n, base, ok := a.adaptive.Learnt(); ok {
+				as.Adaptive = &learnt{Limit: n, Baseline: base}
+			}
+		}
+		as.Top = a.top.v.Snapshot(now)
+		st.Apps[name] = as
+	}
+	s.mu.Unlock()
+	return encode(st)
+}
+
+func exportRate(st *ratelimit.LocalStore, now time.Time) *rateState {
+	if st == nil {
+		return nil
+	}
+	keys, overflow := st.Export(now)
+	return &rateState{Keys: keys, Overflow: overflow}
+}
+
+// ImportState takes over the limits' state an upgraded levee exported,
+// for the apps both have: rate and bandwidth buckets, what adaptive
+// limits learnt, the top clients' counts, the requests in flight. Call it before serving. A state
+// it cannot read (another version, or corrupt) is not guessed at: every
+// app's and client's rate bucket, and every bandwidth bucket, starts
+// empty, refilling at its rate, and the error says so; the caller serves
+// all the same.
+func (s *Server) ImportState(b []byte) error {
+	var st handoverState
+	err := gob.NewDecoder(bytes.NewReader(b)).Decode(&st)
+	if err == nil && st.Version != StateVersion {
+		err = fmt.Errorf("version %d, this levee reads %d", st.Version, StateVersion)
+	}
+	now := s.clk.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		s.startEmpty(now)
+		return fmt.Errorf("server: the handed-over state is unreadable (%w): every rate bucket starts empty", err)
+	}
+	for name, as := range st.Apps {
+		a := s.apps[name]
+		if a == nil {
+			continue
+		}
+		app, client := a.rates.Local()
+		importRate(app, as.Rate, now)
+		importRate(client, as.Clients, now)
+		if bw := a.bandwidth(); bw != nil && as.Bandwidth != nil {
+			bw.Resume(now, *as.Bandwidth)
+		}
+		if a.adaptive != nil && as.Adaptive != nil {
+			a.adaptive.Resume(as.Adaptive.Limit, as.Adaptive.Baseline)
+		}
+		a.top.v.Restore(now, as.Top)
+	}
+	s.holdLocked(st.InFlight)
+	return nil
+}
+
+func importRate(st *ratelimit.LocalStore, rs *rateState, now time.Time) {
+	if st != nil && rs != nil {
+		st.Import(now, rs.Keys, rs.Overflow)
+	}
+}
+
+// startEmpty makes every app's and client's rate bucket start empty at
+// now: the whole burst spent. Callers hold s.mu.
+func (s *Server) startEmpty(now time.Time) {
+	for name, a := range s.apps {
+		ac := s.appConfig(name)
+		if ac == nil {
+			continue
+		}
+		app, client := a.rates.Local()
+		if app != nil {
+			app.StartEmpty(now, depth(limitsconf.GCRA(ac.Limits.Rate, ac.Limits.Burst)))
+		}
+		if client != nil {
+			client.StartEmpty(now, depth(limitsconf.GCRA(ac.Limits.Client.Rate, ac.Limits.Client.Burst)))
+		}
+		a.bandwidth().StartEmpty(now)
+	}
+}
+
+// bandwidth is the app's bandwidth limiter; nil when off.
+func (a *app) bandwidth() *bandwidth.Limiter {
+	if a.bw.v == nil {
+		return nil
+	}
+	return a.bw.v.Limiter()
+}
+
+// depth is how long an empty bucket of lim takes to fill.
+func depth(lim ratelimit.Limit) time.Duration { return time.Duration(lim.Burst) * lim.Interval }

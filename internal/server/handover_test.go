@@ -1,0 +1,168 @@
+package server
+
+import (
+	"testing"
+	"time"
+
+	"github.com/leveeproxy/levee/internal/clock"
+	"github.com/leveeproxy/levee/internal/limits"
+	"github.com/leveeproxy/levee/internal/limitsconf"
+)
+
+const handoverConfig = `listen: 127.0.0.1:0
+apps:
+  a:
+    hosts: [a.test]
+    backends: [127.0.0.1:1]
+    limits: {rate: 10/s, burst: 5, concurrency: 3, client: {rate: 10/s, burst: 5, top_k: 4}}
+`
+
+func newHandoverServer(t *testing.T, clk clock.Clock) *Server {
+	t.Helper()
+	s := New(mustParse(t, handoverConfig), Options{Clock: clk})
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// remaining is how many requests the app's bucket (or client's) admits now.
+func remaining(t *testing.T, s *Server, client string, now time.Time) (app, cl int) {
+	t.Helper()
+	a, c := s.apps["a"].rates.Local()
+	ac := s.cfg.Apps["a"]
+	app = a.AllowAt(limits.AppKey, limitsconf.GCRA(ac.Limits.Rate, ac.Limits.Burst), now, 0).Remaining
+	cl = c.AllowAt(client, limitsconf.GCRA(ac.Limits.Client.Rate, ac.Limits.Client.Burst), now, 0).Remaining
+	return app, cl
+}
+
+// A state handed over carries each bucket, and the requests in flight
+// hold concurrency slots until a report gives them back.
+func TestStateHandover(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	old, next := newHandoverServer(t, clk), newHandoverServer(t, clk)
+	a, c := old.apps["a"].rates.Local()
+	ac := old.cfg.Apps["a"]
+	for range 4 {
+		a.AllowAt(limits.AppKey, limitsconf.GCRA(ac.Limits.Rate, ac.Limits.Burst), clk.Now(), 1)
+	}
+	c.AllowAt("client-1", limitsconf.GCRA(ac.Limits.Client.Rate, ac.Limits.Client.Burst), clk.Now(), 1)
+	old.apps["a"].limiter.Hold(2) // two requests in flight
+	old.apps["a"].top.v.Observe("client-1", false, 100, 0, clk.Now())
+
+	if err := next.ImportState(old.ExportState()); err != nil {
+		t.Fatal(err)
+	}
+	if app, cl := remaining(t, next, "client-1", clk.Now()); app != 1 || cl != 4 {
+		t.Errorf("after the handover the app's bucket has %d, client-1's %d; want 1 and 4", app, cl)
+	}
+	if got := next.apps["a"].limiter.InFlight(); got != 2 {
+		t.Errorf("new levee holds %d slots for the old one's requests, want 2", got)
+	}
+	if top := next.apps["a"].top.v.Top(clk.Now()); len(top.Requests) != 1 || top.Requests[0].Key != "client-1" {
+		t.Errorf("new levee's top clients: %+v, want client-1 carried over", top)
+	}
+	// The old one admits one more, and one of its two finishes.
+	rep := old.Report()
+	a.AllowAt(limits.AppKey, limitsconf.GCRA(ac.Limits.Rate, ac.Limits.Burst), clk.Now(), 1)
+	old.apps["a"].limiter.Release()
+	if err := next.ApplyReport(rep.Take()); err != nil {
+		t.Fatal(err)
+	}
+	rep.Stop()
+	if app, _ := remaining(t, next, "client-1", clk.Now()); app != 0 {
+		t.Errorf("after the report the app's bucket has %d, want 0 (the old one's admission charged)", app)
+	}
+	if got := next.apps["a"].limiter.InFlight(); got != 1 {
+		t.Errorf("new levee holds %d slots after the report, want 1", got)
+	}
+	next.ReleaseHeld()
+	if got := next.apps["a"].limiter.InFlight(); got != 0 {
+		t.Errorf("new levee holds %d slots after the old one exited, want 0", got)
+	}
+}
+
+// A state the new levee cannot read (another version, or garbage) starts
+// every bucket empty, not full.
+func TestUnreadableStateStartsEmpty(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	old := newHandoverServer(t, clk)
+	other := encode(handoverState{Version: StateVersion + 1})
+	for name, state := range map[string][]byte{"another version": other, "garbage": []byte("not gob"), "the same": old.ExportState()} {
+		next := newHandoverServer(t, clk)
+		err := next.ImportState(state)
+		app, cl := remaining(t, next, "anyone", clk.Now())
+		if name == "the same" {
+			if err != nil || app != 5 || cl != 5 {
+				t.Errorf("%s: %v, buckets %d and %d; want full ones", name, err, app, cl)
+			}
+			continue
+		}
+		if err == nil || app != 0 || cl != 0 {
+			t.Errorf("%s: ImportState = %v, buckets %d and %d; want an error and empty buckets", name, err, app, cl)
+		}
+		clk.Advance(100 * time.Millisecond)
+		if app, _ := remaining(t, next, "anyone", clk.Now()); app != 1 {
+			t.Errorf("%s: one interval later the bucket has %d, want 1: it refills at its rate", name, app)
+		}
+	}
+}
+
+const handoverBandwidthConfig = `listen: 127.0.0.1:0
+apps:
+  b:
+    hosts: [b.test]
+    backends: [127.0.0.1:1]
+    limits: {bandwidth: 1MB/s, concurrency: {adaptive: gradient, min: 2, max: 100}}
+`
+
+// The bandwidth bucket and what the adaptive limit learnt are handed
+// over; the bytes the old levee still sends are charged; an unreadable
+// state starts the bandwidth bucket empty.
+func TestBandwidthAndAdaptiveHandover(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	newServer := func() *Server {
+		s := New(mustParse(t, handoverBandwidthConfig), Options{Clock: clk})
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	old, next := newServer(), newServer()
+	ob := old.apps["b"]
+	ob.adaptive.Resume(37, 5*time.Millisecond) // as if learnt
+	for range 4 {
+		if _, err := ob.bandwidth().ReserveAt(clk.Now(), ob.bandwidth().Chunk()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ahead := ob.bandwidth().Ahead(clk.Now())
+	if err := next.ImportState(old.ExportState()); err != nil {
+		t.Fatal(err)
+	}
+	nb := next.apps["b"]
+	if n, base, ok := nb.adaptive.Learnt(); !ok || n != 37 || base != 5*time.Millisecond {
+		t.Errorf("adaptive limit after the handover: %d %v %v, want 37 5ms", n, base, ok)
+	}
+	if got := nb.limiter.Limits().Concurrency; got != 37 {
+		t.Errorf("concurrency in force %d, want the learnt 37", got)
+	}
+	if got := nb.bandwidth().Ahead(clk.Now()); got != ahead || ahead <= 0 {
+		t.Errorf("bandwidth bucket ahead by %v after the handover, want the old one's %v", got, ahead)
+	}
+	rep := old.Report()
+	if _, err := ob.bandwidth().ReserveAt(clk.Now(), ob.bandwidth().Chunk()); err != nil {
+		t.Fatal(err)
+	}
+	if err := next.ApplyReport(rep.Take()); err != nil {
+		t.Fatal(err)
+	}
+	rep.Stop()
+	if got, want := nb.bandwidth().Ahead(clk.Now()), ob.bandwidth().Ahead(clk.Now()); got != want {
+		t.Errorf("bandwidth bucket ahead by %v after the report, want the old one's %v", got, want)
+	}
+
+	empty := newServer()
+	if err := empty.ImportState([]byte("not gob")); err == nil {
+		t.Fatal("an unreadable state was taken")
+	}
+	if got := empty.apps["b"].bandwidth().Ahead(clk.Now()); got <= 0 {
+		t.Errorf("bandwidth bucket ahead by %v after an unreadable state, want its whole burst spent", got)
+	}
+}

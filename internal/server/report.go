@@ -1,0 +1,221 @@
+package server
+
+import (
+	"bytes"
+	"encoding/gob"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/leveeproxy/levee/internal/limitsconf"
+	"github.com/leveeproxy/levee/internal/ratelimit"
+)
+
+// report is what a levee that handed over admitted since its state, and
+// what it still has in flight, by app: the levee that took over counts
+// both against its own limits (ApplyReport), so that the two never run
+// two budgets.
+type report struct {
+	Version  int
+	Charges  map[string]appCharges // units admitted, by app, then key
+	InFlight map[string]int        // requests in flight now, by app
+	Bytes    map[string]int64      // bytes limits.bandwidth granted, by app
+}
+
+type appCharges struct {
+	Rate, Clients map[string]int
+}
+
+// Reporter collects what this levee admits after handing over, for
+// Take. Made by Report; Stop ends it. Safe for concurrent use.
+type Reporter struct {
+	s    *Server
+	wake chan struct{} // one token: something to report
+
+	mu      sync.Mutex
+	charges map[string]appCharges
+	stores  []*ratelimit.LocalStore // observed
+	bytes   map[string]int64        // each bandwidth limiter's bytes at the last Take
+}
+
+// Report starts collecting every rate admission of this levee's apps,
+// from now on. Call it before ExportState, so that nothing admitted after
+// the export escapes both.
+func (s *Server) Report() *Reporter {
+	r := &Reporter{s: s, wake: make(chan struct{}, 1), charges: map[string]appCharges{}}
+	r.bytes, _ = s.bandwidthSince(nil)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, a := range s.apps {
+		app, client := a.rates.Local()
+		r.observe(app, name, func(c *appCharges) *map[string]int { return &c.Rate })
+		r.observe(client, name, func(c *appCharges) *map[string]int { return &c.Clients })
+	}
+	return r
+}
+
+func (r *Reporter) observe(st *ratelimit.LocalStore, app string, field func(*appCharges) *map[string]int) {
+	if st == nil {
+		return
+	}
+	r.stores = append(r.stores, st)
+	st.Observe(func(key string, n int) {
+		r.mu.Lock()
+		c := r.charges[app]
+		m := field(&c)
+		if *m == nil {
+			*m = map[string]int{}
+		}
+		if _, ok := (*m)[key]; ok {
+			(*m)[key] += n
+		} else {
+			(*m)[strings.Clone(key)] = n // key may be over a reused buffer (fasthttp)
+		}
+		r.charges[app] = c
+		r.mu.Unlock()
+		r.Poke()
+	})
+}
+
+// Wake has a token when an admission has been collected since the last Take.
+func (r *Reporter) Wake() <-chan struct{} { return r.wake }
+
+// Poke puts a token in Wake (a request finished, say).
+func (r *Reporter) Poke() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Take returns, encoded, the admissions collected since the last Take
+// and the requests each app has in flight now.
+func (r *Reporter) Take() []byte {
+	r.mu.Lock()
+	rep := report{Version: StateVersion, Charges: r.charges, InFlight: r.s.inFlight()}
+	r.bytes, rep.Bytes = r.s.bandwidthSince(r.bytes)
+	r.charges = map[string]appCharges{}
+	r.mu.Unlock()
+	return encode(rep)
+}
+
+// bandwidthSince returns every bandwidth limiter's bytes granted so far,
+// and the growth since before (nil: none), by app.
+func (s *Server) bandwidthSince(before map[string]int64) (now, grown map[string]int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now, grown = map[string]int64{}, map[string]int64{}
+	for name, a := range s.apps {
+		if bw := a.bandwidth(); bw != nil {
+			now[name] = bw.Stats().Bytes
+			if d := now[name] - before[name]; before != nil && d > 0 {
+				grown[name] = d
+			}
+		}
+	}
+	return now, grown
+}
+
+// Stop stops collecting.
+func (r *Reporter) Stop() {
+	for _, st := range r.stores {
+		st.Observe(nil)
+	}
+}
+
+// inFlight is every app's requests in flight now.
+func (s *Server) inFlight() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int, len(s.apps))
+	for name, a := range s.apps {
+		if n := a.limiter.InFlight() - s.held[name]; n > 0 {
+			out[name] = n
+		}
+	}
+	return out
+}
+
+func encode(v any) []byte {
+	var buf bytes.Buffer
+	if err := gob.NewEncoder(&buf).Encode(v); err != nil { // plain types: a broken invariant
+		panic(fmt.Sprintf("server: encode %T: %v", v, err))
+	}
+	return buf.Bytes()
+}
+
+// ApplyReport counts a report of the levee this one took over from
+// against this one's limits: its admissions are charged to the rate
+// buckets (into debt if need be), the bytes its responses still send to
+// the bandwidth buckets, and its requests in flight hold slots of each
+// app's concurrency until a later report gives them back.
+func (s *Server) ApplyReport(b []byte) error {
+	var rep report
+	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&rep); err != nil {
+		return fmt.Errorf("server: report: %w", err)
+	}
+	if rep.Version != StateVersion {
+		return fmt.Errorf("server: report: version %d, this levee reads %d", rep.Version, StateVersion)
+	}
+	now := s.clk.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, c := range rep.Charges {
+		a, ac := s.apps[name], s.appConfig(name)
+		if a == nil || ac == nil {
+			continue
+		}
+		app, client := a.rates.Local()
+		charge(app, c.Rate, limitsconf.GCRA(ac.Limits.Rate, ac.Limits.Burst), now)
+		charge(client, c.Clients, limitsconf.GCRA(ac.Limits.Client.Rate, ac.Limits.Client.Burst), now)
+	}
+	for name, n := range rep.Bytes {
+		if a := s.apps[name]; a != nil {
+			a.bandwidth().Charge(now, n)
+		}
+	}
+	s.holdLocked(rep.InFlight)
+	return nil
+}
+
+func charge(st *ratelimit.LocalStore, keys map[string]int, lim ratelimit.Limit, now time.Time) {
+	if st == nil {
+		return
+	}
+	for k, n := range keys {
+		st.Charge(k, lim, now, n)
+	}
+}
+
+// ReleaseHeld gives back every slot held for the levee this one took
+// over from: it has exited, and its requests with it.
+func (s *Server) ReleaseHeld() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.holdLocked(nil)
+}
+
+// holdLocked makes each app hold as many slots for the old levee as it
+// has in flight (none for an app missing from inflight). Callers hold s.mu.
+func (s *Server) holdLocked(inflight map[string]int) {
+	if s.held == nil {
+		s.held = map[string]int{}
+	}
+	for name, a := range s.apps {
+		want, had := inflight[name], s.held[name]
+		switch {
+		case want > had:
+			a.limiter.Hold(want - had)
+		case want < had:
+			for range had - want {
+				a.limiter.Release()
+			}
+		}
+		if want > 0 {
+			s.held[name] = want
+		} else {
+			delete(s.held, name)
+		}
+	}
+}

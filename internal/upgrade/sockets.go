@@ -1,0 +1,186 @@
+package upgrade
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"time"
+)
+
+// Sockets are the listening sockets of one levee process, by name (the
+// address as configured, with a prefix per kind: "proxy 127.0.0.1:0"). A
+// process started by an upgrade takes the sockets it inherited by name
+// before binding new ones, so a listener whose configured address did not
+// change keeps its socket, port 0 included. Safe for concurrent use.
+//
+// Every socket is handed out wrapped in a gate, so that the process can
+// stop accepting for the handover (Pause) and start again if it fails
+// (Resume) without closing the socket.
+type Sockets struct {
+	mu        sync.Mutex
+	inherited map[string]*net.TCPListener // not yet claimed
+	bound     []named
+}
+
+type named struct {
+	name string
+	ln   *net.TCPListener
+	gate *Gate
+}
+
+// Listen returns the socket called name: the inherited one of that name,
+// else a new one bound to address. Only TCP sockets are handed over.
+func (s *Sockets) Listen(name, network, address string) (net.Listener, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ln := s.inherited[name]
+	delete(s.inherited, name)
+	if ln == nil {
+		l, err := net.Listen(network, address)
+		if err != nil {
+			return nil, err
+		}
+		tl, ok := l.(*net.TCPListener)
+		if !ok {
+			l.Close()
+			return nil, fmt.Errorf("upgrade: %s: not a TCP listener", name)
+		}
+		ln = tl
+	}
+	g := newGate(ln)
+	s.bound = append(s.bound, named{name: name, ln: ln, gate: g})
+	return g, nil
+}
+
+// CloseUnclaimed closes the inherited sockets the new config no longer
+// names (a listener removed or moved): the old process closes its copies
+// as it exits, so the address stops accepting then.
+func (s *Sockets) CloseUnclaimed() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, ln := range s.inherited {
+		ln.Close()
+		delete(s.inherited, name)
+	}
+}
+
+// Pause stops every socket's accepting, and returns once no Accept is
+// under way: from then on, new connections wait in the kernel's backlog.
+func (s *Sockets) Pause() {
+	for _, b := range s.snapshot() {
+		b.gate.pause()
+	}
+}
+
+// Resume undoes Pause.
+func (s *Sockets) Resume() {
+	for _, b := range s.snapshot() {
+		b.gate.resume()
+	}
+}
+
+func (s *Sockets) snapshot() []named {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]named(nil), s.bound...)
+}
+
+// files duplicates every bound socket for a new process, with its name.
+// The caller closes the files once the process has started.
+func (s *Sockets) files() ([]string, []*os.File, error) {
+	var names []string
+	var files []*os.File
+	for _, b := range s.snapshot() {
+		f, err := b.ln.File()
+		if err != nil {
+			closeAll(files)
+			return nil, nil, fmt.Errorf("upgrade: socket %s: %w", b.name, err)
+		}
+		names = append(names, b.name)
+		files = append(files, f)
+	}
+	return names, files, nil
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
+}
+
+// Gate is a listener whose accepting can be paused. While paused, Accept
+// waits (and the connections wait in the socket's backlog); Close ends it.
+type Gate struct {
+	ln *net.TCPListener
+
+	mu       sync.Mutex
+	paused   bool
+	resumed  chan struct{} // closed by resume; made by pause
+	closed   chan struct{}
+	once     sync.Once
+	inAccept sync.WaitGroup // Accepts in the kernel, which pause waits out
+}
+
+func newGate(ln *net.TCPListener) *Gate {
+	return &Gate{ln: ln, closed: make(chan struct{})}
+}
+
+// Accept waits while the gate is paused, then accepts.
+func (g *Gate) Accept() (net.Conn, error) {
+	for {
+		g.mu.Lock()
+		if g.paused {
+			resumed := g.resumed
+			g.mu.Unlock()
+			select {
+			case <-resumed:
+				continue
+			case <-g.closed:
+				return nil, net.ErrClosed
+			}
+		}
+		g.inAccept.Add(1)
+		g.mu.Unlock()
+		c, err := g.ln.Accept()
+		g.inAccept.Done()
+		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+			continue // pause's kick; resume clears the deadline
+		}
+		return c, err
+	}
+}
+
+// pause stops Accept, kicking the one in the kernel out with a deadline
+// in the past, and waits for it to have returned.
+func (g *Gate) pause() {
+	g.mu.Lock()
+	if !g.paused {
+		g.paused = true
+		g.resumed = make(chan struct{})
+		_ = g.ln.SetDeadline(time.Unix(1, 0))
+	}
+	g.mu.Unlock()
+	g.inAccept.Wait()
+}
+
+func (g *Gate) resume() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.paused {
+		g.paused = false
+		_ = g.ln.SetDeadline(time.Time{})
+		close(g.resumed)
+	}
+}
+
+// Close closes this process's copy of the socket; a process it was
+// handed to keeps accepting on its own.
+func (g *Gate) Close() error {
+	g.once.Do(func() { close(g.closed) })
+	return g.ln.Close()
+}
+
+// Addr is the socket's address.
+func (g *Gate) Addr() net.Addr { return g.ln.Addr() }

@@ -1,0 +1,105 @@
+package upgrade
+
+import (
+	"errors"
+	"net"
+	"testing"
+	"time"
+)
+
+type accepted struct {
+	c   net.Conn
+	err error
+}
+
+func acceptOnce(ln net.Listener) <-chan accepted {
+	ch := make(chan accepted, 1)
+	go func() {
+		c, err := ln.Accept()
+		ch <- accepted{c, err}
+	}()
+	return ch
+}
+
+// A paused gate kicks its Accept out of the kernel and holds new
+// connections in the backlog, connected but not accepted; Resume hands
+// them over; Close ends a paused Accept.
+func TestGatePauseResumeClose(t *testing.T) {
+	var s Sockets
+	ln, err := s.Listen("proxy test", "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := acceptOnce(ln) // in the kernel when Pause comes, or not yet
+	s.Pause()             // returns only once no Accept is in the kernel
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatalf("dial while paused: %v (a paused socket must not refuse)", err)
+	}
+	defer c.Close()
+	s.Resume()
+	select {
+	case a := <-got:
+		if a.err != nil {
+			t.Fatalf("Accept after Resume: %v", a.err)
+		}
+		if a.c.RemoteAddr().String() != c.LocalAddr().String() {
+			t.Errorf("accepted %v, want the connection made while paused (%v)", a.c.RemoteAddr(), c.LocalAddr())
+		}
+		a.c.Close()
+	case <-time.After(10 * time.Second):
+		t.Fatal("the connection made while paused was not accepted after Resume")
+	}
+	s.Pause()
+	got = acceptOnce(ln)
+	ln.Close()
+	select {
+	case a := <-got:
+		if !errors.Is(a.err, net.ErrClosed) {
+			t.Fatalf("paused Accept after Close = %v, want net.ErrClosed", a.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not end a paused Accept")
+	}
+}
+
+// The sockets a process inherits are taken by name; those not taken are
+// closed by CloseUnclaimed.
+func TestSocketsTakeInheritedByName(t *testing.T) {
+	var old Sockets
+	a, err := old.Listen("proxy a", "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := old.Listen("proxy b", "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	names, files, err := old.files()
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := Sockets{inherited: map[string]*net.TCPListener{}}
+	for i, name := range names {
+		ln, err := net.FileListener(files[i])
+		files[i].Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		next.inherited[name] = ln.(*net.TCPListener)
+	}
+	got, err := next.Listen("proxy a", "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Close()
+	if got.Addr().String() != a.Addr().String() {
+		t.Errorf("inherited %s, want the old socket %s", got.Addr(), a.Addr())
+	}
+	next.CloseUnclaimed()
+	if len(next.inherited) != 0 {
+		t.Errorf("%d sockets left unclaimed", len(next.inherited))
+	}
+}
