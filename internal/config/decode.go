@@ -247,35 +247,65 @@ func decodeStruct(n *yaml.Node, v reflect.Value, path string, errs *Errors) {
 		errs.add(path, "want a mapping, got a %s", kindName(n))
 		return
 	}
-	fields := map[string]int{}
-	var known []string
-	for i := range v.NumField() {
-		tag := strings.Split(v.Type().Field(i).Tag.Get("yaml"), ",")[0]
-		if tag != "" && tag != "-" {
-			fields[tag] = i
-			known = append(known, tag)
-		}
+	// No map per call: a wave of cold hosts decodes every stored app's
+	// structs, and the fields are few enough to scan.
+	t := v.Type()
+	var seenArr [64]bool
+	seen := seenArr[:0]
+	if t.NumField() <= len(seenArr) {
+		seen = seenArr[:t.NumField()]
+	} else {
+		seen = make([]bool, t.NumField())
 	}
-	seen := map[string]bool{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		key := n.Content[i].Value
 		p := join(path, key)
 		if isMerge(n.Content[i], p, errs) {
 			continue
 		}
-		idx, ok := fields[key]
-		if !ok {
-			sort.Strings(known)
-			errs.add(p, "unknown key (known keys: %s)", strings.Join(known, ", "))
+		idx := fieldIndex(t, key)
+		if idx < 0 {
+			errs.add(p, "unknown key (known keys: %s)", strings.Join(knownKeys(t), ", "))
 			continue
 		}
-		if seen[key] {
+		if seen[idx] {
 			errs.add(p, "key appears twice")
 			continue
 		}
-		seen[key] = true
+		seen[idx] = true
 		decodeValue(n.Content[i+1], v.Field(idx), p, errs)
 	}
+}
+
+// yamlName is a struct field's key: its yaml tag's name ("" or "-": none).
+func yamlName(f reflect.StructField) string {
+	name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+	if name == "-" {
+		return ""
+	}
+	return name
+}
+
+// fieldIndex is the index of t's field whose key is key, -1 for none.
+func fieldIndex(t reflect.Type, key string) int {
+	for i := range t.NumField() {
+		if name := yamlName(t.Field(i)); name != "" && name == key {
+			return i
+		}
+	}
+	return -1
+}
+
+// knownKeys are t's keys, sorted, for an unknown key's error.
+func knownKeys(t reflect.Type) []string {
+	var known []string
+	for i := range t.NumField() {
+		if name := yamlName(t.Field(i)); name != "" {
+			known = append(known, name)
+		}
+	}
+	sort.Strings(known)
+	return known
 }
 
 func decodeMap(n *yaml.Node, v reflect.Value, path string, errs *Errors) {
