@@ -70,7 +70,7 @@ func (t *table) get(key string, now time.Time, bg config.Budget) *bucket {
 
 // Refusal reasons: why an order was not sent. Each is a metric label.
 const (
-	ReasonUnknown           = "unknown"            // no app claims the name with acme on
+	ReasonUnknown           = "unknown"            // no app claims the name
 	ReasonBackoff           = "backoff"            // the name failed recently
 	ReasonOrders            = "orders"             // the account's order budget is spent
 	ReasonCertificates      = "certificates"       // the registered domain's budget is spent

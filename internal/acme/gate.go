@@ -57,16 +57,18 @@ var errNotEligible = errors.New("acme: no app claims this name with tls: acme")
 // eligible reports whether a certificate may be obtained for host: an app
 // of the config file or of the catalog claims it, exactly or (with
 // wildcard_subdomains) by a wildcard, and that app wants ACME. The config
-// file's apps win, as they do for routing.
-func eligible(ctx context.Context, acfg *config.ACME, file claims, stored StoredApp, host string) (bool, error) {
+// file's apps win, as they do for routing. claimed says some app claims
+// host at all (a name with its own or the listener's certificate is
+// not an unknown one).
+func eligible(ctx context.Context, acfg *config.ACME, file claims, stored StoredApp, host string) (ok, claimed bool, err error) {
 	if !qualifies(host) {
-		return false, nil
+		return false, false, nil
 	}
 	app, pattern := file.lookup(host)
 	if app == nil && stored != nil {
 		a, err := stored(ctx, host)
 		if err != nil {
-			return false, err
+			return false, false, err
 		}
 		if app = a; a != nil {
 			pattern = "*" // a stored app's pattern: exact only if it lists host
@@ -76,9 +78,9 @@ func eligible(ctx context.Context, acfg *config.ACME, file claims, stored Stored
 		}
 	}
 	if app == nil || !acfg.Wants(app.TLS) {
-		return false, nil
+		return false, app != nil, nil
 	}
-	return pattern == host || acfg.WildcardSubdomains, nil
+	return pattern == host || acfg.WildcardSubdomains, true, nil
 }
 
 // qualifies rules out names no public CA issues for: IP addresses,

@@ -54,7 +54,10 @@ func TestEligible(t *testing.T) {
 	for _, s := range steps {
 		loads = 0
 		a := &config.ACME{CA: "https://ca/dir", WildcardSubdomains: s.wildcards, Default: s.dflt}
-		got, err := eligible(context.Background(), a, newClaims(cfg), lookup, s.host)
+		got, claimed, err := eligible(context.Background(), a, newClaims(cfg), lookup, s.host)
+		if s.host == "plain.example.com" && !claimed || s.host == "nobody.example.net" && claimed {
+			t.Errorf("%s: claimed %v", s.host, claimed)
+		}
 		if got != s.want || (err != nil) != s.wantErr || (loads > 0) != s.wantLoaded {
 			t.Errorf("%+v: eligible = %v, %v (catalog asked %d times)", s, got, err, loads)
 		}

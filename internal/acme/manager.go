@@ -216,8 +216,9 @@ func (m *Manager) hasCert(ctx context.Context, name string) bool {
 	return m.o.Storage.Exists(ctx, certmagic.StorageKeys.SiteCert(m.issuer.IssuerKey(), name))
 }
 
-// eligible reports whether name may have a certificate now.
-func (m *Manager) eligible(ctx context.Context, name string) (bool, error) {
+// eligible reports whether name may have a certificate now, and whether
+// an app claims it at all.
+func (m *Manager) eligible(ctx context.Context, name string) (ok, claimed bool, err error) {
 	var stored StoredApp
 	if p := m.stored.Load(); p != nil {
 		stored = *p
@@ -227,12 +228,14 @@ func (m *Manager) eligible(ctx context.Context, name string) (bool, error) {
 
 // eligibleCounted is eligible, an ineligible name counted and refused.
 func (m *Manager) eligibleCounted(ctx context.Context, name string) error {
-	ok, err := m.eligible(ctx, name)
+	ok, claimed, err := m.eligible(ctx, name)
 	if err != nil {
 		return err
 	}
 	if !ok {
-		m.m.refused.WithLabelValues(ReasonUnknown).Inc()
+		if !claimed {
+			m.m.refused.WithLabelValues(ReasonUnknown).Inc()
+		}
 		return errNotEligible
 	}
 	return nil
@@ -279,9 +282,9 @@ func (m *Manager) Certificate(hello *tls.ClientHelloInfo) (cert *tls.Certificate
 			return c, true, nil
 		}
 	}
-	ok, err := m.eligible(hello.Context(), name)
+	ok, claimed, err := m.eligible(hello.Context(), name)
 	if err != nil || !ok {
-		if err == nil {
+		if err == nil && !claimed {
 			m.m.refused.WithLabelValues(ReasonUnknown).Inc() // counted, never logged: a flood costs no I/O
 		}
 		if isChallenge(hello) {
@@ -574,7 +577,7 @@ func (m *Manager) ServeHTTPChallenge(w http.ResponseWriter, r *http.Request) boo
 	if m.magic.Load() == nil || !strings.HasPrefix(r.URL.Path, HTTPChallengePrefix) {
 		return false
 	}
-	ok, err := m.eligible(r.Context(), catalog.CanonicalHost(r.Host))
+	ok, _, err := m.eligible(r.Context(), catalog.CanonicalHost(r.Host))
 	if err != nil || !ok {
 		return false
 	}

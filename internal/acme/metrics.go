@@ -23,7 +23,7 @@ func newMetrics() *metrics {
 		}, []string{"reason"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "levee_acme_refused_total",
-			Help: "Certificates not ordered: unknown (no app claims the name with tls: acme), backoff, orders, certificates, failed-validations (a budget is spent), busy (issuance concurrency full).",
+			Help: "Certificates not ordered: unknown (no app claims the name), backoff, orders, certificates, failed-validations (a budget is spent), busy (issuance concurrency full).",
 		}, []string{"reason"}),
 		orders: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "levee_acme_orders_total",

@@ -60,7 +60,7 @@ type Options struct {
 //	GET  /api/apps/{app}/backends  the app's backends: share, in flight, latency, health, imbalance; top_clients (limits.client.top_k)
 //	GET  /api/instance             role, scale, cluster, version, config
 //	GET  /api/events               server-sent events: a snapshot a second (?app=&by=&window=)
-//	GET  /api/certs                ACME certificates, soonest expiry first (?limit=N&expiring=336h)
+//	GET  /api/certs                ACME certificates, soonest expiry first (?limit=N&expiring=336h); {"acme": false} when off
 //	GET  /api/certs/{name}         one certificate: issuer, expiry, next renewal, last error
 //	POST /api/certs/{name}/renew   renew it now, within the budgets; mutating
 //	GET  /ui/                      the dashboard, live from /api/events (?app=&by=&window=); /ui redirects here
@@ -103,8 +103,14 @@ func Handler(o Options) http.Handler {
 		(&apiHandlers{api: o.API, done: o.Done}).register(mux)
 		registerUI(mux)
 	}
-	if o.Certs != nil {
+	switch {
+	case o.Certs != nil:
 		registerCerts(mux, g, o.Certs)
+	case o.API != nil:
+		// The dashboard asks; a 404 would be an error in its console.
+		mux.HandleFunc("GET /api/certs", func(w http.ResponseWriter, _ *http.Request) {
+			writeJSON(w, map[string]any{"acme": false, "certs": []any{}})
+		})
 	}
 	mux.HandleFunc("POST /reload", g.mutating(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

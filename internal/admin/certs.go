@@ -61,7 +61,7 @@ func registerCerts(mux *http.ServeMux, g *guard, c Certs) {
 			}
 			list = kept
 		}
-		writeJSON(w, map[string]any{"certs": list})
+		writeJSON(w, map[string]any{"acme": true, "certs": list})
 	})
 	mux.HandleFunc("GET /api/certs/{name}", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), certsTimeout)

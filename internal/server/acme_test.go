@@ -119,6 +119,10 @@ func TestACMEIssuesThroughTheListeners(t *testing.T) {
 			if n := a.pebble.Orders(); n != 0 {
 				t.Fatalf("names without tls: acme caused %d orders", n)
 			}
+			// Only the name no app claims is an unknown one.
+			if n := a.metric("levee_acme_refused_total", map[string]string{"reason": "unknown"}); n != 1 {
+				t.Errorf("levee_acme_refused_total{reason=unknown} = %v, want 1", n)
+			}
 			for _, name := range []string{"shop.example.com", "blog.example.org"} {
 				leaf, err := a.verified(t, name)
 				if err != nil {

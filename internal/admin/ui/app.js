@@ -412,14 +412,18 @@
   $('window').addEventListener('change', (e) => { state.window = e.target.value; saveURL(); connect(); });
 
   // ---- ACME certificates expiring within 14 days (tls.acme; the
-  // section stays hidden when the API says 404: ACME is off) ----
+  // section stays hidden, and is not asked again, when ACME is off) ----
 
   const CERTS_EVERY_MS = 60000;
+  let certsTimer = null;
 
   function loadCerts() {
     fetch('/api/certs?expiring=336h', { cache: 'no-store' })
       .then((r) => r.ok ? r.json() : null)
-      .then((j) => { if (j) renderCerts(j.certs || []); })
+      .then((j) => {
+        if (j && j.acme === false) { clearInterval(certsTimer); return; }
+        if (j) renderCerts(j.certs || []);
+      })
       .catch(() => {});
   }
 
@@ -437,6 +441,6 @@
   }
 
   connect();
+  certsTimer = setInterval(loadCerts, CERTS_EVERY_MS);
   loadCerts();
-  setInterval(loadCerts, CERTS_EVERY_MS);
 })();
