@@ -134,9 +134,10 @@ func serve[E exchange](s *Server, e E) {
 		out.check, got = rt.ShadowBatch(sh, head, whole)
 		out.shadow |= got
 	}
+	live := e.ctx().Err() == nil // else the drain began before it could wait (draining.go)
 	slot, ref, ok := s.enter(e.ctx(), rt, path, client, start, tr)
 	if !ok {
-		if ref = s.unanswered(ref); ref.Code == 0 {
+		if ref = s.unanswered(ref, live); ref.Code == 0 {
 			e.gone()
 		} else {
 			e.refuse(ref)
