@@ -133,13 +133,13 @@ func (u *upgrader) run(ctx context.Context, trigger, binary string) (int, error)
 		Sockets: u.h.sockets, Lock: u.guard.file(),
 	})
 	if err == nil {
-		// From here until the new one serves, connections wait in the
-		// sockets' backlog: this one admits nothing more, so the state
-		// it hands over is the whole of it.
+		// From here until the new one serves, new connections wait in
+		// the sockets' backlog: this one accepts none.
 		u.h.sockets.Pause()
 		// What this one still admits (a request on a connection it
 		// holds) and has in flight is reported from here on, to be
-		// counted against the new one's limits.
+		// counted against the new one's limits: the state exported
+		// after it misses nothing.
 		rep = u.srv.Report()
 		if err = child.Handover(ctx, u.srv.ExportState()); err != nil {
 			rep.Stop()

@@ -145,12 +145,13 @@ func serve[E exchange](s *Server, e E) {
 	}
 	out.deadline = start.Add(left)
 	ctx := e.ctx()
+	live := ctx.Err() == nil // else the drain began before it could wait (draining.go)
 	if left < rt.deadline.queueWait {
 		ctx = &queueDeadline{Context: ctx, at: out.deadline} // it can end the wait
 	}
 	slot, ref, ok := s.enter(ctx, rt, path, client, start, tr)
 	if !ok {
-		if ref = s.unanswered(ref); ref.Code == 0 {
+		if ref = s.unanswered(ref, live); ref.Code == 0 {
 			e.gone()
 		} else {
 			e.refuse(ref)

@@ -19,9 +19,13 @@ var drainingRefusal = limits.Refusal{Code: http.StatusServiceUnavailable, Reason
 
 // unanswered is the refusal of a request whose wait ended without one
 // (ref.Code 0): none when its client left, drainingRefusal when the
-// server's drain ended it.
-func (s *Server) unanswered(ref limits.Refusal) limits.Refusal {
-	if ref.Code == 0 && s.draining.Load() {
+// server's drain ended a wait that began before it (live). A request that
+// arrived once the drain had begun (on a keep-alive connection, as the
+// drain closes it) is still closed unanswered: nothing was sent, so its
+// client may send it again on a new connection, which an HTTP client does
+// by itself for an idempotent request.
+func (s *Server) unanswered(ref limits.Refusal, live bool) limits.Refusal {
+	if ref.Code == 0 && live && s.draining.Load() {
 		return drainingRefusal
 	}
 	return ref

@@ -199,7 +199,8 @@ func (e *fastExchange) refuse(ref limits.Refusal) { refuseFast(e.c, &ref) }
 func (e *fastExchange) refuseShape(v *shape.Violation) { fastreply.Violation(e.c, v, false) }
 
 // gone closes the connection without an answer: the client left (or the
-// server is shutting down). fasthttp then writes nothing and closes the
+// server is shutting down before the request was routed; a request that
+// waited in a queue is answered instead: draining.go). fasthttp then writes nothing and closes the
 // connection, which the client may have closed already.
 func (e *fastExchange) gone() {
 	e.left = true

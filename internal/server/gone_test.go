@@ -135,8 +135,9 @@ apps:
 }
 
 // TestFastQueuedRequestLeavesAtShutdown: a watched request still ends when
-// the server shuts down, with no answer, while the drain waits for the one
-// at the backend.
+// the server shuts down, answered 503 draining and closed (so that its
+// client retries elsewhere), while the drain waits for the one at the
+// backend.
 func TestFastQueuedRequestLeavesAtShutdown(t *testing.T) {
 	be := newGatedBackend(t)
 	p := startProxy(t, fmt.Sprintf(`
@@ -156,8 +157,9 @@ apps:
 	go func() { stopped <- p.Stop() }()
 	waitFor(t, "the queued request to leave at shutdown", func() bool { return queued() == 0 })
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if b, err := io.ReadAll(c); len(b) != 0 || err != nil {
-		t.Errorf("the queued request's client read %q, %v; want nothing, then the close", b, err)
+	if b, err := io.ReadAll(c); err != nil || !strings.HasPrefix(string(b), "HTTP/1.1 503") ||
+		!strings.Contains(string(b), "Levee-Reject: draining") || !strings.Contains(string(b), "Connection: close") {
+		t.Errorf("the queued request's client read %q, %v; want 503 draining, then the close", b, err)
 	}
 	noWatchers(t)
 	be.open()

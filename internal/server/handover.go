@@ -25,7 +25,7 @@ type handoverState struct {
 	Apps    map[string]appState
 	// InFlight are the requests each app had in flight at the export:
 	// they hold slots of its concurrency in the new levee (report.go).
-	InFlight map[string]int
+	InFlight map[string]slots
 }
 
 type appState struct {

@@ -15,6 +15,7 @@ apps:
     hosts: [a.test]
     backends: [127.0.0.1:1]
     limits: {rate: 10/s, burst: 5, concurrency: 3, client: {rate: 10/s, burst: 5, top_k: 4}}
+    backend_limits: {inflight: 2}
 `
 
 func newHandoverServer(t *testing.T, clk clock.Clock) *Server {
@@ -45,7 +46,8 @@ func TestStateHandover(t *testing.T) {
 		a.AllowAt(limits.AppKey, limitsconf.GCRA(ac.Limits.Rate, ac.Limits.Burst), clk.Now(), 1)
 	}
 	c.AllowAt("client-1", limitsconf.GCRA(ac.Limits.Client.Rate, ac.Limits.Client.Burst), clk.Now(), 1)
-	old.apps["a"].limiter.Hold(2) // two requests in flight
+	old.apps["a"].limiter.Hold(2) // two requests in flight,
+	old.apps["a"].guard.v.Hold(1) // one of them at the backends
 	old.apps["a"].top.v.Observe("client-1", false, 100, 0, clk.Now())
 
 	if err := next.ImportState(old.ExportState()); err != nil {
@@ -56,6 +58,9 @@ func TestStateHandover(t *testing.T) {
 	}
 	if got := next.apps["a"].limiter.InFlight(); got != 2 {
 		t.Errorf("new levee holds %d slots for the old one's requests, want 2", got)
+	}
+	if got := next.apps["a"].guard.v.InFlight(); got != 1 {
+		t.Errorf("new levee holds %d backend slots for the old one's requests, want 1", got)
 	}
 	if top := next.apps["a"].top.v.Top(clk.Now()); len(top.Requests) != 1 || top.Requests[0].Key != "client-1" {
 		t.Errorf("new levee's top clients: %+v, want client-1 carried over", top)
@@ -74,8 +79,11 @@ func TestStateHandover(t *testing.T) {
 	if got := next.apps["a"].limiter.InFlight(); got != 1 {
 		t.Errorf("new levee holds %d slots after the report, want 1", got)
 	}
+	if got := next.apps["a"].guard.v.InFlight(); got != 1 {
+		t.Errorf("new levee holds %d backend slots after the report, want 1", got)
+	}
 	next.ReleaseHeld()
-	if got := next.apps["a"].limiter.InFlight(); got != 0 {
+	if got := next.apps["a"].limiter.InFlight() + next.apps["a"].guard.v.InFlight(); got != 0 {
 		t.Errorf("new levee holds %d slots after the old one exited, want 0", got)
 	}
 }

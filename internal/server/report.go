@@ -8,7 +8,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leveeproxy/levee/internal/admit"
 	"github.com/leveeproxy/levee/internal/limitsconf"
+	"github.com/leveeproxy/levee/internal/protect"
 	"github.com/leveeproxy/levee/internal/ratelimit"
 )
 
@@ -19,7 +21,7 @@ import (
 type report struct {
 	Version  int
 	Charges  map[string]appCharges // units admitted, by app, then key
-	InFlight map[string]int        // requests in flight now, by app
+	InFlight map[string]slots      // requests in flight now, by app
 	Bytes    map[string]int64      // bytes limits.bandwidth granted, by app
 }
 
@@ -124,17 +126,60 @@ func (r *Reporter) Stop() {
 	}
 }
 
-// inFlight is every app's requests in flight now.
-func (s *Server) inFlight() map[string]int {
+// inFlight is every app's requests in flight now, less those it holds
+// for the levee it took over from: its concurrency's and backend_limits'.
+func (s *Server) inFlight() map[string]slots {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[string]int, len(s.apps))
+	out := make(map[string]slots, len(s.apps))
 	for name, a := range s.apps {
-		if n := a.limiter.InFlight() - s.held[name]; n > 0 {
-			out[name] = n
+		h := s.held[name]
+		n := slots{App: a.limiter.InFlight(), Backend: a.guard.v.InFlight()}
+		if h != nil {
+			n.App -= h.app.n
+			n.Backend -= h.guard.n
+		}
+		if n.App > 0 || n.Backend > 0 {
+			out[name] = slots{App: max(n.App, 0), Backend: max(n.Backend, 0)}
 		}
 	}
 	return out
+}
+
+// slots are an app's requests in flight: those holding its concurrency's
+// slots, and those holding backend_limits' slots.
+type slots struct{ App, Backend int }
+
+// heldSlots are the slots an app holds for the levee this one took over
+// from, each on the limiter it was taken from: an app recomposed with a
+// new limiter (or guard) meanwhile starts from nothing on it.
+type heldSlots struct {
+	app   holding[*admit.Limiter]
+	guard holding[*protect.Guard]
+}
+
+type holding[T comparable] struct {
+	on T
+	n  int
+}
+
+// set makes h hold want slots on on: it takes or gives back the
+// difference, or starts afresh on a new on.
+func (h *holding[T]) set(on T, want int, hold, give func(T, int)) {
+	var zero T
+	if h.on != on {
+		h.on, h.n = on, 0 // the old one went with its app
+	}
+	if on == zero {
+		return
+	}
+	switch {
+	case want > h.n:
+		hold(on, want-h.n)
+	case want < h.n:
+		give(on, h.n-want)
+	}
+	h.n = want
 }
 
 func encode(v any) []byte {
@@ -198,24 +243,30 @@ func (s *Server) ReleaseHeld() {
 
 // holdLocked makes each app hold as many slots for the old levee as it
 // has in flight (none for an app missing from inflight). Callers hold s.mu.
-func (s *Server) holdLocked(inflight map[string]int) {
+func (s *Server) holdLocked(inflight map[string]slots) {
 	if s.held == nil {
-		s.held = map[string]int{}
+		s.held = map[string]*heldSlots{}
 	}
 	for name, a := range s.apps {
-		want, had := inflight[name], s.held[name]
-		switch {
-		case want > had:
-			a.limiter.Hold(want - had)
-		case want < had:
-			for range had - want {
-				a.limiter.Release()
-			}
+		h := s.held[name]
+		if h == nil {
+			h = new(heldSlots)
+			s.held[name] = h
 		}
-		if want > 0 {
-			s.held[name] = want
-		} else {
+		want := inflight[name]
+		h.app.set(a.limiter, want.App, (*admit.Limiter).Hold, func(l *admit.Limiter, n int) {
+			for range n {
+				l.Release()
+			}
+		})
+		h.guard.set(a.guard.v, want.Backend, (*protect.Guard).Hold, (*protect.Guard).Unhold)
+		if h.app.n == 0 && h.guard.n == 0 {
 			delete(s.held, name)
+		}
+	}
+	for name := range s.held {
+		if s.apps[name] == nil {
+			delete(s.held, name) // its slots went with the app
 		}
 	}
 }

@@ -148,10 +148,10 @@ type Server struct {
 	// draining is set once Serve has begun its drain (draining.go).
 	draining atomic.Bool
 
-	// held counts, by app, the slots its limiter holds for the requests
-	// still in flight in the levee this one took over from (report.go);
-	// guarded by mu.
-	held map[string]int
+	// held counts, by app, the slots its limiter and its backend_limits
+	// hold for the requests still in flight in the levee this one took
+	// over from (report.go); guarded by mu.
+	held map[string]*heldSlots
 }
 
 // snapshot is one config's routing table, immutable once published.
