@@ -122,7 +122,7 @@ func Handler(o Options) http.Handler {
 		json.NewEncoder(w).Encode(map[string]any{"ok": true})
 	}))
 	if o.Upgrade != nil {
-		mux.HandleFunc("POST /upgrade", g.mutating(upgradeHandler(o.Upgrade)))
+		mux.HandleFunc("POST /upgrade", g.mutating(upgradeHandler(o.Upgrade, o.Token != "")))
 	}
 	return g.checkHost(mux)
 }

@@ -59,3 +59,33 @@ func TestUpgradeEndpoint(t *testing.T) {
 		t.Errorf("upgrades asked for %q, want the same binary, /opt/levee/levee-2, the same", asked)
 	}
 }
+
+// Without a token, POST /upgrade (loopback only) upgrades to the same
+// binary and refuses to run one named in its body: that would let any
+// local user run a program as levee's user.
+func TestUpgradeNamingABinaryNeedsTheToken(t *testing.T) {
+	var asked []string
+	h := Handler(Options{Registry: prometheus.NewRegistry(), Reload: func() error { return nil },
+		Addr: "127.0.0.1:9901",
+		Upgrade: func(binary string) (int, error) {
+			asked = append(asked, binary)
+			return 4243, nil
+		}})
+	post := func(body string) (int, string) {
+		r := httptest.NewRequest("POST", "/upgrade", strings.NewReader(body))
+		r.Host, r.RemoteAddr = "127.0.0.1:9901", "127.0.0.1:50000"
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		b, _ := io.ReadAll(w.Result().Body)
+		return w.Code, string(b)
+	}
+	if code, body := post(`{"binary": "/tmp/anything"}`); code != http.StatusForbidden || !strings.Contains(body, "admin.token_file") {
+		t.Errorf("a named binary without a token: %d %s, want 403 naming admin.token_file", code, body)
+	}
+	if code, body := post(""); code != 200 || !strings.Contains(body, `"pid":4243`) {
+		t.Errorf("the same binary without a token: %d %s, want 200", code, body)
+	}
+	if strings.Join(asked, ",") != "" || len(asked) != 1 {
+		t.Errorf("upgrades asked for %q, want the same binary once", asked)
+	}
+}
