@@ -12,12 +12,14 @@ import (
 	"github.com/leveeproxy/levee/internal/limits"
 	"github.com/leveeproxy/levee/internal/limitsconf"
 	"github.com/leveeproxy/levee/internal/observe"
+	"github.com/leveeproxy/levee/internal/reply"
 )
 
-// The rejection reasons of the catalog (SQLite or PostgreSQL).
+// The rejection reasons of the catalog (SQLite or PostgreSQL), in the
+// reply table.
 const (
-	reasonCatalogBusy        = "catalog-busy"
-	reasonCatalogUnavailable = "catalog-unavailable"
+	reasonCatalogBusy        = reply.CatalogBusy
+	reasonCatalogUnavailable = reply.CatalogUnavailable
 )
 
 // errShadowed skips a stored app that has the name of a YAML app: the

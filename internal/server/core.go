@@ -229,25 +229,6 @@ func (s *Server) bodyRefusal(rt *route, sh *limits.PathShape, declared int64, go
 	return limits.Refusal{}, true
 }
 
-// The replies of the limits the server applies, in the one table with
-// forward's and shape's (package reply); each refusal is answered from it.
-func init() {
-	// The app's concurrency and rate limits register theirs in package
-	// limits (shared with the admission middleware).
-	for _, r := range admit.Reasons {
-		reply.Register(reply.Reply{Status: http.StatusServiceUnavailable, Reason: protect.Prefix + string(r)})
-	}
-	for _, r := range []admit.Reason{protect.ReasonRate, protect.ReasonShare} {
-		reply.Register(reply.Reply{Status: http.StatusServiceUnavailable, Reason: string(r)})
-	}
-	for _, r := range []string{netlimit.MaxConns, netlimit.ConnsPerIP} {
-		reply.Register(reply.Reply{Status: http.StatusServiceUnavailable, Reason: r, RetryAfter: time.Second})
-	}
-	for _, r := range []string{reasonCatalogBusy, reasonCatalogUnavailable} {
-		reply.Register(reply.Reply{Status: http.StatusServiceUnavailable, Reason: r})
-	}
-}
-
 // enter is the path between the body's read and forward: admission with
 // the request's ticket, then backend_limits. ok means the caller holds a
 // slot and must release it once the response is done; otherwise the
