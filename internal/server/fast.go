@@ -14,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/leveeproxy/levee/internal/admit"
+	"github.com/leveeproxy/levee/internal/apps"
 	"github.com/leveeproxy/levee/internal/ascii"
 	"github.com/leveeproxy/levee/internal/clientkey"
 	"github.com/leveeproxy/levee/internal/config"
@@ -33,7 +34,7 @@ import (
 // through as sent. It calls the same core as ServeHTTP.
 func (s *Server) fastServer(cfg *config.Config) *fasthttp.Server {
 	sc := cfg.Server
-	readTimeout, rate := sc.ReadTimeout.D(), clientRate(sc)
+	readTimeout, rate := sc.ReadTimeout.D(), apps.MinRate(sc)
 	return &fasthttp.Server{
 		Handler:      s.serveFast,
 		ErrorHandler: s.fastParseError,

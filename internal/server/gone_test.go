@@ -189,7 +189,7 @@ apps:
 	waitFor(t, "a 499 to be counted", func() bool {
 		return p.metric("levee_requests_total", map[string]string{"app": "a", "code": "499"}) == 1
 	})
-	if got := p.app("a").limiter.InFlight(); got != 1 {
+	if got := p.app("a").Limiter.InFlight(); got != 1 {
 		t.Fatalf("app slots held: %d; want 1 (the leaver gave its back)", got)
 	}
 	be.open()
@@ -366,7 +366,7 @@ apps:
     limits: {concurrency: 1, queue: {max_len: 4, max_wait: 1m, target: 1m}}
 `, be.addr()))
 	a := p.app("a")
-	if err := a.limiter.Acquire(t.Context()); err != nil { // the only slot
+	if err := a.Limiter.Acquire(t.Context()); err != nil { // the only slot
 		t.Fatal(err)
 	}
 	ctx, _ := fastCtxOn(t, "a.test")
@@ -375,8 +375,8 @@ apps:
 		defer close(done)
 		p.srv.serveFast(ctx)
 	}()
-	waitFor(t, "the request to queue, watched", func() bool { return a.limiter.Queued() == 1 && watchers() == 1 })
-	a.limiter.Release()
+	waitFor(t, "the request to queue, watched", func() bool { return a.Limiter.Queued() == 1 && watchers() == 1 })
+	a.Limiter.Release()
 	waitFor(t, "the request at the backend", func() bool { return be.inflight.Load() == 1 })
 	if n := watchers(); n != 0 {
 		t.Fatalf("%d watchers while the request is at the backend; want 0", n)

@@ -28,7 +28,7 @@ func (s *Server) applyTracing(cfg config.Tracing) *tracer {
 	}
 	s.exporter.SetConfig(trace.ExportConfig{URL: trace.TracesURL(cfg.Endpoint), Headers: cfg.Headers,
 		Timeout: cfg.Timeout.D(), ServiceName: cfg.ServiceName})
-	refusals := s.refusals.apply(cfg.RefusalsPerSecond, trace.NewRefusalLimiter, nil)
+	refusals := s.refusals.Apply(cfg.RefusalsPerSecond, trace.NewRefusalLimiter, nil)
 	return &tracer{sampler: trace.NewSampler(cfg.SampleRatio), refusals: refusals, export: s.exporter}
 }
 
@@ -64,7 +64,7 @@ func endTrace[E exchange](snap *snapshot, rt *route, e E, code int, end time.Tim
 	sp := trace.NewSpan()
 	r.Fill(sp, end)
 	v := e.describe(sp)
-	describeSpan(sp, rt.app.name, code, &v)
+	describeSpan(sp, rt.app.Name, code, &v)
 	snap.tracer.export.Enqueue(sp)
 }
 
