@@ -103,7 +103,7 @@ func (s *Server) fastParseError(ctx *fasthttp.RequestCtx, err error) {
 		fastreply.Write(ctx, framing.BadRequestReply, 0)
 	}
 	ctx.SetConnectionClose()
-	linger(ctx.Conn())
+	netlimit.Linger(ctx.Conn())
 }
 
 // serveFast is the request path on fasthttp (HTTP/1.x connections): the
@@ -113,13 +113,14 @@ func (s *Server) serveFast(ctx *fasthttp.RequestCtx) {
 	if r := framing.Fast(&ctx.Request); r != nil {
 		fastreply.Write(ctx, r, 0)
 		ctx.SetConnectionClose()
-		linger(ctx.Conn())
+		netlimit.Linger(ctx.Conn())
 		s.unrouted.Rejected(r.Reason)
 		s.unrouted.Observe(r.Status, 0)
 		return
 	}
 	e := fastExchanges.Get().(*fastExchange)
-	e.c, e.left, e.pc.c = ctx, false, ctx
+	e.c, e.left = ctx, false
+	e.pc.Bind(ctx)
 	e.whole, e.paced.R, e.nItems = false, nil, 0
 	serve(s, e)
 	if ctx.Request.Header.ContentLength() == -1 && !e.chunk.done {
@@ -130,9 +131,9 @@ func (s *Server) serveFast(ctx *fasthttp.RequestCtx) {
 	}
 	if ctx.Response.ConnectionClose() {
 		// A refusal that closes leaves part of the request unread.
-		linger(ctx.Conn())
+		netlimit.Linger(ctx.Conn())
 	}
-	e.pc.finish()
+	e.pc.Finish()
 	e.body.Free()
 	e.c, e.paced, e.chunk = nil, netlimit.PacedReader{}, strictChunked{}
 	fastExchanges.Put(e)
@@ -142,7 +143,7 @@ func (s *Server) serveFast(ctx *fasthttp.RequestCtx) {
 type fastExchange struct {
 	c    *fasthttp.RequestCtx
 	left bool // gone: no one to answer
-	pc   peerCtx
+	pc   netlimit.PeerCtx
 	// ip holds the peer's address written out, for TopKey's view.
 	ip [net.IPv6len * 4]byte
 	// The request body as readBody left it: read ahead (body), whole or
@@ -189,7 +190,7 @@ func (e *fastExchange) TopKey(k clientkey.Source) string {
 }
 
 // ctx ends when the server shuts down or, once a step waits on it, when
-// the client closes its connection (see peerCtx).
+// the client closes its connection (see netlimit.PeerCtx).
 func (e *fastExchange) ctx() context.Context { return &e.pc }
 
 func (e *fastExchange) refuse(ref limits.Refusal) { refuseFast(e.c, &ref) }
@@ -235,7 +236,7 @@ func (e *fastExchange) readAhead() ([]byte, bool) { return e.body.Bytes(), e.who
 
 func (e *fastExchange) forward(rt *route, sh *limits.PathShape, slot admit.Releaser, out toBackend) {
 	// Admitted: nothing waits on ctx any more, so the client is not watched.
-	e.pc.pause()
+	e.pc.Pause()
 	// What streams from here holds the slot: it is timed afresh, so the
 	// bytes read ahead bank no time for it.
 	e.paced.Start, e.paced.N = time.Now(), 0

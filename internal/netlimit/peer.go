@@ -1,20 +1,18 @@
-package server
+package netlimit
 
 import (
 	"context"
-	"crypto/tls"
 	"net"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
-
-	"github.com/valyala/fasthttp"
-
-	"github.com/leveeproxy/levee/internal/netlimit"
 )
 
-// pollInterval is how often a waiting fasthttp request probes its client's
+// A client that left while its request waits (in the queue, for
+// backend_limits, for a catalog load) is noticed by probing its socket.
+
+// pollInterval is how often a waiting request probes its client's
 // connection: a client that left is let go within about this long, at one
 // syscall per interval per waiting request (50k/s for a full default queue
 // of 1024), and only while it waits. It is wall-clock time, not the
@@ -22,24 +20,33 @@ import (
 // clock would never see a test's client leave.
 const pollInterval = 20 * time.Millisecond
 
-// peerCtx is the context of a request on fasthttp: it ends when the server
-// shuts down (the RequestCtx's Done) or when the client has closed or reset
-// its connection. While the handler runs fasthttp reads nothing from the
-// connection, so nothing else would notice a client that left; net/http
-// notices by its background read.
+// Peer is the request a PeerCtx watches the client of: its own context,
+// which ends when the server shuts down, and the connection it came on.
+// *fasthttp.RequestCtx is one.
+type Peer interface {
+	context.Context
+	Conn() net.Conn
+}
+
+// PeerCtx is the context of a request on an engine that reads nothing
+// from the connection while the handler runs (fasthttp): it ends when the
+// server shuts down (the Peer's Done) or when the client has closed or
+// reset its connection, which nothing else would notice; net/http notices
+// by its background read.
 //
 // Watching costs a goroutine and a probe every pollInterval, so it starts
 // only at the first call of Done, which only a caller about to wait makes
 // (the queue, backend_limits, a catalog load); Err never starts it, so the
 // fast paths check Err and a request that waits for nothing costs nothing
 // more. The watcher runs until the client is gone, the server stops, or the
-// request stops waiting (pause) or ends (finish), which join it. A later
+// request stops waiting (Pause) or ends (Finish), which join it. A later
 // Done starts it again.
 //
 // Err may report the end a moment before Done is closed, never after. The
-// zero value with c set is ready; it is not copied once used.
-type peerCtx struct {
-	c *fasthttp.RequestCtx
+// zero value is ready once Bind gives it its request; it is not copied
+// once used.
+type PeerCtx struct {
+	c Peer
 	// watched is set by the first Done: pause and finish have work then.
 	watched atomic.Bool
 	// gone is set, before cancel is closed, once the client has left.
@@ -55,14 +62,17 @@ type peerCtx struct {
 	raw    syscall.RawConn
 }
 
-var _ context.Context = (*peerCtx)(nil)
+var _ context.Context = (*PeerCtx)(nil)
 
-func (p *peerCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
-func (p *peerCtx) Value(key any) any           { return p.c.Value(key) }
+// Bind makes p the context of request c; p is new, or Finished.
+func (p *PeerCtx) Bind(c Peer) { p.c = c }
+
+func (p *PeerCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (p *PeerCtx) Value(key any) any           { return p.c.Value(key) }
 
 // Err is context.Canceled once the client has gone or the server is
 // shutting down; it makes no syscall and starts nothing.
-func (p *peerCtx) Err() error {
+func (p *PeerCtx) Err() error {
 	if p.gone.Load() {
 		return context.Canceled
 	}
@@ -70,7 +80,7 @@ func (p *peerCtx) Err() error {
 }
 
 // Done starts the watcher if none runs, and returns the channel it closes.
-func (p *peerCtx) Done() <-chan struct{} {
+func (p *PeerCtx) Done() <-chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.inited {
@@ -92,7 +102,7 @@ func (p *peerCtx) Done() <-chan struct{} {
 
 // watch probes the connection now and every pollInterval until the client
 // has gone or the server stops (either ends the context) or stop is closed.
-func (p *peerCtx) watch(shutdown <-chan struct{}, stop, exited chan struct{}) {
+func (p *PeerCtx) watch(shutdown <-chan struct{}, stop, exited chan struct{}) {
 	defer close(exited)
 	t := time.NewTicker(pollInterval)
 	defer t.Stop()
@@ -113,7 +123,7 @@ func (p *peerCtx) watch(shutdown <-chan struct{}, stop, exited chan struct{}) {
 }
 
 // end ends the context, once; gone says the client left.
-func (p *peerCtx) end(gone bool) {
+func (p *PeerCtx) end(gone bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.ended {
@@ -126,9 +136,9 @@ func (p *peerCtx) end(gone bool) {
 	close(p.cancel)
 }
 
-// pause ends the watcher, if one runs, and waits for it to return: the
+// Pause ends the watcher, if one runs, and waits for it to return: the
 // request no longer waits. An atomic load when Done was never called.
-func (p *peerCtx) pause() {
+func (p *PeerCtx) Pause() {
 	if !p.watched.Load() {
 		return
 	}
@@ -142,17 +152,17 @@ func (p *peerCtx) pause() {
 	}
 }
 
-// finish is pause at the end of the request, and readies p for the next.
-func (p *peerCtx) finish() {
+// Finish is Pause at the end of the request, and readies p for the next.
+func (p *PeerCtx) Finish() {
 	if p.watched.Load() {
-		p.pause()
-		*p = peerCtx{}
+		p.Pause()
+		*p = PeerCtx{}
 	}
 	p.c = nil
 }
 
-// rawConn finds the TCP socket under a connection fasthttp serves, through
-// levee's wrappers and TLS; nil when there is none or the OS has no probe.
+// rawConn finds the TCP socket under a connection, through levee's
+// wrappers and TLS; nil when there is none or the OS has no probe.
 func rawConn(c net.Conn) syscall.RawConn {
 	if !canProbe {
 		return nil
@@ -169,26 +179,25 @@ func rawConn(c net.Conn) syscall.RawConn {
 	return nil
 }
 
-// under is the connection c wraps: through levee's wrappers and TLS; nil
-// at the socket, or at a kind levee does not make.
+// under is the connection c wraps: a Conn's, or what a wrapper's NetConn
+// returns (TLS, the server's replay of a sniffed preface); nil at the
+// socket.
 func under(c net.Conn) net.Conn {
 	switch v := c.(type) {
-	case *netlimit.Conn:
+	case *Conn:
 		return v.Conn
-	case *replayConn:
-		return v.Conn
-	case *tls.Conn:
+	case interface{ NetConn() net.Conn }:
 		return v.NetConn()
 	}
 	return nil
 }
 
-// linger makes the close of c, a connection levee answers and closes
-// without having read all of its request, a lingering one
-// (netlimit.Conn.Linger), so the client reads the answer.
-func linger(c net.Conn) {
+// Linger makes the close of c, a connection levee answers and closes
+// without having read all of its request, a lingering one (Conn.Linger),
+// so the client reads the answer; c is the Conn or a wrapper of it.
+func Linger(c net.Conn) {
 	for ; c != nil; c = under(c) {
-		if v, ok := c.(*netlimit.Conn); ok {
+		if v, ok := c.(*Conn); ok {
 			v.Linger()
 			return
 		}
