@@ -74,7 +74,7 @@ type exchange interface {
 	// request (tracing.go).
 	traceState() *trace.Request
 	incomingTrace() trace.Incoming
-	describe(sp *trace.Span) spanView
+	describe(sp *trace.Span) trace.HTTPServer
 }
 
 // serve is the request path, for both engines: route, shape, rate, admit,

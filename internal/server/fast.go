@@ -298,19 +298,19 @@ func (e *fastExchange) incomingTrace() trace.Incoming {
 	return *in
 }
 
-func (e *fastExchange) describe(sp *trace.Span) spanView {
+func (e *fastExchange) describe(sp *trace.Span) trace.HTTPServer {
 	h := &e.c.Request.Header
-	v := spanView{method: b2s(h.Method()), path: b2s(e.c.Path()), scheme: "http", host: b2s(h.Host()),
-		proto: "1.0", userAgent: b2s(h.UserAgent()),
-		reject: b2s(e.c.Response.Header.Peek(reply.Reject)), levErr: b2s(e.c.Response.Header.Peek(reply.Error))}
+	v := trace.HTTPServer{Method: b2s(h.Method()), Path: b2s(e.c.Path()), Scheme: "http", Host: b2s(h.Host()),
+		Proto: "1.0", UserAgent: b2s(h.UserAgent()),
+		Reject: b2s(e.c.Response.Header.Peek(reply.Reject)), Error: b2s(e.c.Response.Header.Peek(reply.Error))}
 	if e.c.IsTLS() {
-		v.scheme = "https"
+		v.Scheme = "https"
 	}
 	if h.IsHTTP11() {
-		v.proto = "1.1"
+		v.Proto = "1.1"
 	}
 	if ip, ok := netip.AddrFromSlice(e.c.RemoteIP()); ok {
-		v.client = b2s(ip.Unmap().AppendTo(e.ip[:0]))
+		v.Client = b2s(ip.Unmap().AppendTo(e.ip[:0]))
 	}
 	if !e.tr.DropTracestate() {
 		for k, val := range h.All() {
