@@ -284,9 +284,7 @@ func TestTracingQueuedAndBackendLimits(t *testing.T) {
 	a.Limiter.SetLimits(limit)
 	done := make(chan struct{})
 	go func() { defer close(done); tracedGet(t, p) }()
-	for a.Limiter.Queued() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "the traced request to queue", func() bool { return a.Limiter.Queued() > 0 })
 	a.Limiter.Release()
 	<-done
 	p.Stop()
