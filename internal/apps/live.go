@@ -11,8 +11,10 @@ import (
 
 	"github.com/leveeproxy/levee/internal/admit"
 	"github.com/leveeproxy/levee/internal/balance"
+	"github.com/leveeproxy/levee/internal/bandwidth"
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/forward"
+	"github.com/leveeproxy/levee/internal/limits"
 	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/leveeproxy/levee/internal/overload"
 	"github.com/leveeproxy/levee/internal/protect"
@@ -35,8 +37,11 @@ type View struct {
 	Set     *balance.Set
 	Alert   *atomic.Bool // the imbalance alert
 	Conns   []*forward.Upstream
-	// Adaptive: the concurrency limit follows the backends' latency.
-	Adaptive bool
+	// Adaptive is the adaptive concurrency limit, which follows the
+	// backends' latency; nil for a static one.
+	Adaptive *limits.Adaptive
+	// Bandwidth paces the app's bytes; nil when limits.bandwidth is off.
+	Bandwidth *bandwidth.Limiter
 }
 
 // ScaleView is the limit scale as the API shows it (the request path
@@ -73,7 +78,9 @@ func (vs *Views) each(fn func(*View)) {
 	})
 }
 
-func (vs *Views) view(name string) (*View, bool) {
+// Get is the view of app name, as composed last; false for an app not
+// serving.
+func (vs *Views) Get(name string) (*View, bool) {
 	v, ok := vs.apps.Load(name)
 	if !ok {
 		return nil, false
@@ -160,7 +167,7 @@ func (vs *Views) Apps(limit int, now time.Time) ([]AppSummary, int) {
 
 // App is one app's detail at now, or false for an app not serving.
 func (vs *Views) App(name string, now time.Time) (AppDetail, bool) {
-	v, ok := vs.view(name)
+	v, ok := vs.Get(name)
 	if !ok {
 		return AppDetail{}, false
 	}
@@ -183,7 +190,7 @@ func (vs *Views) App(name string, now time.Time) (AppDetail, bool) {
 // why explains how the limits in force differ from the configured ones.
 func (v *View) why(strict, over float64) []string {
 	why := []string{}
-	if v.Adaptive {
+	if v.Adaptive != nil {
 		why = append(why, fmt.Sprintf("concurrency is adaptive (gradient, %d to %d): it follows the backends' latency",
 			v.Limits.Concurrency.Min, v.Limits.Concurrency.Max))
 	}
@@ -204,7 +211,7 @@ func (vs *Views) Top(app, by, window string, now time.Time) (topk.Report, bool, 
 	if err != nil {
 		return topk.Report{}, true, err
 	}
-	v, ok := vs.view(app)
+	v, ok := vs.Get(app)
 	if !ok {
 		return topk.Report{}, false, nil
 	}
@@ -242,7 +249,7 @@ func (vs *Views) EachStats(now time.Time, fn func(observe.AppStats)) {
 
 // Stats is one app's state at now, or false if no such app.
 func (vs *Views) Stats(name string, now time.Time) (observe.AppStats, bool) {
-	v, ok := vs.view(name)
+	v, ok := vs.Get(name)
 	if !ok {
 		return observe.AppStats{}, false
 	}

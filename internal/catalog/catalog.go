@@ -2,7 +2,7 @@
 //
 // An Index is immutable once built, so lookups take no lock at all; a config
 // reload builds a new Index and swaps it in whole (see server). Large
-// catalogs (millions of apps, loaded lazily from SQLite) implement the same
+// catalogs (millions of apps, loaded lazily from SQLite or PostgreSQL) implement the same
 // Catalog interface, so the request path does not change with the store.
 package catalog
 

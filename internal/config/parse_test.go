@@ -5,7 +5,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 )
 
 const exampleConfig = `
@@ -92,30 +91,6 @@ func TestParseExample(t *testing.T) {
 	}
 	if want := []Backend{{Addr: "127.0.0.1:9001", Weight: 1}, {Addr: "127.0.0.1:9002", Weight: 1}}; !reflect.DeepEqual(got.Backends, want) {
 		t.Errorf("backends = %v, want %v", got.Backends, want)
-	}
-	if !reflect.DeepEqual(got.Limits, DefaultApp().Limits) {
-		t.Errorf("limits = %+v, want the defaults", got.Limits)
-	}
-}
-
-// The defaults themselves, as docs/config.md states them.
-func TestDefaultValues(t *testing.T) {
-	tests := []struct {
-		name      string
-		got, want any
-	}{
-		{"concurrency", DefaultConcurrency, 256},
-		{"queue.max_wait", DefaultQueueMaxWait, 50 * time.Millisecond},
-		{"queue.max_len", DefaultQueueMaxLen, 1024},
-		{"body", DefaultBody, 10_000_000},
-		{"upstream.max_idle_per_backend", DefaultMaxIdlePerBackend, 64},
-		{"upstream.max_conns_per_backend", DefaultMaxConnsPerBackend, 256},
-		{"server.max_header_bytes", DefaultMaxHeaderBytes, 65536},
-	}
-	for _, tt := range tests {
-		if tt.got != tt.want {
-			t.Errorf("default %s = %v, want %v", tt.name, tt.got, tt.want)
-		}
 	}
 }
 

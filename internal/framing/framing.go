@@ -13,45 +13,35 @@
 package framing
 
 import (
-	"net/http"
-
 	"github.com/leveeproxy/levee/internal/ascii"
 	"github.com/leveeproxy/levee/internal/reply"
 )
 
-// Reasons of the framing refusals (Levee-Error values).
+// Reasons of the framing refusals (Levee-Error values), named in the
+// reply table with their answers.
 const (
-	BadRequest     = "bad-request"      // fasthttp could not read the request at all
-	HeadersTooLong = "header-too-large" // the request line and headers overflow server.max_header_bytes
-	BadHeader      = "bad-header"       // a field line levee would not forward as read
-	BadFraming     = "bad-framing"      // the body's length is declared twice, or not unambiguously
-	BadTarget      = "bad-target"       // a request-target levee does not route
-	BadHost        = "bad-host"         // no authority, or one that is not a host[:port]
-	Connect        = "connect"          // CONNECT: levee is not a tunnel
-	Version        = "http-version"     // not HTTP/1.0 or HTTP/1.1 (on HTTP/1.x connections)
-	Expectation    = "expectation"      // an Expect other than 100-continue
+	BadRequest     = reply.BadRequest
+	HeadersTooLong = reply.HeadersTooLong
+	BadHeader      = reply.BadHeader
+	BadFraming     = reply.BadFraming
+	BadTarget      = reply.BadTarget
+	BadHost        = reply.BadHost
+	Connect        = reply.Connect
+	Version        = reply.Version
+	Expectation    = reply.Expectation
 )
 
 // The replies, one per reason.
 var (
-	BadRequestReply = reply.Register(reply.Reply{Status: http.StatusBadRequest, Header: reply.Error,
-		Reason: BadRequest, Body: "levee: bad request\n"})
-	HeadersTooLongReply = reply.Register(reply.Reply{Status: http.StatusRequestHeaderFieldsTooLarge,
-		Header: reply.Error, Reason: HeadersTooLong, Body: "levee: request headers too large\n"})
-	BadHeaderReply = reply.Register(reply.Reply{Status: http.StatusBadRequest, Header: reply.Error,
-		Reason: BadHeader, Body: "levee: bad request: malformed header field\n"})
-	BadFramingReply = reply.Register(reply.Reply{Status: http.StatusBadRequest, Header: reply.Error,
-		Reason: BadFraming, Body: "levee: bad request: ambiguous message framing\n"})
-	BadTargetReply = reply.Register(reply.Reply{Status: http.StatusBadRequest, Header: reply.Error,
-		Reason: BadTarget, Body: "levee: bad request: request-target\n"})
-	BadHostReply = reply.Register(reply.Reply{Status: http.StatusBadRequest, Header: reply.Error,
-		Reason: BadHost, Body: "levee: bad request: missing or invalid Host\n"})
-	ConnectReply = reply.Register(reply.Reply{Status: http.StatusNotImplemented, Header: reply.Error,
-		Reason: Connect, Body: "levee: CONNECT is not supported\n"})
-	VersionReply = reply.Register(reply.Reply{Status: http.StatusHTTPVersionNotSupported, Header: reply.Error,
-		Reason: Version, Body: "levee: HTTP version not supported\n"})
-	ExpectationReply = reply.Register(reply.Reply{Status: http.StatusExpectationFailed, Header: reply.Error,
-		Reason: Expectation, Body: "levee: expectation failed: only 100-continue is supported\n"})
+	BadRequestReply     = reply.For(BadRequest)
+	HeadersTooLongReply = reply.For(HeadersTooLong)
+	BadHeaderReply      = reply.For(BadHeader)
+	BadFramingReply     = reply.For(BadFraming)
+	BadTargetReply      = reply.For(BadTarget)
+	BadHostReply        = reply.For(BadHost)
+	ConnectReply        = reply.For(Connect)
+	VersionReply        = reply.For(Version)
+	ExpectationReply    = reply.For(Expectation)
 )
 
 // hostByte marks the bytes of uri-host [ ":" port ] (RFC 3986 §3.2.2:

@@ -7,8 +7,13 @@
 package layering_test
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"maps"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -92,9 +97,11 @@ var limitsImports = map[string]string{
 }
 
 func TestGateImportsOnlyTheStepsItRuns(t *testing.T) {
+	imported := map[string]bool{}
 	for _, imp := range listImports(t, "internal/limits") {
 		rel, ok := strings.CutPrefix(imp, module+"/")
 		if ok {
+			imported[rel] = true
 			if _, allowed := limitsImports[rel]; !allowed {
 				t.Errorf("internal/limits imports %s: the gate imports only %v, so that the proxy's "+
 					"forwarding, metrics, catalog and config, and fasthttp, stay out of it: its owners "+
@@ -105,6 +112,52 @@ func TestGateImportsOnlyTheStepsItRuns(t *testing.T) {
 		if first, _, _ := strings.Cut(imp, "/"); strings.Contains(first, ".") {
 			t.Errorf("internal/limits imports %s: the gate imports no module outside the standard library", imp)
 		}
+	}
+	// The list is the layout, not a ceiling: a package the gate stopped
+	// importing leaves it, so that the reasons above stay true.
+	for rel := range limitsImports {
+		if !imported[rel] {
+			t.Errorf("limitsImports allows %s, which internal/limits no longer imports: drop it from the list", rel)
+		}
+	}
+}
+
+// TestRepliesAreTheTables: every refusal's answer is a row of package
+// reply's one table, so that a reason is answered alike on both engines
+// and its status, Retry-After and body are read in one place. No package
+// but reply writes a reply.Reply literal (its own rows); the others name a
+// reason (reply.For) or keep a pointer to a row.
+func TestRepliesAreTheTables(t *testing.T) {
+	files := 0
+	for line := range strings.Lines(listAll(t, "{{.Dir}} {{.ImportPath}}")) {
+		dir, pkg, _ := strings.Cut(strings.TrimSpace(line), " ")
+		if pkg == module+"/internal/reply" {
+			continue
+		}
+		names, _ := filepath.Glob(filepath.Join(dir, "*.go"))
+		for _, name := range names {
+			if strings.HasSuffix(name, "_test.go") {
+				continue
+			}
+			files++
+			f, err := parser.ParseFile(token.NewFileSet(), name, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				if lit, ok := n.(*ast.CompositeLit); ok {
+					if sel, ok := lit.Type.(*ast.SelectorExpr); ok && sel.Sel.Name == "Reply" {
+						if id, ok := sel.X.(*ast.Ident); ok && id.Name == "reply" {
+							t.Errorf("%s writes a reply.Reply of its own: add a row to internal/reply's table instead", name)
+						}
+					}
+				}
+				return true
+			})
+		}
+	}
+	if files == 0 {
+		t.Fatal("no file read: the check would prove nothing")
 	}
 }
 
@@ -121,12 +174,8 @@ var fasthttpUsers = map[string]string{
 }
 
 func TestOnlyEnginesAndLegsImportFasthttp(t *testing.T) {
-	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", module+"/...").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, out)
-	}
 	users := 0
-	for line := range strings.Lines(string(out)) {
+	for line := range strings.Lines(listAll(t, "{{.ImportPath}} {{join .Imports \" \"}}")) {
 		f := strings.Fields(line)
 		if len(f) == 0 || !slices.Contains(f[1:], fasthttp) {
 			continue
@@ -171,6 +220,17 @@ func TestBinaryDoesNotLinkTestOnlyModules(t *testing.T) {
 	}
 }
 
+// listAll is format (a go list template) of every package of the module,
+// a line each.
+func listAll(t *testing.T, format string) string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-f", format, module+"/...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	return string(out)
+}
+
 // listImports is what pkg (a path in the module) imports directly, tests
 // not included.
 func listImports(t *testing.T, pkg string) []string {
@@ -198,4 +258,25 @@ func listDeps(t *testing.T, pkg string) []string {
 		t.Fatalf("go list %s listed %d packages; the check would prove nothing", pkg, len(deps))
 	}
 	return deps
+}
+
+// TestArchitectureListsEveryPackage: docs/architecture.md's package list
+// is the layout, so that a package added or moved without a line there
+// fails here, not in a reader's head.
+func TestArchitectureListsEveryPackage(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, pkg := range strings.Fields(listAll(t, "{{.ImportPath}}")) {
+		rel := strings.TrimPrefix(pkg, module+"/")
+		n++
+		if !strings.Contains(string(doc), "`"+rel+"`") {
+			t.Errorf("docs/architecture.md does not name %s in its package list", rel)
+		}
+	}
+	if n < 10 {
+		t.Fatalf("go list listed %d packages; the check would prove nothing", n)
+	}
 }

@@ -15,16 +15,6 @@ import (
 	"github.com/leveeproxy/levee/internal/topk"
 )
 
-// The replies of the limits applied here, in package reply's one table.
-func init() {
-	for _, r := range admit.Reasons {
-		reply.Register(reply.Reply{Status: http.StatusServiceUnavailable, Reason: string(r)})
-	}
-	for _, r := range []string{reply.Rate, reply.ClientRate} {
-		reply.Register(reply.Reply{Status: http.StatusTooManyRequests, Reason: r})
-	}
-}
-
 // NewStore returns an in-process rate store of maxKeys keys (validated).
 func NewStore(maxKeys int) *ratelimit.LocalStore {
 	st, err := ratelimit.NewLocalStore(ratelimit.Options{MaxKeys: maxKeys})

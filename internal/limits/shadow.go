@@ -15,12 +15,6 @@ import (
 // a limit would refuse.
 type ShadowSet uint16
 
-func init() {
-	if len(reply.Shadowable) > 16 {
-		panic("limits: ShadowSet holds 16 reasons")
-	}
-}
-
 // NewShadowSet returns the set of validated limits.shadow reasons.
 func NewShadowSet(s []string) ShadowSet {
 	var set ShadowSet

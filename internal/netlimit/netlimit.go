@@ -1,5 +1,8 @@
 // Package netlimit bounds the connections a listener keeps open: the
-// proxy's listeners (server.max_conns) and the admin listener alike.
+// proxy's listeners (server.max_conns) and the admin listener alike. It
+// also paces a slow client's body (PacedReader), closes a connection
+// lingering (Linger), and watches the client of a request that waits
+// (PeerCtx, peer.go).
 package netlimit
 
 import (

@@ -133,12 +133,3 @@ func grpcMessage(s string) string {
 	}
 	return b.String()
 }
-
-// Deadline is the reason of a request whose deadline (the client's, or
-// the app's upstream.timeout) passed before it could be sent: levee
-// refuses it rather than give the backend work no one waits for.
-const Deadline = "deadline"
-
-// DeadlineReply answers it: 504, as a backend that took too long.
-var DeadlineReply = Register(Reply{Status: http.StatusGatewayTimeout, Reason: Deadline,
-	Body: "levee: rejected: deadline: the request's deadline passed while it waited\n"})

@@ -2,6 +2,8 @@ package reply
 
 import (
 	"net/http/httptest"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -28,5 +30,38 @@ func TestGRPCReply(t *testing.T) {
 	}
 	if got := grpcMessage("50% über\n"); got != "50%25 %C3%BCber%0A" {
 		t.Fatalf("grpcMessage = %q", got)
+	}
+}
+
+// Every row of the table answers a gRPC call: a trailers-only 200 whose
+// grpc-status follows the row (RESOURCE_EXHAUSTED for a limit on the
+// request's own rate, shape or size; UNAVAILABLE for a 502, 503 or 504),
+// whose grpc-message says the body, with the reason kept in the row's
+// header and Retry-After's figure as grpc-retry-pushback-ms. A new row
+// is covered here without a line more (the server's test maps each
+// reason it names to the status a client must see).
+func TestGRPCForEveryRow(t *testing.T) {
+	for _, row := range rows {
+		rep := For(row.Reason)
+		w := httptest.NewRecorder()
+		rep.GRPC(w, 1500*time.Millisecond)
+		h := w.Header()
+		code, _ := strconv.Atoi(h.Get("Grpc-Status"))
+		switch {
+		case w.Code != 200 || w.Body.Len() != 0 || h.Get("Content-Type") != "application/grpc":
+			t.Errorf("%s: %d, %d body bytes, %q; want a trailers-only 200", row.Reason, w.Code, w.Body.Len(), h.Get("Content-Type"))
+		case code != rep.GRPCCode():
+			t.Errorf("%s: grpc-status %d, want %d", row.Reason, code, rep.GRPCCode())
+		case rep.Header == Reject && rep.Status < 500 && code != GRPCResourceExhausted:
+			t.Errorf("%s: a limit of the request's own (%d) is %d, want RESOURCE_EXHAUSTED", row.Reason, rep.Status, code)
+		case (rep.Status == 502 || rep.Status == 503 || rep.Status == 504) && row.Reason != Deadline && code != GRPCUnavailable:
+			t.Errorf("%s: a %d is %d, want UNAVAILABLE", row.Reason, rep.Status, code)
+		case !strings.Contains(h.Get("Grpc-Message"), strings.TrimSpace(strings.TrimPrefix(rep.Body, "levee: "))):
+			t.Errorf("%s: grpc-message %q does not say %q", row.Reason, h.Get("Grpc-Message"), rep.Body)
+		case h.Get(rep.Header) != row.Reason:
+			t.Errorf("%s: %s = %q", row.Reason, rep.Header, h.Get(rep.Header))
+		case h.Get("Retry-After") != "2" || h.Get("Grpc-Retry-Pushback-Ms") != "1500":
+			t.Errorf("%s: Retry-After %q, pushback %q; want 2 and 1500, one figure", row.Reason, h.Get("Retry-After"), h.Get("Grpc-Retry-Pushback-Ms"))
+		}
 	}
 }

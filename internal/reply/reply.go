@@ -86,18 +86,6 @@ var Shadowable = []string{
 	string(shape.BatchItems), string(shape.BatchJSON), string(shape.BatchShape),
 }
 
-var table = map[string]*Reply{}
-
-// Register adds reason to the table; call it from init only (the table is
-// read without a lock afterwards). It returns the reply, so a package can
-// keep a pointer and skip the lookup.
-func Register(r Reply) *Reply {
-	p := build(r)
-	table[r.Reason] = p
-	raws[r.Reason] = buildRaw(p)
-	return p
-}
-
 // build fills a reply's defaults (the body, the Reject header) and the
 // prebuilt forms the engines write.
 func build(r Reply) *Reply {
@@ -111,7 +99,7 @@ func build(r Reply) *Reply {
 	return &r
 }
 
-// For returns the reply for reason. A reason nobody registered (a broken
+// For returns the reply for reason. A reason not in the table (a broken
 // invariant) gets a 503 built on the spot, so it still answers.
 func For(reason string) *Reply {
 	if r, ok := table[reason]; ok {
@@ -119,44 +107,6 @@ func For(reason string) *Reply {
 	}
 	return build(Reply{Status: http.StatusServiceUnavailable, Reason: reason})
 }
-
-// Known reports whether reason is in the table (for tests).
-func Known(reason string) bool { _, ok := table[reason]; return ok }
-
-// Reasons lists the table's reasons (for tests).
-func Reasons() []string {
-	out := make([]string, 0, len(table))
-	for k := range table {
-		out = append(out, k)
-	}
-	return out
-}
-
-// The replies of this package's own reasons.
-var (
-	NoRouteReply = Register(Reply{Status: http.StatusNotFound, Header: Error, Reason: NoRoute,
-		Body: "levee: no app for this host and path\n"})
-	NoBackendReply = Register(Reply{Status: http.StatusServiceUnavailable, Reason: NoBackend,
-		Body: "levee: rejected: no healthy backend\n", RetryAfter: time.Second})
-	BandwidthReply = Register(Reply{Status: http.StatusServiceUnavailable, Reason: Bandwidth,
-		Body: "levee: rejected: bandwidth: the transfer was held too long\n", RetryAfter: time.Second, Close: true})
-	BodyReply = Register(Reply{Status: http.StatusRequestEntityTooLarge, Reason: Body,
-		Body: "levee: rejected: request body too large\n"})
-	// BodyCutReply is BodyReply for a body cut off while it streamed (not
-	// in the table: the reason is BodyReply's).
-	BodyCutReply = build(Reply{Status: http.StatusRequestEntityTooLarge, Reason: Body,
-		Body: "levee: rejected: request body too large\n", Close: true})
-	BadRequestBodyReply = Register(Reply{Status: http.StatusBadRequest, Header: Error, Reason: BadRequestBody,
-		Body: "levee: bad request body\n", Close: true})
-	MinRateReply = Register(Reply{Status: http.StatusRequestTimeout, Reason: MinRate,
-		Body: "levee: rejected: min-rate: the request body came too slowly\n", Close: true})
-	RequestTimeoutReply = Register(Reply{Status: http.StatusRequestTimeout, Reason: RequestTimeout,
-		Body: "levee: rejected: request-timeout: the request did not come in time\n", Close: true})
-	BackendTimeoutReply = Register(Reply{Status: http.StatusGatewayTimeout, Header: Error, Reason: BackendTimeout,
-		Body: "levee: backend timed out\n"})
-	BackendUnreachableReply = Register(Reply{Status: http.StatusBadGateway, Header: Error, Reason: BackendUnreachable,
-		Body: "levee: backend unreachable\n"})
-)
 
 // ContentType and NoSniff are the Content-Type and X-Content-Type-Options
 // of every reply.
@@ -261,15 +211,13 @@ func ViolationHTTP(w http.ResponseWriter, v *shape.Violation, closeConn bool) {
 
 // Raw is reason's reply as the bytes of a whole HTTP/1.1 response that
 // closes the connection: for a connection refused at accept, before any
-// request was read. It is built once per reason; reason must be registered.
+// request was read. It is built once per reason; reason must be in the table.
 func Raw(reason string) []byte {
 	if b, ok := raws[reason]; ok {
 		return b
 	}
 	return raws[NoRoute] // never: a broken invariant answered safely
 }
-
-var raws = map[string][]byte{}
 
 func buildRaw(r *Reply) []byte {
 	b := []byte("HTTP/1.1 " + strconv.Itoa(r.Status) + " " + http.StatusText(r.Status) + "\r\n" +

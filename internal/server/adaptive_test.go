@@ -21,7 +21,7 @@ apps:
     limits: {concurrency: {adaptive: gradient, min: 4, max: 16}}
 `, be.addr()))
 	a := p.app("a")
-	if got := a.limiter.Limits().Concurrency; got != 8 {
+	if got := a.Limiter.Limits().Concurrency; got != 8 {
 		t.Fatalf("initial adaptive limit %d; want min(max, 2×min) = 8", got)
 	}
 	var wg sync.WaitGroup
@@ -35,7 +35,7 @@ apps:
 		})
 	}
 	wg.Wait()
-	got := a.limiter.Limits().Concurrency
+	got := a.Limiter.Limits().Concurrency
 	if got < 4 || got > 16 {
 		t.Fatalf("adaptive limit %d after traffic; want within [4, 16]", got)
 	}
@@ -44,11 +44,11 @@ apps:
 	}
 	// A reload with the same bounds keeps what the algorithm learnt.
 	cfg := mustParse(t, fmt.Sprintf("apps:\n  a:\n    hosts: [a.test]\n    backends: [%s]\n    limits: {concurrency: {adaptive: gradient, min: 4, max: 16}}\n", be.addr()))
-	ad := a.adaptive
+	ad := a.Adaptive
 	if err := p.srv.Reload(cfg); err != nil {
 		t.Fatal(err)
 	}
-	if p.app("a").adaptive != ad {
+	if p.app("a").Adaptive != ad {
 		t.Fatal("a reload with unchanged bounds replaced the adaptive limit")
 	}
 }

@@ -17,11 +17,11 @@ import (
 // requests take, so it must stay far cheaper than serving one.
 func BenchmarkRejectQueueFull(b *testing.B) {
 	p := benchServer(b, "limits: {concurrency: 1, queue: {max_len: 0, max_wait: 0s}}")
-	a := p.apps["a"]
-	if err := a.limiter.Acquire(b.Context()); err != nil { // hold the only slot
+	a := p.view("a")
+	if err := a.Limiter.Acquire(b.Context()); err != nil { // hold the only slot
 		b.Fatal(err)
 	}
-	defer a.limiter.Release()
+	defer a.Limiter.Release()
 	req := originRequest("a.test")
 	b.ReportAllocs()
 	for b.Loop() {
@@ -122,11 +122,11 @@ func (w *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
 // BenchmarkRejectQueueFullFast is BenchmarkRejectQueueFull on the fasthttp engine.
 func BenchmarkRejectQueueFullFast(b *testing.B) {
 	p := benchServer(b, "limits: {concurrency: 1, queue: {max_len: 0, max_wait: 0s}}")
-	a := p.apps["a"]
-	if err := a.limiter.Acquire(b.Context()); err != nil { // hold the only slot
+	a := p.view("a")
+	if err := a.Limiter.Acquire(b.Context()); err != nil { // hold the only slot
 		b.Fatal(err)
 	}
-	defer a.limiter.Release()
+	defer a.Limiter.Release()
 	var ctx fasthttp.RequestCtx
 	ctx.Init(&fasthttp.Request{}, nil, nil) // a ctx with fasthttp's stand-in server
 	b.ReportAllocs()

@@ -12,12 +12,14 @@ import (
 	"github.com/leveeproxy/levee/internal/limits"
 	"github.com/leveeproxy/levee/internal/limitsconf"
 	"github.com/leveeproxy/levee/internal/observe"
+	"github.com/leveeproxy/levee/internal/reply"
 )
 
-// The rejection reasons of the catalog (SQLite or PostgreSQL).
+// The rejection reasons of the catalog (SQLite or PostgreSQL), in the
+// reply table.
 const (
-	reasonCatalogBusy        = "catalog-busy"
-	reasonCatalogUnavailable = "catalog-unavailable"
+	reasonCatalogBusy        = reply.CatalogBusy
+	reasonCatalogUnavailable = reply.CatalogUnavailable
 )
 
 // errShadowed skips a stored app that has the name of a YAML app: the
@@ -82,39 +84,15 @@ func (s *Server) composeStored(r catalog.Record) (*route, error) {
 		s.mu.Unlock()
 		return nil, fmt.Errorf("app %s: %w", r.Name, errShadowed)
 	}
-	rt, retired := s.composeApp(r.Name, ac, s.cfg, s.trust)
-	rt.app.stored = ac
-	rt.app.storedRefs++
-	s.publish(rt.app, ac, rt) // as stored
+	rt, retired := s.composeApp(r.Name, ac, s.cfg, s.trust, true)
 	s.mu.Unlock()
-	s.releaseConns(retired)
+	s.apps.ReleaseConns(retired)
 	return rt, nil
 }
 
 // releaseStored drops one route of a stored app; the last one retires the
-// app to the parked apps.
-func (s *Server) releaseStored(rt *route) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	a := rt.app
-	a.storedRefs--
-	if a.storedRefs > 0 || a.stored == nil || s.apps[a.name] != a {
-		return
-	}
-	s.releaseConns(s.retire(a, true))
-}
-
-// appConfig is the config in force of a (file or stored) app; nil if none.
-// Callers hold s.mu.
-func (s *Server) appConfig(name string) *config.App {
-	if ac := s.cfg.Apps[name]; ac != nil {
-		return ac
-	}
-	if a := s.apps[name]; a != nil {
-		return a.stored
-	}
-	return nil
-}
+// app to the parked apps (apps.Table.Release).
+func (s *Server) releaseStored(rt *route) { s.apps.ReleaseConns(s.apps.Release(rt.app)) }
 
 // CatalogStats returns the catalog's gauges, false when it is off.
 func (s *Server) CatalogStats() (catalog.LazyStats, bool) {

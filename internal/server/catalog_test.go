@@ -192,14 +192,13 @@ func TestCatalogEvictionReleasesAppState(t *testing.T) {
 		readAll(t, p.get(fmt.Sprintf("app%d.test", i), "/"))
 	}
 	s, _ := p.srv.CatalogStats()
-	p.srv.mu.Lock()
 	stored := 0
-	for _, a := range p.srv.apps {
-		if a.stored != nil {
+	list, _ := p.srv.Apps(0)
+	for _, a := range list {
+		if a.Stored {
 			stored++
 		}
 	}
-	p.srv.mu.Unlock()
 	if stored != s.Apps || s.Apps != s.Hosts {
 		t.Errorf("server holds %d stored apps, the catalog caches %d apps for %d hosts", stored, s.Apps, s.Hosts)
 	}

@@ -112,7 +112,7 @@ func (s *Server) certificate(hello *tls.ClientHelloInfo) (*tls.Certificate, erro
 
 func (s *Server) routeCertificate(rt *route) (*tls.Certificate, error) {
 	if rt.cert.err != nil {
-		s.tlsMetrics.certError(rt.app.name)
+		s.tlsMetrics.certError(rt.app.Name)
 		return nil, errNoCertificate
 	}
 	return rt.cert.cert, nil

@@ -87,6 +87,6 @@ apps:
 		t.Logf("%s: %d B/s in total (%.1f%% of the limit), first %.1f%%, second %.1f%%; shares now %d and %d",
 			phase.name, total/int64(d/time.Second), 100*float64(total)/float64(limit*d/time.Second),
 			100*float64(got[0])/float64(total), 100*float64(got[1])/float64(total),
-			ps[0].app("a").bw.v.Limiter().Rate(), ps[1].app("a").bw.v.Limiter().Rate())
+			ps[0].app("a").Bandwidth.Rate(), ps[1].app("a").Bandwidth.Rate())
 	}
 }

@@ -123,7 +123,7 @@ func TestClusterLimitIsSharedAcrossServers(t *testing.T) {
 func TestReloadRefusesClusterChanges(t *testing.T) {
 	base := "apps:\n  a:\n    hosts: [a.test]\n    backends: [127.0.0.1:1]\n"
 	s := New(mustParse(t, "cluster: {redis: {addrs: [127.0.0.1:1]}}\n"+base), Options{Logger: slog.New(slog.DiscardHandler)})
-	t.Cleanup(func() { s.closeCluster() })
+	t.Cleanup(func() { s.apps.Close() })
 	for _, c := range []string{
 		"cluster: {redis: {addrs: [127.0.0.1:2]}}\n",
 		"cluster: {redis: {addrs: [127.0.0.1:1]}, lease: 20ms}\n",
@@ -158,12 +158,12 @@ apps:
 	rate := func(p *proxy) int64 {
 		p.srv.mu.Lock()
 		defer p.srv.mu.Unlock()
-		return p.srv.apps["a"].bw.v.Limiter().Rate()
+		return p.srv.view("a").Bandwidth.Rate()
 	}
 	lim := func(p *proxy) *bandwidth.Limiter {
 		p.srv.mu.Lock()
 		defer p.srv.mu.Unlock()
-		return p.srv.apps["a"].bw.v.Limiter()
+		return p.srv.view("a").Bandwidth
 	}
 	first := lim(ps[0])
 	deadline := time.Now().Add(10 * time.Second)

@@ -72,7 +72,7 @@ func TestAppsShareTheBackendPool(t *testing.T) {
 	base := "upstream: {max_conns_per_backend: 2, max_idle_per_backend: 2}\n"
 	apps := fmt.Sprintf("apps:\n  a: {hosts: [a.test], backends: [%s]}\n  b: {hosts: [b.test], backends: [%s]}\n", be.addr(), be.addr())
 	p := startProxy(t, base+apps)
-	if n := p.srv.upstreams.Len(); n != 1 {
+	if n := p.srv.apps.Upstreams().Len(); n != 1 {
 		t.Fatalf("%d pools for two apps on one backend, want 1", n)
 	}
 	var wg sync.WaitGroup
@@ -106,7 +106,7 @@ func TestAppsShareTheBackendPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "idle connections closed", func() bool { return be.open.Load() == 0 })
-	if n := p.srv.upstreams.Len(); n != 1 {
+	if n := p.srv.apps.Upstreams().Len(); n != 1 {
 		t.Fatalf("%d pools after the reload, want 1", n)
 	}
 	readAll(t, p.get("a.test", "/"))
@@ -114,14 +114,14 @@ func TestAppsShareTheBackendPool(t *testing.T) {
 	if err := p.srv.Reload(mustParse(t, "upstream: {max_conns_per_backend: 3, max_idle_per_backend: 2}\n"+fmt.Sprintf("apps:\n  b: {hosts: [b.test], backends: [%s]}\n", be.addr()))); err != nil {
 		t.Fatal(err)
 	}
-	if n := p.srv.upstreams.Len(); n != 1 || be.open.Load() == 0 {
+	if n := p.srv.apps.Upstreams().Len(); n != 1 || be.open.Load() == 0 {
 		t.Fatalf("with one app left: %d pools, %d connections; want the pool and its idle connection kept", n, be.open.Load())
 	}
 	// The last goes: the pool is dropped and its idle connection closed.
 	if err := p.srv.Reload(mustParse(t, "upstream: {max_conns_per_backend: 3, max_idle_per_backend: 2}\n")); err != nil {
 		t.Fatal(err)
 	}
-	if n := p.srv.upstreams.Len(); n != 0 {
+	if n := p.srv.apps.Upstreams().Len(); n != 0 {
 		t.Fatalf("%d pools with no app left, want 0", n)
 	}
 	waitFor(t, "idle connections closed", func() bool { return be.open.Load() == 0 })
@@ -148,11 +148,11 @@ func TestReleasedStoredAppClosesTheSharedPool(t *testing.T) {
 	if _, err := s.lazy.Load(context.Background(), "h2.test", "/"); err != nil { // evicts h1, same backend
 		t.Fatal(err)
 	}
-	if n := s.upstreams.Len(); n != 1 || be.open.Load() != 1 {
+	if n := s.apps.Upstreams().Len(); n != 1 || be.open.Load() != 1 {
 		t.Fatalf("h2 on the same backend: %d pools, %d connections; want the pool kept", n, be.open.Load())
 	}
 	s.lazy.Close() // releases h2, the last app on the backend
-	if n := s.upstreams.Len(); n != 0 {
+	if n := s.apps.Upstreams().Len(); n != 0 {
 		t.Fatalf("%d pools after the last app was released, want 0", n)
 	}
 	waitFor(t, "idle connections closed", func() bool { return be.open.Load() == 0 })

@@ -77,7 +77,7 @@ type exchange interface {
 	// request (tracing.go).
 	traceState() *trace.Request
 	incomingTrace() trace.Incoming
-	describe(sp *trace.Span) spanView
+	describe(sp *trace.Span) trace.HTTPServer
 }
 
 // serve is the request path, for both engines: route, shape, rate, admit,
@@ -186,9 +186,9 @@ var noRoute = limits.Refusal{Code: http.StatusNotFound, Reason: reply.NoRoute}
 func account[E exchange](s *Server, snap *snapshot, rt *route, e E, start time.Time) {
 	end := s.clk.Now()
 	code, took := e.status(), end.Sub(start)
-	rt.app.metrics.Observe(code, took.Seconds())
+	rt.app.Metrics.Observe(code, took.Seconds())
 	rejected := e.rejected()
-	rt.app.metrics.Live.Request(end)
+	rt.app.Metrics.Live.Request(end)
 	logged := snap.access.Take()
 	var bytes uint64
 	if rt.top != nil || logged {
@@ -202,11 +202,11 @@ func account[E exchange](s *Server, snap *snapshot, rt *route, e E, start time.T
 		reason = e.rejectReason()
 	}
 	if logged {
-		s.access.Write(observe.AccessRecord{Time: end, App: rt.app.name, Method: e.method(), Host: e.host(),
+		s.access.Write(observe.AccessRecord{Time: end, App: rt.app.Name, Method: e.method(), Host: e.host(),
 			Path: e.Path(), Status: code, Duration: took, Remote: e.remote(), Bytes: bytes, Reject: reason})
 	}
 	if rejected {
-		if l, ok := s.errlog.Take(slog.LevelDebug, observe.EventRefused, rt.app.name); ok {
+		if l, ok := s.errlog.Take(slog.LevelDebug, observe.EventRefused, rt.app.Name); ok {
 			if reason == "" {
 				reason = e.rejectReason()
 			}
@@ -238,11 +238,11 @@ func (s *Server) bodyRefusal(rt *route, sh *limits.PathShape, declared int64, go
 		if marks, ok := rt.Shadows(reply.Body); ok {
 			return limits.Refusal{Shadow: marks}, true
 		}
-		rt.app.metrics.Rejected(reply.Body)
+		rt.app.Metrics.Rejected(reply.Body)
 		return limits.Refusal{Code: http.StatusRequestEntityTooLarge, Reason: reply.Body, Reply: reply.BodyCutReply}, false
 	case errors.Is(err, netlimit.ErrTooSlow):
-		rt.app.metrics.Rejected(reply.MinRate)
-		if l, ok := s.errlog.Take(slog.LevelInfo, observe.EventClientTooSlow, rt.app.name); ok {
+		rt.app.Metrics.Rejected(reply.MinRate)
+		if l, ok := s.errlog.Take(slog.LevelInfo, observe.EventClientTooSlow, rt.app.Name); ok {
 			l.Log("direction", "request", "read", got, "remote", remote)
 		}
 		return limits.Refusal{Code: http.StatusRequestTimeout, Reason: reply.MinRate}, false
@@ -250,25 +250,6 @@ func (s *Server) bodyRefusal(rt *route, sh *limits.PathShape, declared int64, go
 		return limits.Refusal{Code: http.StatusBadRequest, Reason: reply.BadRequestBody}, false
 	}
 	return limits.Refusal{}, true
-}
-
-// The replies of the limits the server applies, in the one table with
-// forward's and shape's (package reply); each refusal is answered from it.
-func init() {
-	// The app's concurrency and rate limits register theirs in package
-	// limits (shared with the admission middleware).
-	for _, r := range admit.Reasons {
-		reply.Register(reply.Reply{Status: http.StatusServiceUnavailable, Reason: protect.Prefix + string(r)})
-	}
-	for _, r := range []admit.Reason{protect.ReasonRate, protect.ReasonShare} {
-		reply.Register(reply.Reply{Status: http.StatusServiceUnavailable, Reason: string(r)})
-	}
-	for _, r := range []string{netlimit.MaxConns, netlimit.ConnsPerIP} {
-		reply.Register(reply.Reply{Status: http.StatusServiceUnavailable, Reason: r, RetryAfter: time.Second})
-	}
-	for _, r := range []string{reasonCatalogBusy, reasonCatalogUnavailable} {
-		reply.Register(reply.Reply{Status: http.StatusServiceUnavailable, Reason: r})
-	}
 }
 
 // enter is the path between the body's read and forward: admission with
@@ -312,6 +293,6 @@ func (rt *route) refuseGuard(err error) limits.Refusal {
 	if !ok {
 		return limits.Refusal{}
 	}
-	rt.app.metrics.Rejected(string(rej.Reason))
+	rt.app.Metrics.Rejected(string(rej.Reason))
 	return limits.Refusal{Code: http.StatusServiceUnavailable, Reason: string(rej.Reason), RetryAfter: rej.RetryAfter}
 }

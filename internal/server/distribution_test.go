@@ -101,8 +101,8 @@ func TestImbalanceAlertRisesOnceAndClears(t *testing.T) {
 	}
 	send(200, "hot") // one key, one backend: imbalance 4
 	clk.Advance(10 * time.Second)
-	p.srv.checkDistribution(clk.Now())
-	p.srv.checkDistribution(clk.Now())
+	p.srv.apps.CheckDistribution(clk.Now())
+	p.srv.apps.CheckDistribution(clk.Now())
 	if got := p.metric("levee_backend_imbalance_alert", map[string]string{"app": "a"}); got != 1 {
 		t.Fatalf("levee_backend_imbalance_alert = %v after a hot key; want 1", got)
 	}
@@ -113,10 +113,10 @@ func TestImbalanceAlertRisesOnceAndClears(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.Advance(2 * time.Minute) // the hot minute leaves the window
-	p.srv.checkDistribution(clk.Now())
+	p.srv.apps.CheckDistribution(clk.Now())
 	send(400, "any")
 	clk.Advance(10 * time.Second)
-	p.srv.checkDistribution(clk.Now())
+	p.srv.apps.CheckDistribution(clk.Now())
 	if got := p.metric("levee_backend_imbalance_alert", map[string]string{"app": "a"}); got != 0 {
 		t.Fatalf("levee_backend_imbalance_alert = %v after even traffic; want 0", got)
 	}

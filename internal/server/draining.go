@@ -1,21 +1,17 @@
 package server
 
 import (
-	"net/http"
-	"time"
-
 	"github.com/leveeproxy/levee/internal/limits"
+	"github.com/leveeproxy/levee/internal/reply"
 )
 
-// reasonDraining refuses a request that was waiting for a slot (in the
+// drainingRefusal (reply.Draining) refuses a request that was waiting for a slot (in the
 // app's queue) when levee began to drain, on SIGTERM or once an upgrade
 // has handed over: the drain ends the wait. It is answered, 503 with
 // Retry-After and the connection closed (the engines close every
 // connection they answer while draining), rather than dropped without an
 // answer, so that the client retries, on the levee that serves now.
-const reasonDraining = "draining"
-
-var drainingRefusal = limits.Refusal{Code: http.StatusServiceUnavailable, Reason: reasonDraining, RetryAfter: time.Second}
+var drainingRefusal = limits.Refusal{Code: reply.For(reply.Draining).Status, Reason: reply.Draining}
 
 // unanswered is the refusal of a request whose wait ended without one
 // (ref.Code 0): none when its client left, drainingRefusal when the

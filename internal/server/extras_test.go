@@ -34,7 +34,7 @@ apps:
 		p.asyncGet("a.test", "/", results)
 	}
 	waitFor(t, "3 requests at the backend and 37 admitted waiting for a connection", func() bool {
-		return be.inflight.Load() == 3 && p.app("a").limiter.InFlight() == n
+		return be.inflight.Load() == 3 && p.app("a").Limiter.InFlight() == n
 	})
 	be.open()
 	for range n {

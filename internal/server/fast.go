@@ -14,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/leveeproxy/levee/internal/admit"
+	"github.com/leveeproxy/levee/internal/apps"
 	"github.com/leveeproxy/levee/internal/ascii"
 	"github.com/leveeproxy/levee/internal/clientkey"
 	"github.com/leveeproxy/levee/internal/config"
@@ -33,7 +34,7 @@ import (
 // through as sent. It calls the same core as ServeHTTP.
 func (s *Server) fastServer(cfg *config.Config) *fasthttp.Server {
 	sc := cfg.Server
-	readTimeout, rate := sc.ReadTimeout.D(), clientRate(sc)
+	readTimeout, rate := sc.ReadTimeout.D(), apps.MinRate(sc)
 	return &fasthttp.Server{
 		Handler:      s.serveFast,
 		ErrorHandler: s.fastParseError,
@@ -102,7 +103,7 @@ func (s *Server) fastParseError(ctx *fasthttp.RequestCtx, err error) {
 		fastreply.Write(ctx, framing.BadRequestReply, 0)
 	}
 	ctx.SetConnectionClose()
-	linger(ctx.Conn())
+	netlimit.Linger(ctx.Conn())
 }
 
 // serveFast is the request path on fasthttp (HTTP/1.x connections): the
@@ -112,7 +113,7 @@ func (s *Server) serveFast(ctx *fasthttp.RequestCtx) {
 	if r := framing.Fast(&ctx.Request); r != nil {
 		fastreply.Write(ctx, r, 0)
 		ctx.SetConnectionClose()
-		linger(ctx.Conn())
+		netlimit.Linger(ctx.Conn())
 		s.unrouted.Rejected(r.Reason)
 		s.unrouted.Observe(r.Status, 0)
 		return
@@ -121,7 +122,8 @@ func (s *Server) serveFast(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	e := fastExchanges.Get().(*fastExchange)
-	e.c, e.left, e.pc.c, e.pc.w = ctx, false, ctx, &s.peers
+	e.c, e.left = ctx, false
+	e.pc.Bind(ctx, &s.peers)
 	e.whole, e.paced.R, e.nItems = false, nil, 0
 	serve(s, e)
 	if ctx.Request.Header.ContentLength() == -1 && !e.chunk.done {
@@ -132,9 +134,9 @@ func (s *Server) serveFast(ctx *fasthttp.RequestCtx) {
 	}
 	if ctx.Response.ConnectionClose() {
 		// A refusal that closes leaves part of the request unread.
-		linger(ctx.Conn())
+		netlimit.Linger(ctx.Conn())
 	}
-	e.pc.finish()
+	e.pc.Finish()
 	e.body.Free()
 	e.c, e.paced, e.chunk = nil, netlimit.PacedReader{}, strictChunked{}
 	fastExchanges.Put(e)
@@ -144,7 +146,7 @@ func (s *Server) serveFast(ctx *fasthttp.RequestCtx) {
 type fastExchange struct {
 	c    *fasthttp.RequestCtx
 	left bool // gone: no one to answer
-	pc   peerCtx
+	pc   netlimit.PeerCtx
 	// ip holds the peer's address written out, for TopKey's view.
 	ip [net.IPv6len * 4]byte
 	// The request body as readBody left it: read ahead (body), whole or
@@ -191,7 +193,7 @@ func (e *fastExchange) TopKey(k clientkey.Source) string {
 }
 
 // ctx ends when the server shuts down or, once a step waits on it, when
-// the client closes its connection (see peerCtx).
+// the client closes its connection (see netlimit.PeerCtx).
 func (e *fastExchange) ctx() context.Context { return &e.pc }
 
 func (e *fastExchange) refuse(ref limits.Refusal) { refuseFast(e.c, &ref) }
@@ -238,7 +240,7 @@ func (e *fastExchange) readAhead() ([]byte, bool) { return e.body.Bytes(), e.who
 
 func (e *fastExchange) forward(rt *route, sh *limits.PathShape, slot admit.Releaser, out toBackend) {
 	// Admitted: nothing waits on ctx any more, so the client is not watched.
-	e.pc.pause()
+	e.pc.Pause()
 	// What streams from here holds the slot: it is timed afresh, so the
 	// bytes read ahead bank no time for it.
 	e.paced.Start, e.paced.N = time.Now(), 0
@@ -300,19 +302,19 @@ func (e *fastExchange) incomingTrace() trace.Incoming {
 	return *in
 }
 
-func (e *fastExchange) describe(sp *trace.Span) spanView {
+func (e *fastExchange) describe(sp *trace.Span) trace.HTTPServer {
 	h := &e.c.Request.Header
-	v := spanView{method: b2s(h.Method()), path: b2s(e.c.Path()), scheme: "http", host: b2s(h.Host()),
-		proto: "1.0", userAgent: b2s(h.UserAgent()),
-		reject: b2s(e.c.Response.Header.Peek(reply.Reject)), levErr: b2s(e.c.Response.Header.Peek(reply.Error))}
+	v := trace.HTTPServer{Method: b2s(h.Method()), Path: b2s(e.c.Path()), Scheme: "http", Host: b2s(h.Host()),
+		Proto: "1.0", UserAgent: b2s(h.UserAgent()),
+		Reject: b2s(e.c.Response.Header.Peek(reply.Reject)), Error: b2s(e.c.Response.Header.Peek(reply.Error))}
 	if e.c.IsTLS() {
-		v.scheme = "https"
+		v.Scheme = "https"
 	}
 	if h.IsHTTP11() {
-		v.proto = "1.1"
+		v.Proto = "1.1"
 	}
 	if ip, ok := netip.AddrFromSlice(e.c.RemoteIP()); ok {
-		v.client = b2s(ip.Unmap().AppendTo(e.ip[:0]))
+		v.Client = b2s(ip.Unmap().AppendTo(e.ip[:0]))
 	}
 	if !e.tr.DropTracestate() {
 		for k, val := range h.All() {

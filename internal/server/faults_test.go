@@ -146,7 +146,7 @@ func faultProxy(t *testing.T, be *rawBackend, timeout time.Duration) *proxy {
 // and the next request served, on a fresh backend connection when fresh.
 func nextServed(t *testing.T, p *proxy, be *rawBackend, fresh bool) {
 	t.Helper()
-	waitFor(t, "the app's slot given back", func() bool { return p.app("photos").limiter.InFlight() == 0 })
+	waitFor(t, "the app's slot given back", func() bool { return p.app("photos").Limiter.InFlight() == 0 })
 	dialed := be.accepted.Load()
 	resp := p.get("photos.test", "/next")
 	if body := readAll(t, resp); resp.StatusCode != http.StatusOK || body != "ok" {
@@ -415,7 +415,7 @@ func TestFaultRedisStalls(t *testing.T) {
 	r := redistest.Start(t)
 	ps, clk := clusterProxiesTimeout(t, r, 2, fmt.Sprintf("{rate: 100/s, burst: %d}", burst), timeout)
 	untilFake(t, clk, "both servers counting two live", func() bool {
-		return ps[0].srv.cluster.Live() == 2 && ps[1].srv.cluster.Live() == 2
+		return ps[0].srv.apps.Cluster().Live() == 2 && ps[1].srv.apps.Cluster().Live() == 2
 	})
 	for _, p := range ps {
 		if n, _ := offer(t, p, 2, guard); n != 2 {
@@ -472,7 +472,7 @@ func TestFaultRedisKilledUnderLoad(t *testing.T) {
 	r := redistest.Start(t)
 	ps, clk := clusterProxiesTimeout(t, r, 2, "{rate: 100/s, burst: 20}", timeout)
 	untilFake(t, clk, "both servers counting two live", func() bool {
-		return ps[0].srv.cluster.Live() == 2 && ps[1].srv.cluster.Live() == 2
+		return ps[0].srv.apps.Cluster().Live() == 2 && ps[1].srv.apps.Cluster().Live() == 2
 	})
 
 	// counts are the answers of a phase: [0] 200, [1] 429.

@@ -43,7 +43,7 @@ func watchers() int {
 	for {
 		n := runtime.Stack(buf, true)
 		if n < len(buf) {
-			return bytes.Count(buf[:n], []byte(".(*peerWatch).loop("))
+			return bytes.Count(buf[:n], []byte("netlimit.(*PeerWatch).loop("))
 		}
 		buf = make([]byte, 2*len(buf))
 	}
@@ -96,7 +96,7 @@ apps:
 			stayer := dialRequest(t, addr, "GET /stays HTTP/1.1\r\nHost: a.test\r\n\r\n")
 			waitFor(t, "a second request to queue behind it", func() bool { return queued() == 2 })
 			// Both watched, by one goroutine: a queue costs none per request.
-			waitFor(t, "both watched", func() bool { return p.srv.peers.listed() == 2 })
+			waitFor(t, "both watched", func() bool { return p.srv.peers.Watched() == 2 })
 			if n := watchers(); n != 1 {
 				t.Fatalf("%d goroutines watch the two waiting requests; want 1", n)
 			}
@@ -198,7 +198,7 @@ apps:
 	waitFor(t, "a 499 to be counted", func() bool {
 		return p.metric("levee_requests_total", map[string]string{"app": "a", "code": "499"}) == 1
 	})
-	if got := p.app("a").limiter.InFlight(); got != 1 {
+	if got := p.app("a").Limiter.InFlight(); got != 1 {
 		t.Fatalf("app slots held: %d; want 1 (the leaver gave its back)", got)
 	}
 	be.open()
@@ -346,7 +346,7 @@ func admitAtOnce(t *testing.T, limits string) float64 {
 	}
 	ctx, _ := fastCtxOn(t, "a.test")
 	e := &fastExchange{c: ctx}
-	e.pc.c, e.pc.w = ctx, &s.peers
+	e.pc.Bind(ctx, &s.peers)
 	now := time.Now()
 	allocs := testing.AllocsPerRun(100, func() {
 		slot, _, ok := s.enter(e.ctx(), rt, "/", "", now, nil)
@@ -355,10 +355,10 @@ func admitAtOnce(t *testing.T, limits string) float64 {
 		}
 		slot.Release()
 	})
-	if e.pc.watched.Load() || s.peers.listed() != 0 || watchers() != 0 {
+	if s.peers.Watched() != 0 || watchers() != 0 {
 		t.Fatal("a request that did not wait had its client watched")
 	}
-	e.pc.finish()
+	e.pc.Finish()
 	return allocs
 }
 
@@ -375,7 +375,7 @@ apps:
     limits: {concurrency: 1, queue: {max_len: 4, max_wait: 1m, target: 1m}}
 `, be.addr()))
 	a := p.app("a")
-	if err := a.limiter.Acquire(t.Context()); err != nil { // the only slot
+	if err := a.Limiter.Acquire(t.Context()); err != nil { // the only slot
 		t.Fatal(err)
 	}
 	ctx, _ := fastCtxOn(t, "a.test")
@@ -385,11 +385,11 @@ apps:
 		p.srv.serveFast(ctx)
 	}()
 	waitFor(t, "the request to queue, watched", func() bool {
-		return a.limiter.Queued() == 1 && p.srv.peers.listed() == 1 && watchers() == 1
+		return a.Limiter.Queued() == 1 && p.srv.peers.Watched() == 1 && watchers() == 1
 	})
-	a.limiter.Release()
+	a.Limiter.Release()
 	waitFor(t, "the request at the backend", func() bool { return be.inflight.Load() == 1 })
-	if n := p.srv.peers.listed(); n != 0 {
+	if n := p.srv.peers.Watched(); n != 0 {
 		t.Fatalf("%d requests watched while the only one is at the backend; want 0", n)
 	}
 	noWatchers(t) // the loop ends with nothing to watch
@@ -398,11 +398,4 @@ apps:
 	if code := ctx.Response.StatusCode(); code != http.StatusOK {
 		t.Fatalf("status %d; want 200", code)
 	}
-}
-
-// listed is how many requests w watches.
-func (w *peerWatch) listed() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.peers)
 }

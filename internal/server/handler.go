@@ -184,15 +184,15 @@ func (e *httpExchange) incomingTrace() (in trace.Incoming) {
 	return in
 }
 
-func (e *httpExchange) describe(sp *trace.Span) spanView {
+func (e *httpExchange) describe(sp *trace.Span) trace.HTTPServer {
 	r, h := e.R, e.rec.Header()
-	v := spanView{method: r.Method, path: r.URL.Path, scheme: "http", host: r.Host, proto: "2",
-		client: clientkey.PeerIP(r), userAgent: r.UserAgent(), reject: h.Get(reply.Reject), levErr: h.Get(reply.Error)}
+	v := trace.HTTPServer{Method: r.Method, Path: r.URL.Path, Scheme: "http", Host: r.Host, Proto: "2",
+		Client: clientkey.PeerIP(r), UserAgent: r.UserAgent(), Reject: h.Get(reply.Reject), Error: h.Get(reply.Error)}
 	if r.TLS != nil {
-		v.scheme = "https"
+		v.Scheme = "https"
 	}
 	if r.ProtoMajor == 1 {
-		v.proto = "1." + strconv.Itoa(r.ProtoMinor)
+		v.Proto = "1." + strconv.Itoa(r.ProtoMinor)
 	}
 	if !e.tr.DropTracestate() { // what the backend got (see forward)
 		for _, s := range r.Header["Tracestate"] {

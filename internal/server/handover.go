@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/leveeproxy/levee/internal/bandwidth"
 	"github.com/leveeproxy/levee/internal/limitsconf"
 	"github.com/leveeproxy/levee/internal/ratelimit"
 	"github.com/leveeproxy/levee/internal/topk"
@@ -54,23 +53,20 @@ type rateState struct {
 func (s *Server) ExportState() []byte {
 	now := s.clk.Now()
 	st := handoverState{Version: StateVersion, Apps: map[string]appState{}, InFlight: s.inFlight()}
-	s.mu.Lock()
-	for name, a := range s.apps {
+	for name, a := range s.apps.Handovers() {
 		var as appState
-		app, client := a.rates.Local()
-		as.Rate, as.Clients = exportRate(app, now), exportRate(client, now)
-		if bw := a.bandwidth(); bw != nil {
-			as.Bandwidth = new(bw.Ahead(now))
+		as.Rate, as.Clients = exportRate(a.AppRates, now), exportRate(a.ClientRates, now)
+		if a.Bandwidth != nil {
+			as.Bandwidth = new(a.Bandwidth.Ahead(now))
 		}
-		if a.adaptive != nil {
-			if n, base, ok := a.adaptive.Learnt(); ok {
+		if a.Adaptive != nil {
+			if n, base, ok := a.Adaptive.Learnt(); ok {
 				as.Adaptive = &learnt{Limit: n, Baseline: base}
 			}
 		}
-		as.Top = a.top.v.Snapshot(now)
+		as.Top = a.Top.Snapshot(now)
 		st.Apps[name] = as
 	}
-	s.mu.Unlock()
 	return encode(st)
 }
 
@@ -102,21 +98,21 @@ func (s *Server) ImportState(b []byte) error {
 		s.startEmpty(now)
 		return fmt.Errorf("server: the handed-over state is unreadable (%w): every rate bucket starts empty", err)
 	}
+	all := s.apps.Handovers()
 	for name, as := range st.Apps {
-		a := s.apps[name]
-		if a == nil {
+		a, ok := all[name]
+		if !ok {
 			continue
 		}
-		app, client := a.rates.Local()
-		importRate(app, as.Rate, now)
-		importRate(client, as.Clients, now)
-		if bw := a.bandwidth(); bw != nil && as.Bandwidth != nil {
-			bw.Resume(now, *as.Bandwidth)
+		importRate(a.AppRates, as.Rate, now)
+		importRate(a.ClientRates, as.Clients, now)
+		if a.Bandwidth != nil && as.Bandwidth != nil {
+			a.Bandwidth.Resume(now, *as.Bandwidth)
 		}
-		if a.adaptive != nil && as.Adaptive != nil {
-			a.adaptive.Resume(as.Adaptive.Limit, as.Adaptive.Baseline)
+		if a.Adaptive != nil && as.Adaptive != nil {
+			a.Adaptive.Resume(as.Adaptive.Limit, as.Adaptive.Baseline)
 		}
-		a.top.v.Restore(now, as.Top)
+		a.Top.Restore(now, as.Top)
 	}
 	s.holdLocked(st.InFlight)
 	return nil
@@ -131,28 +127,19 @@ func importRate(st *ratelimit.LocalStore, rs *rateState, now time.Time) {
 // startEmpty makes every app's and client's rate bucket start empty at
 // now: the whole burst spent. Callers hold s.mu.
 func (s *Server) startEmpty(now time.Time) {
-	for name, a := range s.apps {
-		ac := s.appConfig(name)
+	for _, a := range s.apps.Handovers() {
+		ac := a.Config
 		if ac == nil {
 			continue
 		}
-		app, client := a.rates.Local()
-		if app != nil {
-			app.StartEmpty(now, depth(limitsconf.GCRA(ac.Limits.Rate, ac.Limits.Burst)))
+		if a.AppRates != nil {
+			a.AppRates.StartEmpty(now, depth(limitsconf.GCRA(ac.Limits.Rate, ac.Limits.Burst)))
 		}
-		if client != nil {
-			client.StartEmpty(now, depth(limitsconf.GCRA(ac.Limits.Client.Rate, ac.Limits.Client.Burst)))
+		if a.ClientRates != nil {
+			a.ClientRates.StartEmpty(now, depth(limitsconf.GCRA(ac.Limits.Client.Rate, ac.Limits.Client.Burst)))
 		}
-		a.bandwidth().StartEmpty(now)
+		a.Bandwidth.StartEmpty(now)
 	}
-}
-
-// bandwidth is the app's bandwidth limiter; nil when off.
-func (a *app) bandwidth() *bandwidth.Limiter {
-	if a.bw.v == nil {
-		return nil
-	}
-	return a.bw.v.Limiter()
 }
 
 // depth is how long an empty bucket of lim takes to fill.

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leveeproxy/levee/internal/apps"
 	"github.com/leveeproxy/levee/internal/clock"
 	"github.com/leveeproxy/levee/internal/limits"
 	"github.com/leveeproxy/levee/internal/limitsconf"
@@ -28,7 +29,8 @@ func newHandoverServer(t *testing.T, clk clock.Clock) *Server {
 // remaining is how many requests the app's bucket (or client's) admits now.
 func remaining(t *testing.T, s *Server, client string, now time.Time) (app, cl int) {
 	t.Helper()
-	a, c := s.apps["a"].rates.Local()
+	h := s.handover("a")
+	a, c := h.AppRates, h.ClientRates
 	ac := s.cfg.Apps["a"]
 	app = a.AllowAt(limits.AppKey, limitsconf.GCRA(ac.Limits.Rate, ac.Limits.Burst), now, 0).Remaining
 	cl = c.AllowAt(client, limitsconf.GCRA(ac.Limits.Client.Rate, ac.Limits.Client.Burst), now, 0).Remaining
@@ -40,15 +42,16 @@ func remaining(t *testing.T, s *Server, client string, now time.Time) (app, cl i
 func TestStateHandover(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
 	old, next := newHandoverServer(t, clk), newHandoverServer(t, clk)
-	a, c := old.apps["a"].rates.Local()
+	h := old.handover("a")
+	a, c := h.AppRates, h.ClientRates
 	ac := old.cfg.Apps["a"]
 	for range 4 {
 		a.AllowAt(limits.AppKey, limitsconf.GCRA(ac.Limits.Rate, ac.Limits.Burst), clk.Now(), 1)
 	}
 	c.AllowAt("client-1", limitsconf.GCRA(ac.Limits.Client.Rate, ac.Limits.Client.Burst), clk.Now(), 1)
-	old.apps["a"].limiter.Hold(2) // two requests in flight,
-	old.apps["a"].guard.v.Hold(1) // one of them at the backends
-	old.apps["a"].top.v.Observe("client-1", false, 100, 0, clk.Now())
+	old.handover("a").Limiter.Hold(2) // two requests in flight,
+	old.handover("a").Guard.Hold(1)   // one of them at the backends
+	old.handover("a").Top.Observe("client-1", false, 100, 0, clk.Now())
 
 	if err := next.ImportState(old.ExportState()); err != nil {
 		t.Fatal(err)
@@ -56,19 +59,19 @@ func TestStateHandover(t *testing.T) {
 	if app, cl := remaining(t, next, "client-1", clk.Now()); app != 1 || cl != 4 {
 		t.Errorf("after the handover the app's bucket has %d, client-1's %d; want 1 and 4", app, cl)
 	}
-	if got := next.apps["a"].limiter.InFlight(); got != 2 {
+	if got := next.handover("a").Limiter.InFlight(); got != 2 {
 		t.Errorf("new levee holds %d slots for the old one's requests, want 2", got)
 	}
-	if got := next.apps["a"].guard.v.InFlight(); got != 1 {
+	if got := next.handover("a").Guard.InFlight(); got != 1 {
 		t.Errorf("new levee holds %d backend slots for the old one's requests, want 1", got)
 	}
-	if top := next.apps["a"].top.v.Top(clk.Now()); len(top.Requests) != 1 || top.Requests[0].Key != "client-1" {
+	if top := next.handover("a").Top.Top(clk.Now()); len(top.Requests) != 1 || top.Requests[0].Key != "client-1" {
 		t.Errorf("new levee's top clients: %+v, want client-1 carried over", top)
 	}
 	// The old one admits one more, and one of its two finishes.
 	rep := old.Report()
 	a.AllowAt(limits.AppKey, limitsconf.GCRA(ac.Limits.Rate, ac.Limits.Burst), clk.Now(), 1)
-	old.apps["a"].limiter.Release()
+	old.handover("a").Limiter.Release()
 	if err := next.ApplyReport(rep.Take()); err != nil {
 		t.Fatal(err)
 	}
@@ -76,14 +79,14 @@ func TestStateHandover(t *testing.T) {
 	if app, _ := remaining(t, next, "client-1", clk.Now()); app != 0 {
 		t.Errorf("after the report the app's bucket has %d, want 0 (the old one's admission charged)", app)
 	}
-	if got := next.apps["a"].limiter.InFlight(); got != 1 {
+	if got := next.handover("a").Limiter.InFlight(); got != 1 {
 		t.Errorf("new levee holds %d slots after the report, want 1", got)
 	}
-	if got := next.apps["a"].guard.v.InFlight(); got != 1 {
+	if got := next.handover("a").Guard.InFlight(); got != 1 {
 		t.Errorf("new levee holds %d backend slots after the report, want 1", got)
 	}
 	next.ReleaseHeld()
-	if got := next.apps["a"].limiter.InFlight() + next.apps["a"].guard.v.InFlight(); got != 0 {
+	if got := next.handover("a").Limiter.InFlight() + next.handover("a").Guard.InFlight(); got != 0 {
 		t.Errorf("new levee holds %d slots after the old one exited, want 0", got)
 	}
 }
@@ -133,36 +136,36 @@ func TestBandwidthAndAdaptiveHandover(t *testing.T) {
 		return s
 	}
 	old, next := newServer(), newServer()
-	ob := old.apps["b"]
-	ob.adaptive.Resume(37, 5*time.Millisecond) // as if learnt
+	ob := old.handover("b")
+	ob.Adaptive.Resume(37, 5*time.Millisecond) // as if learnt
 	for range 4 {
-		if _, err := ob.bandwidth().ReserveAt(clk.Now(), ob.bandwidth().Chunk()); err != nil {
+		if _, err := ob.Bandwidth.ReserveAt(clk.Now(), ob.Bandwidth.Chunk()); err != nil {
 			t.Fatal(err)
 		}
 	}
-	ahead := ob.bandwidth().Ahead(clk.Now())
+	ahead := ob.Bandwidth.Ahead(clk.Now())
 	if err := next.ImportState(old.ExportState()); err != nil {
 		t.Fatal(err)
 	}
-	nb := next.apps["b"]
-	if n, base, ok := nb.adaptive.Learnt(); !ok || n != 37 || base != 5*time.Millisecond {
+	nb := next.handover("b")
+	if n, base, ok := nb.Adaptive.Learnt(); !ok || n != 37 || base != 5*time.Millisecond {
 		t.Errorf("adaptive limit after the handover: %d %v %v, want 37 5ms", n, base, ok)
 	}
-	if got := nb.limiter.Limits().Concurrency; got != 37 {
+	if got := nb.Limiter.Limits().Concurrency; got != 37 {
 		t.Errorf("concurrency in force %d, want the learnt 37", got)
 	}
-	if got := nb.bandwidth().Ahead(clk.Now()); got != ahead || ahead <= 0 {
+	if got := nb.Bandwidth.Ahead(clk.Now()); got != ahead || ahead <= 0 {
 		t.Errorf("bandwidth bucket ahead by %v after the handover, want the old one's %v", got, ahead)
 	}
 	rep := old.Report()
-	if _, err := ob.bandwidth().ReserveAt(clk.Now(), ob.bandwidth().Chunk()); err != nil {
+	if _, err := ob.Bandwidth.ReserveAt(clk.Now(), ob.Bandwidth.Chunk()); err != nil {
 		t.Fatal(err)
 	}
 	if err := next.ApplyReport(rep.Take()); err != nil {
 		t.Fatal(err)
 	}
 	rep.Stop()
-	if got, want := nb.bandwidth().Ahead(clk.Now()), ob.bandwidth().Ahead(clk.Now()); got != want {
+	if got, want := nb.Bandwidth.Ahead(clk.Now()), ob.Bandwidth.Ahead(clk.Now()); got != want {
 		t.Errorf("bandwidth bucket ahead by %v after the report, want the old one's %v", got, want)
 	}
 
@@ -170,7 +173,10 @@ func TestBandwidthAndAdaptiveHandover(t *testing.T) {
 	if err := empty.ImportState([]byte("not gob")); err == nil {
 		t.Fatal("an unreadable state was taken")
 	}
-	if got := empty.apps["b"].bandwidth().Ahead(clk.Now()); got <= 0 {
+	if got := empty.handover("b").Bandwidth.Ahead(clk.Now()); got <= 0 {
 		t.Errorf("bandwidth bucket ahead by %v after an unreadable state, want its whole burst spent", got)
 	}
 }
+
+// handover is app name's components, as the handover reads them.
+func (s *Server) handover(name string) apps.Handover { return s.apps.Handovers()[name] }

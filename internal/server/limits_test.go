@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leveeproxy/levee/internal/apps"
 	"github.com/leveeproxy/levee/internal/clock"
 	"github.com/leveeproxy/levee/internal/leaktest"
 	"github.com/leveeproxy/levee/internal/netlimit"
@@ -77,10 +78,13 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	leaktest.WaitFor(t, leaktest.Wait, what, cond)
 }
 
-func (p *proxy) app(name string) *app {
-	p.srv.mu.Lock()
-	defer p.srv.mu.Unlock()
-	return p.srv.apps[name]
+// app is app name's state as last composed (nil: not serving).
+func (p *proxy) app(name string) *apps.View { return p.srv.view(name) }
+
+// view is app name's state as last composed (nil: not serving).
+func (s *Server) view(name string) *apps.View {
+	v, _ := s.apps.Views().Get(name)
+	return v
 }
 
 // asyncGet sends a GET in the background and delivers the status (or 0 on error).
@@ -115,7 +119,7 @@ apps:
 	}
 	a := p.app("a")
 	waitFor(t, "4 requests at the backend and 56 queued", func() bool {
-		return be.inflight.Load() == 4 && a.limiter.Queued() == n-4
+		return be.inflight.Load() == 4 && a.Limiter.Queued() == n-4
 	})
 	be.open()
 	for range n {
@@ -126,15 +130,15 @@ apps:
 	if got := be.peak.Load(); got != 4 {
 		t.Fatalf("backend saw a peak of %d concurrent requests; want exactly the limit, 4", got)
 	}
-	if a.limiter.InFlight() != 0 || a.limiter.Queued() != 0 {
-		t.Fatalf("after the burst: inflight %d queued %d; want 0 0", a.limiter.InFlight(), a.limiter.Queued())
+	if a.Limiter.InFlight() != 0 || a.Limiter.Queued() != 0 {
+		t.Fatalf("after the burst: inflight %d queued %d; want 0 0", a.Limiter.InFlight(), a.Limiter.Queued())
 	}
 }
 
 func TestDefaultLimitsApplyWithoutConfig(t *testing.T) {
 	be := newGatedBackend(t)
 	p := startProxy(t, fmt.Sprintf("apps:\n  a:\n    hosts: [a.test]\n    backends: [%s]\n", be.addr()))
-	lim := p.app("a").limiter.Limits()
+	lim := p.app("a").Limiter.Limits()
 	if lim.Concurrency != 256 || lim.MaxLen != 1024 || lim.MaxWait != 50*time.Millisecond {
 		t.Fatalf("limits without config = %+v; want the documented defaults 256, 1024, 50ms", lim)
 	}
@@ -154,7 +158,7 @@ apps:
 		p.asyncGet("a.test", "/", results)
 	}
 	a := p.app("a")
-	waitFor(t, "2 at the backend, 3 queued", func() bool { return be.inflight.Load() == 2 && a.limiter.Queued() == 3 })
+	waitFor(t, "2 at the backend, 3 queued", func() bool { return be.inflight.Load() == 2 && a.Limiter.Queued() == 3 })
 	conns := be.conns.Load()
 
 	for range 20 {
@@ -393,8 +397,8 @@ apps:
 	if resp.StatusCode != http.StatusGatewayTimeout || resp.Header.Get("Levee-Error") != "backend-timeout" {
 		t.Fatalf("got %d %q; want 504 backend-timeout", resp.StatusCode, resp.Header.Get("Levee-Error"))
 	}
-	if a := p.app("a"); a.limiter.InFlight() != 0 {
-		t.Fatalf("slot not released after a timeout: inflight %d", a.limiter.InFlight())
+	if a := p.app("a"); a.Limiter.InFlight() != 0 {
+		t.Fatalf("slot not released after a timeout: inflight %d", a.Limiter.InFlight())
 	}
 }
 
@@ -423,7 +427,7 @@ apps:
 	p.asyncGet("a.test", "/", out)
 	waitFor(t, "the first request at the backend", func() bool { return be.inflight.Load() == 1 })
 	p.asyncGet("a.test", "/", out)
-	waitFor(t, "one waiter", func() bool { return p.app("a").limiter.Queued() == 1 })
+	waitFor(t, "one waiter", func() bool { return p.app("a").Limiter.Queued() == 1 })
 	if got := overloaded(); got != 0 {
 		t.Fatalf("levee_queue_overloaded = %v with a fresh queue, want 0", got)
 	}
@@ -434,7 +438,7 @@ apps:
 		t.Helper()
 		clk.Advance(at - clk.Now().Sub(time.Unix(1_800_000_000, 0)))
 		p.asyncGet("a.test", "/", out)
-		waitFor(t, fmt.Sprintf("%d waiters at %v", queued, at), func() bool { return p.app("a").limiter.Queued() == queued })
+		waitFor(t, fmt.Sprintf("%d waiters at %v", queued, at), func() bool { return p.app("a").Limiter.Queued() == queued })
 	}
 	arrive(6*time.Millisecond, 2)
 	arrive(12*time.Millisecond, 3)

@@ -25,7 +25,7 @@ apps:
 	p.asyncGet("a.test", "/", first)
 	waitFor(t, "the first request at the backend", func() bool { return be.inflight.Load() == 1 })
 	p.asyncGet("a.test", "/prefetch/img", prefetch)
-	waitFor(t, "the prefetch to queue", func() bool { return a.limiter.Queued() == 1 })
+	waitFor(t, "the prefetch to queue", func() bool { return a.Limiter.Queued() == 1 })
 	p.asyncGet("a.test", "/checkout", checkout)
 	r := <-prefetch
 	if r.StatusCode != http.StatusServiceUnavailable || r.Header.Get("Levee-Reject") != "shed" {
@@ -66,7 +66,7 @@ apps:
 	}
 	polite := make(chan *http.Response, 1)
 	p.asyncGetAs("polite", polite)
-	waitFor(t, "the polite client to queue", func() bool { return p.app("a").limiter.Queued() == 1 })
+	waitFor(t, "the polite client to queue", func() bool { return p.app("a").Limiter.Queued() == 1 })
 	be.open()
 	if r := <-polite; r.StatusCode != 200 {
 		t.Fatalf("client within its share: %d; want 200", r.StatusCode)

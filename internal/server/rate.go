@@ -4,14 +4,7 @@ import "time"
 
 // sweepRates drops idle client state every interval until done; owned by Serve.
 func (s *Server) sweepRates(done <-chan struct{}, every time.Duration) {
-	s.every(done, every, func() {
-		now := s.clk.Now()
-		s.mu.Lock()
-		for _, a := range s.apps {
-			a.rates.Sweep(now)
-		}
-		s.mu.Unlock()
-	})
+	s.every(done, every, s.apps.Sweep)
 }
 
 // every calls fn every interval until done, on the server's clock: the

@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/leveeproxy/levee/internal/admit"
+	"github.com/leveeproxy/levee/internal/apps"
 	"github.com/leveeproxy/levee/internal/reply"
 
 	"github.com/leveeproxy/levee/internal/netlimit"
@@ -20,17 +21,17 @@ import (
 type refusalCase struct {
 	reason, limits string
 	status         int
-	hold           func(tb testing.TB, a *app) // takes what the refusal needs held
+	hold           func(tb testing.TB, a *apps.View) // takes what the refusal needs held
 	req            func(h *fasthttp.RequestHeader)
 }
 
 var refusalCases = []refusalCase{
 	{reason: "queue-full", limits: "limits: {concurrency: 1, queue: {max_len: 0, max_wait: 0s}}", status: 503,
-		hold: func(tb testing.TB, a *app) { mustAcquire(tb, a.limiter, admit.Ticket{}) }},
+		hold: func(tb testing.TB, a *apps.View) { mustAcquire(tb, a.Limiter, admit.Ticket{}) }},
 	{reason: "client-share", limits: "limits: {concurrency: 2, fair_share: true, queue: {max_len: 4, max_wait: 1s}}", status: 503,
-		hold: func(tb testing.TB, a *app) {
-			mustAcquire(tb, a.limiter, admit.Ticket{Client: "10.0.0.1"})
-			mustAcquire(tb, a.limiter, admit.Ticket{Client: "10.0.0.2"})
+		hold: func(tb testing.TB, a *apps.View) {
+			mustAcquire(tb, a.Limiter, admit.Ticket{Client: "10.0.0.1"})
+			mustAcquire(tb, a.Limiter, admit.Ticket{Client: "10.0.0.2"})
 			// No slot is free, and 10.0.0.1 holds its share (2 ÷ 2 clients).
 		}},
 	{reason: "body", limits: "limits: {body: 10}", status: 413,
@@ -46,8 +47,8 @@ var refusalCases = []refusalCase{
 	{reason: "header-bytes", limits: "limits: {header_bytes: 64}", status: 431,
 		req: func(h *fasthttp.RequestHeader) { h.Set("X-A", longValue) }},
 	{reason: "backend-client-share", limits: "backend_limits: {inflight: 1}", status: 503,
-		hold: func(tb testing.TB, a *app) {
-			if _, err := a.guard.v.Enter(tb.Context(), "10.0.0.1", time.Now()); err != nil {
+		hold: func(tb testing.TB, a *apps.View) {
+			if _, err := a.Guard.Enter(tb.Context(), "10.0.0.1", time.Now()); err != nil {
 				tb.Fatal(err)
 			}
 		}},
@@ -87,7 +88,7 @@ func refusalServer(tb testing.TB, rc refusalCase) (*Server, *fasthttp.RequestCtx
 	}
 	p := New(mustParse(tb, cfg), Options{})
 	if rc.hold != nil {
-		rc.hold(tb, p.apps["a"])
+		rc.hold(tb, p.view("a"))
 	}
 	ctx := new(fasthttp.RequestCtx)
 	// A connection as the listener makes them: the peer's address formatted once.

@@ -47,12 +47,9 @@ type Reporter struct {
 func (s *Server) Report() *Reporter {
 	r := &Reporter{s: s, wake: make(chan struct{}, 1), charges: map[string]appCharges{}}
 	r.bytes, _ = s.bandwidthSince(nil)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for name, a := range s.apps {
-		app, client := a.rates.Local()
-		r.observe(app, name, func(c *appCharges) *map[string]int { return &c.Rate })
-		r.observe(client, name, func(c *appCharges) *map[string]int { return &c.Clients })
+	for name, a := range s.apps.Handovers() {
+		r.observe(a.AppRates, name, func(c *appCharges) *map[string]int { return &c.Rate })
+		r.observe(a.ClientRates, name, func(c *appCharges) *map[string]int { return &c.Clients })
 	}
 	return r
 }
@@ -105,11 +102,9 @@ func (r *Reporter) Take() []byte {
 // bandwidthSince returns every bandwidth limiter's bytes granted so far,
 // and the growth since before (nil: none), by app.
 func (s *Server) bandwidthSince(before map[string]int64) (now, grown map[string]int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	now, grown = map[string]int64{}, map[string]int64{}
-	for name, a := range s.apps {
-		if bw := a.bandwidth(); bw != nil {
+	for name, a := range s.apps.Handovers() {
+		if bw := a.Bandwidth; bw != nil {
 			now[name] = bw.Stats().Bytes
 			if d := now[name] - before[name]; before != nil && d > 0 {
 				grown[name] = d
@@ -129,12 +124,13 @@ func (r *Reporter) Stop() {
 // inFlight is every app's requests in flight now, less those it holds
 // for the levee it took over from: its concurrency's and backend_limits'.
 func (s *Server) inFlight() map[string]slots {
+	all := s.apps.Handovers()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[string]slots, len(s.apps))
-	for name, a := range s.apps {
+	out := make(map[string]slots, len(all))
+	for name, a := range all {
 		h := s.held[name]
-		n := slots{App: a.limiter.InFlight(), Backend: a.guard.v.InFlight()}
+		n := slots{App: a.Limiter.InFlight(), Backend: a.Guard.InFlight()}
 		if h != nil {
 			n.App -= h.app.n
 			n.Backend -= h.guard.n
@@ -204,22 +200,23 @@ func (s *Server) ApplyReport(b []byte) error {
 		return fmt.Errorf("server: report: version %d, this levee reads %d", rep.Version, StateVersion)
 	}
 	now := s.clk.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	all := s.apps.Handovers()
 	for name, c := range rep.Charges {
-		a, ac := s.apps[name], s.appConfig(name)
-		if a == nil || ac == nil {
+		a, ok := all[name]
+		if !ok || a.Config == nil {
 			continue
 		}
-		app, client := a.rates.Local()
-		charge(app, c.Rate, limitsconf.GCRA(ac.Limits.Rate, ac.Limits.Burst), now)
-		charge(client, c.Clients, limitsconf.GCRA(ac.Limits.Client.Rate, ac.Limits.Client.Burst), now)
+		ac := a.Config
+		charge(a.AppRates, c.Rate, limitsconf.GCRA(ac.Limits.Rate, ac.Limits.Burst), now)
+		charge(a.ClientRates, c.Clients, limitsconf.GCRA(ac.Limits.Client.Rate, ac.Limits.Client.Burst), now)
 	}
 	for name, n := range rep.Bytes {
-		if a := s.apps[name]; a != nil {
-			a.bandwidth().Charge(now, n)
+		if a, ok := all[name]; ok {
+			a.Bandwidth.Charge(now, n)
 		}
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.holdLocked(rep.InFlight)
 	return nil
 }
@@ -247,25 +244,26 @@ func (s *Server) holdLocked(inflight map[string]slots) {
 	if s.held == nil {
 		s.held = map[string]*heldSlots{}
 	}
-	for name, a := range s.apps {
+	all := s.apps.Handovers()
+	for name, a := range all {
 		h := s.held[name]
 		if h == nil {
 			h = new(heldSlots)
 			s.held[name] = h
 		}
 		want := inflight[name]
-		h.app.set(a.limiter, want.App, (*admit.Limiter).Hold, func(l *admit.Limiter, n int) {
+		h.app.set(a.Limiter, want.App, (*admit.Limiter).Hold, func(l *admit.Limiter, n int) {
 			for range n {
 				l.Release()
 			}
 		})
-		h.guard.set(a.guard.v, want.Backend, (*protect.Guard).Hold, (*protect.Guard).Unhold)
+		h.guard.set(a.Guard, want.Backend, (*protect.Guard).Hold, (*protect.Guard).Unhold)
 		if h.app.n == 0 && h.guard.n == 0 {
 			delete(s.held, name)
 		}
 	}
 	for name := range s.held {
-		if s.apps[name] == nil {
+		if _, ok := all[name]; !ok {
 			delete(s.held, name) // its slots went with the app
 		}
 	}

@@ -104,13 +104,13 @@ func burstOf(t *testing.T, s *Server, host, client string, now time.Time) int {
 func (s *Server) concurrencyOf(name string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.apps[name].limiter.Limits().Concurrency
+	return s.view(name).Limiter.Limits().Concurrency
 }
 
 func (s *Server) guardStats(name string) protect.Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.apps[name].guard.v.Stats()
+	return s.view(name).Guard.Stats()
 }
 
 func gauge(t *testing.T, s *Server, name string, labels map[string]string) float64 {
@@ -149,7 +149,7 @@ func TestStrictScalesEveryLimit(t *testing.T) {
 		t.Errorf("strict app burst admitted %d, want 10%% of 20", admitted)
 	}
 	s.mu.Lock()
-	bw, bwLim := s.apps["a"].bw.v.Limiter().Rate(), s.apps["a"].bw.v.Limiter()
+	bw, bwLim := s.view("a").Bandwidth.Rate(), s.view("a").Bandwidth
 	s.mu.Unlock()
 	if bw != 100_000 || bwLim.Rate() != 100_000 {
 		t.Errorf("strict bandwidth = %d B/s (limiter %d), want 10%% of 1MB/s", bw, bwLim.Rate())
@@ -172,8 +172,8 @@ func TestStrictScalesEveryLimit(t *testing.T) {
 		t.Errorf("active client burst = %d, want 5", got)
 	}
 	s.mu.Lock()
-	bw = s.apps["a"].bw.v.Limiter().Rate()
-	sameLim := s.apps["a"].bw.v.Limiter() == bwLim
+	bw = s.view("a").Bandwidth.Rate()
+	sameLim := s.view("a").Bandwidth == bwLim
 	s.mu.Unlock()
 	if bw != 1_000_000 || bwLim.Rate() != 1_000_000 || !sameLim {
 		t.Errorf("active bandwidth = %d B/s (limiter %d, kept %v), want 1MB/s set in place", bw, bwLim.Rate(), sameLim)
@@ -306,9 +306,8 @@ func TestOverloadAndStrictCompose(t *testing.T) {
 	s, _ := newScaleServer(t, true, fs)
 	s.SetUnexpected(true)
 	s.overloadTick()
-	s.mu.Lock()
-	f := s.scale.LimitFactor()
-	s.mu.Unlock()
+	in := s.Instance()
+	f := in.StrictFactor * in.OverloadFactor
 	if math.Abs(f-0.055) > 1e-9 {
 		t.Errorf("limit factor %v, want 0.1 × 0.55", f)
 	}

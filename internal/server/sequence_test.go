@@ -50,8 +50,8 @@ func TestAdaptiveLimitSamplesFailures(t *testing.T) {
 		}
 	})
 	p := startProxy(t, photosApp(backend, "{concurrency: {adaptive: gradient, min: 4, max: 16}}", ""))
-	rec := &recordingAlg{Algorithm: p.app("photos").adaptive.Algorithm()}
-	p.app("photos").adaptive.SetAlgorithm(rec)
+	rec := &recordingAlg{Algorithm: p.app("photos").Adaptive.Algorithm()}
+	p.app("photos").Adaptive.SetAlgorithm(rec)
 	for _, path := range []string{"/ok", "/fail", "/ok", "/fail", "/fail"} {
 		readAll(t, p.get("photos.test", path))
 	}

@@ -16,25 +16,17 @@ import (
 	"time"
 
 	"github.com/leveeproxy/levee/internal/acme"
-	"github.com/leveeproxy/levee/internal/admit"
 	"github.com/leveeproxy/levee/internal/apps"
-	"github.com/leveeproxy/levee/internal/balance"
-	"github.com/leveeproxy/levee/internal/bandwidth"
 	"github.com/leveeproxy/levee/internal/catalog"
-	"github.com/leveeproxy/levee/internal/clientkey"
 	"github.com/leveeproxy/levee/internal/clock"
-	"github.com/leveeproxy/levee/internal/cluster"
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/forward"
-	"github.com/leveeproxy/levee/internal/health"
 	"github.com/leveeproxy/levee/internal/limits"
-	"github.com/leveeproxy/levee/internal/limitsconf"
 	"github.com/leveeproxy/levee/internal/membuf"
 	"github.com/leveeproxy/levee/internal/netlimit"
 	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/leveeproxy/levee/internal/overload"
 	"github.com/leveeproxy/levee/internal/protect"
-	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/spill"
 	"github.com/leveeproxy/levee/internal/topk"
 	"github.com/leveeproxy/levee/internal/trace"
@@ -49,8 +41,9 @@ type Options struct {
 	// Sampler reads the host for the overload monitor (overload.enabled);
 	// nil means the real host, read from the first enabled sample on.
 	Sampler overload.Sampler
-	// Catalog is the store of catalog.sqlite, opened by the caller (who
-	// closes it after Serve); nil when the config has no catalog.
+	// Catalog is the store of catalog.sqlite or catalog.postgres, opened
+	// by the caller (who closes it after Serve); nil when the config has
+	// no catalog.
 	Catalog catalog.Store
 	// AccessLog is where log.access lines go (a JSON handler: one object
 	// per line); nil: Logger's handler.
@@ -78,44 +71,28 @@ type Server struct {
 	access  *observe.AccessLog
 	// unrouted counts requests no app claims, under app="".
 	unrouted *observe.AppMetrics
-	// peers watches the clients of waiting fasthttp requests (peerCtx).
-	peers peerWatch
+	// peers watches the clients of waiting fasthttp requests (netlimit.PeerCtx).
+	peers netlimit.PeerWatch
 
 	// current is what the request path reads: one atomic load per request.
 	current atomic.Pointer[snapshot]
 
-	mu    sync.Mutex // serialises reloads; guards cfg, trust and apps
+	mu    sync.Mutex // serialises reloads; guards cfg and trust
 	cfg   *config.Config
 	trust forward.Trust
-	apps  map[string]*app // state that must outlive a reload, by app name
-	// upstreams are the connection pools by backend address, shared by
-	// the apps (each holds those of its backends: app.conns).
-	upstreams forward.Upstreams
-	shapes    limits.ShapeCache
+	// apps is the state of the apps that outlives reloads: composition,
+	// parking, the limit scale, the views the admin API reads.
+	apps *apps.Table
 
-	// lazy is the catalog (SQLite or PostgreSQL), looked up when the config file's apps
-	// miss (nil when off); fixed for the server's life.
+	// lazy is the catalog (SQLite or PostgreSQL), looked up when the
+	// config file's apps miss (nil when off); fixed for the server's life.
 	lazy         *catalog.Lazy[*route]
 	catalogRetry time.Duration
 	acme         *acme.Manager // nil when tls.acme is off
-	// parked holds the state of stored apps the catalog evicted, until
-	// their limits have settled (apps.Parked); guarded by mu.
-	parked apps.Parked[*app]
 
 	listen    func(network, address string) (net.Listener, error) // Options.Listen
 	listeners []*listener
 	serving   sync.WaitGroup
-
-	// scale is what every app's limits are multiplied by now (an
-	// unexpected instance's strict fraction, the overload factor);
-	// guarded by mu, but for its rate factor.
-	scale apps.Scale
-	// overload is the overload monitor, owned by the overload loop.
-	overload overloadWatch
-
-	// cluster shares rate limits through Redis; nil unless cluster mode is
-	// on. It is fixed for the server's life (cluster changes need a restart).
-	cluster *cluster.Cluster
 
 	// buffers is server.buffer_memory: every request and response buffer
 	// is charged to it.
@@ -123,27 +100,17 @@ type Server struct {
 	// spill is server.spill: every response held on disk is charged to it.
 	spill *spill.Budget
 
-	// bg is the context of the server's own background work (health
-	// checks); stopBg ends it at shutdown.
-	bg     context.Context
-	stopBg context.CancelFunc
-	// started: Serve has begun; health checkers run only from then on
-	// (New starts nothing). Guarded by mu.
-	started bool
 	// released: Close, or the end of Serve, has given back what New and
 	// Listen took.
 	released sync.Once
 
-	// views are the apps serving and the scale, as the admin API reads
-	// them (api.go), published by composeApp and the scale's changes.
-	views apps.Views
 	// tlsMetrics count the TLS listeners' certificate choices (certs.go).
 	tlsMetrics *tlsMetrics
 
 	// exporter sends the spans of traced requests; Serve runs it. refusals
 	// is the tracing.refusals_per_second bucket (guarded by mu).
 	exporter *trace.Exporter
-	refusals kept[int, *trace.RefusalLimiter]
+	refusals apps.Kept[int, *trace.RefusalLimiter]
 
 	// draining is set once Serve has begun its drain (draining.go).
 	draining atomic.Bool
@@ -165,54 +132,13 @@ type snapshot struct {
 	certs   certTable // the config file's hosts' certificates (certs.go)
 }
 
-// app is the state of one app that survives reloads: its concurrency limit
-// keeps counting requests admitted under the old config, so a reload can
-// never let more than the limit through; its connection pool stays warm.
-type app struct {
-	name    string
-	limiter *admit.Limiter
-	conf    admit.Limits // as configured; the limiter holds them scaled
-	metrics *observe.AppMetrics
-	// conns are the shared connection pools of the app's backends, in the
-	// order of its last composed route's (see Server.upstreams).
-	conns []*forward.Upstream
-	// backends is the balancer's backend state (in flight, latency, health),
-	// carried into the next config's pool so a reload does not forget it.
-	backends *balance.Set
-	adaptive *limits.Adaptive // nil for a static concurrency limit
-	// ejector takes failing backends out (nil when ejection is off);
-	// checker probes them (nil when health checks are off).
-	ejector kept[config.Ejection, *health.Ejector]
-	checker kept[config.Health, *health.Checker]
-	// window measures the backends' shares of requests; alert is whether
-	// the imbalance is over its threshold (guarded by Server.mu).
-	window *balance.Window
-	alert  *atomic.Bool // made with the app; read by the metrics and the API
-	// rates holds the app's rate limit state (the app's bucket and one per
-	// client, each made when its limit comes on), kept across reloads so a
-	// reload never hands out a fresh burst.
-	rates apps.Rates
-	// bw paces the app's bytes (nil when limits.bandwidth is off).
-	bw kept[config.Bandwidth, *apps.Paced]
-	// top counts the heaviest clients (nil when limits.client.top_k is 0).
-	top kept[int, *topk.ClientTop]
-	// guard enforces backend_limits (nil when off); a new one starts with
-	// nothing in flight and a full bucket.
-	guard kept[apps.GuardKey, *protect.Guard]
-	// stored is the config of an app loaded from the catalog (nil
-	// for an app of the config file); storedRefs counts the catalog's
-	// routes composed for it, the last of which releases it.
-	stored     *config.App
-	storedRefs int
-}
-
 // route is an app as composed for one config: every request path step in order.
 type route struct {
 	// Gate is the app's limits: shape, rate, body, concurrency and its
 	// queue, priorities, fair share, shadow (package limits, the one
 	// implementation the admission middleware applies too).
 	limits.Gate
-	app   *app
+	app   *apps.App
 	pool  *forward.Pool
 	top   *topk.ClientTop // the app's heavy hitters; nil when off
 	guard *protect.Guard  // backend_limits; nil when off
@@ -230,11 +156,6 @@ type bodyRead struct {
 	timeout time.Duration
 }
 
-// clientRate is server.min_rate.
-func clientRate(sc config.Server) netlimit.MinRate {
-	return netlimit.MinRate{Rate: int64(sc.MinRate), Grace: sc.MinRateGrace.D()}
-}
-
 // New returns a Server for cfg, which must have passed Validate.
 func New(cfg *config.Config, o Options) *Server {
 	if o.Logger == nil {
@@ -246,10 +167,7 @@ func New(cfg *config.Config, o Options) *Server {
 	if o.Listen == nil {
 		o.Listen = net.Listen
 	}
-	s := &Server{log: o.Logger, level: o.LogLevel, clk: o.Clock, listen: o.Listen, apps: map[string]*app{}}
-	s.bg, s.stopBg = context.WithCancel(context.Background())
-	s.scale.Init()
-	s.overload = overloadWatch{sampler: o.Sampler, mon: overload.NewMonitor()}
+	s := &Server{log: o.Logger, level: o.LogLevel, clk: o.Clock, listen: o.Listen}
 	s.metrics = observe.NewMetrics(s)
 	s.metrics.SetClock(s.clk)
 	s.tlsMetrics = newTLSMetrics(s.metrics.Registry)
@@ -266,18 +184,10 @@ func New(cfg *config.Config, o Options) *Server {
 	s.metrics.Buffers(s.buffers.Used, s.buffers.Max, s.buffers.Short)
 	s.spill = spill.NewBudget(cfg.Server.Spill.Dir, int64(cfg.Server.Spill.Budget))
 	s.metrics.Spill(s.spill, spill.Reasons[:])
-	s.upstreams.Unclean.Log = func(reason, addr string) {
-		if l, ok := s.errlog.Take(slog.LevelWarn, observe.EventBackendUnclean, ""); ok {
-			l.Log("reason", reason, "backend", addr)
-		}
-	}
-	s.metrics.BackendUnclean(forward.UncleanReasons[:], s.upstreams.Unclean.Count)
-	s.metrics.BackendConns(func(f func(string, observe.ConnCounts)) {
-		s.upstreams.Each(func(p *forward.Upstream) { f(p.Addr(), p.Counts()) })
-	})
 	s.exporter = trace.NewExporter(trace.ExporterOptions{})
 	s.metrics.TraceSpans(s.exporter.Stats)
-	s.cluster = s.newCluster(cfg.Cluster)
+	s.apps = apps.NewTable(apps.Options{Clock: s.clk, Logger: s.log, ErrorLog: s.errlog, Metrics: s.metrics,
+		Buffers: s.buffers, Spill: s.spill, Cluster: cfg.Cluster, Sampler: o.Sampler})
 	s.apply(cfg)
 	s.lazy = s.newLazyCatalog(o.Catalog, cfg.Catalog)
 	s.catalogRetry = cfg.Catalog.Loader.RetryAfter.D()
@@ -354,271 +264,42 @@ func (s *Server) applyLocked(cfg *config.Config) {
 	}
 	s.errlog.SetLimits(errorLimits(cfg.Log))
 	s.buffers.SetMax(int64(cfg.Server.BufferMemory))
-	s.scale.SetConfig(cfg)
+	s.apps.SetConfig(cfg)
 	trust := forward.NewTrust(cfg.Server.TrustedPrefixes())
 	s.trust = trust
 	entries := make([]catalog.Entry[*route], 0, len(cfg.Apps))
 	var retired []*forward.Upstream
 	for _, name := range cfg.AppNames() {
 		ac := cfg.Apps[name]
-		rt, old := s.composeApp(name, ac, cfg, trust)
+		rt, old := s.composeApp(name, ac, cfg, trust, false)
 		retired = append(retired, old...)
 		entries = append(entries, catalog.Entry[*route]{Hosts: ac.Hosts, Paths: ac.Paths, Value: rt})
 	}
 	s.current.Store(&snapshot{catalog: catalog.Build(entries), access: observe.NewAccessSample(cfg.Log.Access.Sample), trust: trust,
 		cfg: cfg, loaded: s.clk.Now(), tracer: s.applyTracing(cfg.Tracing), certs: newCertTable(cfg)})
-	s.publishScale()
-	for name, a := range s.apps {
-		if _, ok := cfg.Apps[name]; !ok && a.stored == nil {
-			retired = append(retired, s.retire(a, false)...)
-		}
-	}
+	retired = append(retired, s.apps.Applied()...)
 	// Pools no app uses any more close their idle connections now; those
 	// in use finish their requests.
-	s.releaseConns(retired)
+	s.apps.ReleaseConns(retired)
 	s.cfg = cfg
 }
 
-// composeApp builds the route of app name for cfg, creating or updating the
-// app's state that outlives reloads. It returns the connection pools the
-// app's previous route used, to be released (releaseConns) once the new
-// snapshot is published. Callers hold s.mu.
-func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, trust forward.Trust) (rt *route, retired []*forward.Upstream) {
-	a := s.apps[name]
-	if a == nil {
-		if a, _ = s.parked.Take(name, s.clk.Now(), (*app).forgetLimits); a != nil {
-			a.metrics = s.metrics.App(name) // forgotten when it was parked
-			s.apps[name] = a
-		}
-	}
-	if a != nil && a.stored != nil && cfg.Apps[name] == ac {
-		a.stored = nil // a file app now has the name of a stored one: the file wins
-	}
-	lim := limitsconf.AdmitLimits(ac.Limits)
-	if a == nil {
-		a = &app{name: name, limiter: admit.NewLimiter(lim, s.clk), metrics: s.metrics.App(name), alert: new(atomic.Bool)}
-		s.apps[name] = a
-	}
-	s.applyConcurrency(a, ac.Limits.Concurrency, lim)
-	// The new route takes the pools of its backends before the old one's
-	// are given back, so a pool both use stays open.
-	retired = a.dropConns()
-	a.conns = make([]*forward.Upstream, len(ac.Backends))
-	for i, b := range ac.Backends {
-		a.conns[i] = s.upstreams.AcquireLeg(b.Addr, cfg.Upstream, ac.Upstream)
-	}
-	s.applyEjection(a, ac.Ejection)
-	rt = &route{app: a, pool: forward.NewPool(forward.Options{
-		App: name, Backends: ac.Backends, Conns: a.conns, Trust: trust,
-		ErrorLog: s.errlog, Metrics: a.metrics, Upstream: cfg.Upstream,
-		OnReject: a.metrics.Rejected,
-		Balance:  ac.Balance, Prev: a.backends, Outcomes: a.outcomes(),
-		Bandwidth: s.applyBandwidth(a, ac.Limits.Bandwidth),
-		Retry:     ac.Retry, Clock: s.clk,
-		Buffers: s.buffers, ResponseBuffer: int64(ac.Limits.ResponseBuffer),
-		Spill: s.spill, ResponseSpill: int64(ac.Limits.ResponseSpill),
-		MinRate: clientRate(cfg.Server), WriteTimeout: cfg.Server.WriteTimeout.D(),
-	})}
-	rt.body = bodyRead{ahead: int64(ac.Limits.RequestBuffer), rate: clientRate(cfg.Server),
-		timeout: cfg.Server.ReadTimeout.D()}
-	rt.deadline = newDeadlineRule(ac)
-	a.backends = rt.pool.Set()
-	if a.ejector.v != nil {
-		a.ejector.v.Retain(a.backends)
-	}
-	s.applyHealth(a, ac.Health)
-	if a.window == nil {
-		a.window = balance.NewWindow(distributionWindow)
-		a.window.Observe(a.backends, s.clk.Now()) // the window's first mark: shares count from here
-	}
-	rt.Gate = limits.Gate{
-		AppRate:    limits.NewRule(name, reply.Rate, limitsconf.GCRA(ac.Limits.Rate, ac.Limits.Burst)),
-		ClientRate: limits.NewRule(name+"-client", reply.ClientRate, limitsconf.GCRA(ac.Limits.Client.Rate, ac.Limits.Client.Burst)),
-		RateFactor: s.scale.RateFactor(),
-		ClientKey:  clientkey.New(ac.Limits.Client.Key),
-		Classes:    limitsconf.Classifier(ac.Limits.Priority),
-		FairShare:  ac.Limits.FairShare,
-		Shapes:     limitsconf.Shapes(&s.shapes, ac.Limits),
-		Shadow:     limits.NewShadowSet(ac.Limits.Shadow),
-		Limiter:    a.limiter,
-		Adaptive:   a.adaptive,
-		Count:      a.metrics,
-		Clock:      s.clk,
-	}
-	a.rates.Apply(&rt.Gate, s.cluster, name, ac.Limits.Client.MaxKeys)
-	rt.guard = s.applyBackendLimits(a, ac.BackendLimits, lim)
-	rt.ReadClient = rt.guard != nil
-	rt.top = a.top.apply(ac.Limits.Client.TopK, topk.NewClientTop, nil)
-	rt.cert = newRouteCert(ac)
-	s.publish(a, ac, rt)
-	return rt, retired
+// composeApp builds the route of app name for cfg: the app's part is its
+// Table's (apps.Table.Compose), the engines' part (the body's read ahead,
+// the certificate) the server's. It returns the connection pools the
+// app's previous route used, to be released (apps.Table.ReleaseConns) once the new
+// snapshot is published.
+func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, trust forward.Trust, stored bool) (*route, []*forward.Upstream) {
+	c, retired := s.apps.Compose(name, ac, trust, stored)
+	return &route{Gate: c.Gate, app: c.App, pool: c.Pool, top: c.Top, guard: c.Guard, cert: newRouteCert(ac),
+		deadline: newDeadlineRule(ac),
+		body:     bodyRead{ahead: int64(ac.Limits.RequestBuffer), rate: apps.MinRate(cfg.Server), timeout: cfg.Server.ReadTimeout.D()}}, retired
 }
 
-// retire takes app a out of service, the one way an app is torn down: it
-// leaves the apps and the admin API, its health checks stop and its
-// metrics are forgotten; the connection pools it held are returned, for
-// the caller to release (releaseConns) once no new route uses them. A
-// parked app (a stored app the catalog evicted) keeps its limits' state
-// until they settle (apps.Parked); otherwise that state goes now. Requests
-// still on a route of a finish on it. Callers hold s.mu.
-func (s *Server) retire(a *app, park bool) []*forward.Upstream {
-	delete(s.apps, a.name)
-	s.views.Unpublish(a.name)
-	a.metrics.Forget()
-	a.checker.reset(stopChecker) // a recomposed app starts its checks again
-	if park {
-		s.parked.Park(a.name, a, apps.Settled(a.stored, s.clk.Now()), s.cfg.Catalog.Cache.MaxApps, (*app).forgetLimits)
-	} else {
-		a.forgetLimits()
-	}
-	return a.dropConns()
-}
-
-// forgetLimits drops the limits' state a's limiters keep outside this
-// process (the cluster's rate store and bandwidth share).
-func (a *app) forgetLimits() {
-	a.rates.Forget()
-	a.bw.reset((*apps.Paced).Forget)
-}
-
-// dropConns takes the app's connection pools away from it, for the caller
-// to release (releaseConns) once no new route uses them.
-func (a *app) dropConns() []*forward.Upstream {
-	out := a.conns
-	a.conns = nil
-	return out
-}
-
-// releaseConns gives back pools taken by composeApp: the last app to give
-// one back closes its idle connections.
-func (s *Server) releaseConns(conns []*forward.Upstream) {
-	for _, c := range conns {
-		s.upstreams.Release(c)
-	}
-}
-
-// applyBackendLimits returns the app's backend_limits guard (nil when off).
-func (s *Server) applyBackendLimits(a *app, cfg config.BackendLimits, wait admit.Limits) *protect.Guard {
-	return a.guard.apply(apps.GuardKey{Config: cfg, Wait: wait, Strict: s.scale.Strict()},
-		func(k apps.GuardKey) *protect.Guard { return apps.NewGuard(k, s.clk) }, nil)
-}
-
-// applyConcurrency sets an app's limiter: a static limit, or an adaptive
-// one that keeps what it learnt across reloads unless its bounds change.
-// The limiter gets the limits scaled by the server's factor now; a.conf
-// keeps them as configured for the next change of factor.
-func (s *Server) applyConcurrency(a *app, c config.Concurrency, lim admit.Limits) {
-	a.conf = lim
-	f := s.scale.LimitFactor()
-	if c.Adaptive != config.AdaptiveGradient {
-		a.adaptive = nil
-		a.limiter.SetLimits(apps.ScaleLimits(lim, f))
-		return
-	}
-	if a.adaptive != nil && a.adaptive.Config() == limitsconf.Gradient(c) {
-		a.adaptive.SetBase(lim, f)
-		return
-	}
-	a.adaptive = limits.NewAdaptive(limitsconf.Gradient(c), lim, a.limiter, f)
-}
-
-// applyBandwidth makes, keeps or drops an app's bandwidth limiter. A new
-// one is made only when limits.bandwidth changes; a new scale (the strict
-// fraction) changes its rate in place.
-func (s *Server) applyBandwidth(a *app, cfg config.Bandwidth) *bandwidth.Limiter {
-	p := a.bw.apply(cfg, func(cfg config.Bandwidth) *apps.Paced {
-		return apps.NewPaced(a.name, cfg, &s.scale, s.cluster, s.clk)
-	}, (*apps.Paced).Forget)
-	if p == nil {
-		return nil
-	}
-	p.SetRate(s.scale.BandwidthRate(int64(cfg.Rate)))
-	return p.Limiter()
-}
-
-// applyEjection makes, keeps or drops an app's outlier ejector.
-func (s *Server) applyEjection(a *app, cfg config.Ejection) {
-	a.ejector.apply(cfg, func(cfg config.Ejection) *health.Ejector {
-		return apps.NewEjector(cfg, s.log.With("app", a.name))
-	}, nil)
-}
-
-// outcomes is what the app's pool reports finished requests to.
-func (a *app) outcomes() forward.OutcomeObserver {
-	if a.ejector.v == nil {
-		return nil
-	}
-	return a.ejector.v
-}
-
-// applyHealth starts, updates or stops an app's active health checker.
-// Its goroutine belongs to the server and ends at shutdown.
-func (s *Server) applyHealth(a *app, cfg config.Health) {
-	c := a.checker.apply(cfg, func(cfg config.Health) *health.Checker { return s.newChecker(a, cfg) }, stopChecker)
-	if c != nil {
-		c.Update(a.backends)
-	}
-}
-
-// newChecker makes a's health checker (nil when checks are off), started
-// only once Serve has begun (else Serve starts it).
-func (s *Server) newChecker(a *app, cfg config.Health) *health.Checker {
-	c := apps.NewChecker(a.backends, cfg, s.clk, s.log.With("app", a.name))
-	if c != nil && s.started {
-		if err := c.Start(s.bg); err != nil { // a new checker: a broken invariant
-			panic(fmt.Sprintf("server: health: %v", err))
-		}
-	}
-	return c
-}
-
-// stopChecker ends a health checker's goroutine; nil does nothing.
-func stopChecker(c *health.Checker) {
-	if c != nil {
-		c.Stop()
-	}
-}
-
-// Distribution alerts: the imbalance of each app is evaluated every
-// distributionEvery over distributionWindow, once it has minAlertRequests.
-const (
-	distributionEvery  = 10 * time.Second
-	distributionWindow = time.Minute
-	minAlertRequests   = 100
-)
-
-// watchDistribution raises and clears each app's imbalance alert, logging
-// once per change, until done; owned by Serve.
+// watchDistribution raises and clears each app's imbalance alert until
+// done; owned by Serve.
 func (s *Server) watchDistribution(done <-chan struct{}) {
-	s.every(done, distributionEvery, func() { s.checkDistribution(s.clk.Now()) })
-}
-
-// checkDistribution evaluates every app's imbalance alert at now.
-func (s *Server) checkDistribution(now time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for name, a := range s.apps {
-		shares, imb := a.window.Observe(a.backends, now)
-		var n uint64
-		for _, sh := range shares {
-			n += sh.Requests
-		}
-		ac := s.appConfig(name)
-		if ac == nil {
-			continue
-		}
-		threshold := ac.Balance.ImbalanceAlert
-		alert := n >= minAlertRequests && imb > threshold
-		if alert == a.alert.Load() {
-			continue
-		}
-		a.alert.Store(alert)
-		if alert {
-			s.log.Warn("backend distribution is uneven", "app", name, "imbalance", imb, "threshold", threshold)
-		} else {
-			s.log.Info("backend distribution is even again", "app", name, "imbalance", imb, "threshold", threshold)
-		}
-	}
+	s.every(done, apps.DistributionEvery, func() { s.apps.CheckDistribution(s.clk.Now()) })
 }
 
 func parseLevel(s string) slog.Level {
@@ -680,14 +361,7 @@ func (s *Server) Addrs() []net.Addr {
 // returns, leaving it to the process's exit. Close releases the same
 // things for a Server whose Serve never ran. Serve runs at most once.
 func (s *Server) Serve(ctx context.Context) error {
-	s.mu.Lock()
-	s.started = true
-	for _, a := range s.apps {
-		if a.checker.v != nil {
-			a.checker.v.Start(s.bg) // never started: New and apply start none
-		}
-	}
-	s.mu.Unlock()
+	s.apps.StartChecks()
 	errc := make(chan error, len(s.listeners))
 	for _, l := range s.listeners {
 		s.serving.Go(func() {
@@ -703,8 +377,8 @@ func (s *Server) Serve(ctx context.Context) error {
 	background.Go(func() { s.watchDistribution(bgCtx.Done()) })
 	background.Go(func() { s.watchOverload(bgCtx.Done()) })
 	background.Go(func() { s.sweepLog(bgCtx.Done()) })
-	if s.cluster != nil {
-		background.Go(func() { s.cluster.Run(bgCtx) }) // the heartbeat
+	if c := s.apps.Cluster(); c != nil {
+		background.Go(func() { c.Run(bgCtx) }) // the heartbeat
 	}
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	if s.lazy != nil {
@@ -729,10 +403,10 @@ func (s *Server) Serve(ctx context.Context) error {
 	drain, cancel := context.WithTimeout(context.Background(), s.Config().Server.DrainTimeout.D())
 	defer cancel()
 	s.waitOrLog(drain, "background work (the catalog's watch)", background.Wait)
-	s.stopHealthChecks()
+	s.apps.StopChecks()
 	err := s.shutdown(drain)
 	s.serving.Wait()
-	s.peers.wait() // its loop ends at the first tick without a waiting request
+	s.peers.Wait() // its loop ends at the first tick without a waiting request
 	stopExport()
 	s.waitOrLog(drain, "the last trace export", exporting.Wait)
 	var closeErr error
@@ -741,7 +415,7 @@ func (s *Server) Serve(ctx context.Context) error {
 			// Releases every stored app: no request is left to use one.
 			s.waitOrLog(drain, "the catalog's loads", s.lazy.Close)
 		}
-		closeErr = s.closeCluster()
+		closeErr = s.apps.Close()
 	})
 	s.errlog.Flush() // what was suppressed, said before the process ends
 	return errors.Join(serveErr, err, closeErr)
@@ -759,12 +433,12 @@ func (s *Server) Close() error {
 		for _, l := range s.listeners {
 			l.close()
 		}
-		s.stopHealthChecks()
+		s.apps.StopChecks()
 		if s.lazy != nil {
 			s.lazy.Close()
 		}
-		s.upstreams.CloseIdle()
-		err = s.closeCluster()
+		s.apps.Upstreams().CloseIdle()
+		err = s.apps.Close()
 	})
 	return err
 }
@@ -784,16 +458,6 @@ func (s *Server) waitOrLog(ctx context.Context, what string, wait func()) {
 	}
 }
 
-// stopHealthChecks ends every app's health checker and waits for them.
-func (s *Server) stopHealthChecks() {
-	s.stopBg()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, a := range s.apps {
-		stopChecker(a.checker.v)
-	}
-}
-
 // rateSweepEvery is how often idle rate limit state is dropped.
 const rateSweepEvery = 10 * time.Second
 
@@ -805,7 +469,7 @@ func (s *Server) shutdown(ctx context.Context) error {
 		wg.Go(func() { errs[i] = l.shutdown(ctx) })
 	}
 	wg.Wait()
-	s.upstreams.CloseIdle()
+	s.apps.Upstreams().CloseIdle()
 	err := errors.Join(errs...)
 	if err != nil {
 		s.log.Warn("drain deadline passed; closing remaining connections", "after", s.clk.Now().Sub(start).Round(time.Millisecond))

@@ -93,7 +93,7 @@ func wantShadow(t *testing.T, p *proxy, reason string, n int) {
 	if got := p.metric("levee_rejected_total", labels); got != 0 {
 		t.Errorf("levee_rejected_total{reason=%s} = %v; want 0: a shadowed limit refuses nothing", reason, got)
 	}
-	if got := p.srv.apps["a"].metrics.ShadowCounts()[reason]; got != uint64(n) {
+	if got := p.srv.view("a").Metrics.ShadowCounts()[reason]; got != uint64(n) {
 		t.Errorf("ShadowCounts()[%s] = %d; want %d", reason, got, n)
 	}
 }

@@ -159,7 +159,7 @@ func (s *sideBySide) queue(q request) (proxy, direct <-chan answer) {
 	for i, side := range []struct {
 		base   string
 		queued func() int
-	}{{s.proxy.URL, func() int { return s.proxy.app("a").limiter.Queued() }},
+	}{{s.proxy.URL, func() int { return s.proxy.app("a").Limiter.Queued() }},
 		{s.direct.URL, func() int { return s.handler.Limiter().Queued() }}} {
 		before := side.queued()
 		out[i] = make(chan answer, 1)

@@ -268,7 +268,7 @@ apps:
 		return s
 	}
 	stormWait(t, "all 5000 requests in levee at once, 32 of them at the backends", func() bool {
-		return (a.limiter.InFlight() == n && atBackends() == nBackends*perBE) || len(errs) > 0
+		return (a.Limiter.InFlight() == n && atBackends() == nBackends*perBE) || len(errs) > 0
 	})
 	if err := failed(); err != nil {
 		t.Fatal(err)

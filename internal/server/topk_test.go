@@ -144,7 +144,7 @@ apps:
 	waitFor(t, "one request at the backend", func() bool { return be.inflight.Load() == 1 })
 	p.asyncGet("a.test", "/", results)
 	p.asyncGet("a.test", "/", results)
-	waitFor(t, "two requests queued", func() bool { return a.limiter.Queued() == 2 })
+	waitFor(t, "two requests queued", func() bool { return a.Limiter.Queued() == 2 })
 	be.open()
 	for range 3 {
 		if r := <-results; r.StatusCode != http.StatusOK {
@@ -161,7 +161,7 @@ apps:
 func BenchmarkTopClientsOnReject(b *testing.B) {
 	for _, topK := range []int{0, 16} {
 		p := benchServer(b, fmt.Sprintf("limits: {concurrency: 1, queue: {max_len: 0, max_wait: 0s}, client: {top_k: %d}}", topK))
-		if err := p.apps["a"].limiter.Acquire(b.Context()); err != nil {
+		if err := p.view("a").Limiter.Acquire(b.Context()); err != nil {
 			b.Fatal(err)
 		}
 		b.Run(fmt.Sprintf("nethttp/top_k=%d", topK), func(b *testing.B) {
@@ -182,6 +182,6 @@ func BenchmarkTopClientsOnReject(b *testing.B) {
 				p.serveFast(&ctx)
 			}
 		})
-		p.apps["a"].limiter.Release()
+		p.view("a").Limiter.Release()
 	}
 }

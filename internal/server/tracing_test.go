@@ -275,19 +275,17 @@ func TestTracingRefusalsBounded(t *testing.T) {
 // has a queued event before admitted, and backend_limits when it is on.
 func TestTracingQueuedAndBackendLimits(t *testing.T) {
 	p, rc, _ := tracedProxy(t, "sample_ratio: 1", "    backend_limits: {inflight: 10}\n")
-	a := p.srv.apps["photos"]
-	if err := a.limiter.Acquire(t.Context()); err != nil {
+	a := p.srv.view("photos")
+	if err := a.Limiter.Acquire(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	limit := a.limiter.Limits()
+	limit := a.Limiter.Limits()
 	limit.Concurrency = 1
-	a.limiter.SetLimits(limit)
+	a.Limiter.SetLimits(limit)
 	done := make(chan struct{})
 	go func() { defer close(done); tracedGet(t, p) }()
-	for a.limiter.Queued() == 0 {
-		time.Sleep(time.Millisecond)
-	}
-	a.limiter.Release()
+	waitFor(t, "the traced request to queue", func() bool { return a.Limiter.Queued() > 0 })
+	a.Limiter.Release()
 	<-done
 	p.Stop()
 	spans := rc.got(t)

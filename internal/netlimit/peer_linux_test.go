@@ -1,4 +1,4 @@
-package server
+package netlimit
 
 import (
 	"crypto/tls"
@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/leveeproxy/levee/internal/netlimit"
+	"github.com/leveeproxy/levee/internal/leaktest"
 )
 
 // peeked is how many bytes wait in the socket of raw (up to 64), read
@@ -42,7 +42,7 @@ func TestPeerGone(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			client, server := tcpPair(t)
-			raw := rawConn(netlimit.Wrap(server))
+			raw := rawConn(Wrap(server))
 			if raw == nil {
 				t.Fatal("no socket found under a netlimit.Conn")
 			}
@@ -50,10 +50,10 @@ func TestPeerGone(t *testing.T) {
 				t.Fatal("an open connection was taken for gone")
 			}
 			io.WriteString(client, tc.data)
-			waitFor(t, "the bytes to arrive", func() bool { return peeked(t, raw) == len(tc.data) })
-			tc.act(client)
+			leaktest.WaitFor(t, leaktest.Wait, "the bytes to arrive", func() bool { return peeked(t, raw) == len(tc.data) })
+			tc.act(client.(*net.TCPConn))
 			if tc.gone {
-				waitFor(t, "the probe to see the client gone", func() bool { return peerGone(raw) })
+				leaktest.WaitFor(t, leaktest.Wait, "the probe to see the client gone", func() bool { return peerGone(raw) })
 			} else if peerGone(raw) {
 				t.Fatal("a client still there was taken for gone")
 			}
@@ -65,13 +65,14 @@ func TestPeerGone(t *testing.T) {
 }
 
 // TestRawConnFindsTheSocket: through every wrapper a fasthttp connection
-// comes in (h2c's replay, TLS), and none under a conn without a socket.
+// comes in (the server's replay of a sniffed h2c preface, TLS), and none
+// under a conn without a socket.
 func TestRawConnFindsTheSocket(t *testing.T) {
 	_, server := tcpPair(t)
-	counted := netlimit.Wrap(server)
+	counted := Wrap(server)
 	for name, c := range map[string]net.Conn{
 		"counted": counted,
-		"replay":  &replayConn{Conn: counted},
+		"replay":  replayConn{counted},
 		"tls":     tls.Server(counted, &tls.Config{}),
 	} {
 		if rawConn(c) == nil {
@@ -81,7 +82,13 @@ func TestRawConnFindsTheSocket(t *testing.T) {
 	a, b := net.Pipe()
 	defer a.Close()
 	defer b.Close()
-	if rawConn(netlimit.Wrap(a)) != nil {
+	if rawConn(Wrap(a)) != nil {
 		t.Error("a pipe has no socket to probe")
 	}
 }
+
+// replayConn wraps a connection as the server's h2c sniffing does: it
+// tells what it wraps by NetConn, as tls.Conn does.
+type replayConn struct{ net.Conn }
+
+func (c replayConn) NetConn() net.Conn { return c.Conn }

@@ -1,10 +1,10 @@
 //go:build !linux
 
-package server
+package netlimit
 
 import "syscall"
 
-// canProbe: elsewhere than Linux a fasthttp request's client is not
+// canProbe: elsewhere than Linux a waiting request's client is not
 // watched; one that leaves while queued is noticed when the wait ends.
 const canProbe = false
 

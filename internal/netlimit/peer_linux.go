@@ -1,4 +1,4 @@
-package server
+package netlimit
 
 import (
 	"encoding/binary"
@@ -12,8 +12,8 @@ const canProbe = true
 const tcpEstablished = 1
 
 // peerGone reports whether the client has closed or reset the connection
-// of raw, without taking a byte from fasthttp and without touching the
-// deadlines fasthttp keeps: it peeks at the socket, without blocking.
+// of raw, without taking a byte from the engine and without touching the
+// deadlines it keeps: it peeks at the socket, without blocking.
 // Nothing to read: the client is there. A read of 0 bytes (its FIN) or an
 // error (a reset): it left. Bytes waiting (a body, a pipelined request, a
 // TLS alert) hide what follows them, and the TCP state tells whether the
