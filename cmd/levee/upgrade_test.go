@@ -41,25 +41,35 @@ type upgradeLevee struct {
 	pid    atomic.Int64 // the generation serving now
 }
 
+// upgradeToken is the admin token of the upgrade tests' levee: naming a
+// binary in POST /upgrade takes one.
+const upgradeToken = "upgrade-test-token"
+
 // upgradeConfig is one app "a" in front of backend with the given extra
-// app keys, its lock at lock.
+// app keys, its lock at lock, its admin token in upgradeTokenFile(lock).
 func upgradeConfig(backend, lock, extra string) string {
 	return fmt.Sprintf(`%s
-admin: 127.0.0.1:0
+admin: {addr: 127.0.0.1:0, token_file: %s}
 instance: {lock: %s}
 server: {drain_timeout: 5s}
 apps:
   a:
     hosts: [a.test]
     backends: [%s]
-%s`, listenLine(), lock, backend, extra)
+%s`, listenLine(), upgradeTokenFile(lock), lock, backend, extra)
 }
+
+// upgradeTokenFile is the admin token's file, beside the lock.
+func upgradeTokenFile(lock string) string { return filepath.Join(filepath.Dir(lock), "admin.token") }
 
 func startUpgradable(t *testing.T, backend, extra string, env ...string) *upgradeLevee {
 	t.Helper()
 	dir := t.TempDir()
 	u := &upgradeLevee{t: t, config: filepath.Join(dir, "levee.yaml"), lock: filepath.Join(dir, "levee.lock"),
 		log: filepath.Join(dir, "levee.log"), exited: make(chan struct{})}
+	if err := os.WriteFile(upgradeTokenFile(u.lock), []byte(upgradeToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	writeConfig(t, u.config, upgradeConfig(backend, u.lock, extra))
 	out, err := os.Create(u.log)
 	if err != nil {
@@ -162,7 +172,13 @@ func (u *upgradeLevee) upgraded(n int) int {
 
 func (u *upgradeLevee) post(path, body string) (int, string) {
 	u.t.Helper()
-	resp, err := http.Post(u.admin+path, "application/json", strings.NewReader(body))
+	req, err := http.NewRequest("POST", u.admin+path, strings.NewReader(body))
+	if err != nil {
+		u.fatalf("POST %s: %v", path, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+upgradeToken)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		u.fatalf("POST %s: %v", path, err)
 	}
