@@ -64,8 +64,8 @@ func (c *Config) validate(rd reader) error {
 		if a := c.Apps[name]; a != nil && a.TLS != nil {
 			checkAppTLS(&errs, &rd, "apps."+name+".tls", a.TLS, true)
 		}
-		if a := c.Apps[name]; a != nil {
-			validateAppUpstream(&errs, &rd, "apps."+name+".upstream", &a.Upstream)
+		if a := c.Apps[name]; a != nil && a.Upstream != nil {
+			validateAppUpstream(&errs, &rd, "apps."+name+".upstream", a.Upstream)
 		}
 	}
 	if len(errs) > 0 {

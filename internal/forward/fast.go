@@ -97,7 +97,7 @@ type Body struct {
 	// Trace is what tracing changes of the request's trace context.
 	Trace TraceHeaders
 	// Deadline is when the request's time is up (the client's deadline
-	// or the app's upstream.timeout); the backend learns what is left
+	// or the app's upstream.deadline.timeout); the backend learns what is left
 	// (Levee-Deadline, and grpc-timeout for gRPC). Zero: none.
 	Deadline time.Time
 }

@@ -135,7 +135,7 @@ func grpcMessage(s string) string {
 }
 
 // Deadline is the reason of a request whose deadline (the client's, or
-// the app's upstream.timeout) passed before it could be sent: levee
+// the app's upstream.deadline.timeout) passed before it could be sent: levee
 // refuses it rather than give the backend work no one waits for.
 const Deadline = "deadline"
 

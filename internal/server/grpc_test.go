@@ -56,6 +56,7 @@ type echo struct {
 	// deadline is the grpc-timeout the last call came with (0: none).
 	deadline atomic.Int64
 	header   chan metadata.MD // the last Block call's request metadata
+	delay    atomic.Int64     // how long Echo takes (a time.Duration)
 }
 
 const echoService = "test.Echo"
@@ -69,6 +70,9 @@ func (e *echo) desc() *grpc.ServiceDesc {
 			var in []byte
 			if err := dec(&in); err != nil {
 				return nil, err
+			}
+			if d := time.Duration(e.delay.Load()); d > 0 {
+				time.Sleep(d) // a backend's own latency, not an ordering of goroutines
 			}
 			grpc.SetTrailer(ctx, metadata.Pairs("x-echo-len", strconv.Itoa(len(in))))
 			if bytes.HasPrefix(in, []byte("fail:")) {
@@ -575,10 +579,10 @@ func TestGRPCClientReadsRefusals(t *testing.T) {
 }
 
 // The backend learns the time a call has left: grpc-timeout, the smaller
-// of the client's deadline and the app's upstream.timeout, less the time
+// of the client's deadline and the app's upstream.deadline.timeout, less the time
 // the call spent in levee; and Levee-Deadline in milliseconds.
 func TestGRPCDeadlineIsHandedOn(t *testing.T) {
-	_, e, cc := rpcOverH2C(t, "{protocol: h2c, timeout: 5s}", "")
+	_, e, cc := rpcOverH2C(t, "{protocol: h2c, deadline: {timeout: 5s}}", "")
 	ctx := testCtx(t)
 	for _, c := range []struct {
 		client time.Duration
@@ -606,7 +610,7 @@ func TestGRPCDeadlineIsHandedOn(t *testing.T) {
 // have let it wait longer; one whose deadline is already spent is
 // refused before it takes a slot.
 func TestGRPCDeadlineShorterThanTheQueueIsRefused(t *testing.T) {
-	p, e, cc := rpcOverH2C(t, "{protocol: h2c, deadline_header: X-Timeout}", "{concurrency: 1, queue: {max_len: 8, max_wait: 30s}}")
+	p, e, cc := rpcOverH2C(t, "{protocol: h2c, deadline: {header: X-Timeout}}", "{concurrency: 1, queue: {max_len: 8, max_wait: 30s}}")
 	ctx := testCtx(t)
 	withTimeout := func(ms string) context.Context { return metadata.AppendToOutgoingContext(ctx, "x-timeout", ms) }
 

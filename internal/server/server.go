@@ -203,8 +203,6 @@ type route struct {
 	guard *protect.Guard  // backend_limits; nil when off
 	body  bodyRead        // how the request body is read before admission
 	cert  routeCert       // apps.NAME.tls, for the TLS listeners' SNI
-	// deadline is apps.NAME.upstream's timeout and deadline_header.
-	deadline deadlineRule
 }
 
 // bodyRead is how a route reads a request body ahead of admission:
@@ -384,7 +382,7 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 	retired = a.dropConns()
 	a.conns = make([]*forward.Upstream, len(ac.Backends))
 	for i, b := range ac.Backends {
-		a.conns[i] = s.upstreams.AcquireLeg(b.Addr, cfg.Upstream, ac.Upstream)
+		a.conns[i] = s.upstreams.AcquireLeg(b.Addr, cfg.Upstream, ac.Upstreams())
 	}
 	s.applyEjection(a, ac.Ejection)
 	rt = &route{app: a, pool: forward.NewPool(forward.Options{
@@ -397,10 +395,10 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 		Buffers: s.buffers, ResponseBuffer: int64(ac.Limits.ResponseBuffer),
 		Spill: s.spill, ResponseSpill: int64(ac.Limits.ResponseSpill),
 		MinRate: clientRate(cfg.Server), WriteTimeout: cfg.Server.WriteTimeout.D(),
+		Deadline: ac.Upstreams().Deadline,
 	})}
 	rt.body = bodyRead{ahead: int64(ac.Limits.RequestBuffer), rate: clientRate(cfg.Server),
 		timeout: cfg.Server.ReadTimeout.D()}
-	rt.deadline = newDeadlineRule(ac)
 	a.backends = rt.pool.Set()
 	if a.ejector.v != nil {
 		a.ejector.v.Retain(a.backends)
