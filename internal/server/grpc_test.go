@@ -639,3 +639,19 @@ func TestGRPCDeadlineShorterThanTheQueueIsRefused(t *testing.T) {
 		t.Fatalf("levee_rejected_total{reason=deadline} = %v, want 2", n)
 	}
 }
+
+// Verification is on by default: a backend whose certificate does not
+// chain to the configured roots (here, the system's) is not spoken to,
+// and the call gets UNAVAILABLE (backend-unreachable) without reaching it.
+func TestGRPCBackendCertificateIsVerified(t *testing.T) {
+	cert, key := testcert.PEM(t, "backend.test")
+	backend, e := grpcBackend(t, cert, key)
+	leg := grpcLeg{name: "h2", upstream: "{protocol: h2, tls: {server_name: backend.test}}"}
+	_, h2cAddr, tlsAddr, tc := grpcProxy(t, backend, leg, "", "")
+	cc := grpcClients(t, h2cAddr, tlsAddr, tc)["h2c"]
+	_, tr, err := unary(testCtx(t), cc, []byte("x"))
+	if s, _ := status.FromError(err); s.Code() != codes.Unavailable || first(tr, "levee-error") != reply.BackendUnreachable || e.calls.Load() != 0 {
+		t.Fatalf("an unverifiable backend: %v, metadata %v, %d calls at it; want UNAVAILABLE, backend-unreachable, none",
+			err, tr, e.calls.Load())
+	}
+}
