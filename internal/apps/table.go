@@ -206,7 +206,7 @@ func (t *Table) Compose(name string, ac *config.App, trust forward.Trust, stored
 	retired := a.dropConns()
 	a.conns = make([]*forward.Upstream, len(ac.Backends))
 	for i, b := range ac.Backends {
-		a.conns[i] = t.upstreams.AcquireLeg(b.Addr, cfg.Upstream, ac.Upstream)
+		a.conns[i] = t.upstreams.AcquireLeg(b.Addr, cfg.Upstream, ac.Upstreams())
 	}
 	a.ejector.Apply(ac.Ejection, func(c config.Ejection) *health.Ejector {
 		return NewEjector(c, t.o.Logger.With("app", name))
@@ -222,6 +222,7 @@ func (t *Table) Compose(name string, ac *config.App, trust forward.Trust, stored
 		Buffers: t.o.Buffers, ResponseBuffer: int64(ac.Limits.ResponseBuffer),
 		Spill: t.o.Spill, ResponseSpill: int64(ac.Limits.ResponseSpill),
 		MinRate: MinRate(cfg.Server), WriteTimeout: cfg.Server.WriteTimeout.D(),
+		Deadline: ac.Upstreams().Deadline,
 	})}
 	a.backends = rt.Pool.Set()
 	if e := a.ejector.v; e != nil {

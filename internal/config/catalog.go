@@ -147,7 +147,9 @@ func decodeApp(name string, n *yaml.Node) (*App, error) {
 		// hosts' handshakes (the import refuses one: importTLS).
 		checkAppTLS(&verrs, nil, "apps."+name+".tls", a.TLS, false)
 	}
-	validateAppUpstream(&verrs, nil, "apps."+name+".upstream", &a.Upstream)
+	if a.Upstream != nil {
+		validateAppUpstream(&verrs, nil, "apps."+name+".upstream", a.Upstream)
+	}
 	for _, e := range verrs {
 		if !covered(errs, e.Path) {
 			errs = append(errs, e)

@@ -151,8 +151,10 @@ type App struct {
 	BackendLimits BackendLimits `yaml:"backend_limits"`
 	// TLS is the app's own certificate for its hosts (nil: the listener's).
 	TLS *AppTLS `yaml:"tls"`
-	// Upstream is how levee talks to the app's backends (upstream.go).
-	Upstream AppUpstream `yaml:"upstream"`
+	// Upstream is how levee talks to the app's backends (upstream.go);
+	// nil, as the zero AppUpstream, is every default. A pointer: every
+	// app, stored ones too, holds an App (see Upstreams).
+	Upstream *AppUpstream `yaml:"upstream"`
 }
 
 // Health configures active health checks; off unless Path is set.
@@ -525,7 +527,6 @@ func DefaultApp() *App {
 			Priority:       Priority{Default: ClassDefault},
 			Bandwidth:      Bandwidth{MaxDelay: Duration(DefaultBandwidthMaxDelay)},
 		},
-		Upstream: AppUpstream{Protocol: ProtocolHTTP1, Timeout: Duration(DefaultAppTimeout)},
 	}
 }
 

@@ -4,22 +4,54 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"reflect"
+	"strconv"
 	"time"
 
+	"go.yaml.in/yaml/v3"
 	"golang.org/x/net/http/httpguts"
 )
 
-// The protocols levee speaks to an app's backends (apps.NAME.upstream.protocol).
+// Protocol is what levee speaks to an app's backends
+// (apps.NAME.upstream.protocol), written http1, h2c or h2. A byte, not a
+// string: every app, stored ones too, holds one.
+type Protocol uint8
+
+// The protocols.
 const (
 	// ProtocolHTTP1 is HTTP/1.1 over TCP (the default).
-	ProtocolHTTP1 = "http1"
+	ProtocolHTTP1 Protocol = iota
 	// ProtocolH2C is HTTP/2 over TCP with prior knowledge (no TLS).
-	ProtocolH2C = "h2c"
+	ProtocolH2C
 	// ProtocolH2 is HTTP/2 over TLS, negotiated by ALPN.
-	ProtocolH2 = "h2"
+	ProtocolH2
 )
 
-// Bounds of apps.NAME.upstream.timeout.
+var protocolNames = [...]string{ProtocolHTTP1: "http1", ProtocolH2C: "h2c", ProtocolH2: "h2"}
+
+func (p Protocol) String() string {
+	if int(p) < len(protocolNames) {
+		return protocolNames[p]
+	}
+	return "protocol(" + strconv.Itoa(int(p)) + ")"
+}
+
+func (p *Protocol) decodeYAML(n *yaml.Node, path string, errs *Errors) {
+	if n.Kind == yaml.ScalarNode {
+		for i, name := range protocolNames {
+			if n.Value == name {
+				*p = Protocol(i)
+				return
+			}
+		}
+	}
+	errs.add(path, "must be http1, h2c or h2 (got %q)", n.Value)
+}
+
+// MarshalYAML writes the protocol's name (levee check's resolved config).
+func (p Protocol) MarshalYAML() (any, error) { return p.String(), nil }
+
+// Bounds of apps.NAME.upstream.deadline.timeout.
 const (
 	DefaultAppTimeout = 30 * time.Second
 	MaxAppTimeout     = 24 * time.Hour
@@ -27,22 +59,58 @@ const (
 
 // AppUpstream is how levee talks to one app's backends. The connection
 // pool's settings (connections per backend, dial rate, timeouts) are the
-// global upstream section's, shared by every app.
+// global upstream section's, shared by every app. The zero value is every
+// default: HTTP/1.1, and the default deadline.
 type AppUpstream struct {
 	// Protocol is http1, h2c or h2 (h2 is HTTP/2 over TLS to the backend).
-	Protocol string `yaml:"protocol"`
+	Protocol Protocol `yaml:"protocol"`
 	// TLS configures the TLS client of protocol h2; nil verifies the
 	// backend against the system roots for its host.
 	TLS *UpstreamTLS `yaml:"tls"`
-	// Timeout is the app's response timeout: the most time a forwarded
-	// request is given, which the backend learns as Levee-Deadline (and
-	// grpc-timeout for gRPC), less what the client's own deadline and
-	// the queue took.
+	// Deadline is the deadline levee hands on; nil: the defaults
+	// (Deadlines).
+	Deadline *UpstreamDeadline `yaml:"deadline"`
+}
+
+// UpstreamDeadline is the time a forwarded request is given, which the
+// backend learns as Levee-Deadline (and grpc-timeout for gRPC).
+type UpstreamDeadline struct {
+	// Timeout is the app's response timeout: the most time a request is
+	// given, less what the client's own deadline and the queue took.
 	Timeout Duration `yaml:"timeout"`
-	// DeadlineHeader names a request header in which a client gives its
-	// own deadline, in milliseconds from now (as Levee-Deadline); ""
-	// reads only gRPC's grpc-timeout.
-	DeadlineHeader string `yaml:"deadline_header"`
+	// Header names a request header in which a client gives its own
+	// deadline, in milliseconds from now (as Levee-Deadline); "" reads
+	// only gRPC's grpc-timeout.
+	Header string `yaml:"header"`
+}
+
+// DefaultUpstreamDeadline is apps.NAME.upstream.deadline's defaults.
+func DefaultUpstreamDeadline() UpstreamDeadline {
+	return UpstreamDeadline{Timeout: Duration(DefaultAppTimeout)}
+}
+
+// decodeYAML starts a deadline written in the file from the defaults.
+func (d *UpstreamDeadline) decodeYAML(n *yaml.Node, path string, errs *Errors) {
+	*d = DefaultUpstreamDeadline()
+	decodeStruct(n, reflect.ValueOf(d).Elem(), path, errs)
+}
+
+// Deadlines is the app's deadline settings, the defaults when none are
+// written.
+func (u *AppUpstream) Deadlines() UpstreamDeadline {
+	if u.Deadline == nil {
+		return DefaultUpstreamDeadline()
+	}
+	return *u.Deadline
+}
+
+// Upstreams is the app's upstream settings, the defaults when none are
+// written.
+func (a *App) Upstreams() AppUpstream {
+	if a.Upstream == nil {
+		return AppUpstream{}
+	}
+	return *a.Upstream
 }
 
 // HTTP2 reports whether the app's backends speak HTTP/2.
@@ -90,22 +158,19 @@ func (t *UpstreamTLS) Config(host string) *tls.Config {
 // validateAppUpstream checks apps.NAME.upstream (p) and loads its TLS
 // files through rd (nil: files are not allowed, as in a stored app).
 func validateAppUpstream(errs *Errors, rd *reader, p string, u *AppUpstream) {
-	switch u.Protocol {
-	case ProtocolHTTP1, ProtocolH2C, ProtocolH2:
-	default:
-		errs.add(p+".protocol", "must be http1, h2c or h2 (got %q)", u.Protocol)
-	}
-	if u.Timeout <= 0 || u.Timeout.D() > MaxAppTimeout {
-		errs.add(p+".timeout", "must be > 0 and ≤ 24h (got %s)", u.Timeout)
-	}
-	if h := u.DeadlineHeader; h != "" && !httpguts.ValidHeaderFieldName(h) {
-		errs.add(p+".deadline_header", "%q is not a header name", h)
+	if d := u.Deadline; d != nil {
+		if d.Timeout <= 0 || d.Timeout.D() > MaxAppTimeout {
+			errs.add(p+".deadline.timeout", "must be > 0 and ≤ 24h (got %s)", d.Timeout)
+		}
+		if h := d.Header; h != "" && !httpguts.ValidHeaderFieldName(h) {
+			errs.add(p+".deadline.header", "%q is not a header name", h)
+		}
 	}
 	if u.TLS == nil {
 		return
 	}
 	if u.Protocol != ProtocolH2 {
-		errs.add(p+".tls", "only with protocol h2 (HTTP/2 over TLS); got protocol %q", u.Protocol)
+		errs.add(p+".tls", "only with protocol h2 (HTTP/2 over TLS); got protocol %s", u.Protocol)
 		return
 	}
 	u.TLS.load(errs, rd, p+".tls")

@@ -19,7 +19,7 @@ func TestAppUpstreamTLSLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u := cfg.Apps["a"].Upstream; u.Protocol != ProtocolHTTP1 || u.HTTP2() || u.Timeout.D() != DefaultAppTimeout {
+	if u := cfg.Apps["a"].Upstreams(); u.Protocol != ProtocolHTTP1 || u.HTTP2() || u.Deadline != nil || u.Deadlines().Timeout.D() != DefaultAppTimeout {
 		t.Fatalf("defaults: %+v", u)
 	}
 	if c := (*UpstreamTLS)(nil).Config("b.test"); c.ServerName != "b.test" || c.InsecureSkipVerify || c.NextProtos[0] != "h2" {
@@ -31,7 +31,7 @@ func TestAppUpstreamTLSLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := cfg.Apps["a"].Upstream
+	u := cfg.Apps["a"].Upstreams()
 	c := u.TLS.Config("127.0.0.1")
 	if !u.HTTP2() || c.ServerName != "api.test" || c.RootCAs == nil || len(c.Certificates) != 1 || c.InsecureSkipVerify ||
 		c.MinVersion < tls.VersionTLS12 {

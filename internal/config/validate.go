@@ -66,8 +66,8 @@ func (c *Config) validate(rd reader) error {
 			checkAppTLS(&errs, &rd, "apps."+name+".tls", a.TLS, true)
 			usesACME = usesACME || a.TLS.ACME()
 		}
-		if a := c.Apps[name]; a != nil {
-			validateAppUpstream(&errs, &rd, "apps."+name+".upstream", &a.Upstream)
+		if a := c.Apps[name]; a != nil && a.Upstream != nil {
+			validateAppUpstream(&errs, &rd, "apps."+name+".upstream", a.Upstream)
 		}
 	}
 	c.TLS.ACME.validate(&errs, rd, usesACME, c.Catalog.On())

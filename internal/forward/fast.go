@@ -97,7 +97,7 @@ type Body struct {
 	// Trace is what tracing changes of the request's trace context.
 	Trace TraceHeaders
 	// Deadline is when the request's time is up (the client's deadline
-	// or the app's upstream.timeout); the backend learns what is left
+	// or the app's upstream.deadline.timeout); the backend learns what is left
 	// (Levee-Deadline, and grpc-timeout for gRPC). Zero: none.
 	Deadline time.Time
 }
@@ -214,8 +214,12 @@ func (p *Pool) forward(d downstream, be *backend, in Body, sh *shape.Checker, pk
 	for {
 		err := be.up.do(out, resp, call)
 		if !retrying || !p.retryTry(d, resp, err, body, pk, &t) {
-			if streamed != nil {
+			if streamed != nil && (err != nil || be.up.h2 == nil) {
+				// The body has gone (HTTP/1.1 writes it before the
+				// response is read), or nothing reads it any more. On
+				// HTTP/2 it may still stream: counted when it has ended.
 				countItems(in.Items, streamed)
+				streamed = nil
 			}
 			if err != nil {
 				fasthttp.ReleaseResponse(resp)
@@ -233,9 +237,18 @@ func (p *Pool) forward(d downstream, be *backend, in Body, sh *shape.Checker, pk
 	d.respond(resp)
 	if bs := resp.BodyStream(); bs != nil && !d.head() {
 		p.passBody(d, be, resp, bs, pk)
+		if _, inline := d.(*httpDown); inline && streamed != nil {
+			// net/http's send wrote the whole answer, so the HTTP/2
+			// exchange, and any read of the request body, is over. (On
+			// fasthttp it is written later: the items go uncounted.)
+			countItems(in.Items, streamed)
+		}
 		return
 	}
-	releaseBody(resp, nil)
+	releaseBody(resp, nil) // the exchange is over
+	if streamed != nil {
+		countItems(in.Items, streamed)
+	}
 	fasthttp.ReleaseResponse(resp)
 	d.send(nil, 0)
 	pk.finish(d)

@@ -69,6 +69,9 @@ type Options struct {
 	Retry config.Retry
 	// Clock times the retry budget's window; nil is the real clock.
 	Clock clock.Clock
+	// Deadline is apps.NAME.upstream.deadline (nil: its defaults): the
+	// time the app's requests are given, which their backends are told.
+	Deadline *config.UpstreamDeadline
 }
 
 // OutcomeObserver learns from each finished request; *health.Ejector is one.
@@ -100,6 +103,7 @@ type Pool struct {
 	respSpill    int64
 	minRate      netlimit.MinRate
 	writeTimeout time.Duration
+	deadline     *config.UpstreamDeadline // nil: the defaults
 }
 
 type backend struct {
@@ -119,7 +123,7 @@ func NewPool(o Options) *Pool {
 		headerTimeout: o.Upstream.ResponseHeaderTimeout.D(),
 		onReject:      o.OnReject, outcomes: o.Outcomes, bw: o.Bandwidth,
 		buffers: o.Buffers, minRate: o.MinRate, writeTimeout: o.WriteTimeout,
-		spill: o.Spill, respSpill: o.ResponseSpill}
+		spill: o.Spill, respSpill: o.ResponseSpill, deadline: o.Deadline}
 	if o.Buffers != nil {
 		p.respBuffer = o.ResponseBuffer
 	} else {
@@ -166,6 +170,9 @@ func (p *Pool) done(bal balance.Balancer, i int, o balance.Outcome, start time.T
 
 // reasonNoBackend: every backend of the app is unhealthy or ejected.
 const reasonNoBackend = reply.NoBackend
+
+// Deadline is the app's upstream.deadline; nil: its defaults.
+func (p *Pool) Deadline() *config.UpstreamDeadline { return p.deadline }
 
 // Set returns the pool's backend state, to carry into the next pool on reload.
 func (p *Pool) Set() *balance.Set { return p.bal.Set() }

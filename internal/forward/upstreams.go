@@ -42,15 +42,12 @@ type upstreamKey struct {
 // legKey is the protocol to a backend and its TLS client, as far as they
 // make pools differ (the files' contents are read on the pool's making).
 type legKey struct {
-	protocol string
+	protocol config.Protocol
 	tls      config.UpstreamTLS
 }
 
 func legKeyOf(a config.AppUpstream) legKey {
 	k := legKey{protocol: a.Protocol}
-	if k.protocol == "" {
-		k.protocol = config.ProtocolHTTP1
-	}
 	if a.TLS != nil && k.protocol == config.ProtocolH2 {
 		t := a.TLS
 		k.tls = config.UpstreamTLS{CA: t.CA, ServerName: t.ServerName, Cert: t.Cert, Key: t.Key,

@@ -138,7 +138,7 @@ func serve[E exchange](s *Server, e E) {
 		out.shadow |= got
 	}
 	// The deadline: from the arrival, the app's timeout or the client's.
-	left := rt.deadline.of(e.clientTimeout(rt.deadline.header))
+	left, own := deadlineOf(rt, e)
 	if left <= 0 {
 		e.refuse(rt.DeadlinePassed())
 		return
@@ -146,8 +146,11 @@ func serve[E exchange](s *Server, e E) {
 	out.deadline = start.Add(left)
 	ctx := e.ctx()
 	live := ctx.Err() == nil // else the drain began before it could wait (draining.go)
-	if left < rt.deadline.queueWait {
-		ctx = &queueDeadline{Context: ctx, at: out.deadline} // it can end the wait
+	if own {
+		// The client's deadline may end the wait in the queue. (The app's
+		// timeout, seconds away, all but never does; a request it passes
+		// in the queue is refused once admitted, below.)
+		ctx = &queueDeadline{Context: ctx, at: out.deadline}
 	}
 	slot, ref, ok := s.enter(ctx, rt, path, client, start, tr)
 	if !ok {

@@ -10,32 +10,22 @@ import (
 	"github.com/leveeproxy/levee/internal/deadline"
 )
 
-// deadlineRule is how a route gives each request its deadline: the
-// app's upstream.timeout, or the client's own if shorter (grpc-timeout
-// for a gRPC call, upstream.deadline_header for any), from its arrival.
-// A request whose deadline passes before it is sent is refused
-// (deadline); the backend gets what is left as Levee-Deadline (and
-// grpc-timeout for gRPC).
-type deadlineRule struct {
-	timeout time.Duration
-	header  string // canonical; "": none
-	// queueWait is limits.queue.max_wait: a deadline at least that far
-	// off cannot end a wait in the queue, which then needs no context of
-	// its own (queueDeadline).
-	queueWait time.Duration
-}
-
-func newDeadlineRule(ac *config.App) deadlineRule {
-	r := deadlineRule{timeout: ac.Upstream.Timeout.D(), queueWait: ac.Limits.Queue.MaxWait.D()}
-	if h := ac.Upstream.DeadlineHeader; h != "" {
-		r.header = http.CanonicalHeaderKey(h)
+// deadlineOf is the time a request routed to rt may take from its
+// arrival: the app's upstream.deadline.timeout, or the client's own if shorter
+// (grpc-timeout for a gRPC call, upstream.deadline.header for any). A
+// request whose deadline passes before it is sent is refused (deadline);
+// the backend gets what is left as Levee-Deadline (and grpc-timeout for
+// gRPC). client reports whether the client gave one.
+func deadlineOf[E exchange](rt *route, e E) (left time.Duration, client bool) {
+	timeout, header := config.DefaultAppTimeout, ""
+	if u := rt.pool.Deadline(); u != nil {
+		timeout = u.Timeout.D()
+		if u.Header != "" {
+			header = http.CanonicalHeaderKey(u.Header) // no copy when written canonical
+		}
 	}
-	return r
-}
-
-// of is the time a request may take from its arrival.
-func (r *deadlineRule) of(client time.Duration, ok bool) time.Duration {
-	return deadline.Left(time.Time{}, time.Time{}, r.timeout, client, ok)
+	d, ok := e.clientTimeout(header)
+	return deadline.Left(time.Time{}, time.Time{}, timeout, d, ok), ok
 }
 
 // queueDeadline is a request's context with its deadline, for the wait

@@ -9,13 +9,13 @@ import (
 )
 
 // Every forwarded request carries Levee-Deadline: the milliseconds left of
-// the app's upstream.timeout (or of the client's deadline_header, if
+// the app's upstream.deadline.timeout (or of the client's deadline.header, if
 // shorter). A client's own Levee-Deadline never reaches the backend.
 func TestLeveeDeadlineOnEveryRequest(t *testing.T) {
 	backend := newBackend(t, func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, r.Header.Get("Levee-Deadline"))
 	})
-	p := startProxy(t, photosApp(backend, "", "    upstream: {timeout: 5s, deadline_header: X-Timeout}\n"))
+	p := startProxy(t, photosApp(backend, "", "    upstream: {deadline: {timeout: 5s, header: X-Timeout}}\n"))
 	for _, c := range []struct {
 		header, value string
 		max           time.Duration

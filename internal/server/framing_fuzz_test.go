@@ -316,7 +316,7 @@ func checkH2Sent(t *testing.T, conns []*recConn, fields [][2]string, data []stri
 		t.Fatalf("body %q, client sent %q", got.body, body)
 	}
 	own := map[string]bool{"host": true, "content-length": true, "transfer-encoding": true, "x-forwarded-for": true,
-		"x-forwarded-host": true, "x-forwarded-proto": true, "forwarded": true}
+		"x-forwarded-host": true, "x-forwarded-proto": true, "forwarded": true, "levee-deadline": true}
 	for _, f := range got.fields {
 		name := strings.ToLower(f.name)
 		switch {

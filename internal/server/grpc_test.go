@@ -57,6 +57,7 @@ type echo struct {
 	// deadline is the grpc-timeout the last call came with (0: none).
 	deadline atomic.Int64
 	header   chan metadata.MD // the last Block call's request metadata
+	delay    atomic.Int64     // how long Echo takes (a time.Duration)
 }
 
 const echoService = "test.Echo"
@@ -70,6 +71,9 @@ func (e *echo) desc() *grpc.ServiceDesc {
 			var in []byte
 			if err := dec(&in); err != nil {
 				return nil, err
+			}
+			if d := time.Duration(e.delay.Load()); d > 0 {
+				time.Sleep(d) // a backend's own latency, not an ordering of goroutines
 			}
 			grpc.SetTrailer(ctx, metadata.Pairs("x-echo-len", strconv.Itoa(len(in))))
 			if bytes.HasPrefix(in, []byte("fail:")) {
@@ -575,10 +579,10 @@ func TestGRPCClientReadsRefusals(t *testing.T) {
 }
 
 // The backend learns the time a call has left: grpc-timeout, the smaller
-// of the client's deadline and the app's upstream.timeout, less the time
+// of the client's deadline and the app's upstream.deadline.timeout, less the time
 // the call spent in levee; and Levee-Deadline in milliseconds.
 func TestGRPCDeadlineIsHandedOn(t *testing.T) {
-	_, e, cc := rpcOverH2C(t, "{protocol: h2c, timeout: 5s}", "")
+	_, e, cc := rpcOverH2C(t, "{protocol: h2c, deadline: {timeout: 5s}}", "")
 	ctx := testCtx(t)
 	for _, c := range []struct {
 		client time.Duration
@@ -606,7 +610,7 @@ func TestGRPCDeadlineIsHandedOn(t *testing.T) {
 // have let it wait longer; one whose deadline is already spent is
 // refused before it takes a slot.
 func TestGRPCDeadlineShorterThanTheQueueIsRefused(t *testing.T) {
-	p, e, cc := rpcOverH2C(t, "{protocol: h2c, deadline_header: X-Timeout}", "{concurrency: 1, queue: {max_len: 8, max_wait: 30s}}")
+	p, e, cc := rpcOverH2C(t, "{protocol: h2c, deadline: {header: X-Timeout}}", "{concurrency: 1, queue: {max_len: 8, max_wait: 30s}}")
 	ctx := testCtx(t)
 	withTimeout := func(ms string) context.Context { return metadata.AppendToOutgoingContext(ctx, "x-timeout", ms) }
 
@@ -633,5 +637,21 @@ func TestGRPCDeadlineShorterThanTheQueueIsRefused(t *testing.T) {
 	}
 	if n := p.metric("levee_rejected_total", map[string]string{"app": "rpc", "reason": reply.Deadline}); n != 2 {
 		t.Fatalf("levee_rejected_total{reason=deadline} = %v, want 2", n)
+	}
+}
+
+// Verification is on by default: a backend whose certificate does not
+// chain to the configured roots (here, the system's) is not spoken to,
+// and the call gets UNAVAILABLE (backend-unreachable) without reaching it.
+func TestGRPCBackendCertificateIsVerified(t *testing.T) {
+	cert, key := testcert.PEM(t, "backend.test")
+	backend, e := grpcBackend(t, cert, key)
+	leg := grpcLeg{name: "h2", upstream: "{protocol: h2, tls: {server_name: backend.test}}"}
+	_, h2cAddr, tlsAddr, tc := grpcProxy(t, backend, leg, "", "")
+	cc := grpcClients(t, h2cAddr, tlsAddr, tc)["h2c"]
+	_, tr, err := unary(testCtx(t), cc, []byte("x"))
+	if s, _ := status.FromError(err); s.Code() != codes.Unavailable || first(tr, "levee-error") != reply.BackendUnreachable || e.calls.Load() != 0 {
+		t.Fatalf("an unverifiable backend: %v, metadata %v, %d calls at it; want UNAVAILABLE, backend-unreachable, none",
+			err, tr, e.calls.Load())
 	}
 }

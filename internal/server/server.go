@@ -144,8 +144,6 @@ type route struct {
 	guard *protect.Guard  // backend_limits; nil when off
 	body  bodyRead        // how the request body is read before admission
 	cert  routeCert       // apps.NAME.tls, for the TLS listeners' SNI
-	// deadline is apps.NAME.upstream's timeout and deadline_header.
-	deadline deadlineRule
 }
 
 // bodyRead is how a route reads a request body ahead of admission:
@@ -292,8 +290,7 @@ func (s *Server) applyLocked(cfg *config.Config) {
 func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, trust forward.Trust, stored bool) (*route, []*forward.Upstream) {
 	c, retired := s.apps.Compose(name, ac, trust, stored)
 	return &route{Gate: c.Gate, app: c.App, pool: c.Pool, top: c.Top, guard: c.Guard, cert: newRouteCert(ac),
-		deadline: newDeadlineRule(ac),
-		body:     bodyRead{ahead: int64(ac.Limits.RequestBuffer), rate: apps.MinRate(cfg.Server), timeout: cfg.Server.ReadTimeout.D()}}, retired
+		body: bodyRead{ahead: int64(ac.Limits.RequestBuffer), rate: apps.MinRate(cfg.Server), timeout: cfg.Server.ReadTimeout.D()}}, retired
 }
 
 // watchDistribution raises and clears each app's imbalance alert until
