@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/leveeproxy/levee/internal/instance"
+	"github.com/leveeproxy/levee/internal/upgrade"
 )
 
 // upgradeLevee is a levee whose generations share one log file.
@@ -122,13 +123,24 @@ func (u *upgradeLevee) fatalf(format string, args ...any) {
 // submatches of the nth.
 func (u *upgradeLevee) waitLog(re *regexp.Regexp, n int) []string {
 	u.t.Helper()
-	deadline := time.Now().Add(waitTimeout)
+	return u.waitLogWithin(re, n, waitTimeout)
+}
+
+// upgradeWait bounds the wait for an upgrade's outcome: past the old
+// levee's own bound on each step (upgrade.DefaultTimeout), so that an
+// upgrade that fails says why in the log before the test gives up, and a
+// slow start on a loaded CI machine is not taken for a failure.
+const upgradeWait = upgrade.DefaultTimeout + 10*time.Second
+
+func (u *upgradeLevee) waitLogWithin(re *regexp.Regexp, n int, d time.Duration) []string {
+	u.t.Helper()
+	deadline := time.Now().Add(d)
 	for {
 		if all := re.FindAllStringSubmatch(u.text(), -1); len(all) >= n {
 			return all[n-1]
 		}
 		if time.Now().After(deadline) {
-			u.fatalf("the log did not show %q %d times within %v", re, n, waitTimeout)
+			u.fatalf("the log did not show %q %d times within %v", re, n, d)
 		}
 		time.Sleep(5 * time.Millisecond) // poll interval, not an ordering sleep
 	}
@@ -163,7 +175,7 @@ var handedOverLine = regexp.MustCompile(`msg="upgrade: the new levee serves; dra
 func (u *upgradeLevee) upgraded(n int) int {
 	u.t.Helper()
 	old := int(u.pid.Load())
-	m := u.waitLog(handedOverLine, n)
+	m := u.waitLogWithin(handedOverLine, n, upgradeWait)
 	pid, _ := strconv.Atoi(m[1])
 	u.pid.Store(int64(pid))
 	u.waitExit(old)
