@@ -223,8 +223,8 @@ func (e *fastExchange) readBody(s *Server, rt *route, sh *limits.PathShape) (lim
 		bs = &e.chunk
 	}
 	now := time.Now()
-	e.paced = netlimit.PacedReader{R: bs, Conn: e.c.Conn(), Rate: rt.body.rate, Start: now,
-		Limit: now.Add(rt.body.timeout)}
+	e.paced = netlimit.PacedReader{R: bs, Conn: e.c.Conn(), Rate: s.body.rate, Start: now,
+		Limit: now.Add(s.body.timeout)}
 	e.tr.Mark(trace.StageBodyRead, s.clk)
 	limit := aheadLimit(rt, sh, declared)
 	if limit <= 0 {

@@ -109,7 +109,7 @@ func (e *httpExchange) readBody(s *Server, rt *route, sh *limits.PathShape) (lim
 	now := time.Now()
 	b := &aheadBody{}
 	b.paced = netlimit.PacedReader{R: r.Body, Conn: http.NewResponseController(e.rec.ResponseWriter),
-		Rate: rt.body.rate, Start: now, Limit: now.Add(rt.body.timeout)}
+		Rate: s.body.rate, Start: now, Limit: now.Add(s.body.timeout)}
 	b.r = &b.paced
 	e.body = b
 	limit := aheadLimit(rt, sh, r.ContentLength)

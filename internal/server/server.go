@@ -73,6 +73,8 @@ type Server struct {
 	unrouted *observe.AppMetrics
 	// peers watches the clients of waiting fasthttp requests (netlimit.PeerCtx).
 	peers netlimit.PeerWatch
+	// body is how every request body is paced and timed (bodyPace).
+	body bodyPace
 
 	// current is what the request path reads: one atomic load per request.
 	current atomic.Pointer[snapshot]
@@ -147,9 +149,18 @@ type route struct {
 }
 
 // bodyRead is how a route reads a request body ahead of admission:
-// limits.request_buffer, server.min_rate, server.read_timeout.
+// limits.request_buffer. The pace and the timeout (server.min_rate,
+// server.read_timeout) are the server's (Server.body), the same for every
+// route: a stored app is kept under 4 KB of heap, and the route sits just
+// under a size class.
 type bodyRead struct {
-	ahead   int64
+	ahead int64
+}
+
+// bodyPace is server.min_rate and server.read_timeout, which every
+// request body is read at; fixed for the server's life (a change needs a
+// restart: needsRestart).
+type bodyPace struct {
 	rate    netlimit.MinRate
 	timeout time.Duration
 }
@@ -165,7 +176,8 @@ func New(cfg *config.Config, o Options) *Server {
 	if o.Listen == nil {
 		o.Listen = net.Listen
 	}
-	s := &Server{log: o.Logger, level: o.LogLevel, clk: o.Clock, listen: o.Listen}
+	s := &Server{log: o.Logger, level: o.LogLevel, clk: o.Clock, listen: o.Listen,
+		body: bodyPace{rate: apps.MinRate(cfg.Server), timeout: cfg.Server.ReadTimeout.D()}}
 	s.metrics = observe.NewMetrics(s)
 	s.metrics.SetClock(s.clk)
 	s.tlsMetrics = newTLSMetrics(s.metrics.Registry)
@@ -290,7 +302,7 @@ func (s *Server) applyLocked(cfg *config.Config) {
 func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, trust forward.Trust, stored bool) (*route, []*forward.Upstream) {
 	c, retired := s.apps.Compose(name, ac, trust, stored)
 	return &route{Gate: c.Gate, app: c.App, pool: c.Pool, top: c.Top, guard: c.Guard, cert: newRouteCert(ac),
-		body: bodyRead{ahead: int64(ac.Limits.RequestBuffer), rate: apps.MinRate(cfg.Server), timeout: cfg.Server.ReadTimeout.D()}}, retired
+		body: bodyRead{ahead: int64(ac.Limits.RequestBuffer)}}, retired
 }
 
 // watchDistribution raises and clears each app's imbalance alert until
