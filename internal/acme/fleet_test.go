@@ -4,8 +4,12 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
+	"path/filepath"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/leaktest"
@@ -64,5 +68,69 @@ func TestFleetOrdersEachNameOnce(t *testing.T) {
 	}
 	if n := p.Orders(); n != 2 {
 		t.Fatalf("Pebble counted %d orders for 2 names on 3 instances, want 2", n)
+	}
+}
+
+// notesTo is a change feed in memory: a note reaches every Manager told.
+type notesTo struct{ ms []*Manager }
+
+func (n *notesTo) NoteCertificates(_ context.Context, hosts []string, _ time.Time) error {
+	for _, m := range n.ms {
+		m.CertificatesWritten(hosts)
+	}
+	return nil
+}
+
+// A certificate one instance issues, then renews, reaches the other's
+// cache through the feed, with no handshake there asking for it: the
+// other serves it without waiting, and the renewed one in place of the
+// old, long before its own renewal time.
+func TestFeedBringsIssuedAndRenewedCertificates(t *testing.T) {
+	leaktest.CheckIgnoring(t, "certmagic.(*RingBufferRateLimiter).loop")
+	tlsA, httpA, tlsB, httpB := listen(t), listen(t), listen(t), listen(t)
+	p := pebbletest.Start(t, pebbletest.Options{TLS: port(tlsA), HTTP: port(httpA)})
+	cfg := testConfig(t, p, "sqlite: "+filepath.Join(t.TempDir(), "c.db"), config.ChallengeTLSALPN, shopApp)
+	feed := &notesTo{}
+	var fs []*fixture
+	for _, lns := range [][2]net.Listener{{tlsA, httpA}, {tlsB, httpB}} {
+		st, err := OpenStorage(context.Background(), StorageOptions{SQLite: cfg.Catalog.SQLite, Key: cfg.TLS.ACME.Key()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		fs = append(fs, serveManagerWith(t, cfg, st, lns[0], lns[1], Options{Notes: feed}, true))
+	}
+	a, b := fs[0], fs[1]
+	feed.ms = []*Manager{a.m, b.m}
+	const name = "shop.example.com"
+	first := a.handshake(t, name)
+	leaktest.WaitFor(t, leaktest.Wait, "b caches the issued certificate", func() bool {
+		c := b.m.cached(name)
+		return c != nil && c.Leaf.Equal(first)
+	})
+	if got := b.handshake(t, name); !got.Equal(first) {
+		t.Fatalf("b served %v, want a's certificate", got.Subject)
+	}
+	if got := testutil.ToFloat64(b.m.m.waits); got != 0 {
+		t.Fatalf("b's handshake waited (%v)", got)
+	}
+	if err := a.m.Renew(context.Background(), name); err != nil {
+		t.Fatal(err)
+	}
+	renewed := a.handshake(t, name)
+	if renewed.Equal(first) {
+		t.Fatal("a serves the old certificate after its renewal")
+	}
+	leaktest.WaitFor(t, leaktest.Wait, "b serves the renewed certificate", func() bool {
+		return b.handshake(t, name).Equal(renewed)
+	})
+	if n := len(b.m.cache.AllMatchingCertificates(name)); n != 1 {
+		t.Fatalf("b caches %d certificates of %s, want the renewed one alone", n, name)
+	}
+	if n := p.Orders(); n != 2 {
+		t.Fatalf("Pebble counted %d orders, want 2", n)
+	}
+	if got := testutil.ToFloat64(b.m.m.fleet.WithLabelValues(fleetLoaded)); got < 2 {
+		t.Fatalf("b loaded %v certificates from the feed, want 2", got)
 	}
 }
