@@ -64,7 +64,7 @@ const issueTimeout = 3 * time.Minute
 type Manager struct {
 	o       Options
 	acme    config.ACME
-	budgets *Budgets
+	budgets *fleetBudgets
 	m       *metrics
 	file    atomic.Pointer[claims]
 	stored  atomic.Pointer[StoredApp]
@@ -114,7 +114,7 @@ func New(o Options) *Manager {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	a := o.Config.TLS.ACME
-	m := &Manager{o: o, acme: a, budgets: NewBudgets(a.Budgets), m: newMetrics(),
+	m := &Manager{o: o, acme: a, budgets: &fleetBudgets{st: o.Storage, local: NewBudgets(a.Budgets)}, m: newMetrics(),
 		sem: make(chan struct{}, a.Concurrency), flying: map[string]*flight{},
 		held: map[string]held{}, renewing: map[string]bool{}, written: newWritten()}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
@@ -196,7 +196,7 @@ func (m *Manager) Start(l Listeners) error {
 		m.cache.Stop()
 		return err
 	}
-	m.issuer = &budgetIssuer{ACMEIssuer: certmagic.NewACMEIssuer(magic, tmpl), budgets: m.budgets, clk: m.o.Clock,
+	m.issuer = &budgetIssuer{ACMEIssuer: certmagic.NewACMEIssuer(magic, tmpl), budgets: m.budgets, clk: m.o.Clock, log: m.o.Logger,
 		m: m.m, renewal: m.hasCert, eligible: m.eligibleCounted, done: m.recordOutcome}
 	magic.Issuers = []certmagic.Issuer{m.issuer}
 	m.magic.Store(magic)
