@@ -53,22 +53,23 @@ func (f *fleetBudgets) Take(ctx context.Context, name string, renewal bool, now 
 // Failed records a failed validation of name for the fleet. Should the
 // store fail, the failure still backs the name off on this instance.
 func (f *fleetBudgets) Failed(ctx context.Context, name string, now time.Time) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budgetTimeout)
-	defer cancel()
-	err := f.change(ctx, name, func() error { f.local.Failed(name, now); return nil })
-	if err != nil {
-		f.local.Failed(name, now)
-	}
-	return err
+	return f.record(ctx, name, func() { f.local.Failed(name, now) })
 }
 
 // Succeeded forgets name's failures in a row, for the fleet.
 func (f *fleetBudgets) Succeeded(ctx context.Context, name string) error {
+	return f.record(ctx, name, func() { f.local.Succeeded(name) })
+}
+
+// record applies an order's outcome, fn, to the fleet's budgets, or to
+// the mirror alone when the store cannot be read; once either way.
+func (f *fleetBudgets) record(ctx context.Context, name string, fn func()) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budgetTimeout)
 	defer cancel()
-	err := f.change(ctx, name, func() error { f.local.Succeeded(name); return nil })
-	if err != nil {
-		f.local.Succeeded(name)
+	applied := false
+	err := f.change(ctx, name, func() error { fn(); applied = true; return nil })
+	if !applied {
+		fn()
 	}
 	return err
 }
