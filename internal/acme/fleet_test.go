@@ -134,3 +134,42 @@ func TestFeedBringsIssuedAndRenewedCertificates(t *testing.T) {
 		t.Fatalf("b loaded %v certificates from the feed, want 2", got)
 	}
 }
+
+// Two instances on one store spend from one order budget, through real
+// orders: with 2 orders an hour, one name issued on each, a third name is
+// refused on both, and Pebble counts 2 orders, not the 4 two budgets of
+// their own would have allowed.
+func TestFleetSpendsOneOrderBudget(t *testing.T) {
+	leaktest.CheckIgnoring(t, "certmagic.(*RingBufferRateLimiter).loop")
+	tlsA, httpA, tlsB, httpB := listen(t), listen(t), listen(t), listen(t)
+	p := pebbletest.Start(t, pebbletest.Options{TLS: port(tlsA), HTTP: port(httpA)})
+	cfg := testConfig(t, p, "sqlite: "+filepath.Join(t.TempDir(), "c.db"), config.ChallengeTLSALPN, `
+  shop: {hosts: [a.example.com, b.example.org, c.example.net], backends: ["127.0.0.1:9"], tls: acme}
+`)
+	budgets := cfg.TLS.ACME.Budgets
+	budgets.Orders = config.Budget{Max: 2, Per: config.Duration(time.Hour)}
+	var fs []*fixture
+	for _, lns := range [][2]net.Listener{{tlsA, httpA}, {tlsB, httpB}} {
+		st, err := OpenStorage(context.Background(), StorageOptions{SQLite: cfg.Catalog.SQLite, Key: cfg.TLS.ACME.Key()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		f := serveManagerWith(t, cfg, st, lns[0], lns[1], Options{}, true)
+		f.m.budgets.local = NewBudgets(budgets)
+		fs = append(fs, f)
+	}
+	a, b := fs[0], fs[1]
+	for _, h := range []struct {
+		f      *fixture
+		name   string
+		issued bool
+	}{{a, "a.example.com", true}, {b, "b.example.org", true}, {b, "c.example.net", false}, {a, "c.example.net", false}} {
+		if got := h.f.handshake(t, h.name); got.Equal(h.f.fallback) == h.issued {
+			t.Fatalf("%s: issued %v, want %v", h.name, !got.Equal(h.f.fallback), h.issued)
+		}
+	}
+	if n := p.Orders(); n != 2 {
+		t.Fatalf("Pebble counted %d orders; the fleet's budget allows 2", n)
+	}
+}
