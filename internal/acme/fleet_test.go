@@ -71,6 +71,24 @@ func TestFleetOrdersEachNameOnce(t *testing.T) {
 	}
 }
 
+// twoOnOneStore starts two Managers with apps on one SQLite store, each
+// behind listeners of its own, and Pebble validating at the first's.
+func twoOnOneStore(t *testing.T, apps string, o Options) (p *pebbletest.Pebble, a, b *fixture) {
+	tlsA, httpA, tlsB, httpB := listen(t), listen(t), listen(t), listen(t)
+	p = pebbletest.Start(t, pebbletest.Options{TLS: port(tlsA), HTTP: port(httpA)})
+	cfg := testConfig(t, p, "sqlite: "+filepath.Join(t.TempDir(), "c.db"), config.ChallengeTLSALPN, apps)
+	var fs []*fixture
+	for _, lns := range [][2]net.Listener{{tlsA, httpA}, {tlsB, httpB}} {
+		st, err := OpenStorage(context.Background(), StorageOptions{SQLite: cfg.Catalog.SQLite, Key: cfg.TLS.ACME.Key()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		fs = append(fs, serveManagerWith(t, cfg, st, lns[0], lns[1], o, true))
+	}
+	return p, fs[0], fs[1]
+}
+
 // notesTo is a change feed in memory: a note reaches every Manager told.
 type notesTo struct{ ms []*Manager }
 
@@ -87,20 +105,8 @@ func (n *notesTo) NoteCertificates(_ context.Context, hosts []string, _ time.Tim
 // old, long before its own renewal time.
 func TestFeedBringsIssuedAndRenewedCertificates(t *testing.T) {
 	leaktest.CheckIgnoring(t, "certmagic.(*RingBufferRateLimiter).loop")
-	tlsA, httpA, tlsB, httpB := listen(t), listen(t), listen(t), listen(t)
-	p := pebbletest.Start(t, pebbletest.Options{TLS: port(tlsA), HTTP: port(httpA)})
-	cfg := testConfig(t, p, "sqlite: "+filepath.Join(t.TempDir(), "c.db"), config.ChallengeTLSALPN, shopApp)
 	feed := &notesTo{}
-	var fs []*fixture
-	for _, lns := range [][2]net.Listener{{tlsA, httpA}, {tlsB, httpB}} {
-		st, err := OpenStorage(context.Background(), StorageOptions{SQLite: cfg.Catalog.SQLite, Key: cfg.TLS.ACME.Key()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		fs = append(fs, serveManagerWith(t, cfg, st, lns[0], lns[1], Options{Notes: feed}, true))
-	}
-	a, b := fs[0], fs[1]
+	p, a, b := twoOnOneStore(t, shopApp, Options{Notes: feed})
 	feed.ms = []*Manager{a.m, b.m}
 	const name = "shop.example.com"
 	first := a.handshake(t, name)
@@ -141,25 +147,12 @@ func TestFeedBringsIssuedAndRenewedCertificates(t *testing.T) {
 // their own would have allowed.
 func TestFleetSpendsOneOrderBudget(t *testing.T) {
 	leaktest.CheckIgnoring(t, "certmagic.(*RingBufferRateLimiter).loop")
-	tlsA, httpA, tlsB, httpB := listen(t), listen(t), listen(t), listen(t)
-	p := pebbletest.Start(t, pebbletest.Options{TLS: port(tlsA), HTTP: port(httpA)})
-	cfg := testConfig(t, p, "sqlite: "+filepath.Join(t.TempDir(), "c.db"), config.ChallengeTLSALPN, `
+	p, a, b := twoOnOneStore(t, `
   shop: {hosts: [a.example.com, b.example.org, c.example.net], backends: ["127.0.0.1:9"], tls: acme}
-`)
-	budgets := cfg.TLS.ACME.Budgets
+`, Options{})
+	budgets := letsEncrypt()
 	budgets.Orders = config.Budget{Max: 2, Per: config.Duration(time.Hour)}
-	var fs []*fixture
-	for _, lns := range [][2]net.Listener{{tlsA, httpA}, {tlsB, httpB}} {
-		st, err := OpenStorage(context.Background(), StorageOptions{SQLite: cfg.Catalog.SQLite, Key: cfg.TLS.ACME.Key()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		f := serveManagerWith(t, cfg, st, lns[0], lns[1], Options{}, true)
-		f.m.budgets.local = NewBudgets(budgets)
-		fs = append(fs, f)
-	}
-	a, b := fs[0], fs[1]
+	a.m.budgets.local, b.m.budgets.local = NewBudgets(budgets), NewBudgets(budgets)
 	for _, h := range []struct {
 		f      *fixture
 		name   string
