@@ -9,6 +9,8 @@ type metrics struct {
 	refused   *prometheus.CounterVec // reason: Reason*
 	orders    prometheus.Counter
 	fallbacks prometheus.Counter
+	fleet     *prometheus.CounterVec // result: fleet*
+	waits     prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -33,6 +35,14 @@ func newMetrics() *metrics {
 			Name: "levee_acme_first_wait_fallbacks_total",
 			Help: "Handshakes for an ACME name without a certificate that got the listener's certificate after tls.acme.first_wait.",
 		}),
+		waits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "levee_acme_handshake_waits_total",
+			Help: "Handshakes that waited on an issuance (or its load from the store): those for an ACME name this instance held no certificate for. A name with a certificate never waits.",
+		}),
+		fleet: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "levee_acme_fleet_loads_total",
+			Help: "Certificates written by an instance of the fleet and told by the catalog's change feed (result: loaded, dropped: the queue was full, full: not cached here and the cache is full, failed).",
+		}, []string{"result"}),
 	}
 	return m
 }
@@ -43,5 +53,5 @@ func (m *Manager) Collectors() []prometheus.Collector {
 		Name: "levee_acme_nearest_expiry_days",
 		Help: "Days until the soonest expiry among the ACME certificates this instance holds (0 with none).",
 	}, m.nearestExpiry)
-	return []prometheus.Collector{m.m.certs, m.m.failed, m.m.refused, m.m.orders, m.m.fallbacks, expiry}
+	return []prometheus.Collector{m.m.certs, m.m.failed, m.m.refused, m.m.orders, m.m.fallbacks, m.m.fleet, m.m.waits, expiry}
 }

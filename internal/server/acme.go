@@ -37,6 +37,7 @@ func (s *Server) setupACME(m *acme.Manager) {
 	s.metrics.Registry.MustRegister(m.Collectors()...)
 	if s.lazy != nil {
 		m.SetStored(s.storedApp)
+		s.lazy.OnCertificates(m.CertificatesWritten) // the fleet's certificates, by the change feed
 	}
 }
 
