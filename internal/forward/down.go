@@ -166,11 +166,7 @@ func (d *httpDown) copyHead(p *Pool, out *fasthttp.RequestHeader, tc TraceHeader
 	if tc.Traceparent != nil {
 		out.AddBytesV("traceparent", tc.Traceparent)
 	}
-	f := p.trust.forwarded(peer, r.Host, r.TLS != nil, stdHeader(r.Header))
-	out.Set("X-Forwarded-For", f.xff)
-	out.Set("X-Forwarded-Host", f.host)
-	out.Set("X-Forwarded-Proto", f.proto)
-	out.Set("Forwarded", f.fwd)
+	setForwarded(p.trust, out, peer, r.Host, r.TLS != nil, stdHeader(r.Header))
 	return false
 }
 

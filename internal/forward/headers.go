@@ -103,15 +103,19 @@ func (t Trust) forwarded(peer netip.Addr, host string, tls bool, in priorHeaders
 
 // setForwardedFast writes the forwarding headers of ctx's request on out
 // (fasthttp engine), which copyRequest left without any (so they are
-// added, not searched for). From an untrusted peer, the common case, the
-// values are appended into a stack buffer and copied by fasthttp: no
-// allocation.
+// added, not searched for).
 func (t Trust) setForwardedFast(ctx *fasthttp.RequestCtx, out *fasthttp.RequestHeader) {
-	peer := fastPeer(ctx)
 	in := &ctx.Request.Header
-	host, tls := in.Host(), ctx.IsTLS()
+	setForwarded(t, out, fastPeer(ctx), in.Host(), ctx.IsTLS(), fastHeader{in})
+}
+
+// setForwarded writes the forwarding headers of a request from peer for
+// host on out, which has none yet: both engines' one way. From an
+// untrusted peer, the common case, the values are appended into a stack
+// buffer and copied by fasthttp: no allocation.
+func setForwarded[T string | []byte](t Trust, out *fasthttp.RequestHeader, peer netip.Addr, host T, tls bool, in priorHeaders) {
 	if (peer.IsValid() && t.trusted(peer)) || needsQuote(host) {
-		f := t.forwarded(peer, string(host), tls, fastHeader{in})
+		f := t.forwarded(peer, string(host), tls, in)
 		out.Set("X-Forwarded-For", f.xff)
 		out.Set("X-Forwarded-Host", f.host)
 		out.Set("X-Forwarded-Proto", f.proto)
@@ -130,7 +134,9 @@ func (t Trust) setForwardedFast(ctx *fasthttp.RequestCtx, out *fasthttp.RequestH
 		b = append(b, "invalid IP"...) // as netip.Addr{}.String() writes it
 	}
 	out.AddBytesV("X-Forwarded-For", b)
-	out.AddBytesV("X-Forwarded-Host", host)
+	n := len(b)
+	b = append(b, host...)
+	out.AddBytesV("X-Forwarded-Host", b[n:])
 	out.Add("X-Forwarded-Proto", proto)
 	b = append(b[:0], "for="...)
 	switch {
