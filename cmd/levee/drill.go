@@ -27,7 +27,7 @@ errors. Drills (see docs/drills.md):
   cold-catalog        --hot-host H (or --host H) --cold-domain D [--cold-hosts 500]
   duplicate-instance  --config FILE --host H --limit 750/s (levee only)
   slow-clients        --slow-host H [--slow-conns 1000 --slow-kinds slowloris,slow-body,slow-read --slow-port P]
-  grpc                --grpc-authority A [--grpc-rate-authority A2 --grpc-shed-authority A3 --grpc-ca FILE]
+  grpc                --grpc-authority A [--grpc-rate-authority A2 --grpc-shed-authority A3 --grpc-ca FILE --grpc-method M]
   overload            --overload-host H [--slots 32 --service-time 20ms --overload-offered 3x --overload-port P]
   all                 every drill whose flags are given
 
@@ -283,6 +283,7 @@ func drillCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&o.GRPCRateAuthority, "grpc-rate-authority", "", "grpc: the :authority of an app whose rate limit refuses calls (default: --grpc-authority)")
 	fs.StringVar(&o.GRPCShedAuthority, "grpc-shed-authority", "", "grpc: the :authority of an app whose concurrency limit, with no queue, sheds calls (default: --grpc-authority)")
 	fs.StringVar(&o.GRPCCA, "grpc-ca", "", "grpc: PEM roots to verify an https:// --target by (default: the system's)")
+	fs.StringVar(&o.GRPCMethod, "grpc-method", "", "grpc: the unary method called, with an empty request, e.g. /grpc.health.v1.Health/Check (default /grpc.testing.TestService/UnaryCall)")
 	fs.IntVar(&o.GRPCCalls, "grpc-calls", 1000, "grpc: most unary calls sent to be rate-limited")
 	fs.IntVar(&o.GRPCHold, "grpc-hold", 64, "grpc: most calls held open to be shed")
 	fs.StringVar(&o.Config, "config", "", "duplicate-instance: the running levee's config file")
@@ -394,6 +395,9 @@ func validDrillOptions(o drill.Options) error {
 	}
 	if o.Slow < 0 || o.BackendPort < 0 || o.BackendPort > 65535-o.Backends {
 		bad = append(bad, "--slow and --backend-port must be valid")
+	}
+	if m := o.GRPCMethod; m != "" && (!strings.HasPrefix(m, "/") || strings.Count(m, "/") != 2 || strings.HasSuffix(m, "/") || strings.HasPrefix(m, "//")) {
+		bad = append(bad, "--grpc-method must be /package.Service/Method")
 	}
 	if o.OverloadPort < 0 || o.OverloadPort > 65535 {
 		bad = append(bad, "--overload-port must be 0..65535")

@@ -102,6 +102,7 @@ func TestDrillUsage(t *testing.T) {
 		{"drill", "grpc"}, // missing --grpc-authority
 		{"drill", "grpc", "--grpc-authority", "a", "--grpc-calls", "0"},
 		{"drill", "grpc", "--grpc-authority", "a", "--grpc-hold", "-1"},
+		{"drill", "grpc", "--grpc-authority", "a", "--grpc-method", "Check"},
 		{"drill", "all"}, // nothing applies
 	} {
 		if code, _, stderr := runLevee(t, args...); code != exitUsage || stderr == "" {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+
 	"github.com/leveeproxy/levee/internal/clock"
 )
 
@@ -99,6 +101,7 @@ type Options struct {
 	GRPCRateAuthority string // an app whose rate limit refuses calls (default: GRPCAuthority)
 	GRPCShedAuthority string // an app whose concurrency limit, with no queue, sheds calls (default: GRPCAuthority)
 	GRPCCA            string // PEM roots to verify an https:// target by; "": the system's
+	GRPCMethod        string // the unary method called (with an empty request); default TestService's UnaryCall
 	GRPCCalls         int    // most unary calls sent to be rate-limited
 	GRPCHold          int    // most calls held open to be shed
 
@@ -197,6 +200,9 @@ func (o Options) Defaults() Options {
 	}
 	if o.GRPCShedAuthority == "" {
 		o.GRPCShedAuthority = o.GRPCAuthority
+	}
+	if o.GRPCMethod == "" {
+		o.GRPCMethod = testgrpc.TestService_UnaryCall_FullMethodName
 	}
 	defI(&o.GRPCCalls, 1000)
 	defI(&o.GRPCHold, 64)

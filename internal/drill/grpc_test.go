@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 
@@ -54,11 +56,13 @@ func (testService) FullDuplexCall(st testgrpc.TestService_FullDuplexCallServer) 
 	}
 }
 
-// grpcTestBackend is a grpc-go server of testService over h2c.
+// grpcTestBackend is a grpc-go server of testService, and of the health
+// service, over h2c.
 func grpcTestBackend(t *testing.T) string {
 	t.Helper()
 	s := grpc.NewServer()
 	testgrpc.RegisterTestServiceServer(s, testService{})
+	healthgrpc.RegisterHealthServer(s, health.NewServer())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -89,14 +93,20 @@ func TestGRPCDrillPassesLevee(t *testing.T) {
 	if err := os.WriteFile(ca, cert, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []struct{ name, listen, scheme string }{
-		{"h2c", "listen:\n  - {addr: 127.0.0.1:0, h2c: true}\n", "http://"},
-		{"tls", fmt.Sprintf("listen:\n  - {addr: 127.0.0.1:0, tls: {cert: %q, key: %q}}\n", certFile, keyFile), "https://"},
+	h2c := "listen:\n  - {addr: 127.0.0.1:0, h2c: true}\n"
+	for _, c := range []struct{ name, listen, scheme, method string }{
+		{"h2c", h2c, "http://", ""},
+		{"tls", fmt.Sprintf("listen:\n  - {addr: 127.0.0.1:0, tls: {cert: %q, key: %q}}\n", certFile, keyFile), "https://", ""},
+		// Another unary method, called with an empty request.
+		{"health", h2c, "http://", healthgrpc.Health_Check_FullMethodName},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			l := startLeveeOn(t, c.listen, snippet)
 			o := grpcOptions(c.scheme + strings.TrimPrefix(l.url, "http://"))
 			o.GRPCCA = ca
+			if c.method != "" {
+				o.GRPCMethod = c.method
+			}
 			r := grpcDrill.Run(context.Background(), o)
 			requireVerdict(t, r, Pass)
 		})
@@ -104,10 +114,17 @@ func TestGRPCDrillPassesLevee(t *testing.T) {
 }
 
 // A grpc-go server with no edge in front passes calls but refuses none:
-// both refusal checks fail, saying so.
+// both refusal checks fail, saying so; a method it does not serve fails
+// the unary check.
 func TestGRPCDrillFailsWithoutLimits(t *testing.T) {
 	backend := grpcTestBackend(t)
-	r := grpcDrill.Run(context.Background(), grpcOptions("http://"+backend))
+	o := grpcOptions("http://" + backend)
+	o.GRPCMethod, o.GRPCCalls = "/no.Such/Method", 1
+	r := grpcDrill.Run(context.Background(), o)
+	if c := checkNamed(t, r, "unary call passes, with trailers"); c.Pass || !strings.Contains(c.Got, "UNIMPLEMENTED") {
+		t.Errorf("an unserved method: pass %v, %q; want UNIMPLEMENTED", c.Pass, c.Got)
+	}
+	r = grpcDrill.Run(context.Background(), grpcOptions("http://"+backend))
 	requireVerdict(t, r, Fail)
 	for _, name := range []string{"unary call passes, with trailers", "bidirectional stream passes, with trailers"} {
 		if c := checkNamed(t, r, name); !c.Pass {
