@@ -11,6 +11,9 @@
 #   BACKEND_PORT [9101]   PORT_BASE [18080]: nginx on it (TLS +100), haproxy +1, levee +2, admin +12
 #   OVERLOAD_CONNS [512 4000]  the open-loop overload's connections ("" skips it)
 #   OVERLOAD_DURATION [5s]     per overload run   OVERLOAD_ROUNDS [3]  its rounds (medians)
+#   H2C [1]   1: with HTTP/1.1 clients, also load a second levee (PORT_BASE+3, admin +13) whose leg
+#             to the same backend is h2c (bench/backend -h2c), compared with levee's own HTTP/1.1
+#             leg at the same point, by CPU per request (issue 21: at most 1.2x)
 #
 # The points: protocol (HTTP/1.1, HTTP/1.1 over TLS, h2 over TLS) × client connections × pinning.
 # At each, the same backend (bench/backend, 100-byte answers, GOMAXPROCS=1) is loaded through levee,
@@ -32,15 +35,15 @@
 # The table gives levee ÷ nginx and levee ÷ haproxy; the summary the WORST ratio over all points
 # (the lowest throughput or goodput ratio, the highest CPU or p99 ratio), never the best. Run it
 # alone on the machine.
-# Runtime at defaults: 2 pinnings × 3 protocols × 3 sizes × 3 peers × 6 s ≈ 6 min, plus the
-# overload's 2 × 2 rates × 4 targets × 3 rounds × ~7 s ≈ 6 min, plus builds. One round of the
+# Runtime at defaults: 2 pinnings × 3 protocols × 3 sizes × 3 peers × 6 s ≈ 6 min, the h2c leg's
+# 2 × 3 × 6 s, plus the overload's 2 × 2 rates × 4 targets × 3 rounds × ~7 s ≈ 6 min, plus builds. One round of the
 # overload is not a figure: a single round gave 0.06 and 0.72 at one point an hour apart.
 set -euo pipefail
 
 BENCH_NAME=matrix.sh
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
-bench_parse_args 27 "$@"
+bench_parse_args 30 "$@"
 
 DURATION=${DURATION:-5s}
 WARMUP=${WARMUP:-1s}
@@ -53,11 +56,13 @@ NGINX_PORT=$BASE; NGINX_TLS=$((BASE + 100))
 HAPROXY_PORT=$((BASE + 1)); HAPROXY_TLS=$((BASE + 101))
 LEVEE_PORT=$((BASE + 2)); LEVEE_TLS=$((BASE + 102)); LEVEE_ADMIN_PORT=$((BASE + 12))
 PEERS=(levee nginx haproxy)
+H2C=${H2C:-1}; LEVEE_H2C_PORT=$((BASE + 3)); LEVEE_H2C_ADMIN=$((BASE + 13))
 
 bench_init levee-matrix
 bench_need_tools wrk h2load nginx haproxy curl openssl
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
-check_ports backend "$BACKEND_PORT" $NGINX_PORT $NGINX_TLS $HAPROXY_PORT $HAPROXY_TLS $LEVEE_PORT $LEVEE_TLS $LEVEE_ADMIN_PORT
+check_ports backend "$BACKEND_PORT" $NGINX_PORT $NGINX_TLS $HAPROXY_PORT $HAPROXY_TLS $LEVEE_PORT $LEVEE_TLS $LEVEE_ADMIN_PORT \
+  $LEVEE_H2C_PORT $LEVEE_H2C_ADMIN
 
 log "building bench/backend and levee"
 build_bench backend
@@ -71,7 +76,9 @@ NGINX_BIN=$(command -v nginx); HAPROXY_BIN=$(command -v haproxy)
 # start_all — the backend, levee, nginx and haproxy pinned as PIN_MODE says; sets PID[...]
 start_all() {
   bench_pinning "proxy on CPU $PROXY_CPU, backend + load on CPU $LOAD_CPU"
-  GOMAXPROCS=1 "${ON_BACKEND_CPU[@]}" "$tmp/backend" -count -listen "127.0.0.1:$BACKEND_PORT" >"$tmp/backend.log" 2>&1 &
+  local backend_flags=(-count)
+  if ((H2C)); then backend_flags+=(-h2c); fi
+  GOMAXPROCS=1 "${ON_BACKEND_CPU[@]}" "$tmp/backend" "${backend_flags[@]}" -listen "127.0.0.1:$BACKEND_PORT" >"$tmp/backend.log" 2>&1 &
   PIDS+=("$!")
   wait_http "http://127.0.0.1:$BACKEND_PORT/" 10 || die "backend not ready"
   cat >"$tmp/levee.yaml" <<EOF
@@ -126,6 +133,25 @@ EOF
   wait_http "http://127.0.0.1:$NGINX_PORT/" 10 || die "nginx not ready"
   wait_http "http://127.0.0.1:$HAPROXY_PORT/" 10 || die "haproxy not ready"
   wait_http "https://127.0.0.1:$LEVEE_TLS/" 10 -k -H 'Host: bench.local' || die "levee TLS not ready"
+  if ((H2C)); then start_levee_h2c; fi
+}
+
+# start_levee_h2c — the second levee, pinned as the first: its one app's leg to the backend is
+# h2c, all else levee's defaults as in the first; sets PID[levee-h2c]
+start_levee_h2c() {
+  cat >"$tmp/levee-h2c.yaml" <<EOF
+listen: [127.0.0.1:$LEVEE_H2C_PORT]
+admin: {addr: 127.0.0.1:$LEVEE_H2C_ADMIN}
+apps:
+  bench:
+    hosts: [bench.local]
+    backends: [127.0.0.1:$BACKEND_PORT]
+    upstream: {protocol: h2c}
+EOF
+  GOMAXPROCS=1 "${ON_PROXY_CPU[@]}" "$tmp/levee" serve --config "$tmp/levee-h2c.yaml" >"$tmp/levee-h2c.log" 2>&1 &
+  PID[levee-h2c]=$!; PIDS+=("${PID[levee-h2c]}")
+  wait_http "http://127.0.0.1:$LEVEE_H2C_ADMIN/readyz" 10 || { tail "$tmp/levee-h2c.log" >&2; die "levee (h2c leg) not ready"; }
+  wait_http "http://127.0.0.1:$LEVEE_H2C_PORT/" 10 -H 'Host: bench.local' || die "levee (h2c leg) does not reach the backend"
 }
 
 # url PEER PROTO — where the load goes
@@ -133,7 +159,7 @@ url() {
   local scheme=http port
   [[ $2 != h1 ]] && scheme=https
   case $1/$2 in
-    levee/h1) port=$LEVEE_PORT ;; levee/*) port=$LEVEE_TLS ;;
+    levee/h1) port=$LEVEE_PORT ;; levee/*) port=$LEVEE_TLS ;; levee-h2c/h1) port=$LEVEE_H2C_PORT ;;
     nginx/h1) port=$NGINX_PORT ;; nginx/*) port=$NGINX_TLS ;;
     haproxy/h1) port=$HAPROXY_PORT ;; haproxy/*) port=$HAPROXY_TLS ;;
   esac
@@ -181,7 +207,9 @@ for pin in "${PIN_LIST[@]}"; do
   start_all
   for proto in "${PROTO_LIST[@]}"; do
     for n in "${CONN_LIST[@]}"; do
-      for peer in "${PEERS[@]}"; do
+      peers=("${PEERS[@]}")
+      if ((H2C)) && [[ $proto == h1 ]]; then peers+=(levee-h2c); fi
+      for peer in "${peers[@]}"; do
         out="$tmp/$pin-$proto-$n-$peer"
         load "$peer" "$proto" "$n" "$WARMUP" "$out.warm" >/dev/null
         c0=$(cpu_ticks "${PID[$peer]}")
@@ -254,6 +282,28 @@ awk -F'\t' '
     gsub(FS, " ", wr); gsub(FS, " ", wc)
     printf "\n- worst throughput ratio: **%.2f** (%s)\n- worst CPU per request ratio (levee ÷ nginx): **%.2f** (%s)\n", worst_rps, wr, worst_cpu, wc
   }' "$results" >"$table"
+# levee's h2c leg beside its HTTP/1.1 leg: the same HTTP/1.1 clients, the same backend
+if grep -q $'\tlevee-h2c\t' "$results"; then
+  awk -F'\t' '
+    $2 == "h1" && ($4 == "levee" || $4 == "levee-h2c") { k=$1 FS $3; if (!(k in seen)) { seen[k]=1; order[++n]=k }
+      rps[k,$4]=$5; cpu[k,$4]=$6; p99[k,$4]=$7; dials[k,$4]=$8; err[k,$4]=$9 }
+    function r(a,b){ return (b+0==0 || a=="nan" || b=="nan" || a=="") ? "n/a" : sprintf("%.2f", a/b) }
+    END {
+      print ""
+      print "levee'"'"'s leg to the backend, h2c beside HTTP/1.1 (HTTP/1.1 clients, the same backend; issue 21: CPU at most 1.2x):"
+      print ""
+      print "| pinning | conns | req/s h2c leg / HTTP/1.1 leg | CPU µs/req h2c leg / HTTP/1.1 leg | CPU h2c ÷ HTTP/1.1 | p99 ms h2c / HTTP/1.1 | dials per 1,000 req h2c / HTTP/1.1 | errors h2c / HTTP/1.1 |"
+      print "|---|---:|---|---|---:|---|---|---|"
+      worst=0
+      for (i=1; i<=n; i++) { k=order[i]; split(k, f, FS); c=r(cpu[k,"levee-h2c"], cpu[k,"levee"])
+        if (c != "n/a" && c+0 > worst) { worst=c+0; w=f[1] " " f[2] " conns" }
+        printf "| %s | %s | %s / %s | %s / %s | %s | %s / %s | %s / %s | %d / %d |\n", f[1], f[2], rps[k,"levee-h2c"], rps[k,"levee"],
+          cpu[k,"levee-h2c"], cpu[k,"levee"], c, p99[k,"levee-h2c"], p99[k,"levee"], dials[k,"levee-h2c"], dials[k,"levee"],
+          err[k,"levee-h2c"], err[k,"levee"]
+      }
+      printf "\n- worst CPU per request, h2c leg ÷ HTTP/1.1 leg: **%.2f** (%s)\n", worst, w
+    }' "$results" >>"$table"
+fi
 if [[ -s $overload ]]; then
   awk -F'\t' '
     { k=$1 FS $2; if (!(k in seen)) { seen[k]=1; order[++n]=k } g[k,$3]=$4; p[k,$3]=$5; c[k,$3]=$6 }

@@ -1,4 +1,6 @@
-// Command backend is a tiny, fast HTTP/1.1 origin used by levee's benchmarks.
+// Command backend is a tiny, fast HTTP/1.1 origin used by levee's benchmarks;
+// with -h2c it also speaks HTTP/2 over cleartext (prior knowledge) on the same
+// port, for a proxy's HTTP/2 leg to backends.
 //
 // Every request, whatever its method or path, is answered with status 200 and
 // the same fixed 100-byte body (Content-Length: 100). An optional -delay holds
@@ -23,7 +25,7 @@
 // requests each proxy makes.
 //
 //	go build -o backend ./bench/backend
-//	GOMAXPROCS=1 ./backend -listen 127.0.0.1:9101 [-delay 5ms] [-capacity 32] [-count]
+//	GOMAXPROCS=1 ./backend -listen 127.0.0.1:9101 [-delay 5ms] [-capacity 32] [-count] [-h2c]
 package main
 
 import (
@@ -49,6 +51,7 @@ func main() {
 	capacity := flag.Int("capacity", 0, "serve at most this many requests at once, each for -delay; excess requests wait for a slot (0 = no limit)")
 	stats := flag.Bool("stats", false, "with -capacity: log once a second the requests served and the most that waited for a slot")
 	count := flag.Bool("count", false, "serve GET /__count: the number of requests answered so far (not counting /__count)")
+	h2c := flag.Bool("h2c", false, "also serve HTTP/2 over cleartext (prior knowledge) on the same port")
 	flag.Parse()
 	if *capacity < 0 {
 		log.Fatalf("backend: -capacity must be >= 0 (got %d)", *capacity)
@@ -139,6 +142,14 @@ func main() {
 		},
 	}
 
+	if *h2c {
+		// net/http tells the two apart by the HTTP/2 connection preface.
+		var p http.Protocols
+		p.SetHTTP1(true)
+		p.SetUnencryptedHTTP2(true)
+		srv.Protocols = &p
+	}
+
 	go func() {
 		sig := make(chan os.Signal, 1)
 		signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
@@ -153,7 +164,7 @@ func main() {
 		}
 		log.Printf("backend: listening on %s (body %d bytes, delay %s, capacity %d concurrent = %s)", *listen, bodySize, *delay, *capacity, capStr)
 	} else {
-		log.Printf("backend: listening on %s (body %d bytes, delay %s)", *listen, bodySize, *delay)
+		log.Printf("backend: listening on %s (body %d bytes, delay %s, h2c %v)", *listen, bodySize, *delay, *h2c)
 	}
 	if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
 		log.Fatalf("backend: %v", err)

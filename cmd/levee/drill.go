@@ -27,6 +27,7 @@ errors. Drills (see docs/drills.md):
   cold-catalog        --hot-host H (or --host H) --cold-domain D [--cold-hosts 500]
   duplicate-instance  --config FILE --host H --limit 750/s (levee only)
   slow-clients        --slow-host H [--slow-conns 1000 --slow-kinds slowloris,slow-body,slow-read --slow-port P]
+  grpc                --grpc-authority A [--grpc-rate-authority A2 --grpc-shed-authority A3 --grpc-ca FILE --grpc-method M]
   overload            --overload-host H [--slots 32 --service-time 20ms --overload-offered 3x --overload-port P]
   all                 every drill whose flags are given
 
@@ -278,6 +279,13 @@ func drillCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.Var(listFlag{&o.SlowSources}, "slow-sources", "slow-clients: the attack's local addresses, one per kind (default 127.0.0.2,127.0.0.3,127.0.0.4 against a loopback edge)")
 	fs.Var(rateFlag{&o.VictimRate}, "victim-rate", "slow-clients: the victim's request rate (default 50/s)")
 	fs.Float64Var(&o.MinSuccess, "min-success", 0.999, "slow-clients: the victim's 2xx share under attack, at least")
+	fs.StringVar(&o.GRPCAuthority, "grpc-authority", "", "grpc: the :authority of the app whose calls pass (over h2c for an http:// --target, h2 for https://)")
+	fs.StringVar(&o.GRPCRateAuthority, "grpc-rate-authority", "", "grpc: the :authority of an app whose rate limit refuses calls (default: --grpc-authority)")
+	fs.StringVar(&o.GRPCShedAuthority, "grpc-shed-authority", "", "grpc: the :authority of an app whose concurrency limit, with no queue, sheds calls (default: --grpc-authority)")
+	fs.StringVar(&o.GRPCCA, "grpc-ca", "", "grpc: PEM roots to verify an https:// --target by (default: the system's)")
+	fs.StringVar(&o.GRPCMethod, "grpc-method", "", "grpc: the unary method called, with an empty request, e.g. /grpc.health.v1.Health/Check (default /grpc.testing.TestService/UnaryCall)")
+	fs.IntVar(&o.GRPCCalls, "grpc-calls", 1000, "grpc: most unary calls sent to be rate-limited")
+	fs.IntVar(&o.GRPCHold, "grpc-hold", 64, "grpc: most calls held open to be shed")
 	fs.StringVar(&o.Config, "config", "", "duplicate-instance: the running levee's config file")
 	fs.StringVar(&o.Levee, "levee", "", "duplicate-instance: the levee binary (default: this one)")
 	asJSON := fs.Bool("json", false, "print the report card as JSON")
@@ -379,13 +387,17 @@ func validDrillOptions(o drill.Options) error {
 		{"--clients", int64(o.Clients), 10_000_000}, {"--items", int64(o.Items), 10_000_000},
 		{"--backends", int64(o.Backends), 64}, {"--cold-hosts", int64(o.ColdHosts), 1_000_000},
 		{"--slots", int64(o.Slots), 100_000}, {"--slow-conns", int64(o.SlowConns), 100_000},
-		{"--slow-chunk", int64(o.SlowChunk), 1 << 20}} {
+		{"--slow-chunk", int64(o.SlowChunk), 1 << 20}, {"--grpc-calls", int64(o.GRPCCalls), 1_000_000},
+		{"--grpc-hold", int64(o.GRPCHold), 10_000}} {
 		if n.v < 1 || n.v > n.lim {
 			bad = append(bad, fmt.Sprintf("%s must be 1..%d", n.name, n.lim))
 		}
 	}
 	if o.Slow < 0 || o.BackendPort < 0 || o.BackendPort > 65535-o.Backends {
 		bad = append(bad, "--slow and --backend-port must be valid")
+	}
+	if m := o.GRPCMethod; m != "" && (!strings.HasPrefix(m, "/") || strings.Count(m, "/") != 2 || strings.HasSuffix(m, "/") || strings.HasPrefix(m, "//")) {
+		bad = append(bad, "--grpc-method must be /package.Service/Method")
 	}
 	if o.OverloadPort < 0 || o.OverloadPort > 65535 {
 		bad = append(bad, "--overload-port must be 0..65535")

@@ -99,6 +99,10 @@ func TestDrillUsage(t *testing.T) {
 		{"drill", "slow-clients", "--slow-host", "a", "--slow-read-size", "1GiB"},
 		{"drill", "slow-clients", "--slow-host", "a", "--slow-conns", "0"},
 		{"drill", "slow-clients", "--slow-host", "a", "--min-success", "2"},
+		{"drill", "grpc"}, // missing --grpc-authority
+		{"drill", "grpc", "--grpc-authority", "a", "--grpc-calls", "0"},
+		{"drill", "grpc", "--grpc-authority", "a", "--grpc-hold", "-1"},
+		{"drill", "grpc", "--grpc-authority", "a", "--grpc-method", "Check"},
 		{"drill", "all"}, // nothing applies
 	} {
 		if code, _, stderr := runLevee(t, args...); code != exitUsage || stderr == "" {
@@ -128,8 +132,9 @@ func TestDrillAllPassesAgainstDemo(t *testing.T) {
 		"--dist-rate", "200/s")
 	// The demo has no app in front of a fixed-capacity backend, so overload
 	// (TestOverloadDrillPassesAgainstLevee) is skipped: it needs --overload-host;
-	// slow-clients starts its own backend too, and needs --slow-host.
-	want := map[string]string{"tenant-limit": "pass", "batch-storm": "pass", "cold-catalog": "pass",
+	// slow-clients starts its own backend too, and needs --slow-host; the
+	// demo serves no gRPC (TestGRPCDrillPassesLevee in internal/drill).
+	want := map[string]string{"grpc": "skipped", "tenant-limit": "pass", "batch-storm": "pass", "cold-catalog": "pass",
 		"distribution": "pass", "duplicate-instance": "pass", "slow-clients": "skipped", "overload": "skipped"}
 	if got := card.verdicts(); code != 0 || card.Verdict != "pass" || len(got) != len(want) {
 		t.Fatalf("exit %d, card %s %v; want 0, pass %v\n%+v\nstderr:\n%s", code, card.Verdict, got, want, card.Drills, stderr)

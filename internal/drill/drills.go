@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+
 	"github.com/leveeproxy/levee/internal/clock"
 )
 
@@ -92,6 +94,16 @@ type Options struct {
 	SlowSources []string
 	VictimRate  float64 // the victim's requests per second
 	MinSuccess  float64 // the victim's 2xx share under attack, at least
+
+	// grpc: calls of grpc.testing.TestService over h2c (an http:// Target)
+	// or h2 (https://)
+	GRPCAuthority     string // the app that passes calls
+	GRPCRateAuthority string // an app whose rate limit refuses calls (default: GRPCAuthority)
+	GRPCShedAuthority string // an app whose concurrency limit, with no queue, sheds calls (default: GRPCAuthority)
+	GRPCCA            string // PEM roots to verify an https:// target by; "": the system's
+	GRPCMethod        string // the unary method called (with an empty request); default TestService's UnaryCall
+	GRPCCalls         int    // most unary calls sent to be rate-limited
+	GRPCHold          int    // most calls held open to be shed
 
 	// duplicate-instance (levee only)
 	Config string // the running levee's config file
@@ -183,6 +195,17 @@ func (o Options) Defaults() Options {
 	if o.SlowReadSize == 0 {
 		o.SlowReadSize = 1 << 20
 	}
+	if o.GRPCRateAuthority == "" {
+		o.GRPCRateAuthority = o.GRPCAuthority
+	}
+	if o.GRPCShedAuthority == "" {
+		o.GRPCShedAuthority = o.GRPCAuthority
+	}
+	if o.GRPCMethod == "" {
+		o.GRPCMethod = testgrpc.TestService_UnaryCall_FullMethodName
+	}
+	defI(&o.GRPCCalls, 1000)
+	defI(&o.GRPCHold, 64)
 	def(&o.VictimRate, 50)
 	def(&o.MinSuccess, 0.999)
 	if o.Clock == nil {
@@ -209,7 +232,7 @@ type Drill struct {
 
 // All is every drill, in the order `levee drill all` runs them: overload
 // last, as it saturates the edge on purpose.
-var All = []*Drill{tenantLimit, batchStorm, distribution, coldCatalog, duplicateInstance, slowClients, overload}
+var All = []*Drill{tenantLimit, batchStorm, distribution, coldCatalog, duplicateInstance, slowClients, grpcDrill, overload}
 
 // Lookup finds a drill by name.
 func Lookup(name string) (*Drill, bool) {

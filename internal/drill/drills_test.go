@@ -35,8 +35,14 @@ type levee struct {
 
 func startLevee(t *testing.T, yamlCfg string) *levee {
 	t.Helper()
+	return startLeveeOn(t, "listen: 127.0.0.1:0\n", yamlCfg)
+}
+
+// startLeveeOn is startLevee with listeners of the test's own (YAML).
+func startLeveeOn(t *testing.T, listen, yamlCfg string) *levee {
+	t.Helper()
 	parse := func(y string) *config.Config {
-		cfg, err := config.Parse([]byte("listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\n" + y))
+		cfg, err := config.Parse([]byte(listen + "admin: 127.0.0.1:0\n" + y))
 		if err != nil {
 			t.Fatalf("config: %v\n%s", err, y)
 		}

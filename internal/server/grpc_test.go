@@ -174,6 +174,12 @@ func grpcBackend(t *testing.T, cert, key []byte) (string, *echo) {
 	}
 	s := grpc.NewServer(opts...)
 	s.RegisterService(e.desc(), struct{}{})
+	return serveGRPC(t, s), e
+}
+
+// serveGRPC serves s on a loopback port until the test ends.
+func serveGRPC(t *testing.T, s *grpc.Server) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -187,7 +193,7 @@ func grpcBackend(t *testing.T, cert, key []byte) (string, *echo) {
 		s.Stop()
 		<-done
 	})
-	return ln.Addr().String(), e
+	return ln.Addr().String()
 }
 
 // grpcLeg is how a test's levee reaches its gRPC backend.
