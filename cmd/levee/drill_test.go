@@ -99,6 +99,12 @@ func TestDrillUsage(t *testing.T) {
 		{"drill", "slow-clients", "--slow-host", "a", "--slow-read-size", "1GiB"},
 		{"drill", "slow-clients", "--slow-host", "a", "--slow-conns", "0"},
 		{"drill", "slow-clients", "--slow-host", "a", "--min-success", "2"},
+		{"drill", "upgrade", "--host", "a"},                                           // missing --command
+		{"drill", "upgrade", "--host", "a", "--command", "true", "--limit-host", "b"}, // --limit-host without --limit
+		{"drill", "upgrade", "--host", "a", "--command", "true", "--runs", "0"},
+		{"drill", "upgrade", "--host", "a", "--command", "true", "--limit-offered", "1x"},
+		{"drill", "upgrade", "--host", "a", "--command", "true", "--burst-tolerance", "0"},
+		{"drill", "upgrade", "--host", "a", "--command", "true", "--settle", "0s"},
 		{"drill", "all"}, // nothing applies
 	} {
 		if code, _, stderr := runLevee(t, args...); code != exitUsage || stderr == "" {
