@@ -145,7 +145,6 @@ func serve[E exchange](s *Server, e E) {
 	}
 	out.deadline = start.Add(left)
 	ctx := e.ctx()
-	live := ctx.Err() == nil // else the drain began before it could wait (draining.go)
 	if own {
 		// The client's deadline may end the wait in the queue. (The app's
 		// timeout, seconds away, all but never does; a request it passes
@@ -154,7 +153,7 @@ func serve[E exchange](s *Server, e E) {
 	}
 	slot, ref, ok := s.enter(ctx, rt, path, client, start, tr)
 	if !ok {
-		if ref = s.unanswered(ref, live); ref.Code == 0 {
+		if ref = s.unanswered(ref); ref.Code == 0 {
 			e.gone()
 		} else {
 			e.refuse(ref)

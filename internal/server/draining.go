@@ -15,13 +15,14 @@ var drainingRefusal = limits.Refusal{Code: reply.For(reply.Draining).Status, Rea
 
 // unanswered is the refusal of a request whose wait ended without one
 // (ref.Code 0): none when its client left, drainingRefusal when the
-// server's drain ended a wait that began before it (live). A request that
-// arrived once the drain had begun (on a keep-alive connection, as the
-// drain closes it) is still closed unanswered: nothing was sent, so its
-// client may send it again on a new connection, which an HTTP client does
-// by itself for an idempotent request.
-func (s *Server) unanswered(ref limits.Refusal, live bool) limits.Refusal {
-	if ref.Code == 0 && live && s.draining.Load() {
+// server is draining, whether the drain ended the wait or began before
+// it. A request that comes once the drain has begun is answered too: it
+// may be the first on a connection accepted just before (an upgrade's old
+// levee accepts until it hands over), and no HTTP client sends a
+// connection's first request again when it is closed unanswered (Go's
+// and browsers' retry only requests on reused connections).
+func (s *Server) unanswered(ref limits.Refusal) limits.Refusal {
+	if ref.Code == 0 && s.draining.Load() {
 		return drainingRefusal
 	}
 	return ref
