@@ -61,13 +61,14 @@ type window struct {
 // upgradeLoad is what the upgrade drill measured, for gradeUpgrade.
 type upgradeLoad struct {
 	Runs     []commandRun
-	Streams  []*Result      // the host's stream, then the limited host's (if any)
-	Admitted []int64        // arrivals at the backend for the limited host, per window
-	Windows  []window       // one per run
-	Peak     int64          // most requests to the host in flight at the backend at once
-	Failures map[string]int // failures by kind and phase: "refused/run 2" -> n
-	RanOut   bool           // a stream reached --max-requests before the runs ended
-	Dropped  int64          // arrivals past the meter's bound, not counted in windows
+	Streams  []*Result         // the host's stream, then the limited host's (if any)
+	Admitted []int64           // arrivals at the backend for the limited host, per window
+	Windows  []window          // one per run
+	Peak     int64             // most requests to the host in flight at the backend at once
+	Failures map[string]int    // failures by kind and phase: "refused/run 2" -> n
+	First    map[string]string // the first error of each kind
+	RanOut   bool              // a stream reached --max-requests before the runs ended
+	Dropped  int64             // arrivals past the meter's bound, not counted in windows
 }
 
 // runUpgrade starts the backend, waits for the edge to route to it, then
@@ -122,7 +123,7 @@ func runUpgrade(ctx context.Context, o Options, r *Report) error {
 // driveUpgrade runs the streams and the command, and collects what the
 // backend saw.
 func driveUpgrade(ctx context.Context, o Options, m *meter) *upgradeLoad {
-	up := &upgradeLoad{Failures: map[string]int{}}
+	up := &upgradeLoad{Failures: map[string]int{}, First: map[string]string{}}
 	stop := make(chan struct{})
 	// The schedules are long enough for every run to take its whole
 	// timeout; Stop ends them when the last run has settled.
@@ -165,6 +166,13 @@ func driveUpgrade(ctx context.Context, o Options, m *meter) *upgradeLoad {
 		for _, f := range l.failures() {
 			up.Failures[f.kind+"/"+phase(up.Runs, f.at)]++
 		}
+		l.mu.Lock()
+		for k, e := range l.first {
+			if _, ok := up.First[k]; !ok {
+				up.First[k] = e
+			}
+		}
+		l.mu.Unlock()
 	}
 	if hm := m.host(o.Host); hm != nil {
 		up.Peak = hm.peak.Load()
@@ -274,6 +282,7 @@ type failureLog struct {
 	since func() time.Duration
 	mu    sync.Mutex
 	list  []failure
+	first map[string]string // the first error of each kind, for the notes
 }
 
 func (f *failureLog) Do(ctx context.Context, r *Request) Response {
@@ -282,6 +291,12 @@ func (f *failureLog) Do(ctx context.Context, r *Request) Response {
 		f.mu.Lock()
 		if len(f.list) < maxFailures {
 			f.list = append(f.list, failure{at: f.since(), kind: k})
+		}
+		if f.first == nil {
+			f.first = map[string]string{}
+		}
+		if _, ok := f.first[k]; !ok && resp.Err != nil {
+			f.first[k] = fmt.Sprintf("%s (fresh connection: %v)", resp.Err, r.Fresh)
 		}
 		f.mu.Unlock()
 	}
@@ -538,7 +553,11 @@ func upgradeNotes(o Options, up *upgradeLoad) []string {
 	}
 	sort.Strings(kinds)
 	for _, k := range kinds {
-		notes = append(notes, fmt.Sprintf("%s by phase (a run lasts until the next starts): %s", k, byPhase(up.Failures, k)))
+		note := fmt.Sprintf("%s by phase (a run lasts until the next starts): %s", k, byPhase(up.Failures, k))
+		if e := up.First[k]; e != "" {
+			note += "; the first: " + e
+		}
+		notes = append(notes, note)
 	}
 	note := fmt.Sprintf("most requests to %s in flight at the backend at once: %d", o.Host, up.Peak)
 	if o.Concurrency > 0 && up.Peak < int64(o.Concurrency) {
