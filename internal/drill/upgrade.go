@@ -553,8 +553,9 @@ func windowCheck(o Options, up *upgradeLoad) Check {
 	worst, worstExcess := -1, math.Inf(-1)
 	for i, w := range up.Windows {
 		if !w.Anchored {
-			c.Pass, c.Got = false, fmt.Sprintf("run %d: the limited host refused nothing before it: "+
-				"the load did not reach the limit (raise --limit-offered, or check --limit)", w.Run)
+			c.Pass, c.Got = false, fmt.Sprintf("run %d: no refusal of the limited host was answered before its "+
+				"window opens, so the bound cannot be applied: the load did not reach the limit (raise "+
+				"--limit-offered, or check --limit), or the answers took longer than --settle/2 (raise --settle)", w.Run)
 			return c
 		}
 		n, allowed := up.Admitted[i], allowedIn(o.Limit, w.span(), o.BurstTolerance)
