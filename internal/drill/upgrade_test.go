@@ -115,3 +115,26 @@ func TestUpgradeDrillFailsAFailingCommand(t *testing.T) {
 		t.Fatalf("command check %+v; want the first run's failure and its output", c)
 	}
 }
+
+// The window check, fed fixed counts: GCRA's bound from the refusal's
+// send, +2% and +1; a window with no refusal before it cannot pass.
+func TestUpgradeWindowCheck(t *testing.T) {
+	o := Options{Limit: 100, BurstTolerance: 0.02, LimitHost: "lim.test"}
+	anchored := window{Run: 1, Sent: time.Second, From: time.Second + 5*time.Millisecond, To: 3 * time.Second, Anchored: true}
+	for _, c := range []struct {
+		name     string
+		w        window
+		admitted int64
+		pass     bool
+	}{
+		{"at the bound", anchored, 205, true}, // 100/s x 2 s x 1.02 + 1
+		{"one over", anchored, 206, false},
+		{"a burst of 20 over", anchored, 220, false},
+		{"no refusal before it", window{Run: 1, Sent: time.Second, From: time.Second, To: 3 * time.Second}, 150, false},
+	} {
+		up := &upgradeLoad{Windows: []window{c.w}, Admitted: []int64{c.admitted}}
+		if got := windowCheck(o, up); got.Pass != c.pass {
+			t.Errorf("%s: %+v; want pass %v", c.name, got, c.pass)
+		}
+	}
+}
