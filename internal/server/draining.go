@@ -14,15 +14,17 @@ import (
 var drainingRefusal = limits.Refusal{Code: reply.For(reply.Draining).Status, Reason: reply.Draining}
 
 // unanswered is the refusal of a request whose wait ended without one
-// (ref.Code 0): none when its client left, drainingRefusal when the
-// server is draining, whether the drain ended the wait or began before
-// it. A request that comes once the drain has begun is answered too: it
-// may be the first on a connection accepted just before (an upgrade's old
-// levee accepts until it hands over), and no HTTP client sends a
-// connection's first request again when it is closed unanswered (Go's
-// and browsers' retry only requests on reused connections).
-func (s *Server) unanswered(ref limits.Refusal) limits.Refusal {
-	if ref.Code == 0 && s.draining.Load() {
+// (ref.Code 0): none when its client left; drainingRefusal when the
+// server's drain ended a wait that began before it (live), or when a
+// connection's first request came once the drain had begun (an upgrade's
+// old levee accepts until it hands over): no HTTP client sends a
+// connection's first request again when it is closed unanswered. A
+// request on a reused connection that came once the drain had begun is
+// closed unanswered: nothing was sent, so its client sends it again on a
+// new connection by itself (Go's and browsers' do, for an idempotent
+// request), to the levee that serves now, rather than seeing a 503.
+func (s *Server) unanswered(ref limits.Refusal, live, reused bool) limits.Refusal {
+	if ref.Code == 0 && s.draining.Load() && (live || !reused) {
 		return drainingRefusal
 	}
 	return ref
