@@ -28,6 +28,8 @@ errors. Drills (see docs/drills.md):
   duplicate-instance  --config FILE --host H --limit 750/s (levee only)
   slow-clients        --slow-host H [--slow-conns 1000 --slow-kinds slowloris,slow-body,slow-read --slow-port P]
   grpc                --grpc-authority A [--grpc-rate-authority A2 --grpc-shed-authority A3 --grpc-ca FILE --grpc-method M]
+  upgrade             --command CMD --host H [--runs 5 --upgrade-rate 1000/s --limit-host H2 --limit 300/s
+                      --concurrency N --upgrade-port P]
   overload            --overload-host H [--slots 32 --service-time 20ms --overload-offered 3x --overload-port P]
   all                 every drill whose flags are given
 
@@ -286,6 +288,18 @@ func drillCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&o.GRPCMethod, "grpc-method", "", "grpc: the unary method called, with an empty request, e.g. /grpc.health.v1.Health/Check (default /grpc.testing.TestService/UnaryCall)")
 	fs.IntVar(&o.GRPCCalls, "grpc-calls", 1000, "grpc: most unary calls sent to be rate-limited")
 	fs.IntVar(&o.GRPCHold, "grpc-hold", 64, "grpc: most calls held open to be shed")
+	fs.StringVar(&o.Command, "command", "", "upgrade: the edge's reload or upgrade command, run with sh -c")
+	fs.IntVar(&o.Runs, "runs", 5, "upgrade: how many times to run --command")
+	fs.DurationVar(&o.CommandTimeout, "command-timeout", 60*time.Second, "upgrade: each run must exit within this")
+	fs.DurationVar(&o.Settle, "settle", time.Second, "upgrade: load before the first run and after each; each run's window starts half of it before the run and ends half of it after")
+	fs.Var(rateFlag{&o.UpgradeRate}, "upgrade-rate", "upgrade: requests per second to --host, half on fresh connections (default 1000/s)")
+	fs.StringVar(&o.LimitHost, "limit-host", "", "upgrade: a Host the edge limits to --limit, to check the admitted rate around each run")
+	fs.Var(multFlag{&o.LimitOffered}, "limit-offered", "upgrade: load offered to --limit-host as a multiple of --limit (default 2x)")
+	fs.Float64Var(&o.BurstTolerance, "burst-tolerance", 0.02, "upgrade: admitted per window may exceed --limit by this fraction")
+	fs.IntVar(&o.Concurrency, "concurrency", 0, "upgrade: --host's concurrency limit at the edge, checked at the backend (0: not checked)")
+	fs.IntVar(&o.UpgradePort, "upgrade-port", 0, "upgrade: the backend's port (0: any free port)")
+	fs.DurationVar(&o.UpgradeHold, "upgrade-hold", 5*time.Millisecond, "upgrade: how long the backend holds each request")
+	fs.Var(sizeFlag{&o.UpgradeBody}, "upgrade-body", "upgrade: bytes in each answer, with Content-Length (default 4KiB)")
 	fs.StringVar(&o.Config, "config", "", "duplicate-instance: the running levee's config file")
 	fs.StringVar(&o.Levee, "levee", "", "duplicate-instance: the levee binary (default: this one)")
 	asJSON := fs.Bool("json", false, "print the report card as JSON")
@@ -375,7 +389,8 @@ func validDrillOptions(o drill.Options) error {
 		v    time.Duration
 	}{{"--duration", o.Duration}, {"--timeout", o.Timeout}, {"--refuse-within", o.RefuseWithin},
 		{"--slow-delay", o.SlowDelay}, {"--route-wait", o.RouteWait}, {"--cold-bound", o.ColdBound}, {"--p99-slack", o.P99Slack},
-		{"--service-time", o.ServiceTime}, {"--slow-interval", o.SlowInterval}} {
+		{"--service-time", o.ServiceTime}, {"--slow-interval", o.SlowInterval}, {"--command-timeout", o.CommandTimeout},
+		{"--settle", o.Settle}, {"--upgrade-hold", o.UpgradeHold}} {
 		if d.v <= 0 || d.v > time.Hour {
 			bad = append(bad, d.name+" must be in (0, 1h]")
 		}
@@ -388,7 +403,7 @@ func validDrillOptions(o drill.Options) error {
 		{"--backends", int64(o.Backends), 64}, {"--cold-hosts", int64(o.ColdHosts), 1_000_000},
 		{"--slots", int64(o.Slots), 100_000}, {"--slow-conns", int64(o.SlowConns), 100_000},
 		{"--slow-chunk", int64(o.SlowChunk), 1 << 20}, {"--grpc-calls", int64(o.GRPCCalls), 1_000_000},
-		{"--grpc-hold", int64(o.GRPCHold), 10_000}} {
+		{"--grpc-hold", int64(o.GRPCHold), 10_000}, {"--runs", int64(o.Runs), 1000}} {
 		if n.v < 1 || n.v > n.lim {
 			bad = append(bad, fmt.Sprintf("%s must be 1..%d", n.name, n.lim))
 		}
@@ -414,6 +429,23 @@ func validDrillOptions(o drill.Options) error {
 	}
 	if o.MinSuccess <= 0 || o.MinSuccess > 1 {
 		bad = append(bad, "--min-success must be in (0, 1]")
+	}
+	if o.UpgradePort < 0 || o.UpgradePort > 65535 || o.Concurrency < 0 {
+		bad = append(bad, "--upgrade-port must be 0..65535, --concurrency at least 0")
+	}
+	// LimitOffered is 0 only when not given (Defaults sets it); at or below
+	// the limit the bucket is not empty when a window opens
+	if o.LimitOffered != 0 && (o.LimitOffered <= 1 || o.LimitOffered > 100) {
+		bad = append(bad, "--limit-offered must be above 1x, at most 100x")
+	}
+	if o.BurstTolerance <= 0 || o.BurstTolerance >= 1 {
+		bad = append(bad, "--burst-tolerance must be in (0, 1)")
+	}
+	if o.UpgradeBody < 0 || o.UpgradeBody > 64<<20 {
+		bad = append(bad, "--upgrade-body must be 1B..64MiB")
+	}
+	if o.LimitHost != "" && o.Limit == 0 {
+		bad = append(bad, "--limit-host needs --limit")
 	}
 	if o.SlowPort < 0 || o.SlowPort > 65535 {
 		bad = append(bad, "--slow-port must be 0..65535")

@@ -103,6 +103,12 @@ func TestDrillUsage(t *testing.T) {
 		{"drill", "grpc", "--grpc-authority", "a", "--grpc-calls", "0"},
 		{"drill", "grpc", "--grpc-authority", "a", "--grpc-hold", "-1"},
 		{"drill", "grpc", "--grpc-authority", "a", "--grpc-method", "Check"},
+		{"drill", "upgrade", "--host", "a"},                                           // missing --command
+		{"drill", "upgrade", "--host", "a", "--command", "true", "--limit-host", "b"}, // --limit-host without --limit
+		{"drill", "upgrade", "--host", "a", "--command", "true", "--runs", "0"},
+		{"drill", "upgrade", "--host", "a", "--command", "true", "--limit-offered", "1x"},
+		{"drill", "upgrade", "--host", "a", "--command", "true", "--burst-tolerance", "0"},
+		{"drill", "upgrade", "--host", "a", "--command", "true", "--settle", "0s"},
 		{"drill", "all"}, // nothing applies
 	} {
 		if code, _, stderr := runLevee(t, args...); code != exitUsage || stderr == "" {
@@ -133,9 +139,10 @@ func TestDrillAllPassesAgainstDemo(t *testing.T) {
 	// The demo has no app in front of a fixed-capacity backend, so overload
 	// (TestOverloadDrillPassesAgainstLevee) is skipped: it needs --overload-host;
 	// slow-clients starts its own backend too, and needs --slow-host; the
-	// demo serves no gRPC (TestGRPCDrillPassesLevee in internal/drill).
+	// demo serves no gRPC (TestGRPCDrillPassesLevee in internal/drill);
+	// upgrade needs --command.
 	want := map[string]string{"grpc": "skipped", "tenant-limit": "pass", "batch-storm": "pass", "cold-catalog": "pass",
-		"distribution": "pass", "duplicate-instance": "pass", "slow-clients": "skipped", "overload": "skipped"}
+		"distribution": "pass", "duplicate-instance": "pass", "slow-clients": "skipped", "upgrade": "skipped", "overload": "skipped"}
 	if got := card.verdicts(); code != 0 || card.Verdict != "pass" || len(got) != len(want) {
 		t.Fatalf("exit %d, card %s %v; want 0, pass %v\n%+v\nstderr:\n%s", code, card.Verdict, got, want, card.Drills, stderr)
 	}

@@ -96,11 +96,19 @@ func startUpgradable(t *testing.T, backend, extra string, env ...string) *upgrad
 
 // stop kills the generation serving now (by its PID: a process this test
 // started, through its parent) and waits for every generation to exit.
+// The last one the log names as taking over is killed too: upgrades the
+// test did not follow (a drill's) leave u.pid behind.
 func (u *upgradeLevee) stop() {
-	pid := int(u.pid.Load())
-	if pid > 0 {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-		u.waitExit(pid)
+	pids := []int{int(u.pid.Load())}
+	if all := handedOverLine.FindAllStringSubmatch(u.text(), -1); len(all) > 0 {
+		last, _ := strconv.Atoi(all[len(all)-1][1])
+		pids = append(pids, last)
+	}
+	for _, pid := range pids {
+		if pid > 0 {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			u.waitExit(pid)
+		}
 	}
 	_ = u.first.Process.Kill()
 	<-u.exited

@@ -25,7 +25,8 @@ type Backend struct {
 	Addr  string
 	Delay atomic.Int64 // added to every answer, in nanoseconds
 	count atomic.Int64
-	pool  *pool // nil: no capacity limit
+	pool  *pool  // nil: no capacity limit
+	meter *meter // nil: no per-host arrivals or in-flight count
 	srv   *http.Server
 	done  chan struct{} // closed when Serve has returned
 	quit  chan struct{} // closed by CloseBackends: requests waiting on the pool give up
@@ -41,7 +42,7 @@ func StartBackends(n, first int) ([]*Backend, error) {
 		if first > 0 {
 			port = first + i
 		}
-		b, err := startBackend(fmt.Sprintf("b%d", i+1), port, nil)
+		b, err := startBackend(fmt.Sprintf("b%d", i+1), port, nil, nil)
 		if err != nil {
 			CloseBackends(out)
 			return nil, fmt.Errorf("drill: backend %d: %w", i+1, err)
@@ -62,19 +63,19 @@ func StartPool(slots int, service time.Duration, port int) (*Backend, error) {
 	if slots < 1 || service <= 0 {
 		return nil, fmt.Errorf("drill: a backend pool needs slots >= 1 and a service time > 0 (got %d, %v)", slots, service)
 	}
-	b, err := startBackend("pool", port, &pool{slots: make(chan struct{}, slots), service: service})
+	b, err := startBackend("pool", port, &pool{slots: make(chan struct{}, slots), service: service}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("drill: backend: %w", err)
 	}
 	return b, nil
 }
 
-func startBackend(name string, port int, p *pool) (*Backend, error) {
+func startBackend(name string, port int, p *pool, m *meter) (*Backend, error) {
 	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{Name: name, Addr: ln.Addr().String(), pool: p, done: make(chan struct{}), quit: make(chan struct{})}
+	b := &Backend{Name: name, Addr: ln.Addr().String(), pool: p, meter: m, done: make(chan struct{}), quit: make(chan struct{})}
 	b.srv = &http.Server{Handler: b, ReadHeaderTimeout: 10 * time.Second}
 	go func() { defer close(b.done); _ = b.srv.Serve(ln) }()
 	return b, nil
@@ -153,6 +154,12 @@ func (p *pool) hold(quit <-chan struct{}) bool {
 
 func (b *Backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 64<<20))
+	if b.meter != nil {
+		defer b.meter.arrive(r.Host)()
+		if !b.meter.hold(r.Context(), b.quit) {
+			return
+		}
+	}
 	if q := r.URL.Query().Get("bytes"); q != "" {
 		b.large(w, q)
 		return

@@ -104,6 +104,21 @@ type Options struct {
 	GRPCMethod        string // the unary method called (with an empty request); default TestService's UnaryCall
 	GRPCCalls         int    // most unary calls sent to be rate-limited
 	GRPCHold          int    // most calls held open to be shed
+	// upgrade: the edge's reload or upgrade command, run Runs times under
+	// load to Host (UpgradeRate) and, with LimitHost, to a host limited to
+	// Limit (LimitOffered x Limit)
+	Command        string        // run with sh -c
+	Runs           int           // how many times
+	CommandTimeout time.Duration // each run must exit within this
+	Settle         time.Duration // load before the first run, after each, and half of it around each run's window
+	UpgradeRate    float64       // requests per second to Host, half on fresh connections
+	LimitHost      string        // a host the edge limits to Limit per second ("": no burst check)
+	LimitOffered   float64       // LimitHost's offered load, as a multiple of Limit
+	BurstTolerance float64       // admitted per window may exceed Limit by this fraction
+	Concurrency    int           // Host's concurrency limit at the edge (0: not checked)
+	UpgradePort    int           // the drill backend's port (0: any free port)
+	UpgradeHold    time.Duration // the backend holds each request this long
+	UpgradeBody    int64         // bytes in each answer, with Content-Length
 
 	// duplicate-instance (levee only)
 	Config string // the running levee's config file
@@ -206,6 +221,16 @@ func (o Options) Defaults() Options {
 	}
 	defI(&o.GRPCCalls, 1000)
 	defI(&o.GRPCHold, 64)
+	defI(&o.Runs, 5)
+	defD(&o.CommandTimeout, 60*time.Second)
+	defD(&o.Settle, time.Second)
+	def(&o.UpgradeRate, 1000)
+	def(&o.LimitOffered, 2)
+	def(&o.BurstTolerance, 0.02)
+	defD(&o.UpgradeHold, 5*time.Millisecond)
+	if o.UpgradeBody == 0 {
+		o.UpgradeBody = 4 << 10
+	}
 	def(&o.VictimRate, 50)
 	def(&o.MinSuccess, 0.999)
 	if o.Clock == nil {
@@ -230,9 +255,10 @@ type Drill struct {
 	run     func(ctx context.Context, o Options, r *Report) error
 }
 
-// All is every drill, in the order `levee drill all` runs them: overload
-// last, as it saturates the edge on purpose.
-var All = []*Drill{tenantLimit, batchStorm, distribution, coldCatalog, duplicateInstance, slowClients, grpcDrill, overload}
+// All is every drill, in the order `levee drill all` runs them: upgrade
+// after the others that leave the edge as it was, as it replaces the edge's
+// process; overload last, as it saturates the edge on purpose.
+var All = []*Drill{tenantLimit, batchStorm, distribution, coldCatalog, duplicateInstance, slowClients, grpcDrill, upgradeDrill, overload}
 
 // Lookup finds a drill by name.
 func Lookup(name string) (*Drill, bool) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -24,6 +25,9 @@ type Request struct {
 	Host   string
 	Header http.Header
 	Body   []byte
+	// Fresh sends the request on a connection of its own, closed after it
+	// (Connection: close), instead of one kept alive for reuse.
+	Fresh bool
 }
 
 // Response is what came back, reduced to what drills grade.
@@ -34,6 +38,9 @@ type Response struct {
 	Backend    string // Drill-Backend, set by the drill's own backends
 	Err        error
 	TimedOut   bool // no whole response by the deadline
+	// Truncated: the status line came, but the body ended (or failed)
+	// before its Content-Length, or its chunked end; Err says how.
+	Truncated bool
 }
 
 // Doer sends one request and gives up when ctx is done.
@@ -56,6 +63,10 @@ type Plan struct {
 	Bound time.Duration
 	// Make builds request i; it is called from the dispatcher only.
 	Make func(i int64) Request
+	// Stop, when closed, ends the stream early: no request is sent after
+	// it, and those outstanding finish (unlike cancelling ctx, which cuts
+	// them). nil: the stream runs its whole schedule.
+	Stop <-chan struct{}
 }
 
 // Live is a run's running totals, for a progress line. Safe for concurrent use.
@@ -84,9 +95,11 @@ func Run(ctx context.Context, clk clock.Clock, p Plan, d Doer, live *Live) *Resu
 			case <-t.C():
 			case <-ctx.Done():
 				t.Stop()
+			case <-p.Stop:
+				t.Stop()
 			}
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || stopped(p.Stop) {
 			break
 		}
 		if first.IsZero() {
@@ -138,9 +151,21 @@ func Run(ctx context.Context, clk clock.Clock, p Plan, d Doer, live *Live) *Resu
 	return res
 }
 
-// HTTPDoer sends requests to Base (scheme://host:port) with Client.
+// stopped reports whether stop is closed (a nil stop never is).
+func stopped(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// HTTPDoer sends requests to Base (scheme://host:port) with Client, or
+// with Fresh for a Request.Fresh.
 type HTTPDoer struct {
 	Client *http.Client
+	Fresh  *http.Client // a new connection per request, closed after it
 	Base   string
 }
 
@@ -157,7 +182,17 @@ func NewHTTPDoer(base string, conns int) *HTTPDoer {
 		IdleConnTimeout:     30 * time.Second,
 		DisableCompression:  true,
 	}
-	return &HTTPDoer{Client: &http.Client{Transport: tr, CheckRedirect: noRedirect}, Base: base}
+	fresh := &http.Transport{
+		Proxy:              nil,
+		DialContext:        tr.DialContext,
+		DisableKeepAlives:  true,
+		DisableCompression: true,
+	}
+	return &HTTPDoer{
+		Client: &http.Client{Transport: tr, CheckRedirect: noRedirect},
+		Fresh:  &http.Client{Transport: fresh, CheckRedirect: noRedirect},
+		Base:   base,
+	}
 }
 
 func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
@@ -186,14 +221,27 @@ func (h *HTTPDoer) Do(ctx context.Context, r *Request) Response {
 		req.Header[k] = v
 	}
 	req.Host = r.Host
-	resp, err := h.Client.Do(req)
+	c := h.Client
+	if r.Fresh && h.Fresh != nil {
+		c = h.Fresh
+	}
+	resp, err := c.Do(req)
 	if err != nil {
 		return Response{Err: err, TimedOut: isTimeout(err)}
 	}
-	_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
+	n, err := io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
 	resp.Body.Close()
 	if err != nil && isTimeout(err) {
 		return Response{Err: err, TimedOut: true}
+	}
+	// A body cut short is a failure, not an answer: Go's client reports
+	// io.ErrUnexpectedEOF when the connection ends before Content-Length.
+	if want := min(resp.ContentLength, maxDrain); err != nil || n < want {
+		if err == nil {
+			err = io.ErrUnexpectedEOF
+		}
+		return Response{Status: resp.StatusCode, Truncated: true,
+			Err: fmt.Errorf("drill: response truncated after %d of %d bytes: %w", n, resp.ContentLength, err)}
 	}
 	return Response{
 		Status:     resp.StatusCode,
@@ -202,6 +250,8 @@ func (h *HTTPDoer) Do(ctx context.Context, r *Request) Response {
 		Backend:    resp.Header.Get(backendHeader),
 	}
 }
+
+func isRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
 
 func isReset(err error) bool {
 	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
@@ -232,11 +282,15 @@ type Result struct {
 	Scheduled, Sent, Overflow    int64
 	OK, Non2xx, Timeouts, Errors int64
 	Resets                       int64 // errors that were a reset or closed connection
-	ByStatus                     map[int]int64
-	RetryAfter                   int64            // non-2xx responses with Retry-After
-	Reasons                      map[string]int64 // Levee-Reject values
-	Backends                     map[string]int64 // Drill-Backend values
-	All, OKLat, RejLat           Histogram        // latency from the intended send time
+	Refused                      int64 // errors that were a refused connection (nothing listened)
+	Truncated                    int64 // errors that were a response body cut short
+	// Limited: 429s, and 503s with Retry-After: a limit's refusal.
+	Limited            int64
+	ByStatus           map[int]int64
+	RetryAfter         int64            // non-2xx responses with Retry-After
+	Reasons            map[string]int64 // Levee-Reject values
+	Backends           map[string]int64 // Drill-Backend values
+	All, OKLat, RejLat Histogram        // latency from the intended send time
 	// Bound, when set, counts the responses within it by status in InBound,
 	// the resets within it in ResetsInBound, and every error that was not a
 	// timeout within it in ErrorsInBound.
@@ -275,7 +329,12 @@ func (r *Result) record(resp Response, lat time.Duration, now time.Time) {
 		if r.Bound > 0 && lat <= r.Bound {
 			r.ErrorsInBound++
 		}
-		if isReset(resp.Err) {
+		switch {
+		case resp.Truncated:
+			r.Truncated++
+		case isRefused(resp.Err):
+			r.Refused++
+		case isReset(resp.Err):
 			r.Resets++
 			if r.Bound > 0 && lat <= r.Bound {
 				r.ResetsInBound++
@@ -307,6 +366,9 @@ func (r *Result) record(resp Response, lat time.Duration, now time.Time) {
 	}
 	r.Non2xx++
 	r.RejLat.Record(lat)
+	if resp.Status == http.StatusTooManyRequests || (resp.Status == http.StatusServiceUnavailable && resp.RetryAfter) {
+		r.Limited++
+	}
 	if resp.RetryAfter {
 		r.RetryAfter++
 		if resp.Status == 429 || resp.Status == 503 {

@@ -2,6 +2,7 @@ package drill
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -216,5 +217,58 @@ func TestRunOverflowAgainstAStalledServer(t *testing.T) {
 	res := <-done
 	if res.Sent != 5 || res.Overflow != 45 || res.OK != 5 || entered.Load() != 5 {
 		t.Fatalf("sent %d overflow %d ok %d entered %d; want 5 45 5 5", res.Sent, res.Overflow, res.OK, entered.Load())
+	}
+}
+
+// A body cut short of its Content-Length is a truncated answer, not a
+// success; a connection nothing listens for is refused; a Fresh request
+// does not reuse the kept-alive connection.
+func TestHTTPDoerTellsFailuresApart(t *testing.T) {
+	var conns atomic.Int64
+	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/short" {
+			w.Header().Set("Content-Length", "100")
+			_, _ = w.Write([]byte("only ten.."))
+			if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				c.Close()
+			}
+			return
+		}
+		_, _ = w.Write([]byte("whole"))
+	}))
+	s.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	s.Start()
+	defer s.Close()
+	d := NewHTTPDoer(s.URL, 4)
+	defer d.Close()
+	ctx := context.Background()
+	res := newResult("t", time.Second)
+	for _, r := range []Request{{Path: "/short"}, {Path: "/"}, {Path: "/"}, {Path: "/", Fresh: true}} {
+		res.record(d.Do(ctx, &r), time.Millisecond, time.Now())
+	}
+	if res.Truncated != 1 || res.OK != 3 || res.Resets != 0 {
+		t.Fatalf("truncated %d, ok %d, resets %d; want 1, 3, 0", res.Truncated, res.OK, res.Resets)
+	}
+	// the truncated answer's connection is gone: one more for the two
+	// kept-alive requests, one for the fresh one
+	if n := conns.Load(); n != 3 {
+		t.Fatalf("%d connections; want 3 (the cut one, one kept alive, one fresh)", n)
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	closed := NewHTTPDoer("http://"+addr, 1)
+	defer closed.Close()
+	res.record(closed.Do(ctx, &Request{Path: "/"}), time.Millisecond, time.Now())
+	if res.Refused != 1 {
+		t.Fatalf("refused %d; want 1", res.Refused)
 	}
 }

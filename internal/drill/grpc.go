@@ -260,9 +260,9 @@ func grpcStreamCheck(ctx context.Context, o Options, c testgrpc.TestServiceClien
 	return ch
 }
 
-// refusal is the first call an edge refused: its status and trailers, and
+// grpcRefusal is the first call an edge refused: its status and trailers, and
 // how many calls passed before it (Refused false: none was refused).
-type refusal struct {
+type grpcRefusal struct {
 	Refused bool
 	Passed  int
 	Status  *status.Status
@@ -271,11 +271,11 @@ type refusal struct {
 
 // grpcRateProbe sends up to GRPCCalls unary calls of GRPCMethod (with an
 // empty request), 8 at a time, and sends no more once one has failed.
-func grpcRateProbe(ctx context.Context, o Options, cc *grpc.ClientConn) refusal {
+func grpcRateProbe(ctx context.Context, o Options, cc *grpc.ClientConn) grpcRefusal {
 	const workers = 8
 	var (
 		mu     sync.Mutex
-		out    refusal
+		out    grpcRefusal
 		issued int
 		wg     sync.WaitGroup
 	)
@@ -310,7 +310,7 @@ func grpcRateProbe(ctx context.Context, o Options, cc *grpc.ClientConn) refusal 
 	return out
 }
 
-func gradeRateRefusal(x refusal, calls int) Check {
+func gradeRateRefusal(x grpcRefusal, calls int) Check {
 	ch := Check{Name: "rate-limited call gets RESOURCE_EXHAUSTED",
 		Want: "RESOURCE_EXHAUSTED (an HTTP 429 or 503 reaches a gRPC client as UNAVAILABLE, which its retry policy retries)"}
 	switch {
@@ -328,10 +328,10 @@ func gradeRateRefusal(x refusal, calls int) Check {
 // has come (so the edge has passed it on and it holds a slot), until one is
 // refused or GRPCHold are held; then ends them all. A call neither answered
 // nor refused within Timeout ends the probe: the edge queued it.
-func grpcShedProbe(ctx context.Context, o Options, c testgrpc.TestServiceClient) refusal {
+func grpcShedProbe(ctx context.Context, o Options, c testgrpc.TestServiceClient) grpcRefusal {
 	hold, release := context.WithCancel(ctx)
 	defer release()
-	var out refusal
+	var out grpcRefusal
 	for range o.GRPCHold {
 		st, err := c.FullDuplexCall(hold)
 		if err == nil {
@@ -370,7 +370,7 @@ func firstAnswer(st testgrpc.TestService_FullDuplexCallClient, within time.Durat
 	}
 }
 
-func gradeShedRefusal(x refusal, hold int) Check {
+func gradeShedRefusal(x grpcRefusal, hold int) Check {
 	ch := Check{Name: "shed call gets UNAVAILABLE with grpc-retry-pushback-ms",
 		Want: "UNAVAILABLE with grpc-retry-pushback-ms (without it a retry policy's backoff is the client's own guess)"}
 	if !x.Refused {

@@ -96,7 +96,7 @@ func runSlowClients(ctx context.Context, o Options, r *Report) error {
 	if err := EnsureFiles(a.Files() + a.SlowBody + a.SlowRead + 2*o.MaxInFlight); err != nil {
 		return err
 	}
-	b, err := startBackend("slow", o.SlowPort, nil)
+	b, err := startBackend("slow", o.SlowPort, nil, nil)
 	if err != nil {
 		return fmt.Errorf("drill: backend: %w", err)
 	}

@@ -122,6 +122,9 @@ func (l *Listener) refuse(c net.Conn, reason string) {
 // refusalWrite bounds the write of a refusal all the same.
 const refusalWrite = 10 * time.Millisecond
 
+// Open is the number of connections accepted and not yet closed.
+func (l *Listener) Open() int64 { return l.open.Load() }
+
 // CloseAll closes every open connection accepted by l.
 func (l *Listener) CloseAll() {
 	l.mu.Lock()

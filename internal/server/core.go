@@ -52,6 +52,9 @@ type exchange interface {
 	refuseShape(v *shape.Violation)
 	// gone records that there is no one to answer.
 	gone()
+	// reused: the request is not its connection's first, so a client
+	// sends it again by itself if the connection closes unanswered.
+	reused() bool
 	// forward sends the admitted request to a backend and passes on the
 	// answer; it releases slot exactly once, with the status sent, perhaps
 	// after it returns (a streamed body's end).
@@ -154,7 +157,7 @@ func serve[E exchange](s *Server, e E) {
 	}
 	slot, ref, ok := s.enter(ctx, rt, path, client, start, tr)
 	if !ok {
-		if ref = s.unanswered(ref, live); ref.Code == 0 {
+		if ref = s.unanswered(ref, live, e.reused()); ref.Code == 0 {
 			e.gone()
 		} else {
 			e.refuse(ref)

@@ -14,14 +14,17 @@ import (
 var drainingRefusal = limits.Refusal{Code: reply.For(reply.Draining).Status, Reason: reply.Draining}
 
 // unanswered is the refusal of a request whose wait ended without one
-// (ref.Code 0): none when its client left, drainingRefusal when the
-// server's drain ended a wait that began before it (live). A request that
-// arrived once the drain had begun (on a keep-alive connection, as the
-// drain closes it) is still closed unanswered: nothing was sent, so its
-// client may send it again on a new connection, which an HTTP client does
-// by itself for an idempotent request.
-func (s *Server) unanswered(ref limits.Refusal, live bool) limits.Refusal {
-	if ref.Code == 0 && live && s.draining.Load() {
+// (ref.Code 0): none when its client left; drainingRefusal when the
+// server's drain ended a wait that began before it (live), or when a
+// connection's first request came once the drain had begun (an upgrade's
+// old levee accepts until it hands over): no HTTP client sends a
+// connection's first request again when it is closed unanswered. A
+// request on a reused connection that came once the drain had begun is
+// closed unanswered: nothing was sent, so its client sends it again on a
+// new connection by itself (Go's and browsers' do, for an idempotent
+// request), to the levee that serves now, rather than seeing a 503.
+func (s *Server) unanswered(ref limits.Refusal, live, reused bool) limits.Refusal {
+	if ref.Code == 0 && s.draining.Load() && (live || !reused) {
 		return drainingRefusal
 	}
 	return ref

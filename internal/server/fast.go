@@ -210,6 +210,8 @@ func (e *fastExchange) gone() {
 	e.c.Hijack(func(net.Conn) {})
 }
 
+func (e *fastExchange) reused() bool { return e.c.ConnRequestNum() > 1 }
+
 // readBody reads up to request_buffer of the body into e.body; the rest,
 // if any, streams later from e.paced, which keeps timing the client.
 func (e *fastExchange) readBody(s *Server, rt *route, sh *limits.PathShape) (limits.Refusal, bool) {

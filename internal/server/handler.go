@@ -97,6 +97,9 @@ func (e *httpExchange) refuseShape(v *shape.Violation) {
 
 func (e *httpExchange) gone() {}
 
+// reused is false: an HTTP/2 stream is answered, whatever came before it.
+func (e *httpExchange) reused() bool { return false }
+
 // readBody reads up to request_buffer of r's body before admission; r.Body
 // becomes what was read, then (if the body was longer) the rest, still
 // timed at min_rate. A whole body goes on with its length.

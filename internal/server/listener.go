@@ -216,9 +216,34 @@ func (l *listener) sort(c net.Conn) {
 	c.SetDeadline(time.Time{}) // the engines set their own
 	if h2 {
 		l.h2.ServeConn(&h2Conn{Conn: h2guard.Wrap(c, l.guard), tls: state})
-	} else {
-		l.h1q.push(c)
+	} else if !l.h1q.push(c) {
+		answerDraining(c)
 	}
+}
+
+// drainingWrite bounds the write of answerDraining's few bytes.
+const drainingWrite = time.Second
+
+// answerDraining answers 503 draining on a connection whose first request
+// came once the drain had begun (the engine's queue is closed then), and
+// closes it after reading what the client still sends, so that a reset
+// does not lose the answer: no client sends a connection's first request
+// again when it is closed unanswered (draining.go).
+func answerDraining(c net.Conn) {
+	for u := c; ; {
+		if lc, ok := u.(*netlimit.Conn); ok {
+			lc.Linger()
+			break
+		}
+		w, ok := u.(interface{ NetConn() net.Conn })
+		if !ok {
+			break
+		}
+		u = w.NetConn()
+	}
+	c.SetWriteDeadline(time.Now().Add(drainingWrite))
+	c.Write(reply.Raw(reply.Draining))
+	c.Close()
 }
 
 // peekPreface reads from c until its first bytes either are the HTTP/2
@@ -354,12 +379,13 @@ func newConnQueue(addr net.Addr) *connQueue {
 	return &connQueue{addr: addr, conns: make(chan net.Conn), done: make(chan struct{})}
 }
 
-// push hands c to the engine, or closes it if the queue is closed.
-func (q *connQueue) push(c net.Conn) {
+// push hands c to the engine; false if the queue is closed (c is the caller's then).
+func (q *connQueue) push(c net.Conn) bool {
 	select {
 	case q.conns <- c:
+		return true
 	case <-q.done:
-		c.Close()
+		return false
 	}
 }
 
