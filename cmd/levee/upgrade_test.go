@@ -223,7 +223,7 @@ func watchLock(t *testing.T, path string) *lockWatch {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ino := fi.Sys().(*syscall.Stat_t).Ino
+	st := fi.Sys().(*syscall.Stat_t)
 	w := &lockWatch{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
@@ -240,7 +240,7 @@ func watchLock(t *testing.T, path string) *lockWatch {
 				w.fail(fmt.Sprintf("a third process took the lock, or could not be told it was held: %v", err))
 				return
 			}
-			if n := flocksOn(ino); n != 1 {
+			if n := flocksOn(st); n != 1 {
 				w.fail(fmt.Sprintf("/proc/locks shows %d locks on the lock file, want 1", n))
 				return
 			}
@@ -263,18 +263,24 @@ func (w *lockWatch) end() {
 	<-w.done
 }
 
-// flocksOn counts the FLOCK entries of /proc/locks on inode ino.
-func flocksOn(ino uint64) int {
+// flocksOn counts the FLOCK entries of /proc/locks on the file st is of:
+// its device and inode, as /proc/locks names them (major and minor in
+// hex), so that another file's lock with the same inode number on another
+// file system (another test's, on tmpfs) is not counted.
+func flocksOn(st *syscall.Stat_t) int {
 	b, err := os.ReadFile("/proc/locks")
 	if err != nil {
 		return -1
 	}
 	n := 0
-	suffix := ":" + strconv.FormatUint(ino, 10)
+	dev := uint64(st.Dev)
+	major := (dev>>8)&0xfff | (dev>>32)&^uint64(0xfff)
+	minor := dev&0xff | (dev>>12)&^uint64(0xff)
+	file := fmt.Sprintf("%02x:%02x:%d", major, minor, st.Ino)
 	for line := range strings.Lines(string(b)) {
 		f := strings.Fields(line)
 		// "1: FLOCK  ADVISORY  WRITE 4242 08:02:1234 0 EOF"
-		if len(f) >= 6 && f[1] == "FLOCK" && strings.HasSuffix(f[5], suffix) {
+		if len(f) >= 6 && f[1] == "FLOCK" && f[5] == file {
 			n++
 		}
 	}
