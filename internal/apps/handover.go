@@ -1,53 +1,178 @@
 package apps
 
 import (
-	"github.com/leveeproxy/levee/internal/admit"
+	"bytes"
+	"encoding/gob"
+	"fmt"
+	"time"
+
 	"github.com/leveeproxy/levee/internal/bandwidth"
-	"github.com/leveeproxy/levee/internal/config"
-	"github.com/leveeproxy/levee/internal/limits"
-	"github.com/leveeproxy/levee/internal/protect"
+	"github.com/leveeproxy/levee/internal/limitsconf"
 	"github.com/leveeproxy/levee/internal/ratelimit"
 	"github.com/leveeproxy/levee/internal/topk"
 )
 
-// Local returns the app's and its clients' rate stores when they are this
-// process's own (nil when off, or shared through the cluster's Redis,
-// which outlives any one process), for an upgrade to hand over.
-func (r *Rates) Local() (app, client *ratelimit.LocalStore) {
-	if r.shared != nil {
-		return nil, nil
-	}
-	app, _ = r.app.(*ratelimit.LocalStore)
-	client, _ = r.client.(*ratelimit.LocalStore)
-	return app, client
+// An upgrade's handover of the limits' state (docs/deploy.md, "Upgrades"):
+// the table owns that state, so it exports it (ExportState), takes it
+// over (ImportState), and counts what the old levee admits and holds
+// afterwards (report.go).
+
+// StateVersion is the version of the limits' state an upgrade hands over
+// (ExportState). A levee handed a state of another version cannot read it
+// and starts its buckets empty, not full (ImportState); the adaptive
+// limits then start from their configured start, as on a fresh start.
+const StateVersion = 1
+
+// handoverState is the limits' state of a whole levee, by app. Gob keeps
+// client keys as the bytes they are.
+type handoverState struct {
+	Version int
+	Apps    map[string]appState
+	// InFlight are the requests each app had in flight at the export:
+	// they hold slots of its concurrency in the new levee (report.go).
+	InFlight map[string]slots
 }
 
-// Handover is what an upgrade's state handover (the server's ExportState,
-// ImportState and reports) reads and charges of one app: its components,
-// each nil while its setting is off. Each is safe for concurrent use.
-type Handover struct {
-	Config                *config.App           // as last composed
-	AppRates, ClientRates *ratelimit.LocalStore // nil: off, or shared through the cluster
-	Bandwidth             *bandwidth.Limiter
-	Adaptive              *limits.Adaptive // nil: a static concurrency limit
-	Top                   *topk.ClientTop
-	Limiter               *admit.Limiter
-	Guard                 *protect.Guard
+type appState struct {
+	Rate, Clients *rateState // nil: the limit is off, or shared through the cluster
+	// Bandwidth is how far ahead of now limits.bandwidth's bucket ran (nil: off).
+	Bandwidth *time.Duration
+	// Adaptive is what an adaptive concurrency limit learnt (nil: static).
+	Adaptive *learnt
+	// Top is the top clients' counts (nil: limits.client.top_k is 0).
+	Top *topk.Snapshot
 }
 
-// Handovers returns every app's Handover, by name, as the table holds
-// them now.
-func (t *Table) Handovers() map[string]Handover {
+type learnt struct {
+	Limit    int
+	Baseline time.Duration
+}
+
+type rateState struct {
+	Keys     []ratelimit.Entry
+	Overflow time.Duration
+}
+
+// ExportState returns the limits' state of every app, for the levee that
+// takes over from this one (ImportState). Call it once this one admits no
+// more requests, so that nothing it admits is missing from the state.
+func (t *Table) ExportState() []byte {
+	now := t.o.Clock.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := make(map[string]Handover, len(t.apps))
+	st := handoverState{Version: StateVersion, Apps: make(map[string]appState, len(t.apps)), InFlight: t.inFlightLocked()}
 	for name, a := range t.apps {
-		h := Handover{Config: a.cfg, Adaptive: a.adaptive, Top: a.top.v, Limiter: a.limiter, Guard: a.guard.v}
-		h.AppRates, h.ClientRates = a.rates.Local()
-		if a.bw.v != nil {
-			h.Bandwidth = a.bw.v.Limiter()
-		}
-		out[name] = h
+		st.Apps[name] = a.export(now)
 	}
-	return out
+	return encode(st)
+}
+
+// export is a's limits' state at now.
+func (a *App) export(now time.Time) appState {
+	var as appState
+	app, client := a.rates.Local()
+	as.Rate, as.Clients = exportRate(app, now), exportRate(client, now)
+	if bw := a.bandwidth(); bw != nil {
+		as.Bandwidth = new(bw.Ahead(now))
+	}
+	if a.adaptive != nil {
+		if n, base, ok := a.adaptive.Learnt(); ok {
+			as.Adaptive = &learnt{Limit: n, Baseline: base}
+		}
+	}
+	as.Top = a.top.v.Snapshot(now)
+	return as
+}
+
+func exportRate(st *ratelimit.LocalStore, now time.Time) *rateState {
+	if st == nil {
+		return nil
+	}
+	keys, overflow := st.Export(now)
+	return &rateState{Keys: keys, Overflow: overflow}
+}
+
+// ImportState takes over the limits' state an upgraded levee exported,
+// for the apps both have: rate and bandwidth buckets, what adaptive
+// limits learnt, the top clients' counts, the requests in flight. Call it
+// before serving. A state it cannot read (another version, or corrupt) is
+// not guessed at: every app's and client's rate bucket, and every
+// bandwidth bucket, starts empty, refilling at its rate, and the error
+// says so; the caller serves all the same.
+func (t *Table) ImportState(b []byte) error {
+	var st handoverState
+	err := gob.NewDecoder(bytes.NewReader(b)).Decode(&st)
+	if err == nil && st.Version != StateVersion {
+		err = fmt.Errorf("version %d, this levee reads %d", st.Version, StateVersion)
+	}
+	now := t.o.Clock.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err != nil {
+		for _, a := range t.apps {
+			a.startEmpty(now)
+		}
+		return fmt.Errorf("apps: the handed-over state is unreadable (%w): every rate bucket starts empty", err)
+	}
+	for name, as := range st.Apps {
+		if a := t.apps[name]; a != nil {
+			a.takeOver(&as, now)
+		}
+	}
+	t.holdLocked(st.InFlight)
+	return nil
+}
+
+// takeOver continues a's limits from as, exported by the levee that
+// handed over at what is now here.
+func (a *App) takeOver(as *appState, now time.Time) {
+	app, client := a.rates.Local()
+	importRate(app, as.Rate, now)
+	importRate(client, as.Clients, now)
+	if bw := a.bandwidth(); bw != nil && as.Bandwidth != nil {
+		bw.Resume(now, *as.Bandwidth)
+	}
+	if a.adaptive != nil && as.Adaptive != nil {
+		a.adaptive.Resume(as.Adaptive.Limit, as.Adaptive.Baseline)
+	}
+	a.top.v.Restore(now, as.Top)
+}
+
+func importRate(st *ratelimit.LocalStore, rs *rateState, now time.Time) {
+	if st != nil && rs != nil {
+		st.Import(now, rs.Keys, rs.Overflow)
+	}
+}
+
+// startEmpty makes a's and its clients' rate buckets, and its bandwidth
+// bucket, start empty at now: the whole burst spent.
+func (a *App) startEmpty(now time.Time) {
+	ac := a.cfg
+	app, client := a.rates.Local()
+	if app != nil {
+		app.StartEmpty(now, depth(limitsconf.GCRA(ac.Limits.Rate, ac.Limits.Burst)))
+	}
+	if client != nil {
+		client.StartEmpty(now, depth(limitsconf.GCRA(ac.Limits.Client.Rate, ac.Limits.Client.Burst)))
+	}
+	a.bandwidth().StartEmpty(now)
+}
+
+// depth is how long an empty bucket of lim takes to fill.
+func depth(lim ratelimit.Limit) time.Duration { return time.Duration(lim.Burst) * lim.Interval }
+
+// bandwidth is a's bandwidth limiter, nil while limits.bandwidth is off.
+func (a *App) bandwidth() *bandwidth.Limiter {
+	if a.bw.v == nil {
+		return nil
+	}
+	return a.bw.v.Limiter()
+}
+
+func encode(v any) []byte {
+	var buf bytes.Buffer
+	if err := gob.NewEncoder(&buf).Encode(v); err != nil { // plain types: a broken invariant
+		panic(fmt.Sprintf("apps: encode %T: %v", v, err))
+	}
+	return buf.Bytes()
 }

@@ -73,6 +73,11 @@ type Table struct {
 	cluster   *cluster.Cluster // nil outside cluster mode
 	views     Views
 	overload  overloadWatch // owned by the overload loop (OverloadTick)
+
+	// held counts, by app, the slots its limiter and its backend_limits
+	// hold for the requests still in flight in the levee this one took
+	// over from (report.go).
+	held map[string]*heldSlots
 }
 
 // App is the state of one app that survives reloads: its concurrency limit

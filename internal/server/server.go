@@ -116,11 +116,6 @@ type Server struct {
 
 	// draining is set once Serve has begun its drain (draining.go).
 	draining atomic.Bool
-
-	// held counts, by app, the slots its limiter and its backend_limits
-	// hold for the requests still in flight in the levee this one took
-	// over from (report.go); guarded by mu.
-	held map[string]*heldSlots
 }
 
 // snapshot is one config's routing table, immutable once published.
@@ -204,6 +199,10 @@ func New(cfg *config.Config, o Options) *Server {
 	s.setupACME(o.ACME)
 	return s
 }
+
+// Table is the state of the apps that outlives reloads; an upgrade hands
+// its limits' state over (apps.Table.ExportState, ImportState, Report).
+func (s *Server) Table() *apps.Table { return s.apps }
 
 // Metrics returns the server's metrics, for the admin listener.
 func (s *Server) Metrics() *observe.Metrics { return s.metrics }

@@ -1,4 +1,4 @@
-package server
+package apps
 
 import (
 	"bytes"
@@ -30,26 +30,29 @@ type appCharges struct {
 }
 
 // Reporter collects what this levee admits after handing over, for
-// Take. Made by Report; Stop ends it. Safe for concurrent use.
+// Take. Made by Table.Report; Stop ends it. Safe for concurrent use.
 type Reporter struct {
-	s    *Server
+	t    *Table
 	wake chan struct{} // one token: something to report
 
-	mu      sync.Mutex
+	mu      sync.Mutex // taken before the table's
 	charges map[string]appCharges
 	stores  []*ratelimit.LocalStore // observed
 	bytes   map[string]int64        // each bandwidth limiter's bytes at the last Take
 }
 
-// Report starts collecting every rate admission of this levee's apps,
+// Report starts collecting every rate admission of the table's apps,
 // from now on. Call it before ExportState, so that nothing admitted after
 // the export escapes both.
-func (s *Server) Report() *Reporter {
-	r := &Reporter{s: s, wake: make(chan struct{}, 1), charges: map[string]appCharges{}}
-	r.bytes, _ = s.bandwidthSince(nil)
-	for name, a := range s.apps.Handovers() {
-		r.observe(a.AppRates, name, func(c *appCharges) *map[string]int { return &c.Rate })
-		r.observe(a.ClientRates, name, func(c *appCharges) *map[string]int { return &c.Clients })
+func (t *Table) Report() *Reporter {
+	r := &Reporter{t: t, wake: make(chan struct{}, 1), charges: map[string]appCharges{}}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r.bytes, _ = t.bandwidthSinceLocked(nil)
+	for name, a := range t.apps {
+		app, client := a.rates.Local()
+		r.observe(app, name, func(c *appCharges) *map[string]int { return &c.Rate })
+		r.observe(client, name, func(c *appCharges) *map[string]int { return &c.Clients })
 	}
 	return r
 }
@@ -92,19 +95,22 @@ func (r *Reporter) Poke() {
 // and the requests each app has in flight now.
 func (r *Reporter) Take() []byte {
 	r.mu.Lock()
-	rep := report{Version: StateVersion, Charges: r.charges, InFlight: r.s.inFlight()}
-	r.bytes, rep.Bytes = r.s.bandwidthSince(r.bytes)
+	defer r.mu.Unlock()
+	rep := report{Version: StateVersion, Charges: r.charges}
+	r.t.mu.Lock()
+	rep.InFlight = r.t.inFlightLocked()
+	r.bytes, rep.Bytes = r.t.bandwidthSinceLocked(r.bytes)
+	r.t.mu.Unlock()
 	r.charges = map[string]appCharges{}
-	r.mu.Unlock()
 	return encode(rep)
 }
 
-// bandwidthSince returns every bandwidth limiter's bytes granted so far,
-// and the growth since before (nil: none), by app.
-func (s *Server) bandwidthSince(before map[string]int64) (now, grown map[string]int64) {
+// bandwidthSinceLocked returns every bandwidth limiter's bytes granted so
+// far, and the growth since before (nil: none), by app. Callers hold t.mu.
+func (t *Table) bandwidthSinceLocked(before map[string]int64) (now, grown map[string]int64) {
 	now, grown = map[string]int64{}, map[string]int64{}
-	for name, a := range s.apps.Handovers() {
-		if bw := a.Bandwidth; bw != nil {
+	for name, a := range t.apps {
+		if bw := a.bandwidth(); bw != nil {
 			now[name] = bw.Stats().Bytes
 			if d := now[name] - before[name]; before != nil && d > 0 {
 				grown[name] = d
@@ -121,16 +127,14 @@ func (r *Reporter) Stop() {
 	}
 }
 
-// inFlight is every app's requests in flight now, less those it holds
-// for the levee it took over from: its concurrency's and backend_limits'.
-func (s *Server) inFlight() map[string]slots {
-	all := s.apps.Handovers()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make(map[string]slots, len(all))
-	for name, a := range all {
-		h := s.held[name]
-		n := slots{App: a.Limiter.InFlight(), Backend: a.Guard.InFlight()}
+// inFlightLocked is every app's requests in flight now, less those it
+// holds for the levee it took over from: its concurrency's and
+// backend_limits'. Callers hold t.mu.
+func (t *Table) inFlightLocked() map[string]slots {
+	out := make(map[string]slots, len(t.apps))
+	for name, a := range t.apps {
+		h := t.held[name]
+		n := slots{App: a.limiter.InFlight(), Backend: a.guard.v.InFlight()}
 		if h != nil {
 			n.App -= h.app.n
 			n.Backend -= h.guard.n
@@ -178,50 +182,46 @@ func (h *holding[T]) set(on T, want int, hold, give func(T, int)) {
 	h.n = want
 }
 
-func encode(v any) []byte {
-	var buf bytes.Buffer
-	if err := gob.NewEncoder(&buf).Encode(v); err != nil { // plain types: a broken invariant
-		panic(fmt.Sprintf("server: encode %T: %v", v, err))
-	}
-	return buf.Bytes()
-}
-
 // ApplyReport counts a report of the levee this one took over from
-// against this one's limits: its admissions are charged to the rate
+// against the table's limits: its admissions are charged to the rate
 // buckets (into debt if need be), the bytes its responses still send to
 // the bandwidth buckets, and its requests in flight hold slots of each
 // app's concurrency until a later report gives them back.
-func (s *Server) ApplyReport(b []byte) error {
+func (t *Table) ApplyReport(b []byte) error {
 	var rep report
 	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&rep); err != nil {
-		return fmt.Errorf("server: report: %w", err)
+		return fmt.Errorf("apps: report: %w", err)
 	}
 	if rep.Version != StateVersion {
-		return fmt.Errorf("server: report: version %d, this levee reads %d", rep.Version, StateVersion)
+		return fmt.Errorf("apps: report: version %d, this levee reads %d", rep.Version, StateVersion)
 	}
-	now := s.clk.Now()
-	all := s.apps.Handovers()
+	now := t.o.Clock.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	for name, c := range rep.Charges {
-		a, ok := all[name]
-		if !ok || a.Config == nil {
-			continue
+		if a := t.apps[name]; a != nil {
+			a.charge(c, now)
 		}
-		ac := a.Config
-		charge(a.AppRates, c.Rate, limitsconf.GCRA(ac.Limits.Rate, ac.Limits.Burst), now)
-		charge(a.ClientRates, c.Clients, limitsconf.GCRA(ac.Limits.Client.Rate, ac.Limits.Client.Burst), now)
 	}
 	for name, n := range rep.Bytes {
-		if a, ok := all[name]; ok {
-			a.Bandwidth.Charge(now, n)
+		if a := t.apps[name]; a != nil {
+			a.bandwidth().Charge(now, n)
 		}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.holdLocked(rep.InFlight)
+	t.holdLocked(rep.InFlight)
 	return nil
 }
 
-func charge(st *ratelimit.LocalStore, keys map[string]int, lim ratelimit.Limit, now time.Time) {
+// charge counts c, admitted by the levee that handed over, against a's
+// rate buckets at now.
+func (a *App) charge(c appCharges, now time.Time) {
+	ac := a.cfg
+	app, client := a.rates.Local()
+	chargeRate(app, c.Rate, limitsconf.GCRA(ac.Limits.Rate, ac.Limits.Burst), now)
+	chargeRate(client, c.Clients, limitsconf.GCRA(ac.Limits.Client.Rate, ac.Limits.Client.Burst), now)
+}
+
+func chargeRate(st *ratelimit.LocalStore, keys map[string]int, lim ratelimit.Limit, now time.Time) {
 	if st == nil {
 		return
 	}
@@ -232,39 +232,38 @@ func charge(st *ratelimit.LocalStore, keys map[string]int, lim ratelimit.Limit, 
 
 // ReleaseHeld gives back every slot held for the levee this one took
 // over from: it has exited, and its requests with it.
-func (s *Server) ReleaseHeld() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.holdLocked(nil)
+func (t *Table) ReleaseHeld() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.holdLocked(nil)
 }
 
 // holdLocked makes each app hold as many slots for the old levee as it
-// has in flight (none for an app missing from inflight). Callers hold s.mu.
-func (s *Server) holdLocked(inflight map[string]slots) {
-	if s.held == nil {
-		s.held = map[string]*heldSlots{}
+// has in flight (none for an app missing from inflight). Callers hold t.mu.
+func (t *Table) holdLocked(inflight map[string]slots) {
+	if t.held == nil {
+		t.held = map[string]*heldSlots{}
 	}
-	all := s.apps.Handovers()
-	for name, a := range all {
-		h := s.held[name]
+	for name, a := range t.apps {
+		h := t.held[name]
 		if h == nil {
 			h = new(heldSlots)
-			s.held[name] = h
+			t.held[name] = h
 		}
 		want := inflight[name]
-		h.app.set(a.Limiter, want.App, (*admit.Limiter).Hold, func(l *admit.Limiter, n int) {
+		h.app.set(a.limiter, want.App, (*admit.Limiter).Hold, func(l *admit.Limiter, n int) {
 			for range n {
 				l.Release()
 			}
 		})
-		h.guard.set(a.Guard, want.Backend, (*protect.Guard).Hold, (*protect.Guard).Unhold)
+		h.guard.set(a.guard.v, want.Backend, (*protect.Guard).Hold, (*protect.Guard).Unhold)
 		if h.app.n == 0 && h.guard.n == 0 {
-			delete(s.held, name)
+			delete(t.held, name)
 		}
 	}
-	for name := range s.held {
-		if _, ok := all[name]; !ok {
-			delete(s.held, name) // its slots went with the app
+	for name := range t.held {
+		if _, ok := t.apps[name]; !ok {
+			delete(t.held, name) // its slots went with the app
 		}
 	}
 }

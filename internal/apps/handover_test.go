@@ -1,17 +1,20 @@
-package server
+package apps
 
 import (
 	"testing"
 	"time"
 
-	"github.com/leveeproxy/levee/internal/apps"
+	"github.com/leveeproxy/levee/internal/admit"
+	"github.com/leveeproxy/levee/internal/bandwidth"
 	"github.com/leveeproxy/levee/internal/clock"
 	"github.com/leveeproxy/levee/internal/limits"
 	"github.com/leveeproxy/levee/internal/limitsconf"
+	"github.com/leveeproxy/levee/internal/protect"
+	"github.com/leveeproxy/levee/internal/ratelimit"
+	"github.com/leveeproxy/levee/internal/topk"
 )
 
-const handoverConfig = `listen: 127.0.0.1:0
-apps:
+const handoverConfig = `apps:
   a:
     hosts: [a.test]
     backends: [127.0.0.1:1]
@@ -19,15 +22,16 @@ apps:
     backend_limits: {inflight: 2}
 `
 
-func newHandoverServer(t *testing.T, clk clock.Clock) *Server {
+// newHandoverTable is a table with handoverConfig loaded.
+func newHandoverTable(t *testing.T, clk clock.Clock) *Table {
 	t.Helper()
-	s := New(mustParse(t, handoverConfig), Options{Clock: clk})
-	t.Cleanup(func() { s.Close() })
-	return s
+	tab, _ := newTestTable(clk)
+	load(tab, parse(t, handoverConfig))
+	return tab
 }
 
 // remaining is how many requests the app's bucket (or client's) admits now.
-func remaining(t *testing.T, s *Server, client string, now time.Time) (app, cl int) {
+func remaining(t *testing.T, s *Table, client string, now time.Time) (app, cl int) {
 	t.Helper()
 	h := s.handover("a")
 	a, c := h.AppRates, h.ClientRates
@@ -41,7 +45,7 @@ func remaining(t *testing.T, s *Server, client string, now time.Time) (app, cl i
 // hold concurrency slots until a report gives them back.
 func TestStateHandover(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
-	old, next := newHandoverServer(t, clk), newHandoverServer(t, clk)
+	old, next := newHandoverTable(t, clk), newHandoverTable(t, clk)
 	h := old.handover("a")
 	a, c := h.AppRates, h.ClientRates
 	ac := old.cfg.Apps["a"]
@@ -95,10 +99,10 @@ func TestStateHandover(t *testing.T) {
 // every bucket empty, not full.
 func TestUnreadableStateStartsEmpty(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
-	old := newHandoverServer(t, clk)
+	old := newHandoverTable(t, clk)
 	other := encode(handoverState{Version: StateVersion + 1})
 	for name, state := range map[string][]byte{"another version": other, "garbage": []byte("not gob"), "the same": old.ExportState()} {
-		next := newHandoverServer(t, clk)
+		next := newHandoverTable(t, clk)
 		err := next.ImportState(state)
 		app, cl := remaining(t, next, "anyone", clk.Now())
 		if name == "the same" {
@@ -117,8 +121,7 @@ func TestUnreadableStateStartsEmpty(t *testing.T) {
 	}
 }
 
-const handoverBandwidthConfig = `listen: 127.0.0.1:0
-apps:
+const handoverBandwidthConfig = `apps:
   b:
     hosts: [b.test]
     backends: [127.0.0.1:1]
@@ -130,10 +133,10 @@ apps:
 // state starts the bandwidth bucket empty.
 func TestBandwidthAndAdaptiveHandover(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
-	newServer := func() *Server {
-		s := New(mustParse(t, handoverBandwidthConfig), Options{Clock: clk})
-		t.Cleanup(func() { s.Close() })
-		return s
+	newServer := func() *Table {
+		tab, _ := newTestTable(clk)
+		load(tab, parse(t, handoverBandwidthConfig))
+		return tab
 	}
 	old, next := newServer(), newServer()
 	ob := old.handover("b")
@@ -178,5 +181,22 @@ func TestBandwidthAndAdaptiveHandover(t *testing.T) {
 	}
 }
 
-// handover is app name's components, as the handover reads them.
-func (s *Server) handover(name string) apps.Handover { return s.apps.Handovers()[name] }
+// parts are one app's components that the handover reads and charges.
+type parts struct {
+	AppRates, ClientRates *ratelimit.LocalStore
+	Bandwidth             *bandwidth.Limiter
+	Adaptive              *limits.Adaptive
+	Top                   *topk.ClientTop
+	Limiter               *admit.Limiter
+	Guard                 *protect.Guard
+}
+
+// handover is app name's parts.
+func (t *Table) handover(name string) parts {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	a := t.apps[name]
+	p := parts{Bandwidth: a.bandwidth(), Adaptive: a.adaptive, Top: a.top.v, Limiter: a.limiter, Guard: a.guard.v}
+	p.AppRates, p.ClientRates = a.rates.Local()
+	return p
+}
