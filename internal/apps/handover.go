@@ -21,7 +21,12 @@ import (
 // (ExportState). A levee handed a state of another version cannot read it
 // and starts its buckets empty, not full (ImportState); the adaptive
 // limits then start from their configured start, as on a fresh start.
-const StateVersion = 1
+// Version 2 added backend_limits.rate's bucket: a version 1 state is read,
+// and that bucket, which it lacks, starts empty.
+const StateVersion = 2
+
+// readable reports whether this levee reads a state or report of version v.
+func readable(v int) bool { return v == 1 || v == StateVersion }
 
 // handoverState is the limits' state of a whole levee, by app. Gob keeps
 // client keys as the bytes they are.
@@ -41,6 +46,9 @@ type appState struct {
 	Adaptive *learnt
 	// Top is the top clients' counts (nil: limits.client.top_k is 0).
 	Top *topk.Snapshot
+	// Backend is how far ahead of now backend_limits.rate's bucket ran
+	// (nil: off).
+	Backend *time.Duration
 }
 
 type learnt struct {
@@ -81,6 +89,9 @@ func (a *App) export(now time.Time) appState {
 		}
 	}
 	as.Top = a.top.v.Snapshot(now)
+	if g := a.guard.v; g.Stats().Rate > 0 {
+		as.Backend = new(g.RateAhead(now))
+	}
 	return as
 }
 
@@ -102,8 +113,8 @@ func exportRate(st *ratelimit.LocalStore, now time.Time) *rateState {
 func (t *Table) ImportState(b []byte) error {
 	var st handoverState
 	err := gob.NewDecoder(bytes.NewReader(b)).Decode(&st)
-	if err == nil && st.Version != StateVersion {
-		err = fmt.Errorf("version %d, this levee reads %d", st.Version, StateVersion)
+	if err == nil && !readable(st.Version) {
+		err = fmt.Errorf("version %d, this levee reads 1 to %d", st.Version, StateVersion)
 	}
 	now := t.o.Clock.Now()
 	t.mu.Lock()
@@ -116,16 +127,16 @@ func (t *Table) ImportState(b []byte) error {
 	}
 	for name, as := range st.Apps {
 		if a := t.apps[name]; a != nil {
-			a.takeOver(&as, now)
+			a.takeOver(&as, st.Version, now)
 		}
 	}
 	t.holdLocked(st.InFlight)
 	return nil
 }
 
-// takeOver continues a's limits from as, exported by the levee that
-// handed over at what is now here.
-func (a *App) takeOver(as *appState, now time.Time) {
+// takeOver continues a's limits from as, of state version v, exported by
+// the levee that handed over at what is now here.
+func (a *App) takeOver(as *appState, v int, now time.Time) {
 	app, client := a.rates.Local()
 	importRate(app, as.Rate, now)
 	importRate(client, as.Clients, now)
@@ -136,6 +147,12 @@ func (a *App) takeOver(as *appState, now time.Time) {
 		a.adaptive.Resume(as.Adaptive.Limit, as.Adaptive.Baseline)
 	}
 	a.top.v.Restore(now, as.Top)
+	switch {
+	case v < 2: // a state without backend_limits.rate's bucket
+		a.guard.v.StartRateEmpty(now)
+	case as.Backend != nil:
+		a.guard.v.ResumeRate(now, *as.Backend)
+	}
 }
 
 func importRate(st *ratelimit.LocalStore, rs *rateState, now time.Time) {
@@ -144,8 +161,9 @@ func importRate(st *ratelimit.LocalStore, rs *rateState, now time.Time) {
 	}
 }
 
-// startEmpty makes a's and its clients' rate buckets, and its bandwidth
-// bucket, start empty at now: the whole burst spent.
+// startEmpty makes a's and its clients' rate buckets, its bandwidth
+// bucket and backend_limits.rate's, start empty at now: the whole burst
+// spent.
 func (a *App) startEmpty(now time.Time) {
 	ac := a.cfg
 	app, client := a.rates.Local()
@@ -156,6 +174,7 @@ func (a *App) startEmpty(now time.Time) {
 		client.StartEmpty(now, depth(limitsconf.GCRA(ac.Limits.Client.Rate, ac.Limits.Client.Burst)))
 	}
 	a.bandwidth().StartEmpty(now)
+	a.guard.v.StartRateEmpty(now)
 }
 
 // depth is how long an empty bucket of lim takes to fill.

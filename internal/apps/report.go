@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/gob"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +24,7 @@ type report struct {
 	Charges  map[string]appCharges // units admitted, by app, then key
 	InFlight map[string]slots      // requests in flight now, by app
 	Bytes    map[string]int64      // bytes limits.bandwidth granted, by app
+	Backend  map[string]int64      // requests backend_limits.rate admitted, by app (version 2)
 }
 
 type appCharges struct {
@@ -38,7 +40,7 @@ type Reporter struct {
 	mu      sync.Mutex // taken before the table's
 	charges map[string]appCharges
 	stores  []*ratelimit.LocalStore // observed
-	bytes   map[string]int64        // each bandwidth limiter's bytes at the last Take
+	sent    map[string]sent         // each app's pool's counts at the last Take
 }
 
 // Report starts collecting every rate admission of the table's apps,
@@ -48,7 +50,7 @@ func (t *Table) Report() *Reporter {
 	r := &Reporter{t: t, wake: make(chan struct{}, 1), charges: map[string]appCharges{}}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	r.bytes, _ = t.bandwidthSinceLocked(nil)
+	r.sent = t.sentLocked()
 	for name, a := range t.apps {
 		app, client := a.rates.Local()
 		r.observe(app, name, func(c *appCharges) *map[string]int { return &c.Rate })
@@ -99,25 +101,40 @@ func (r *Reporter) Take() []byte {
 	rep := report{Version: StateVersion, Charges: r.charges}
 	r.t.mu.Lock()
 	rep.InFlight = r.t.inFlightLocked()
-	r.bytes, rep.Bytes = r.t.bandwidthSinceLocked(r.bytes)
+	sent := r.t.sentLocked()
 	r.t.mu.Unlock()
+	rep.Bytes, rep.Backend = map[string]int64{}, map[string]int64{}
+	for name, n := range sent {
+		if d := n.bytes - r.sent[name].bytes; d > 0 {
+			rep.Bytes[name] = d
+		}
+		if d := int64(n.backend - r.sent[name].backend); d > 0 {
+			rep.Backend[name] = d
+		}
+	}
+	r.sent = sent
 	r.charges = map[string]appCharges{}
 	return encode(rep)
 }
 
-// bandwidthSinceLocked returns every bandwidth limiter's bytes granted so
-// far, and the growth since before (nil: none), by app. Callers hold t.mu.
-func (t *Table) bandwidthSinceLocked(before map[string]int64) (now, grown map[string]int64) {
-	now, grown = map[string]int64{}, map[string]int64{}
+// sent is what an app's pool has let through so far: the bytes
+// limits.bandwidth granted and the requests backend_limits.rate admitted.
+type sent struct {
+	bytes   int64
+	backend uint64
+}
+
+// sentLocked is every app's sent now. Callers hold t.mu.
+func (t *Table) sentLocked() map[string]sent {
+	out := make(map[string]sent, len(t.apps))
 	for name, a := range t.apps {
+		n := sent{backend: a.guard.v.RateTaken()}
 		if bw := a.bandwidth(); bw != nil {
-			now[name] = bw.Stats().Bytes
-			if d := now[name] - before[name]; before != nil && d > 0 {
-				grown[name] = d
-			}
+			n.bytes = bw.Stats().Bytes
 		}
+		out[name] = n
 	}
-	return now, grown
+	return out
 }
 
 // Stop stops collecting.
@@ -192,8 +209,8 @@ func (t *Table) ApplyReport(b []byte) error {
 	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&rep); err != nil {
 		return fmt.Errorf("apps: report: %w", err)
 	}
-	if rep.Version != StateVersion {
-		return fmt.Errorf("apps: report: version %d, this levee reads %d", rep.Version, StateVersion)
+	if !readable(rep.Version) {
+		return fmt.Errorf("apps: report: version %d, this levee reads 1 to %d", rep.Version, StateVersion)
 	}
 	now := t.o.Clock.Now()
 	t.mu.Lock()
@@ -206,6 +223,11 @@ func (t *Table) ApplyReport(b []byte) error {
 	for name, n := range rep.Bytes {
 		if a := t.apps[name]; a != nil {
 			a.bandwidth().Charge(now, n)
+		}
+	}
+	for name, n := range rep.Backend {
+		if a := t.apps[name]; a != nil {
+			a.guard.v.ChargeRate(now, int(min(n, math.MaxInt32)))
 		}
 	}
 	t.holdLocked(rep.InFlight)
