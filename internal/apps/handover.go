@@ -103,13 +103,15 @@ func exportRate(st *ratelimit.LocalStore, now time.Time) *rateState {
 	return &rateState{Keys: keys, Overflow: overflow}
 }
 
-// ImportState takes over the limits' state an upgraded levee exported,
-// for the apps both have: rate and bandwidth buckets, what adaptive
-// limits learnt, the top clients' counts, the requests in flight. Call it
-// before serving. A state it cannot read (another version, or corrupt) is
-// not guessed at: every app's and client's rate bucket, and every
-// bandwidth bucket, starts empty, refilling at its rate, and the error
-// says so; the caller serves all the same.
+// ImportState takes over the limits' state an upgraded levee exported:
+// rate and bandwidth buckets, what adaptive limits learnt, the top
+// clients' counts, the requests in flight. The state of an app not
+// composed yet is kept aside until it is (pending.go). Call it before
+// serving. A state it cannot read (another version, or corrupt) is not
+// guessed at: every app's and client's rate bucket, every bandwidth
+// bucket and every backend_limits.rate bucket starts empty, refilling at
+// its rate (an app composed later too, as of now), and the error says so;
+// the caller serves all the same.
 func (t *Table) ImportState(b []byte) error {
 	var st handoverState
 	err := gob.NewDecoder(bytes.NewReader(b)).Decode(&st)
@@ -120,61 +122,72 @@ func (t *Table) ImportState(b []byte) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if err != nil {
+		t.emptyAt = now
 		for _, a := range t.apps {
-			a.startEmpty(now)
+			a.startEmpty(now, now)
 		}
 		return fmt.Errorf("apps: the handed-over state is unreadable (%w): every rate bucket starts empty", err)
 	}
 	for name, as := range st.Apps {
 		if a := t.apps[name]; a != nil {
-			a.takeOver(&as, st.Version, now)
+			a.takeOver(&as, st.Version, now, now)
+		} else {
+			t.pend(name, as, st.Version, now)
 		}
 	}
 	t.holdLocked(st.InFlight)
 	return nil
 }
 
-// takeOver continues a's limits from as, of state version v, exported by
-// the levee that handed over at what is now here.
-func (a *App) takeOver(as *appState, v int, now time.Time) {
+// takeOver continues a's limits at now from as, of state version v,
+// exported by the levee that handed over at what was at here (at ≤ now:
+// the time between has refilled the buckets).
+func (a *App) takeOver(as *appState, v int, at, now time.Time) {
+	since := now.Sub(at)
 	app, client := a.rates.Local()
-	importRate(app, as.Rate, now)
-	importRate(client, as.Clients, now)
+	importRate(app, as.Rate, since, now)
+	importRate(client, as.Clients, since, now)
 	if bw := a.bandwidth(); bw != nil && as.Bandwidth != nil {
-		bw.Resume(now, *as.Bandwidth)
+		bw.Resume(now, *as.Bandwidth-since)
 	}
 	if a.adaptive != nil && as.Adaptive != nil {
 		a.adaptive.Resume(as.Adaptive.Limit, as.Adaptive.Baseline)
 	}
-	a.top.v.Restore(now, as.Top)
+	a.top.v.Restore(at, as.Top)
 	switch {
 	case v < 2: // a state without backend_limits.rate's bucket
-		a.guard.v.StartRateEmpty(now)
+		a.guard.v.StartRateEmpty(at)
 	case as.Backend != nil:
-		a.guard.v.ResumeRate(now, *as.Backend)
+		a.guard.v.ResumeRate(now, *as.Backend-since)
 	}
 }
 
-func importRate(st *ratelimit.LocalStore, rs *rateState, now time.Time) {
-	if st != nil && rs != nil {
-		st.Import(now, rs.Keys, rs.Overflow)
+// importRate takes over rs, exported since ago, into st at now.
+func importRate(st *ratelimit.LocalStore, rs *rateState, since time.Duration, now time.Time) {
+	if st == nil || rs == nil {
+		return
 	}
+	for i := range rs.Keys {
+		rs.Keys[i].Ahead -= since // Import skips a key full again
+	}
+	st.Import(now, rs.Keys, rs.Overflow-since)
 }
 
 // startEmpty makes a's and its clients' rate buckets, its bandwidth
-// bucket and backend_limits.rate's, start empty at now: the whole burst
-// spent.
-func (a *App) startEmpty(now time.Time) {
-	ac := a.cfg
+// bucket and backend_limits.rate's, start empty as of at (≤ now): the
+// whole burst spent then, refilling since. The bandwidth bucket, whose
+// burst is short, starts empty at now: stricter by what it refilled.
+func (a *App) startEmpty(at, now time.Time) {
+	ac, since := a.cfg, now.Sub(at)
 	app, client := a.rates.Local()
 	if app != nil {
-		app.StartEmpty(now, depth(limitsconf.GCRA(ac.Limits.Rate, ac.Limits.Burst)))
+		app.StartEmpty(now, depth(limitsconf.GCRA(ac.Limits.Rate, ac.Limits.Burst))-since)
 	}
 	if client != nil {
-		client.StartEmpty(now, depth(limitsconf.GCRA(ac.Limits.Client.Rate, ac.Limits.Client.Burst)))
+		client.StartEmpty(now, depth(limitsconf.GCRA(ac.Limits.Client.Rate, ac.Limits.Client.Burst))-since)
 	}
 	a.bandwidth().StartEmpty(now)
-	a.guard.v.StartRateEmpty(now)
+	a.guard.v.StartRateEmpty(at)
 }
 
 // depth is how long an empty bucket of lim takes to fill.

@@ -202,8 +202,9 @@ func (h *holding[T]) set(on T, want int, hold, give func(T, int)) {
 // ApplyReport counts a report of the levee this one took over from
 // against the table's limits: its admissions are charged to the rate
 // buckets (into debt if need be), the bytes its responses still send to
-// the bandwidth buckets, and its requests in flight hold slots of each
-// app's concurrency until a later report gives them back.
+// the bandwidth buckets, the requests it sends to backend_limits.rate's,
+// and its requests in flight hold slots of each app's concurrency until
+// a later report gives them back.
 func (t *Table) ApplyReport(b []byte) error {
 	var rep report
 	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&rep); err != nil {
@@ -215,23 +216,44 @@ func (t *Table) ApplyReport(b []byte) error {
 	now := t.o.Clock.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	// An app not composed yet keeps what is reported for it with its
+	// pending state (pending.go); without one, it has nothing to charge.
 	for name, c := range rep.Charges {
-		if a := t.apps[name]; a != nil {
+		if a, p := t.reported(name); a != nil {
 			a.charge(c, now)
+		} else if p != nil {
+			p.charges.merge(c)
 		}
 	}
 	for name, n := range rep.Bytes {
-		if a := t.apps[name]; a != nil {
+		if a, p := t.reported(name); a != nil {
 			a.bandwidth().Charge(now, n)
+		} else if p != nil {
+			p.bytes += n
 		}
 	}
 	for name, n := range rep.Backend {
-		if a := t.apps[name]; a != nil {
-			a.guard.v.ChargeRate(now, int(min(n, math.MaxInt32)))
+		if a, p := t.reported(name); a != nil {
+			a.guard.v.ChargeRate(now, int(min(n, maxCharge)))
+		} else if p != nil {
+			p.backend += n
 		}
 	}
 	t.holdLocked(rep.InFlight)
 	return nil
+}
+
+// maxCharge bounds one charge to a bucket: far past any burst.
+const maxCharge = math.MaxInt32
+
+// reported is the app a report names, or its pending state when no app
+// of the name is composed; both nil for neither. Callers hold t.mu.
+func (t *Table) reported(name string) (*App, *pendingApp) {
+	if a := t.apps[name]; a != nil {
+		return a, nil
+	}
+	p, _ := t.pending.Peek(name)
+	return nil, p
 }
 
 // charge counts c, admitted by the levee that handed over, against a's
