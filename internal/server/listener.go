@@ -55,7 +55,7 @@ func (s *Server) newListener(cfg *config.Config, lc config.Listener, ln net.List
 			return nil, fmt.Errorf("server: listen %s: %w", lc.Addr, err)
 		}
 		l.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
-			NextProtos: []string{"h2", "http/1.1"}, GetCertificate: s.certificate}
+			NextProtos: []string{"h2", "http/1.1"}, GetCertificate: s.certs.Certificate}
 		if s.acme != nil { // offered alone by a CA validating TLS-ALPN-01; no browser offers it
 			l.tls.NextProtos = append(l.tls.NextProtos, acmeALPN)
 		}

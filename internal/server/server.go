@@ -27,6 +27,7 @@ import (
 	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/leveeproxy/levee/internal/overload"
 	"github.com/leveeproxy/levee/internal/protect"
+	"github.com/leveeproxy/levee/internal/sni"
 	"github.com/leveeproxy/levee/internal/spill"
 	"github.com/leveeproxy/levee/internal/topk"
 	"github.com/leveeproxy/levee/internal/trace"
@@ -106,8 +107,8 @@ type Server struct {
 	// Listen took.
 	released sync.Once
 
-	// tlsMetrics count the TLS listeners' certificate choices (certs.go).
-	tlsMetrics *tlsMetrics
+	// certs is the TLS listeners' certificate choice.
+	certs *sni.Chooser
 
 	// exporter sends the spans of traced requests; Serve runs it. refusals
 	// is the tracing.refusals_per_second bucket (guarded by mu).
@@ -126,7 +127,7 @@ type snapshot struct {
 	access  observe.AccessSample // log.access: which requests are logged
 	trust   forward.Trust
 	tracer  *tracer   // nil: tracing off
-	certs   certTable // the config file's hosts' certificates (certs.go)
+	certs   sni.Table // the config file's hosts' certificates
 }
 
 // route is an app as composed for one config: every request path step in order.
@@ -140,7 +141,7 @@ type route struct {
 	top   *topk.ClientTop // the app's heavy hitters; nil when off
 	guard *protect.Guard  // backend_limits; nil when off
 	body  bodyRead        // how the request body is read before admission
-	cert  routeCert       // apps.NAME.tls, for the TLS listeners' SNI
+	cert  sni.Cert        // apps.NAME.tls, for the TLS listeners' SNI
 }
 
 // bodyRead is how a route reads a request body ahead of admission:
@@ -175,7 +176,6 @@ func New(cfg *config.Config, o Options) *Server {
 		body: bodyPace{rate: apps.MinRate(cfg.Server), timeout: cfg.Server.ReadTimeout.D()}}
 	s.metrics = observe.NewMetrics(s)
 	s.metrics.SetClock(s.clk)
-	s.tlsMetrics = newTLSMetrics(s.metrics.Registry)
 	s.errlog = s.metrics.ErrorLog(s.log, errorLimits(cfg.Log))
 	if o.AccessLog == nil {
 		o.AccessLog = o.Logger.Handler()
@@ -196,7 +196,7 @@ func New(cfg *config.Config, o Options) *Server {
 	s.apply(cfg)
 	s.lazy = s.newLazyCatalog(o.Catalog, cfg.Catalog)
 	s.catalogRetry = cfg.Catalog.Loader.RetryAfter.D()
-	s.setupACME(o.ACME)
+	s.setupCerts(o.ACME)
 	return s
 }
 
@@ -285,7 +285,7 @@ func (s *Server) applyLocked(cfg *config.Config) {
 		entries = append(entries, catalog.Entry[*route]{Hosts: ac.Hosts, Paths: ac.Paths, Value: rt})
 	}
 	s.current.Store(&snapshot{catalog: catalog.Build(entries), access: observe.NewAccessSample(cfg.Log.Access.Sample), trust: trust,
-		cfg: cfg, loaded: s.clk.Now(), tracer: s.applyTracing(cfg.Tracing), certs: newCertTable(cfg)})
+		cfg: cfg, loaded: s.clk.Now(), tracer: s.applyTracing(cfg.Tracing), certs: sni.NewTable(cfg)})
 	retired = append(retired, s.apps.Applied()...)
 	// Pools no app uses any more close their idle connections now; those
 	// in use finish their requests.
@@ -300,7 +300,7 @@ func (s *Server) applyLocked(cfg *config.Config) {
 // snapshot is published.
 func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, trust forward.Trust, stored bool) (*route, []*forward.Upstream) {
 	c, retired := s.apps.Compose(name, ac, trust, stored)
-	return &route{Gate: c.Gate, app: c.App, pool: c.Pool, top: c.Top, guard: c.Guard, cert: newRouteCert(ac),
+	return &route{Gate: c.Gate, app: c.App, pool: c.Pool, top: c.Top, guard: c.Guard, cert: sni.NewCert(ac),
 		body: bodyRead{ahead: int64(ac.Limits.RequestBuffer)}}, retired
 }
 
