@@ -73,7 +73,7 @@ type Table struct {
 	upstreams forward.Upstreams
 	cluster   *cluster.Cluster // nil outside cluster mode
 	views     Views
-	overload  overloadWatch // owned by the overload loop (OverloadTick)
+	overload  overloadWatch // owned by the overload loop (Run, OverloadTick)
 
 	// held counts, by app, the slots its limiter and its backend_limits
 	// hold for the requests still in flight in the levee this one took

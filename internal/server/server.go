@@ -304,12 +304,6 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 		body: bodyRead{ahead: int64(ac.Limits.RequestBuffer)}}, retired
 }
 
-// watchDistribution raises and clears each app's imbalance alert until
-// done; owned by Serve.
-func (s *Server) watchDistribution(done <-chan struct{}) {
-	s.every(done, apps.DistributionEvery, func() { s.apps.CheckDistribution(s.clk.Now()) })
-}
-
 func parseLevel(s string) slog.Level {
 	var l slog.Level
 	_ = l.UnmarshalText([]byte(s)) // validated by config
@@ -381,10 +375,8 @@ func (s *Server) Serve(ctx context.Context) error {
 	bgCtx, stopBackground := context.WithCancel(context.Background())
 	defer stopBackground()
 	var background sync.WaitGroup
-	background.Go(func() { s.sweepRates(bgCtx.Done(), rateSweepEvery) })
-	background.Go(func() { s.watchDistribution(bgCtx.Done()) })
-	background.Go(func() { s.watchOverload(bgCtx.Done()) })
-	background.Go(func() { s.sweepLog(bgCtx.Done()) })
+	background.Go(func() { s.apps.Run(bgCtx.Done()) }) // rate sweeps, distribution, overload
+	background.Go(func() { clock.Every(s.clk, bgCtx.Done(), logSweepEvery, s.errlog.Sweep) })
 	if c := s.apps.Cluster(); c != nil {
 		background.Go(func() { c.Run(bgCtx) }) // the heartbeat
 	}
@@ -466,9 +458,6 @@ func (s *Server) waitOrLog(ctx context.Context, what string, wait func()) {
 	}
 }
 
-// rateSweepEvery is how often idle rate limit state is dropped.
-const rateSweepEvery = 10 * time.Second
-
 func (s *Server) shutdown(ctx context.Context) error {
 	start := s.clk.Now()
 	var wg sync.WaitGroup
@@ -494,9 +483,6 @@ func errorLimits(lc config.Log) observe.ErrorLimits {
 	return observe.ErrorLimits{PerSecond: lc.ErrorsPerSecond, PerEvent: lc.ErrorsPerEvent, Interval: lc.ErrorsInterval.D()}
 }
 
-// logSweepEvery is how often the error log's quiet keys are summed up.
+// logSweepEvery is how often the error log's quiet keys are summed up
+// (observe.ErrorLog.Sweep).
 const logSweepEvery = time.Second
-
-// sweepLog writes the error log's summaries of keys that went quiet, every
-// logSweepEvery until done; owned by Serve.
-func (s *Server) sweepLog(done <-chan struct{}) { s.every(done, logSweepEvery, s.errlog.Sweep) }
