@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -155,7 +154,7 @@ type bodyRead struct {
 
 // bodyPace is server.min_rate and server.read_timeout, which every
 // request body is read at; fixed for the server's life (a change needs a
-// restart: needsRestart).
+// restart: config.Reloadable).
 type bodyPace struct {
 	rate    netlimit.MinRate
 	timeout time.Duration
@@ -220,7 +219,7 @@ func (s *Server) Config() *config.Config {
 // restart; such a config is refused whole and nothing changes.
 func (s *Server) Reload(cfg *config.Config) error {
 	s.mu.Lock()
-	if err := needsRestart(s.cfg, cfg); err != nil {
+	if err := config.Reloadable(s.cfg, cfg); err != nil {
 		s.mu.Unlock()
 		s.metrics.Reload(false)
 		return err
@@ -236,28 +235,6 @@ func (s *Server) Reload(cfg *config.Config) error {
 		s.lazy.Refresh()
 	}
 	s.metrics.Reload(true)
-	return nil
-}
-
-func needsRestart(old, cfg *config.Config) error {
-	switch {
-	case !reflect.DeepEqual(old.Listen, cfg.Listen):
-		return errors.New("reload: listen changed; restart levee to apply it (nothing was changed)")
-	case old.Admin != cfg.Admin:
-		return errors.New("reload: admin changed; restart levee to apply it (nothing was changed)")
-	case !reflect.DeepEqual(old.Server, cfg.Server):
-		return errors.New("reload: server settings changed; restart levee to apply them (nothing was changed)")
-	case old.Log.Format != cfg.Log.Format:
-		return errors.New("reload: log.format changed; restart levee to apply it (nothing was changed)")
-	case old.Instance.Lock != cfg.Instance.Lock || old.Instance.Unexpected != cfg.Instance.Unexpected:
-		return errors.New("reload: instance.lock or instance.unexpected changed; restart levee to apply them (nothing was changed)")
-	case !reflect.DeepEqual(old.Cluster, cfg.Cluster):
-		return errors.New("reload: cluster settings changed; restart levee to apply them (nothing was changed)")
-	case old.Catalog != cfg.Catalog:
-		return errors.New("reload: catalog changed; restart levee to apply it (nothing was changed)")
-	case !old.TLS.ACME.Same(&cfg.TLS.ACME):
-		return errors.New("reload: tls.acme changed; restart levee to apply it (nothing was changed)")
-	}
 	return nil
 }
 
