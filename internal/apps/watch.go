@@ -28,7 +28,9 @@ func (t *Table) Run(done <-chan struct{}) {
 	loops.Go(func() {
 		clock.Every(t.o.Clock, done, DistributionEvery, func() { t.CheckDistribution(t.o.Clock.Now()) })
 	})
-	loops.Go(func() { clock.EveryOf(t.o.Clock, done, func() time.Duration { return t.overloadConfig().Interval.D() }, t.OverloadTick) })
+	loops.Go(func() {
+		clock.EveryOf(t.o.Clock, done, func() time.Duration { return t.overloadConfig().Interval.D() }, t.OverloadTick)
+	})
 	loops.Wait()
 }
 
