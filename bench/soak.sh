@@ -20,7 +20,7 @@
 #   backend  bench/backend -capacity CAPACITY -delay DELAY (GOMAXPROCS=1), as in overload.sh: the
 #            requests beyond capacity wait for a slot
 #   levee    start_levee with no limits: the config a new user writes (default limits: concurrency
-#            256, queue 1024 x 50 ms), GOMAXPROCS=1, one plain listener 18582, admin 18592 (pprof on)
+#            1024, queue 1024 x 50 ms), GOMAXPROCS=1, one plain listener 18582, admin 18592 (pprof on)
 #   loadgen  bench/loadgen, open loop at OVERLOAD x capacity for DURATION, progress every second
 # Every SAMPLE seconds one CSV row (bench/out/soak-YYYYmmdd-HHMMSS.csv): seconds since the start,
 # levee's goroutines (/debug/pprof/goroutine?debug=1, its first line), open files

@@ -88,7 +88,7 @@ func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ..
 		defer closeStore()
 		opts.Catalog = st
 	}
-	certs, closeACME, err := openACME(ctx, cfg, log)
+	certs, closeACME, err := openACME(ctx, cfg, opts.Catalog, log)
 	if err != nil {
 		return err
 	}

@@ -203,3 +203,62 @@ func (b *Budgets) Succeeded(name string) {
 	delete(b.backoff, name)
 	b.mu.Unlock()
 }
+
+// nameState is what Budgets holds that bears on one name, in the form
+// the store keeps it (fleetBudgets). A zero bucketState is a full bucket.
+type nameState struct {
+	Orders, Domain, Failed bucketState
+	Backoff                backoffState
+}
+
+type bucketState struct {
+	Used float64   `json:"used"`
+	At   time.Time `json:"at"`
+}
+
+type backoffState struct {
+	Failures int       `json:"failures"`
+	Until    time.Time `json:"until"`
+}
+
+// snapshot returns name's buckets: the account's orders, its registered
+// domain's certificates, its failed validations and its backoff.
+func (b *Budgets) snapshot(name string) nameState {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	state := func(k *bucket) bucketState {
+		if k == nil {
+			return bucketState{}
+		}
+		return bucketState{Used: k.used, At: k.at}
+	}
+	bo := b.backoff[name]
+	return nameState{Orders: state(&b.orders), Domain: state(b.domains.b[RegisteredDomain(name)]),
+		Failed: state(b.failed.b[name]), Backoff: backoffState{Failures: bo.failures, Until: bo.until}}
+}
+
+// restore replaces name's buckets with s.
+func (b *Budgets) restore(name string, s nameState) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.orders = bucket{used: s.Orders.Used, at: s.Orders.At}
+	b.domains.set(RegisteredDomain(name), s.Domain)
+	b.failed.set(name, s.Failed)
+	if s.Backoff.Failures > 0 {
+		b.backoff[name] = backoff{failures: s.Backoff.Failures, until: s.Backoff.Until}
+	} else {
+		delete(b.backoff, name)
+	}
+}
+
+// set replaces key's bucket; a full one is dropped, as the sweep would.
+func (t *table) set(key string, s bucketState) {
+	if s.Used <= 0 {
+		delete(t.b, key)
+		return
+	}
+	if t.b == nil {
+		t.b = map[string]*bucket{}
+	}
+	t.b[key] = &bucket{used: s.Used, at: s.At}
+}

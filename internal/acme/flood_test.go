@@ -37,8 +37,7 @@ func TestFloodSpendsNoBudget(t *testing.T) {
 	})
 	budgets := config.DefaultTLS().ACME.Budgets
 	budgets.Orders = config.Budget{Max: 5, Per: config.Duration(time.Hour)}
-	f.m.budgets = NewBudgets(budgets)
-	f.m.issuer.budgets = f.m.budgets
+	f.m.budgets.local = NewBudgets(budgets)
 
 	// The flood of unknown names, through the listeners' GetCertificate
 	// as handshakes call it (8 at a time).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"log/slog"
 	"strings"
 
 	"github.com/caddyserver/certmagic"
@@ -18,8 +19,9 @@ import (
 // one reaches no CA. Its outcomes back off names and feed the metrics.
 type budgetIssuer struct {
 	*certmagic.ACMEIssuer
-	budgets *Budgets
+	budgets *fleetBudgets
 	clk     clock.Clock
+	log     *slog.Logger
 	m       *metrics
 	// renewal says whether the store already holds a certificate of name
 	// (a renewal, exempt from the per-domain budget).
@@ -47,10 +49,10 @@ func (b *budgetIssuer) Issue(ctx context.Context, csr *x509.CertificateRequest) 
 		return nil, certmagic.ErrNoRetry{Err: err}
 	}
 	renewal := b.renewal(ctx, name)
-	if err := b.budgets.Take(name, renewal, b.clk.Now()); err != nil {
-		var r *Refused
-		errors.As(err, &r)
-		b.m.refused.WithLabelValues(r.Reason).Inc()
+	if err := b.budgets.Take(ctx, name, renewal, b.clk.Now()); err != nil {
+		if r := (*Refused)(nil); errors.As(err, &r) {
+			b.m.refused.WithLabelValues(r.Reason).Inc()
+		}
 		// certmagic would retry at once; the next maintenance pass (or
 		// handshake) asks again, and the budgets answer again.
 		return nil, certmagic.ErrNoRetry{Err: err}
@@ -59,7 +61,9 @@ func (b *budgetIssuer) Issue(ctx context.Context, csr *x509.CertificateRequest) 
 	ic, err := b.ACMEIssuer.Issue(ctx, csr)
 	switch {
 	case err == nil:
-		b.budgets.Succeeded(name)
+		if err := b.budgets.Succeeded(ctx, name); err != nil {
+			b.log.Warn("acme: cannot record a success in the fleet's budgets", "name", name, "err", err)
+		}
 		if renewal {
 			b.m.certs.WithLabelValues("renewed").Inc()
 		} else {
@@ -67,7 +71,9 @@ func (b *budgetIssuer) Issue(ctx context.Context, csr *x509.CertificateRequest) 
 		}
 	case ctx.Err() != nil: // levee is stopping: not the name's failure
 	default:
-		b.budgets.Failed(name, b.clk.Now())
+		if err := b.budgets.Failed(ctx, name, b.clk.Now()); err != nil {
+			b.log.Warn("acme: cannot record a failure in the fleet's budgets; it backs the name off here only", "name", name, "err", err)
+		}
 		b.m.failed.WithLabelValues(failureReason(err)).Inc()
 	}
 	b.done(name, err)

@@ -41,6 +41,9 @@ type Options struct {
 	// RenewCheck is how often certificates are checked for renewal; 0:
 	// DefaultRenewCheck. Tests shorten it.
 	RenewCheck time.Duration
+	// Notes is told of every certificate this instance writes, for the
+	// rest of its fleet (see CertificatesWritten); nil: none is told.
+	Notes Notes
 }
 
 // DefaultRenewCheck is how often the renewal loop looks for certificates
@@ -61,7 +64,7 @@ const issueTimeout = 3 * time.Minute
 type Manager struct {
 	o       Options
 	acme    config.ACME
-	budgets *Budgets
+	budgets *fleetBudgets
 	m       *metrics
 	file    atomic.Pointer[claims]
 	stored  atomic.Pointer[StoredApp]
@@ -74,6 +77,7 @@ type Manager struct {
 	cancel  context.CancelFunc
 	flights sync.WaitGroup
 	sem     chan struct{} // one token per issuance running
+	written *written      // told by the catalog's feed, for loadWritten
 
 	mu       sync.Mutex
 	flying   map[string]*flight // name → the issuance under way
@@ -88,6 +92,17 @@ type held struct{ expires, renew time.Time }
 type flight struct {
 	done chan struct{}
 	cert *tls.Certificate // set before done closes; nil: none
+	once sync.Once
+}
+
+// finish hands cert to the flight's waiters; the first call wins (the
+// issuance, or the feed bringing the certificate another instance
+// issued while this one waited for its lease).
+func (f *flight) finish(cert *tls.Certificate) {
+	f.once.Do(func() {
+		f.cert = cert
+		close(f.done)
+	})
 }
 
 // New returns a Manager for validated o.Config (tls.acme on).
@@ -99,9 +114,9 @@ func New(o Options) *Manager {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	a := o.Config.TLS.ACME
-	m := &Manager{o: o, acme: a, budgets: NewBudgets(a.Budgets), m: newMetrics(),
+	m := &Manager{o: o, acme: a, budgets: &fleetBudgets{st: o.Storage, local: NewBudgets(a.Budgets)}, m: newMetrics(),
 		sem: make(chan struct{}, a.Concurrency), flying: map[string]*flight{},
-		held: map[string]held{}, renewing: map[string]bool{}}
+		held: map[string]held{}, renewing: map[string]bool{}, written: newWritten()}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	c := newClaims(o.Config)
 	m.file.Store(&c)
@@ -181,11 +196,12 @@ func (m *Manager) Start(l Listeners) error {
 		m.cache.Stop()
 		return err
 	}
-	m.issuer = &budgetIssuer{ACMEIssuer: certmagic.NewACMEIssuer(magic, tmpl), budgets: m.budgets, clk: m.o.Clock,
+	m.issuer = &budgetIssuer{ACMEIssuer: certmagic.NewACMEIssuer(magic, tmpl), budgets: m.budgets, clk: m.o.Clock, log: m.o.Logger,
 		m: m.m, renewal: m.hasCert, eligible: m.eligibleCounted, done: m.recordOutcome}
 	magic.Issuers = []certmagic.Issuer{m.issuer}
 	m.magic.Store(magic)
 	m.flights.Go(m.renewLoop)
+	m.flights.Go(m.loadWritten)
 	return nil
 }
 
@@ -325,6 +341,7 @@ func (m *Manager) await(ctx context.Context, name string) *tls.Certificate {
 	if f == nil {
 		return nil
 	}
+	m.m.waits.Inc() // the one wait of a handshake: a name with a certificate never gets here
 	t := m.o.Clock.NewTimer(m.acme.FirstWait.D())
 	defer t.Stop()
 	select {
@@ -354,11 +371,11 @@ func (m *Manager) start(name string) *flight {
 	m.flying[name] = f
 	m.flights.Go(func() {
 		defer func() { <-m.sem }()
-		f.cert = m.obtain(name)
+		cert := m.obtain(name)
 		m.mu.Lock()
 		delete(m.flying, name)
 		m.mu.Unlock()
-		close(f.done)
+		f.finish(cert)
 	})
 	return f
 }
@@ -536,14 +553,7 @@ func (m *Manager) renewOne(name string) {
 			return
 		}
 	}
-	fresh := m.cached(name)
-	var stale []string
-	for _, c := range old {
-		if fresh == nil || c.Leaf == nil || !c.Leaf.Equal(fresh.Leaf) {
-			stale = append(stale, c.Hash())
-		}
-	}
-	m.cache.Remove(stale)
+	m.swapIn(name, old)
 }
 
 // onEvent logs each issuance's outcome once.
@@ -556,6 +566,7 @@ func (m *Manager) onEvent(_ context.Context, event string, data map[string]any) 
 		m.cachedCert(names)
 	case "cert_obtained":
 		m.o.Logger.Info("acme: certificate obtained", "name", name, "renewal", renewal)
+		m.announce(name)
 	case "cert_failed":
 		err, _ := data["error"].(error)
 		var r *Refused

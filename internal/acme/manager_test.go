@@ -96,8 +96,17 @@ apps:
 // of its own, as levee's would be, until t ends.
 func serveManager(t *testing.T, cfg *config.Config, st *Storage, tlsLn, httpLn net.Listener, renewCheck time.Duration, answer bool) *fixture {
 	t.Helper()
+	return serveManagerWith(t, cfg, st, tlsLn, httpLn, Options{RenewCheck: renewCheck}, answer)
+}
+
+// serveManagerWith is serveManager with more of the Manager's options
+// (Config, Storage and Logger are set here).
+func serveManagerWith(t *testing.T, cfg *config.Config, st *Storage, tlsLn, httpLn net.Listener, o Options, answer bool) *fixture {
+	t.Helper()
 	reg := prometheus.NewRegistry()
-	m := New(Options{Config: cfg, Storage: st, RenewCheck: renewCheck, Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	o.Config, o.Storage = cfg, st
+	o.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	m := New(o)
 	reg.MustRegister(m.Collectors()...)
 	if err := m.Start(Listeners{HTTP: httpLn.Addr().String(), TLS: tlsLn.Addr().String()}); err != nil {
 		t.Fatal(err)

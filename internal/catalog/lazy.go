@@ -85,6 +85,7 @@ type Lazy[V any] struct {
 	loads sync.WaitGroup
 
 	version atomic.Int64 // of the last change applied by the watcher
+	certs   atomic.Pointer[func(hosts []string)]
 }
 
 var _ Catalog[int] = (*Lazy[int])(nil)
@@ -521,6 +522,11 @@ func (l *Lazy[V]) Each(fn func(Record)) {
 		fn(r)
 	}
 }
+
+// OnCertificates sets fn to be told, by the watcher, the hosts of every
+// certificate change it reads (CertificateApp), in the order written. fn
+// must not block: it holds up the watcher. Set it before Run.
+func (l *Lazy[V]) OnCertificates(fn func(hosts []string)) { l.certs.Store(&fn) }
 
 // Refresh composes every cached app again (after a config reload) and
 // swaps the new values in; requests in flight finish on the old ones.

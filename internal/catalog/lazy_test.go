@@ -47,6 +47,14 @@ func (s *memStore) put(name string, hosts []string, paths ...string) {
 	s.changes = append(s.changes, Change{Version: s.version, App: name, Hosts: hosts, At: time.Unix(0, 0)})
 }
 
+// note records a certificate change for hosts.
+func (s *memStore) note(hosts ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.version++
+	s.changes = append(s.changes, Change{Version: s.version, App: CertificateApp, Hosts: hosts, At: time.Unix(0, 0)})
+}
+
 func (s *memStore) del(name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

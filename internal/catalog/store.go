@@ -29,6 +29,18 @@ type Change struct {
 	At time.Time
 }
 
+// CertificateApp is the app of a change that says certificates were
+// written (issued or renewed) for its Hosts, not that an app changed: no
+// app can have this name ('@' is not allowed in one). Such a change rides
+// the catalog's change feed so that every instance of a fleet loads the
+// new certificate (LazyOptions.Certificates); a levee that does not know
+// it takes it for an app that claims nothing and only drops its hosts
+// from the cache.
+const CertificateApp = "@certificate"
+
+// Certificate says c notes certificates written for c.Hosts.
+func (c Change) Certificate() bool { return c.App == CertificateApp }
+
 // Store is where a Lazy catalog loads apps from. Every method honours ctx.
 type Store interface {
 	// ForHost returns the apps claiming host (canonical: lower case, no

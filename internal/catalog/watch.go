@@ -108,8 +108,18 @@ func (l *Lazy[V]) Poll(ctx context.Context) (int, error) {
 
 func (l *Lazy[V]) apply(ctx context.Context, chs []Change) error {
 	latest := map[string]Change{}
+	var certs []string
 	for _, c := range chs {
+		if c.Certificate() {
+			certs = append(certs, c.Hosts...)
+			continue
+		}
 		latest[c.App] = c
+	}
+	if fn := l.certs.Load(); fn != nil && len(certs) > 0 {
+		// Told before the apps' changes are read: a failed read below
+		// tells them again at the next poll, which loading allows.
+		(*fn)(certs)
 	}
 	var cached []string
 	var drop []string // hosts (exact or wildcard) to drop from the caches

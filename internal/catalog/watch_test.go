@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,5 +69,33 @@ func TestRunPollsOnNoticeAndStillOnTimer(t *testing.T) {
 	case <-st.left:
 	default:
 		t.Fatal("Run returned before its listener")
+	}
+}
+
+// A certificate change reaches OnCertificates, in order, and leaves the
+// cached host of the app it names cached: it changes no app.
+func TestPollTellsCertificatesAndKeepsTheApp(t *testing.T) {
+	st := newMemStore()
+	st.put("a", []string{"a.example"})
+	l, _ := newLazy(t, st, LazyOptions[*val]{})
+	ctx := context.Background()
+	if _, err := l.Load(ctx, "a.example", "/"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var told [][]string
+	l.OnCertificates(func(hosts []string) { told = append(told, hosts) })
+	st.note("a.example", "b.example")
+	st.note("c.example")
+	if n, err := l.Poll(ctx); err != nil || n != 2 {
+		t.Fatalf("poll: %d %v", n, err)
+	}
+	if len(told) != 1 || strings.Join(told[0], " ") != "a.example b.example c.example" {
+		t.Fatalf("told %q", told)
+	}
+	if _, ok := l.Lookup("a.example", "/"); !ok {
+		t.Fatal("a certificate change dropped the app's cached host")
 	}
 }

@@ -81,6 +81,17 @@ func (w Writer) Delete(ctx context.Context, names []string, now time.Time) (int,
 	return n, err
 }
 
+// NoteCertificates records that certificates for hosts were written
+// (issued or renewed) as one change of CertificateApp, so that every
+// watcher of the store is told (LazyOptions.Certificates). It touches no
+// app.
+func (w Writer) NoteCertificates(ctx context.Context, hosts []string, now time.Time) error {
+	return w.Run(ctx, func(tx WriteTx) error {
+		_, err := tx.Change(ctx, CertificateApp, lowerAll(hosts), now)
+		return err
+	})
+}
+
 func putApps(ctx context.Context, tx WriteTx, apps []config.AppSource, now time.Time, res *PutResult) error {
 	for _, a := range apps {
 		r := Record{Name: a.Name, Config: a.Config, Hosts: a.App.Hosts, Paths: a.App.Paths}

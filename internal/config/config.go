@@ -418,7 +418,7 @@ const (
 	DefaultSpillBudget           = 1 << 30
 	MaxSpillBudget               = 1 << 40
 	MaxRequestBuffer             = 16 << 20
-	DefaultMaxConnsPerBackend    = 256
+	DefaultMaxConnsPerBackend    = 1024
 	DefaultMaxIdlePerBackend     = 64
 	DefaultDialRate              = 256 // a second
 	DefaultDialTimeout           = 2 * time.Second
@@ -427,7 +427,7 @@ const (
 	DefaultErrorsPerSecond       = 10
 	DefaultErrorsPerEvent        = 5
 	DefaultErrorsInterval        = 10 * time.Second
-	DefaultConcurrency           = 256
+	DefaultConcurrency           = 1024
 	DefaultAdaptiveMin           = 8
 	DefaultAdaptiveMax           = 1024
 	DefaultQueueMaxWait          = 50 * time.Millisecond

@@ -233,7 +233,7 @@ func TestValidationRules(t *testing.T) {
 		// upstream
 		{"max_conns_per_backend", "upstream: {max_conns_per_backend: 0}", "upstream.max_conns_per_backend", "must be 1..1000000 (got 0)"},
 		{"max_idle_per_backend over max_conns", "upstream: {max_conns_per_backend: 10, max_idle_per_backend: 11}", "upstream.max_idle_per_backend", "must be 0..10 (got 11)"},
-		{"max_idle_per_backend negative", "upstream: {max_idle_per_backend: -1}", "upstream.max_idle_per_backend", "must be 0..256"},
+		{"max_idle_per_backend negative", "upstream: {max_idle_per_backend: -1}", "upstream.max_idle_per_backend", "must be 0..1024"},
 		{"dial_timeout", "upstream: {dial_timeout: 0s}", "upstream.dial_timeout", "must be > 0"},
 		{"response_header_timeout", "upstream: {response_header_timeout: 0s}", "upstream.response_header_timeout", "must be > 0"},
 		{"upstream idle_timeout", "upstream: {idle_timeout: 0s}", "upstream.idle_timeout", "must be > 0"},

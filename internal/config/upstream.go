@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"net/textproto"
 	"reflect"
 	"strconv"
 	"time"
@@ -82,7 +83,14 @@ type UpstreamDeadline struct {
 	// deadline, in milliseconds from now (as Levee-Deadline); "" reads
 	// only gRPC's grpc-timeout.
 	Header string `yaml:"header"`
+
+	canonical string // Header in its canonical form, set by validation
 }
+
+// CanonicalHeader is Header as Go's HTTP/2 server keys it (and as the
+// HTTP/1.1 engine compares it, without regard to case): made once, by
+// validation, rather than per request.
+func (d *UpstreamDeadline) CanonicalHeader() string { return d.canonical }
 
 // DefaultUpstreamDeadline is apps.NAME.upstream.deadline's defaults.
 func DefaultUpstreamDeadline() UpstreamDeadline {
@@ -164,6 +172,8 @@ func validateAppUpstream(errs *Errors, rd *reader, p string, u *AppUpstream) {
 		}
 		if h := d.Header; h != "" && !httpguts.ValidHeaderFieldName(h) {
 			errs.add(p+".deadline.header", "%q is not a header name", h)
+		} else {
+			d.canonical = textproto.CanonicalMIMEHeaderKey(h)
 		}
 	}
 	if u.TLS == nil {

@@ -89,7 +89,8 @@ type conn struct {
 	werr      error
 	wdeadline bool // a write deadline is set on nc
 
-	hwg sync.WaitGroup // handler goroutines and the shutdown's writer
+	hwg    sync.WaitGroup // handler goroutines and the shutdown's writer
+	spares spares         // goroutines kept for the next handler (spare.go)
 }
 
 // headerBlock is a header block being read: its HEADERS frame's facts

@@ -176,7 +176,7 @@ func (c *conn) endHeaders() error {
 	c.handlers++
 	c.hwg.Add(1)
 	c.mu.Unlock()
-	go st.run(handler)
+	c.spawn(st, handler)
 	return nil
 }
 

@@ -195,7 +195,7 @@ func (c *conn) handlerDone(st *stream, w *responseWriter) {
 		c.hwg.Add(1)
 		h := s.handler
 		s.handler = nil
-		go s.run(h)
+		c.spawn(s, h)
 		break
 	}
 	c.mu.Unlock()

@@ -43,6 +43,7 @@ func (s *Server) setupCerts(m *acme.Manager) {
 	s.metrics.Registry.MustRegister(m.Collectors()...)
 	if s.lazy != nil {
 		m.SetStored(s.certs.StoredApp)
+		s.lazy.OnCertificates(m.CertificatesWritten) // the fleet's certificates, by the change feed
 	}
 }
 

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"net/http"
 	"time"
 
 	"github.com/leveeproxy/levee/internal/ascii"
@@ -20,9 +19,7 @@ func deadlineOf[E exchange](rt *route, e E) (left time.Duration, client bool) {
 	timeout, header := config.DefaultAppTimeout, ""
 	if u := rt.pool.Deadline(); u != nil {
 		timeout = u.Timeout.D()
-		if u.Header != "" {
-			header = http.CanonicalHeaderKey(u.Header) // no copy when written canonical
-		}
+		header = u.CanonicalHeader()
 	}
 	d, ok := e.clientTimeout(header)
 	return deadline.Left(time.Time{}, time.Time{}, timeout, d, ok), ok
@@ -72,7 +69,7 @@ func (e *fastExchange) clientTimeout(header string) (time.Duration, bool) {
 	}
 	for k, v := range e.c.Request.Header.All() {
 		if ascii.EqualFold(k, header) {
-			return deadline.ParseMillis(string(v))
+			return deadline.ParseMillis(b2s(v)) // not kept
 		}
 	}
 	return 0, false

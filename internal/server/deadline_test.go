@@ -15,7 +15,7 @@ func TestLeveeDeadlineOnEveryRequest(t *testing.T) {
 	backend := newBackend(t, func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, r.Header.Get("Levee-Deadline"))
 	})
-	p := startProxy(t, photosApp(backend, "", "    upstream: {deadline: {timeout: 5s, header: X-Timeout}}\n"))
+	p := startProxy(t, photosApp(backend, "", "    upstream: {deadline: {timeout: 5s, header: x-timeout}}\n")) // matched whatever its case
 	for _, c := range []struct {
 		header, value string
 		max           time.Duration

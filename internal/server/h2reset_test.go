@@ -108,7 +108,7 @@ func TestH2FloodMadeYouReset(t *testing.T) {
 			}
 			// A stream reset before it is forwarded never reaches the
 			// backend; one on its way there may, and fewer than the app's
-			// concurrency (256) are ever on their way at once.
+			// concurrency (1,024 by default) are ever on their way at once.
 			if n := rig.made.Load(); n > accepted/10 {
 				t.Errorf("the backend saw %d of the %d reset streams, want at most a tenth", n, accepted)
 			}

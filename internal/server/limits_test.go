@@ -139,8 +139,8 @@ func TestDefaultLimitsApplyWithoutConfig(t *testing.T) {
 	be := newGatedBackend(t)
 	p := startProxy(t, fmt.Sprintf("apps:\n  a:\n    hosts: [a.test]\n    backends: [%s]\n", be.addr()))
 	lim := p.app("a").Limiter.Limits()
-	if lim.Concurrency != 256 || lim.MaxLen != 1024 || lim.MaxWait != 50*time.Millisecond {
-		t.Fatalf("limits without config = %+v; want the documented defaults 256, 1024, 50ms", lim)
+	if lim.Concurrency != 1024 || lim.MaxLen != 1024 || lim.MaxWait != 50*time.Millisecond {
+		t.Fatalf("limits without config = %+v; want the documented defaults 1024, 1024, 50ms", lim)
 	}
 }
 

@@ -8,6 +8,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -17,8 +18,9 @@ import (
 )
 
 // The short soak: bench/soak.sh's run (issue 24 point 5) at CI's scale, in
-// process. levee on its default limits in front of a backend of fixed
-// capacity, offered five times that capacity, open loop, on each engine:
+// process. levee on its default limits, but for a concurrency (256) below
+// the client's connections, in front of a backend of fixed capacity,
+// offered five times that capacity, open loop, on each engine:
 // every request must get an answer, 200 or a refusal that says so, and
 // what the process holds must be the same after two equal rounds of load.
 // Under load the goroutines and connections in flight vary by hundreds
@@ -30,15 +32,19 @@ const (
 	soakSlots    = 4 // the backend's capacity: 4 x 10 ms = 400 req/s
 	soakService  = 10 * time.Millisecond
 	soakOverload = 5
+	// soakLimit is the app's concurrency: below soakConns, so that levee
+	// queues and refuses (the default, 1,024, would pass every request on
+	// to wait at the backend).
+	soakLimit    = 256
 	soakWarmUp   = 3 * time.Second // pools, buffers and caches fill
 	soakRoundFor = 6 * time.Second // each of the two rounds compared
 	// soakConns bounds the client's connections and requests in flight:
-	// well above what levee holds at once (256 admitted, refusals within
+	// well above what levee holds at once (soakLimit admitted, refusals within
 	// the queue's 50 ms), so that the client sends every request unless
 	// the machine is short of CPU.
 	soakConns = 1024
 	// soakTimeout only catches a request that got no answer: an admitted
-	// one waits 256/400 s at the backend.
+	// one waits soakLimit/400 s at the backend.
 	soakTimeout = 10 * time.Second
 	// soakTolerance and soakSlack are how much the second round may leave
 	// above the first and still be flat: bench/soak.sh's 10%, and floors
@@ -72,7 +78,7 @@ func TestSoakOverloadStaysFlat(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { drill.CloseBackends([]*drill.Backend{be}) })
-			p := startProxy(t, eng.listen+photosApp(be.Addr, "", ""))
+			p := startProxy(t, eng.listen+photosApp(be.Addr, fmt.Sprintf("{concurrency: %d}", soakLimit), ""))
 			client := drill.NewHTTPDoer(p.URL, soakConns)
 			client.Client.Transport.(*http.Transport).Protocols = eng.protocols
 			t.Cleanup(client.Close)

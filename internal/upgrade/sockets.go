@@ -1,6 +1,7 @@
 package upgrade
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -38,7 +39,7 @@ func (s *Sockets) Listen(name, network, address string) (net.Listener, error) {
 	ln := s.inherited[name]
 	delete(s.inherited, name)
 	if ln == nil {
-		l, err := net.Listen(network, address)
+		l, err := listenConfig.Listen(context.Background(), network, address)
 		if err != nil {
 			return nil, err
 		}

@@ -17,7 +17,9 @@
 //	    on app. A pair belongs to one app at most.
 //	changes(version bigint identity PRIMARY KEY, app text, hosts text[], at timestamptz)
 //	    one row per write of an app (insert, update or delete), hosts being
-//	    the app's hosts after it. Writers hold an exclusive lock on it for
+//	    the app's hosts after it; or, with app "@certificate", a note that
+//	    the certificates of hosts were written (catalog.CertificateApp).
+//	    Writers hold an exclusive lock on it for
 //	    their transaction, so versions commit in the order they are
 //	    numbered and a watcher reading "after v" misses none. The oldest
 //	    rows are pruned past MaxChanges.

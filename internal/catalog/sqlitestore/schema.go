@@ -15,8 +15,9 @@
 //	changes(version INTEGER PRIMARY KEY AUTOINCREMENT, app TEXT, hosts TEXT, at INTEGER)
 //	    one row per write of an app (insert, update or delete), hosts being
 //	    the app's hosts after it, one per line, and at the write's time in
-//	    Unix nanoseconds. Watchers poll it; the oldest rows are pruned past
-//	    MaxChanges.
+//	    Unix nanoseconds; or, with app "@certificate", a note that the
+//	    certificates of hosts were written (catalog.CertificateApp).
+//	    Watchers poll it; the oldest rows are pruned past MaxChanges.
 //	meta(key TEXT PRIMARY KEY, value TEXT)
 //	    schema_version.
 //

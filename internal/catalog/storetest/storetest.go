@@ -23,6 +23,7 @@ type Store interface {
 	catalog.Store
 	Put(ctx context.Context, apps []config.AppSource, now time.Time) (catalog.PutResult, error)
 	Delete(ctx context.Context, names []string, now time.Time) (int, error)
+	NoteCertificates(ctx context.Context, hosts []string, now time.Time) error
 	Export(ctx context.Context, w io.Writer) (int, error)
 	Stats(ctx context.Context) (catalog.StoreStats, error)
 }
@@ -63,6 +64,7 @@ func Run(t *testing.T, h Harness) {
 		{"ForHostExactAndWildcard", testForHost},
 		{"PutRecordsChanges", testPutRecordsChanges},
 		{"ChangesLost", testChangesLost},
+		{"NoteCertificates", testNoteCertificates},
 		{"PutRefusesAClaimedRoute", testClaimedRoute},
 		{"ExportImportsBack", testExport},
 	} {
@@ -149,6 +151,28 @@ func testPutRecordsChanges(t *testing.T, h Harness) {
 	}
 	if recs, _ := r.Apps(ctx, []string{"shop", "wild"}); len(recs) != 1 || recs[0].Version != ch[0].Version {
 		t.Errorf("apps after changes: %+v", recs)
+	}
+}
+
+// A certificate note is a change of catalog.CertificateApp, in the feed
+// after the apps' changes, that changes no app.
+func testNoteCertificates(t *testing.T, h Harness) {
+	w, r := newStore(t, h)
+	ctx := context.Background()
+	v0, _ := r.Version(ctx)
+	if err := w.NoteCertificates(ctx, []string{"Shop.example", "www.shop.example"}, T0); err != nil {
+		t.Fatal(err)
+	}
+	ch, err := r.Changes(ctx, v0, 10)
+	if err != nil || len(ch) != 1 {
+		t.Fatalf("changes: %+v %v", ch, err)
+	}
+	if c := ch[0]; !c.Certificate() || !slices.Equal(c.Hosts, []string{"shop.example", "www.shop.example"}) ||
+		c.Version <= v0 || !c.At.Equal(T0) {
+		t.Errorf("change = %+v", c)
+	}
+	if recs, _ := r.ForHost(ctx, "shop.example"); len(recs) != 1 || recs[0].Name != "shop" {
+		t.Errorf("shop.example after the note: %+v", recs)
 	}
 }
 
