@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leveeproxy/levee/internal/apps"
 	"github.com/leveeproxy/levee/internal/sdnotify"
 	"github.com/leveeproxy/levee/internal/server"
 	"github.com/leveeproxy/levee/internal/upgrade"
@@ -78,7 +79,7 @@ func (h *handover) takeOver(ctx context.Context, srv *server.Server, log *slog.L
 		log.Warn("upgrade: the old levee went away before handing its state over; starting with fresh limits")
 		return nil
 	}
-	if err := srv.ImportState(state); err != nil {
+	if err := srv.Table().ImportState(state); err != nil {
 		log.Warn("upgrade: "+err.Error(), "state_bytes", len(state))
 	}
 	return nil
@@ -126,7 +127,7 @@ func (u *upgrader) run(ctx context.Context, trigger, binary string) (int, error)
 		return 0, errHandedOver
 	}
 	_ = u.notify.Reloading()
-	var rep *server.Reporter
+	var rep *apps.Reporter
 	child, err := upgrade.Start(ctx, upgrade.Spec{
 		Binary: binary, Args: os.Args[1:], Env: os.Environ(),
 		Stdout: os.Stdout, Stderr: os.Stderr,
@@ -140,8 +141,8 @@ func (u *upgrader) run(ctx context.Context, trigger, binary string) (int, error)
 		// holds) and has in flight is reported from here on, to be
 		// counted against the new one's limits: the state exported
 		// after it misses nothing.
-		rep = u.srv.Report()
-		if err = child.Handover(ctx, u.srv.ExportState()); err != nil {
+		rep = u.srv.Table().Report()
+		if err = child.Handover(ctx, u.srv.Table().ExportState()); err != nil {
 			rep.Stop()
 			u.h.sockets.Resume()
 		}
@@ -168,7 +169,7 @@ const reportEvery = 10 * time.Millisecond
 // report sends the new levee what this one admits and has in flight,
 // until this one's Serve has returned (nothing in flight then), and
 // closes the control socket.
-func (u *upgrader) report(child *upgrade.Child, rep *server.Reporter) {
+func (u *upgrader) report(child *upgrade.Child, rep *apps.Reporter) {
 	defer child.Close()
 	defer rep.Stop()
 	t := time.NewTicker(reportEvery)
@@ -204,11 +205,11 @@ func (u *upgrader) finish() {
 // gives back the slots its requests held.
 func (h *handover) reports(ctx context.Context, srv *server.Server, log *slog.Logger) {
 	err := h.in.Reports(ctx, func(b []byte) {
-		if err := srv.ApplyReport(b); err != nil {
+		if err := srv.Table().ApplyReport(b); err != nil {
 			log.Warn("upgrade: " + err.Error())
 		}
 	})
-	srv.ReleaseHeld()
+	srv.Table().ReleaseHeld()
 	if err != nil && ctx.Err() == nil {
 		log.Warn("upgrade: the old levee's reports ended early; its requests no longer count here", "err", err)
 	}

@@ -36,6 +36,17 @@ func (t *Table) newCluster(cfg config.Cluster) *cluster.Cluster {
 // outside cluster mode. Its owner runs its heartbeat (cluster.Run).
 func (t *Table) Cluster() *cluster.Cluster { return t.cluster }
 
+// Instance is this instance's role, scale and number of apps (Views),
+// with the cluster's state in cluster mode; the caller adds the config's.
+func (t *Table) Instance() Instance {
+	in := t.views.Instance()
+	if c := t.cluster; c != nil {
+		in.Cluster = &ClusterState{Redis: t.o.Cluster.Redis.Addrs, Degraded: c.Degraded(), Reachable: !c.Degraded(),
+			LiveInstances: c.Live()}
+	}
+	return in
+}
+
 // Close gives back the cluster's leases and closes its Redis connections;
 // nothing outside cluster mode.
 func (t *Table) Close() error {

@@ -30,12 +30,14 @@ type parked[A any] struct {
 const ParkMin = time.Minute
 
 // Settled is when the state of stored app c, evicted at now, has settled:
-// every rate bucket is full again (burst × interval after the last
-// request at the latest) and ParkMin has passed.
+// every rate bucket (the app's, its clients', backend_limits') is full
+// again (burst × interval after the last request at the latest) and
+// ParkMin has passed.
 func Settled(c *config.App, now time.Time) time.Time {
 	settle := ParkMin
 	if c != nil {
-		for _, lim := range []ratelimit.Limit{limitsconf.GCRA(c.Limits.Rate, c.Limits.Burst), limitsconf.GCRA(c.Limits.Client.Rate, c.Limits.Client.Burst)} {
+		for _, lim := range []ratelimit.Limit{limitsconf.GCRA(c.Limits.Rate, c.Limits.Burst),
+			limitsconf.GCRA(c.Limits.Client.Rate, c.Limits.Client.Burst), limitsconf.GCRA(c.BackendLimits.Rate, c.BackendLimits.Burst)} {
 			settle = max(settle, time.Duration(lim.Burst)*lim.Interval) // a full bucket from empty; 0 when off
 		}
 	}
@@ -78,4 +80,20 @@ func (p *Parked[A]) Take(name string, now time.Time, drop func(A)) (A, bool) {
 		return zero, false
 	}
 	return pa.a, true
+}
+
+// Peek returns the state parked under name, leaving it parked.
+func (p *Parked[A]) Peek(name string) (A, bool) {
+	pa, ok := p.apps[name]
+	return pa.a, ok
+}
+
+// Sweep drops, with drop, every state that has settled by now.
+func (p *Parked[A]) Sweep(now time.Time, drop func(A)) {
+	for name, pa := range p.apps {
+		if now.After(pa.until) {
+			delete(p.apps, name)
+			drop(pa.a)
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/leveeproxy/levee/internal/admit"
 	"github.com/leveeproxy/levee/internal/balance"
@@ -72,7 +73,19 @@ type Table struct {
 	upstreams forward.Upstreams
 	cluster   *cluster.Cluster // nil outside cluster mode
 	views     Views
-	overload  overloadWatch // owned by the overload loop (OverloadTick)
+	overload  overloadWatch // owned by the overload loop (Run, OverloadTick)
+
+	// held counts, by app, the slots its limiter and its backend_limits
+	// hold for the requests still in flight in the levee this one took
+	// over from (report.go).
+	held map[string]*heldSlots
+	// pending is the state handed over for apps not composed yet
+	// (pending.go); pendingDropped counts what was dropped unused.
+	pending        Parked[*pendingApp]
+	pendingDropped atomic.Uint64
+	// emptyAt is when a state that could not be read was handed over
+	// (zero: none): apps composed anew start their buckets empty as of it.
+	emptyAt time.Time
 }
 
 // App is the state of one app that survives reloads: its concurrency limit
@@ -140,6 +153,7 @@ func NewTable(o Options) *Table {
 	o.Metrics.BackendConns(func(f func(string, observe.ConnCounts)) {
 		t.upstreams.Each(func(p *forward.Upstream) { f(p.Addr(), p.Counts()) })
 	})
+	o.Metrics.UpgradeStateDropped(t.PendingDropped)
 	t.scale.Init()
 	t.overload = overloadWatch{sampler: o.Sampler, mon: overload.NewMonitor()}
 	return t
@@ -189,7 +203,8 @@ func (t *Table) Compose(name string, ac *config.App, trust forward.Trust, stored
 		}
 	}
 	lim := limitsconf.AdmitLimits(ac.Limits)
-	if a == nil {
+	fresh := a == nil
+	if fresh {
 		a = &App{Name: name, limiter: admit.NewLimiter(lim, t.o.Clock), Metrics: t.o.Metrics.App(name), alert: new(atomic.Bool)}
 		t.apps[name] = a
 	}
@@ -254,6 +269,7 @@ func (t *Table) Compose(name string, ac *config.App, trust forward.Trust, stored
 		func(k GuardKey) *protect.Guard { return NewGuard(k, t.o.Clock) }, nil)
 	rt.Gate.ReadClient = rt.Guard != nil
 	rt.Top = a.top.Apply(ac.Limits.Client.TopK, topk.NewClientTop, nil)
+	t.takeOverLocked(a, fresh, now)
 	t.views.Publish(&View{Name: name, Hosts: ac.Hosts, Stored: a.stored, Limiter: a.limiter,
 		Conf: a.conf, Limits: &ac.Limits, Metrics: a.Metrics, Top: rt.Top, Guard: rt.Guard, Window: a.window,
 		Set: a.backends, Alert: a.alert, Adaptive: a.adaptive, Bandwidth: bw, Conns: a.conns})
@@ -414,7 +430,8 @@ func (t *Table) StopChecks() {
 	}
 }
 
-// Sweep drops every app's idle rate limit state at the clock's now.
+// Sweep drops every app's idle rate limit state at the clock's now, and
+// the state handed over for apps not composed that has settled since.
 func (t *Table) Sweep() {
 	now := t.o.Clock.Now()
 	t.mu.Lock()
@@ -422,6 +439,7 @@ func (t *Table) Sweep() {
 	for _, a := range t.apps {
 		a.rates.Sweep(now)
 	}
+	t.pending.Sweep(now, t.dropPending)
 }
 
 // MinRate is server.min_rate, as the body readers take it.

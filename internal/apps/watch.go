@@ -1,15 +1,45 @@
 package apps
 
 import (
+	"sync"
 	"time"
+
+	"github.com/leveeproxy/levee/internal/clock"
 
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/overload"
 )
 
-// The table's periodic work, each turn one call that its owner's loop
-// makes on a timer: the distribution alerts, the overload monitor. The
-// limit scale's changes are here too.
+// The table's periodic work (Run): the rate sweeps, the distribution
+// alerts, the overload monitor, each turn one call its loop makes on a
+// timer. The limit scale's changes are here too.
+
+// SweepEvery is how often idle rate limit state is dropped.
+const SweepEvery = 10 * time.Second
+
+// Run does the table's periodic work until done is closed, on its clock:
+// Sweep every SweepEvery, CheckDistribution every DistributionEvery, and
+// OverloadTick every overload.interval of the config in force. Its owner
+// (the server's Serve) calls it once, and it returns once each of its
+// loops has.
+func (t *Table) Run(done <-chan struct{}) {
+	var loops sync.WaitGroup
+	loops.Go(func() { clock.Every(t.o.Clock, done, SweepEvery, t.Sweep) })
+	loops.Go(func() {
+		clock.Every(t.o.Clock, done, DistributionEvery, func() { t.CheckDistribution(t.o.Clock.Now()) })
+	})
+	loops.Go(func() {
+		clock.EveryOf(t.o.Clock, done, func() time.Duration { return t.overloadConfig().Interval.D() }, t.OverloadTick)
+	})
+	loops.Wait()
+}
+
+// overloadConfig is the overload section of the config in force.
+func (t *Table) overloadConfig() config.Overload {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.cfg.Overload
+}
 
 // Distribution alerts: the imbalance of each app is evaluated every
 // DistributionEvery over DistributionWindow, once it has minAlertRequests.
@@ -92,12 +122,12 @@ type overloadWatch struct {
 	samples int
 }
 
-// OverloadTick is one turn of the overload loop, which calls it every
-// oc.Interval: while oc.Enabled it samples the host and puts the
-// monitor's factor in force; turning the monitor off puts the limits
-// back. One goroutine at a time calls it.
-func (t *Table) OverloadTick(oc config.Overload) {
-	sc := &t.overload
+// OverloadTick is one turn of the overload loop (Run), which calls it
+// every overload.interval: while overload.enabled it samples the host and
+// puts the monitor's factor in force; turning the monitor off puts the
+// limits back. One goroutine at a time calls it.
+func (t *Table) OverloadTick() {
+	sc, oc := &t.overload, t.overloadConfig()
 	if !oc.Enabled {
 		if sc.mon.Factor() != 1 {
 			sc.mon.Reset()

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"github.com/leveeproxy/levee/internal/leaktest"
 	"github.com/leveeproxy/levee/internal/ratelimit"
 	"github.com/leveeproxy/levee/internal/redistest"
+	"github.com/leveeproxy/levee/internal/testlog"
 )
 
 // t0 is the fake start time: a real date, since Redis stores TATs as µs
@@ -24,25 +24,7 @@ var lim = ratelimit.Limit{Interval: time.Millisecond, Burst: 100}
 type instance struct {
 	c     *Cluster
 	store *Store
-	log   *syncBuffer
-}
-
-// syncBuffer is a log sink safe for the background takes that log.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
+	log   *testlog.Buffer
 }
 
 // instances makes n instances sharing one Redis under a prefix of their own.
@@ -59,7 +41,7 @@ func instances(t *testing.T, r *redistest.Server, n int, o Options) []*instance 
 		if o.Timeout == 0 {
 			o.Timeout = 5 * time.Second // a loaded test machine must not look like a Redis failure
 		}
-		buf := &syncBuffer{}
+		buf := &testlog.Buffer{}
 		o.Logger = slog.New(slog.NewTextHandler(buf, nil))
 		c, err := New(o)
 		if err != nil {
@@ -280,7 +262,7 @@ func TestRedisCluster(t *testing.T) {
 	insts := make([]*instance, 3)
 	for i := range insts {
 		c, err := New(Options{Addrs: addrs, Prefix: "rc", Instance: fmt.Sprintf("i%d", i), Timeout: 5 * time.Second,
-			Logger: slog.New(slog.NewTextHandler(&syncBuffer{}, nil))})
+			Logger: slog.New(slog.NewTextHandler(&testlog.Buffer{}, nil))})
 		if err != nil {
 			t.Fatal(err)
 		}

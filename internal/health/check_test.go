@@ -1,7 +1,6 @@
 package health
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/leveeproxy/levee/internal/balance"
 	"github.com/leveeproxy/levee/internal/clock"
+	"github.com/leveeproxy/levee/internal/testlog"
 )
 
 // wait is the deadline of every wait in these tests.
@@ -45,36 +45,18 @@ func (p *fakeProber) fail(addr string, failing bool) {
 	p.failing[addr] = failing
 }
 
-// syncBuffer is a log sink read by the test while the checker writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) count(sub string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.Count(s.b.String(), sub)
-}
-
 type harness struct {
 	t    *testing.T
 	clk  *clock.Fake
 	c    *Checker
-	logs *syncBuffer
+	logs *testlog.Buffer
 }
 
 // startChecker starts a Checker on a fake clock and waits for its first
 // round to end.
 func startChecker(t *testing.T, set *balance.Set, cfg Check, opts CheckerOptions) *harness {
 	t.Helper()
-	h := &harness{t: t, clk: clock.NewFake(t0), logs: &syncBuffer{}}
+	h := &harness{t: t, clk: clock.NewFake(t0), logs: &testlog.Buffer{}}
 	opts.Clock = h.clk
 	opts.Logger = slog.New(slog.NewTextHandler(h.logs, nil))
 	c, err := NewChecker(set, cfg, opts)
@@ -160,7 +142,7 @@ func TestCheckerThresholds(t *testing.T) {
 	if !good.Healthy(t0) {
 		t.Error("the good backend was marked down")
 	}
-	if n, m := h.logs.count("backend unhealthy"), h.logs.count("backend healthy"); n != 1 || m != 1 {
+	if n, m := h.logs.Count("backend unhealthy"), h.logs.Count("backend healthy"); n != 1 || m != 1 {
 		t.Errorf("%d unhealthy and %d healthy records; want 1 each (once per change)", n, m)
 	}
 	h.c.Stop()

@@ -368,6 +368,15 @@ func (m *Metrics) BackendUnclean(reasons []string, count func(reason string) uin
 	}
 }
 
+// UpgradeStateDropped registers the count of apps whose limits' state an
+// upgrade handed over was dropped unused (apps.Table's pending state).
+func (m *Metrics) UpgradeStateDropped(count func() uint64) {
+	m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "levee_upgrade_state_dropped_total",
+		Help: "Apps whose limits' state an upgrade handed over was dropped unused: the new levee had not loaded the app (a catalog app) before that state had settled, or more such apps than catalog.cache.max_apps were waiting.",
+	}, func() float64 { return float64(count()) }))
+}
+
 // SpillStats is what the spill metrics read; *spill.Budget is one.
 type SpillStats interface {
 	Used() int64

@@ -8,7 +8,6 @@
 package pebbletest
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/tls"
@@ -22,13 +21,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
 
 	"github.com/leveeproxy/levee/internal/testcert"
+	"github.com/leveeproxy/levee/internal/testlog"
 )
 
 // startDeadline bounds Pebble's start: a bound for a failure report, not
@@ -43,7 +42,7 @@ type Pebble struct {
 	RootsFile string
 	mgmt      string
 	client    *http.Client
-	out       *syncBuffer
+	out       *testlog.Buffer
 }
 
 // Options say where Pebble sends validations: levee's plain listener
@@ -83,7 +82,7 @@ func Start(t testing.TB, o Options) *Pebble {
 	cmd := exec.Command(bin, "-config", write("pebble.json", cj), "-dnsserver", dnsAddr)
 	cmd.Env = append(os.Environ(), "PEBBLE_VA_NOSLEEP=1", "PEBBLE_WFE_NONCEREJECT=0", "PEBBLE_AUTHZREUSE=0")
 	p := &Pebble{Directory: "https://" + addr + "/dir", RootsFile: write("roots.pem", certPEM),
-		mgmt: "https://" + mgmt, out: &syncBuffer{}}
+		mgmt: "https://" + mgmt, out: &testlog.Buffer{}}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("pebbletest: %v", err)
@@ -229,23 +228,4 @@ func startDNS(t testing.TB) string {
 		})
 	}
 	return pc.LocalAddr().String()
-}
-
-// syncBuffer is pebble's output, written by the process's pipe copier
-// and read by the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

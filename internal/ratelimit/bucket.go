@@ -11,7 +11,8 @@ type Bucket struct {
 	lim   Limit
 	epoch time.Time
 	mu    sync.Mutex
-	tat   int64 // ns since epoch
+	tat   int64  // ns since epoch
+	taken uint64 // units Take admitted, for an upgrade's reports (Taken)
 }
 
 // NewBucket returns a full bucket for lim; times passed to Take must not
@@ -43,6 +44,7 @@ func (b *Bucket) Take(now time.Time, n, keep int) Decision {
 	next, d := b.lim.decide(b.tat, t, n)
 	if d.Allowed {
 		b.tat = next
+		b.taken += uint64(n)
 	}
 	return d
 }

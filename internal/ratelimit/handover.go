@@ -143,3 +143,58 @@ func (s *LocalStore) Charge(key string, lim Limit, now time.Time, n int) {
 	}
 	sh.m[key] = next
 }
+
+// A Bucket across an upgrade, as a LocalStore's keys: its state is how far
+// past now its TAT runs, since two processes share no monotonic clock.
+
+// Ahead is how long after now the bucket is full again (0: full).
+func (b *Bucket) Ahead(now time.Time) time.Duration {
+	t := int64(now.Sub(b.epoch))
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return time.Duration(max(b.tat-t, 0))
+}
+
+// Resume continues a bucket that was ahead by ahead at now (Ahead of the
+// bucket taken over), or keeps its own state if that is later.
+func (b *Bucket) Resume(now time.Time, ahead time.Duration) {
+	if ahead <= 0 {
+		return
+	}
+	b.raise(int64(now.Sub(b.epoch)) + int64(min(ahead, MaxDepth)))
+}
+
+// StartEmpty spends the whole burst at now, as if it had just been taken:
+// for a bucket whose state cannot be taken over, so that an upgrade never
+// hands out a fresh burst.
+func (b *Bucket) StartEmpty(now time.Time) {
+	b.raise(int64(now.Sub(b.epoch)) + int64(b.lim.Burst)*int64(b.lim.Interval))
+}
+
+func (b *Bucket) raise(tat int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.tat = max(b.tat, tat)
+}
+
+// Charge counts n units admitted elsewhere at now (by the levee that
+// handed over), even past the burst, as LocalStore.Charge does; n ≤ 0
+// does nothing.
+func (b *Bucket) Charge(now time.Time, n int) {
+	if n <= 0 {
+		return
+	}
+	t := int64(now.Sub(b.epoch))
+	cost := int64(min(n, b.lim.Burst*4)) * int64(b.lim.Interval) // bounded: no overflow
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.tat = max(b.tat, t) + cost
+}
+
+// Taken is how many units Take has admitted since the bucket was made:
+// what a levee that handed over reports, by difference, to be charged.
+func (b *Bucket) Taken() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.taken
+}

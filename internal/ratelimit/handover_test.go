@@ -93,3 +93,48 @@ func TestChargeAndObserve(t *testing.T) {
 		t.Errorf("three intervals later: %+v, want admitted", d)
 	}
 }
+
+// A Bucket is taken over as a store's key is: what the old one spent
+// (Ahead, then Charge) is not handed out again, a bucket that cannot be
+// taken over starts empty, and Taken counts what Take admitted.
+func TestBucketHandover(t *testing.T) {
+	lim := Limit{Interval: 10 * time.Millisecond, Burst: 4}
+	t0 := time.Now()
+	old, err := NewBucket(lim, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if !old.Take(t0, 1, 0).Allowed {
+			t.Fatal("burst refused")
+		}
+	}
+	if got := old.Taken(); got != 3 {
+		t.Fatalf("Taken = %d, want 3", got)
+	}
+	ahead := old.Ahead(t0)
+	if ahead != 3*lim.Interval {
+		t.Fatalf("Ahead = %v, want 3 intervals", ahead)
+	}
+	t1 := t0.Add(time.Hour) // another process's clock
+	next, _ := NewBucket(lim, t1)
+	next.Resume(t1, ahead)
+	if d := next.Take(t1, 0, 0); d.Remaining != 1 {
+		t.Errorf("after Resume %d left, want the old one's 1", d.Remaining)
+	}
+	next.Charge(t1, 1) // the old one admitted one more
+	if next.Take(t1, 1, 0).Allowed {
+		t.Error("admitted past what the two spent together")
+	}
+	if got := next.Taken(); got != 0 {
+		t.Errorf("Taken = %d after refusals and charges, want 0", got)
+	}
+	empty, _ := NewBucket(lim, t1)
+	empty.StartEmpty(t1)
+	if empty.Take(t1, 1, 0).Allowed {
+		t.Error("a bucket started empty admitted at once")
+	}
+	if !empty.Take(t1.Add(lim.Interval), 1, 0).Allowed {
+		t.Error("a bucket started empty did not refill at its rate")
+	}
+}

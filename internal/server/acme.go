@@ -3,16 +3,13 @@ package server
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"errors"
 	"net/http"
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 
 	"github.com/leveeproxy/levee/internal/acme"
-	"github.com/leveeproxy/levee/internal/catalog"
-	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/sni"
 )
 
 // ACME's hooks in the server (tls.acme, package acme): the certificate
@@ -27,39 +24,36 @@ const acmeALPN = "acme-tls/1"
 // acmeChallengePath starts every HTTP-01 validation's path.
 var acmeChallengePath = []byte(acme.HTTPChallengePrefix)
 
-// setupACME registers the manager's metrics and gives it the catalog's
-// apps (none without a catalog).
-func (s *Server) setupACME(m *acme.Manager) {
-	s.acme = m
+// setupCerts makes the listeners' certificate choice (package sni): ACME's
+// names first (m, nil when tls.acme is off), then the config file's apps'
+// and the catalog's. It registers the manager's metrics and gives it the
+// catalog's apps (none without a catalog).
+func (s *Server) setupCerts(m *acme.Manager) {
+	o := sni.Options{Registry: s.metrics.Registry, Table: func() sni.Table { return s.current.Load().certs }}
+	if s.lazy != nil {
+		o.Stored = s.storedCert
+	}
+	if m != nil { // not a nil *Manager in the interface
+		o.ACME = m
+	}
+	s.certs, s.acme = sni.New(o), m
 	if m == nil {
 		return
 	}
 	s.metrics.Registry.MustRegister(m.Collectors()...)
 	if s.lazy != nil {
-		m.SetStored(s.storedApp)
+		m.SetStored(s.certs.StoredApp)
 		s.lazy.OnCertificates(m.CertificatesWritten) // the fleet's certificates, by the change feed
 	}
 }
 
-// storedApp is the config of the catalog app claiming host, nil for none.
-func (s *Server) storedApp(ctx context.Context, host string) (*config.App, error) {
+// storedCert loads the catalog app claiming host, for its certificate.
+func (s *Server) storedCert(ctx context.Context, host string) (string, *sni.Cert, error) {
 	rt, err := s.lazy.LoadHost(ctx, host)
-	if errors.Is(err, catalog.ErrNotFound) {
-		return nil, nil
-	}
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
-	return rt.cert.conf, nil
-}
-
-// acmeCertificate is the ACME certificate for hello; ours false when the
-// name is not ACME's.
-func (s *Server) acmeCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, bool, error) {
-	if s.acme == nil {
-		return nil, false, nil
-	}
-	return s.acme.Certificate(hello)
+	return rt.app.Name, &rt.cert, nil
 }
 
 // serveACMEFast answers an HTTP-01 validation on a plain listener, and

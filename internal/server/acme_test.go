@@ -17,6 +17,7 @@ import (
 	"github.com/leveeproxy/levee/internal/acme"
 	"github.com/leveeproxy/levee/internal/pebbletest"
 	"github.com/leveeproxy/levee/internal/testcert"
+	"github.com/leveeproxy/levee/internal/testlog"
 )
 
 // acmeProxy is levee with tls.acme on Pebble, on a plain listener and a
@@ -64,7 +65,7 @@ apps:
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	p := &proxy{t: t, logs: &syncBuffer{}, done: make(chan error, 1)}
+	p := &proxy{t: t, logs: &testlog.Buffer{}, done: make(chan error, 1)}
 	log := slog.New(slog.NewTextHandler(p.logs, nil))
 	mgr := acme.New(acme.Options{Config: cfg, Storage: st, Logger: log})
 	p.srv = New(cfg, Options{Logger: log, Catalog: reader, ACME: mgr,

@@ -37,14 +37,10 @@ func (s *Server) AppStats(name string) (observe.AppStats, bool) {
 	return s.apps.Views().Stats(name, s.clk.Now())
 }
 
-// Instance reports this instance's role, scale and cluster state.
+// Instance reports this instance's role, scale and cluster state
+// (apps.Table.Instance), and the config in force.
 func (s *Server) Instance() apps.Instance {
-	in := s.apps.Views().Instance()
-	snap := s.current.Load()
-	if c := s.apps.Cluster(); c != nil {
-		in.Cluster = &apps.ClusterState{Redis: snap.cfg.Cluster.Redis.Addrs, Degraded: c.Degraded(), Reachable: !c.Degraded(),
-			LiveInstances: c.Live()}
-	}
+	in, snap := s.apps.Instance(), s.current.Load()
 	in.ConfigChecksum, in.ConfigLoaded = snap.cfg.Checksum, snap.loaded
 	return in
 }

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -13,12 +12,12 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/leveeproxy/levee/internal/clock"
 	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/testlog"
 )
 
 // proxy is a real levee Server on a loopback port, for end-to-end tests.
@@ -26,7 +25,7 @@ type proxy struct {
 	t    testing.TB
 	srv  *Server
 	URL  string // http://127.0.0.1:PORT of the first listener
-	logs *syncBuffer
+	logs *testlog.Buffer
 	stop context.CancelFunc
 	done chan error
 }
@@ -49,7 +48,7 @@ func startProxyClock(t testing.TB, yamlCfg string, clk clock.Clock) *proxy {
 func startProxyOptions(t testing.TB, yamlCfg string, o Options) *proxy {
 	t.Helper()
 	cfg := mustParse(t, yamlCfg)
-	p := &proxy{t: t, logs: &syncBuffer{}, done: make(chan error, 1)}
+	p := &proxy{t: t, logs: &testlog.Buffer{}, done: make(chan error, 1)}
 	o.Logger = slog.New(slog.NewTextHandler(p.logs, nil))
 	p.srv = New(cfg, o)
 	if err := p.srv.Listen(); err != nil {
@@ -183,23 +182,6 @@ func readAll(t *testing.T, resp *http.Response) string {
 		t.Fatalf("read body: %v", err)
 	}
 	return string(b)
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // metric returns the value of the series name{labels} in the proxy's

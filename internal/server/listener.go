@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -9,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"strings"
 	"sync"
 	"time"
 
@@ -47,9 +45,6 @@ type listener struct {
 	sorting sync.WaitGroup
 }
 
-// h2Preface is what an HTTP/2 client sends first (RFC 9113 §3.4).
-const h2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-
 // newListener makes the servers of one bound socket.
 func (s *Server) newListener(cfg *config.Config, lc config.Listener, ln net.Listener) (*listener, error) {
 	l := &listener{cfg: lc, h1: s.fastServer(cfg), hello: cfg.Server.ReadHeaderTimeout.D()}
@@ -60,7 +55,7 @@ func (s *Server) newListener(cfg *config.Config, lc config.Listener, ln net.List
 			return nil, fmt.Errorf("server: listen %s: %w", lc.Addr, err)
 		}
 		l.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
-			NextProtos: []string{"h2", "http/1.1"}, GetCertificate: s.certificate}
+			NextProtos: []string{"h2", "http/1.1"}, GetCertificate: s.certs.Certificate}
 		if s.acme != nil { // offered alone by a CA validating TLS-ALPN-01; no browser offers it
 			l.tls.NextProtos = append(l.tls.NextProtos, acmeALPN)
 		}
@@ -116,18 +111,6 @@ func h2ConnContext(ctx context.Context, c net.Conn) context.Context {
 		return context.WithValue(ctx, h2ConnKey{}, hc)
 	}
 	return ctx
-}
-
-// h2Adequate reports whether a TLS connection may carry HTTP/2 (RFC 9113
-// §9.2): TLS 1.3, or 1.2 with an ephemeral key exchange and an AEAD
-// cipher.
-func h2Adequate(cs *tls.ConnectionState) bool {
-	if cs.Version >= tls.VersionTLS13 {
-		return true
-	}
-	name := tls.CipherSuiteName(cs.CipherSuite)
-	return cs.Version == tls.VersionTLS12 && strings.HasPrefix(name, "TLS_ECDHE_") &&
-		(strings.Contains(name, "_GCM_") || strings.Contains(name, "_CHACHA20_"))
 }
 
 // serve runs the listener's engines until they are shut down; it returns
@@ -198,7 +181,7 @@ func (l *listener) sort(c net.Conn) {
 			return
 		}
 		if cs := tc.ConnectionState(); cs.NegotiatedProtocol == "h2" {
-			if !h2Adequate(&cs) {
+			if !h2server.Adequate(&cs) {
 				h2guard.Refuse(tc, h2guard.ErrCodeInadequateSecurity)
 				tc.Close()
 				return
@@ -206,7 +189,7 @@ func (l *listener) sort(c net.Conn) {
 			h2, state = true, new(cs) // a copy: HTTP/1.1 allocates nothing here
 		}
 	} else {
-		pc, isH2, err := peekPreface(c)
+		pc, isH2, err := h2server.PeekPreface(c)
 		if err != nil {
 			c.Close()
 			return
@@ -230,103 +213,10 @@ const drainingWrite = time.Second
 // does not lose the answer: no client sends a connection's first request
 // again when it is closed unanswered (draining.go).
 func answerDraining(c net.Conn) {
-	for u := c; ; {
-		if lc, ok := u.(*netlimit.Conn); ok {
-			lc.Linger()
-			break
-		}
-		w, ok := u.(interface{ NetConn() net.Conn })
-		if !ok {
-			break
-		}
-		u = w.NetConn()
-	}
+	netlimit.Linger(c)
 	c.SetWriteDeadline(time.Now().Add(drainingWrite))
 	c.Write(reply.Raw(reply.Draining))
 	c.Close()
-}
-
-// peekPreface reads from c until its first bytes either are the HTTP/2
-// preface or cannot be; the returned conn replays what was read. Bytes
-// that are not the preface are HTTP/1.x's to judge, but for a first line
-// that names no HTTP version at all (its last word does not begin with
-// "HTTP/"): such a client speaks neither protocol, and is treated as an
-// HTTP/2 client whose preface is invalid (RFC 9113 §3.4): closed without
-// an answer (errNotHTTP).
-func peekPreface(c net.Conn) (net.Conn, bool, error) {
-	var buf [firstLineMax]byte
-	n := 0
-	for n < len(h2Preface) {
-		m, err := c.Read(buf[n:len(h2Preface)])
-		n += m
-		if !strings.HasPrefix(h2Preface, string(buf[:n])) {
-			break // HTTP/1.x: the first byte that differs settles it
-		}
-		if err != nil {
-			return nil, false, err
-		}
-	}
-	if string(buf[:n]) == h2Preface {
-		return &replayConn{Conn: c, head: append([]byte(nil), buf[:n]...)}, true, nil
-	}
-	// The rest of the first line, if it comes at once (a client that
-	// dribbles it, or a long one, goes to HTTP/1.x as it is).
-	for bytes.IndexByte(buf[:n], '\n') < 0 && n < len(buf) {
-		m, err := c.Read(buf[n:])
-		n += m
-		if err != nil {
-			break
-		}
-	}
-	if notHTTP(buf[:n]) {
-		return nil, false, errNotHTTP
-	}
-	return &replayConn{Conn: c, head: append([]byte(nil), buf[:n]...)}, false, nil
-}
-
-// firstLineMax bounds how much of a first line peekPreface reads.
-const firstLineMax = 1024
-
-var errNotHTTP = errors.New("server: neither HTTP/1.x nor the HTTP/2 preface")
-
-// notHTTP reports whether b holds a whole first line of three words or
-// more (split at spaces) whose last does not begin with "HTTP/" (in any
-// case): no request line of any HTTP version.
-func notHTTP(b []byte) bool {
-	i := bytes.IndexByte(b, '\n')
-	if i < 0 {
-		return false
-	}
-	var words []string
-	for _, w := range strings.Split(string(bytes.TrimRight(b[:i], "\r")), " ") {
-		if w != "" {
-			words = append(words, w)
-		}
-	}
-	if len(words) < 3 {
-		return false
-	}
-	last := words[len(words)-1]
-	return len(last) < 5 || !strings.EqualFold(last[:5], "HTTP/")
-}
-
-// replayConn gives back the bytes peekPreface read before the rest of the
-// connection.
-type replayConn struct {
-	net.Conn
-	head []byte
-}
-
-// NetConn is the connection underneath, as *tls.Conn offers it.
-func (c *replayConn) NetConn() net.Conn { return c.Conn }
-
-func (c *replayConn) Read(p []byte) (int, error) {
-	if len(c.head) > 0 {
-		n := copy(p, c.head)
-		c.head = c.head[n:]
-		return n, nil
-	}
-	return c.Conn.Read(p)
 }
 
 // close stops accepting: the socket and fasthttp's queue.

@@ -1,10 +1,9 @@
 package server
 
-import "time"
-
-// The limit scale (strict × overload) is the apps.Table's. The server
-// owns when it changes: SetUnexpected recomposes every route, the
-// overload loop rescales every app's limiter in place.
+// The limit scale (strict × overload) is the apps.Table's: its overload
+// loop (apps.Table.Run) rescales every app's limiter in place. The
+// server owns when the instance's role changes it: SetUnexpected
+// recomposes every route.
 
 // SetUnexpected says whether this instance is unexpected (another levee
 // holds the instance lock): its limits are then scaled to
@@ -17,13 +16,3 @@ func (s *Server) SetUnexpected(unexpected bool) {
 	s.apps.SetUnexpected(unexpected)
 	s.applyLocked(s.cfg) // publishes the scale
 }
-
-// watchOverload samples the host every overload.interval while
-// overload.enabled, and puts the monitor's factor in force, until done;
-// owned by Serve. Turning the monitor off on reload puts the limits back.
-func (s *Server) watchOverload(done <-chan struct{}) {
-	s.everyOf(done, func() time.Duration { return s.Config().Overload.Interval.D() }, s.overloadTick)
-}
-
-// overloadTick is one turn of watchOverload.
-func (s *Server) overloadTick() { s.apps.OverloadTick(s.Config().Overload) }

@@ -208,12 +208,12 @@ func TestStrictSurvivesReload(t *testing.T) {
 func TestOverloadTightensAndRecovers(t *testing.T) {
 	fs := &fakeSampler{s: coolSample()}
 	s, clk := newScaleServer(t, true, fs)
-	s.overloadTick()
+	s.apps.OverloadTick()
 	if got := s.concurrencyOf("a"); got != 50 {
 		t.Fatalf("cool host: concurrency %d, want 50", got)
 	}
 	fs.set(hotCPU(1))
-	s.overloadTick()
+	s.apps.OverloadTick()
 	if got := gauge(t, s, "levee_overload_factor", nil); got != 0.1 {
 		t.Errorf("levee_overload_factor = %v, want the floor 0.1", got)
 	}
@@ -259,7 +259,7 @@ func TestOverloadTightensAndRecovers(t *testing.T) {
 	fs.set(coolSample())
 	want := []int{10, 15, 20, 25, 30, 35, 40, 45, 50} // recovery: +10% per interval
 	for i, w := range want {
-		s.overloadTick()
+		s.apps.OverloadTick()
 		if got := s.concurrencyOf("a"); got != w {
 			t.Fatalf("cool tick %d: concurrency %d, want %d", i+1, got, w)
 		}
@@ -277,7 +277,7 @@ func TestOverloadTightensAndRecovers(t *testing.T) {
 func TestOverloadTurnedOffByReload(t *testing.T) {
 	fs := &fakeSampler{s: hotCPU(0.95)} // asks 0.55
 	s, _ := newScaleServer(t, true, fs)
-	s.overloadTick()
+	s.apps.OverloadTick()
 	if got := s.concurrencyOf("a"); got != 27 {
 		t.Fatalf("hot host: concurrency %d, want 55%% of 50", got)
 	}
@@ -291,7 +291,7 @@ func TestOverloadTurnedOffByReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := fs.count()
-	s.overloadTick()
+	s.apps.OverloadTick()
 	if got := s.concurrencyOf("a"); got != 50 {
 		t.Errorf("monitor off: concurrency %d, want 50", got)
 	}
@@ -305,7 +305,7 @@ func TestOverloadAndStrictCompose(t *testing.T) {
 	fs := &fakeSampler{s: hotCPU(0.95)}
 	s, _ := newScaleServer(t, true, fs)
 	s.SetUnexpected(true)
-	s.overloadTick()
+	s.apps.OverloadTick()
 	in := s.Instance()
 	f := in.StrictFactor * in.OverloadFactor
 	if math.Abs(f-0.055) > 1e-9 {
@@ -380,7 +380,7 @@ func TestReloadRefusesInstanceLockChanges(t *testing.T) {
 func TestScaledRateAllocatesNothing(t *testing.T) {
 	fs := &fakeSampler{s: hotCPU(0.95)}
 	s, clk := newScaleServer(t, true, fs)
-	s.overloadTick()
+	s.apps.OverloadTick()
 	rt, _ := s.current.Load().catalog.Lookup("a.test", "/")
 	now := clk.Now()
 	rt.LimitRate("k", now) // the client's entry exists from here on
@@ -398,7 +398,7 @@ func BenchmarkLimitRateScaled(b *testing.B) {
 			fs := &fakeSampler{s: hotCPU(cpu)}
 			clk := clock.NewFake(time.Unix(1_800_000_000, 0))
 			s := New(mustParse(b, fmt.Sprintf(scaledApps, true)), Options{Clock: clk, Sampler: fs, Logger: slog.New(slog.DiscardHandler)})
-			s.overloadTick()
+			s.apps.OverloadTick()
 			rt, _ := s.current.Load().catalog.Lookup("a.test", "/")
 			now := clk.Now()
 			b.ReportAllocs()

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +26,7 @@ import (
 	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/leveeproxy/levee/internal/overload"
 	"github.com/leveeproxy/levee/internal/protect"
+	"github.com/leveeproxy/levee/internal/sni"
 	"github.com/leveeproxy/levee/internal/spill"
 	"github.com/leveeproxy/levee/internal/topk"
 	"github.com/leveeproxy/levee/internal/trace"
@@ -106,8 +106,8 @@ type Server struct {
 	// Listen took.
 	released sync.Once
 
-	// tlsMetrics count the TLS listeners' certificate choices (certs.go).
-	tlsMetrics *tlsMetrics
+	// certs is the TLS listeners' certificate choice.
+	certs *sni.Chooser
 
 	// exporter sends the spans of traced requests; Serve runs it. refusals
 	// is the tracing.refusals_per_second bucket (guarded by mu).
@@ -116,11 +116,6 @@ type Server struct {
 
 	// draining is set once Serve has begun its drain (draining.go).
 	draining atomic.Bool
-
-	// held counts, by app, the slots its limiter and its backend_limits
-	// hold for the requests still in flight in the levee this one took
-	// over from (report.go); guarded by mu.
-	held map[string]*heldSlots
 }
 
 // snapshot is one config's routing table, immutable once published.
@@ -131,7 +126,7 @@ type snapshot struct {
 	access  observe.AccessSample // log.access: which requests are logged
 	trust   forward.Trust
 	tracer  *tracer   // nil: tracing off
-	certs   certTable // the config file's hosts' certificates (certs.go)
+	certs   sni.Table // the config file's hosts' certificates
 }
 
 // route is an app as composed for one config: every request path step in order.
@@ -145,7 +140,7 @@ type route struct {
 	top   *topk.ClientTop // the app's heavy hitters; nil when off
 	guard *protect.Guard  // backend_limits; nil when off
 	body  bodyRead        // how the request body is read before admission
-	cert  routeCert       // apps.NAME.tls, for the TLS listeners' SNI
+	cert  sni.Cert        // apps.NAME.tls, for the TLS listeners' SNI
 }
 
 // bodyRead is how a route reads a request body ahead of admission:
@@ -159,7 +154,7 @@ type bodyRead struct {
 
 // bodyPace is server.min_rate and server.read_timeout, which every
 // request body is read at; fixed for the server's life (a change needs a
-// restart: needsRestart).
+// restart: config.Reloadable).
 type bodyPace struct {
 	rate    netlimit.MinRate
 	timeout time.Duration
@@ -180,7 +175,6 @@ func New(cfg *config.Config, o Options) *Server {
 		body: bodyPace{rate: apps.MinRate(cfg.Server), timeout: cfg.Server.ReadTimeout.D()}}
 	s.metrics = observe.NewMetrics(s)
 	s.metrics.SetClock(s.clk)
-	s.tlsMetrics = newTLSMetrics(s.metrics.Registry)
 	s.errlog = s.metrics.ErrorLog(s.log, errorLimits(cfg.Log))
 	if o.AccessLog == nil {
 		o.AccessLog = o.Logger.Handler()
@@ -201,9 +195,13 @@ func New(cfg *config.Config, o Options) *Server {
 	s.apply(cfg)
 	s.lazy = s.newLazyCatalog(o.Catalog, cfg.Catalog)
 	s.catalogRetry = cfg.Catalog.Loader.RetryAfter.D()
-	s.setupACME(o.ACME)
+	s.setupCerts(o.ACME)
 	return s
 }
+
+// Table is the state of the apps that outlives reloads; an upgrade hands
+// its limits' state over (apps.Table.ExportState, ImportState, Report).
+func (s *Server) Table() *apps.Table { return s.apps }
 
 // Metrics returns the server's metrics, for the admin listener.
 func (s *Server) Metrics() *observe.Metrics { return s.metrics }
@@ -221,7 +219,7 @@ func (s *Server) Config() *config.Config {
 // restart; such a config is refused whole and nothing changes.
 func (s *Server) Reload(cfg *config.Config) error {
 	s.mu.Lock()
-	if err := needsRestart(s.cfg, cfg); err != nil {
+	if err := config.Reloadable(s.cfg, cfg); err != nil {
 		s.mu.Unlock()
 		s.metrics.Reload(false)
 		return err
@@ -237,28 +235,6 @@ func (s *Server) Reload(cfg *config.Config) error {
 		s.lazy.Refresh()
 	}
 	s.metrics.Reload(true)
-	return nil
-}
-
-func needsRestart(old, cfg *config.Config) error {
-	switch {
-	case !reflect.DeepEqual(old.Listen, cfg.Listen):
-		return errors.New("reload: listen changed; restart levee to apply it (nothing was changed)")
-	case old.Admin != cfg.Admin:
-		return errors.New("reload: admin changed; restart levee to apply it (nothing was changed)")
-	case !reflect.DeepEqual(old.Server, cfg.Server):
-		return errors.New("reload: server settings changed; restart levee to apply them (nothing was changed)")
-	case old.Log.Format != cfg.Log.Format:
-		return errors.New("reload: log.format changed; restart levee to apply it (nothing was changed)")
-	case old.Instance.Lock != cfg.Instance.Lock || old.Instance.Unexpected != cfg.Instance.Unexpected:
-		return errors.New("reload: instance.lock or instance.unexpected changed; restart levee to apply them (nothing was changed)")
-	case !reflect.DeepEqual(old.Cluster, cfg.Cluster):
-		return errors.New("reload: cluster settings changed; restart levee to apply them (nothing was changed)")
-	case old.Catalog != cfg.Catalog:
-		return errors.New("reload: catalog changed; restart levee to apply it (nothing was changed)")
-	case !old.TLS.ACME.Same(&cfg.TLS.ACME):
-		return errors.New("reload: tls.acme changed; restart levee to apply it (nothing was changed)")
-	}
 	return nil
 }
 
@@ -286,7 +262,7 @@ func (s *Server) applyLocked(cfg *config.Config) {
 		entries = append(entries, catalog.Entry[*route]{Hosts: ac.Hosts, Paths: ac.Paths, Value: rt})
 	}
 	s.current.Store(&snapshot{catalog: catalog.Build(entries), access: observe.NewAccessSample(cfg.Log.Access.Sample), trust: trust,
-		cfg: cfg, loaded: s.clk.Now(), tracer: s.applyTracing(cfg.Tracing), certs: newCertTable(cfg)})
+		cfg: cfg, loaded: s.clk.Now(), tracer: s.applyTracing(cfg.Tracing), certs: sni.NewTable(cfg)})
 	retired = append(retired, s.apps.Applied()...)
 	// Pools no app uses any more close their idle connections now; those
 	// in use finish their requests.
@@ -301,14 +277,8 @@ func (s *Server) applyLocked(cfg *config.Config) {
 // snapshot is published.
 func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, trust forward.Trust, stored bool) (*route, []*forward.Upstream) {
 	c, retired := s.apps.Compose(name, ac, trust, stored)
-	return &route{Gate: c.Gate, app: c.App, pool: c.Pool, top: c.Top, guard: c.Guard, cert: newRouteCert(ac),
+	return &route{Gate: c.Gate, app: c.App, pool: c.Pool, top: c.Top, guard: c.Guard, cert: sni.NewCert(ac),
 		body: bodyRead{ahead: int64(ac.Limits.RequestBuffer)}}, retired
-}
-
-// watchDistribution raises and clears each app's imbalance alert until
-// done; owned by Serve.
-func (s *Server) watchDistribution(done <-chan struct{}) {
-	s.every(done, apps.DistributionEvery, func() { s.apps.CheckDistribution(s.clk.Now()) })
 }
 
 func parseLevel(s string) slog.Level {
@@ -382,10 +352,8 @@ func (s *Server) Serve(ctx context.Context) error {
 	bgCtx, stopBackground := context.WithCancel(context.Background())
 	defer stopBackground()
 	var background sync.WaitGroup
-	background.Go(func() { s.sweepRates(bgCtx.Done(), rateSweepEvery) })
-	background.Go(func() { s.watchDistribution(bgCtx.Done()) })
-	background.Go(func() { s.watchOverload(bgCtx.Done()) })
-	background.Go(func() { s.sweepLog(bgCtx.Done()) })
+	background.Go(func() { s.apps.Run(bgCtx.Done()) }) // rate sweeps, distribution, overload
+	background.Go(func() { clock.Every(s.clk, bgCtx.Done(), logSweepEvery, s.errlog.Sweep) })
 	if c := s.apps.Cluster(); c != nil {
 		background.Go(func() { c.Run(bgCtx) }) // the heartbeat
 	}
@@ -467,9 +435,6 @@ func (s *Server) waitOrLog(ctx context.Context, what string, wait func()) {
 	}
 }
 
-// rateSweepEvery is how often idle rate limit state is dropped.
-const rateSweepEvery = 10 * time.Second
-
 func (s *Server) shutdown(ctx context.Context) error {
 	start := s.clk.Now()
 	var wg sync.WaitGroup
@@ -495,9 +460,6 @@ func errorLimits(lc config.Log) observe.ErrorLimits {
 	return observe.ErrorLimits{PerSecond: lc.ErrorsPerSecond, PerEvent: lc.ErrorsPerEvent, Interval: lc.ErrorsInterval.D()}
 }
 
-// logSweepEvery is how often the error log's quiet keys are summed up.
+// logSweepEvery is how often the error log's quiet keys are summed up
+// (observe.ErrorLog.Sweep).
 const logSweepEvery = time.Second
-
-// sweepLog writes the error log's summaries of keys that went quiet, every
-// logSweepEvery until done; owned by Serve.
-func (s *Server) sweepLog(done <-chan struct{}) { s.every(done, logSweepEvery, s.errlog.Sweep) }

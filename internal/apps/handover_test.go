@@ -1,17 +1,20 @@
-package server
+package apps
 
 import (
 	"testing"
 	"time"
 
-	"github.com/leveeproxy/levee/internal/apps"
+	"github.com/leveeproxy/levee/internal/admit"
+	"github.com/leveeproxy/levee/internal/bandwidth"
 	"github.com/leveeproxy/levee/internal/clock"
 	"github.com/leveeproxy/levee/internal/limits"
 	"github.com/leveeproxy/levee/internal/limitsconf"
+	"github.com/leveeproxy/levee/internal/protect"
+	"github.com/leveeproxy/levee/internal/ratelimit"
+	"github.com/leveeproxy/levee/internal/topk"
 )
 
-const handoverConfig = `listen: 127.0.0.1:0
-apps:
+const handoverConfig = `apps:
   a:
     hosts: [a.test]
     backends: [127.0.0.1:1]
@@ -19,15 +22,16 @@ apps:
     backend_limits: {inflight: 2}
 `
 
-func newHandoverServer(t *testing.T, clk clock.Clock) *Server {
+// loaded is a new table with the apps of y loaded.
+func loaded(t *testing.T, clk clock.Clock, y string) *Table {
 	t.Helper()
-	s := New(mustParse(t, handoverConfig), Options{Clock: clk})
-	t.Cleanup(func() { s.Close() })
-	return s
+	tab, _ := newTestTable(clk)
+	load(tab, parse(t, y))
+	return tab
 }
 
 // remaining is how many requests the app's bucket (or client's) admits now.
-func remaining(t *testing.T, s *Server, client string, now time.Time) (app, cl int) {
+func remaining(t *testing.T, s *Table, client string, now time.Time) (app, cl int) {
 	t.Helper()
 	h := s.handover("a")
 	a, c := h.AppRates, h.ClientRates
@@ -41,7 +45,7 @@ func remaining(t *testing.T, s *Server, client string, now time.Time) (app, cl i
 // hold concurrency slots until a report gives them back.
 func TestStateHandover(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
-	old, next := newHandoverServer(t, clk), newHandoverServer(t, clk)
+	old, next := loaded(t, clk, handoverConfig), loaded(t, clk, handoverConfig)
 	h := old.handover("a")
 	a, c := h.AppRates, h.ClientRates
 	ac := old.cfg.Apps["a"]
@@ -95,10 +99,10 @@ func TestStateHandover(t *testing.T) {
 // every bucket empty, not full.
 func TestUnreadableStateStartsEmpty(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
-	old := newHandoverServer(t, clk)
+	old := loaded(t, clk, handoverConfig)
 	other := encode(handoverState{Version: StateVersion + 1})
 	for name, state := range map[string][]byte{"another version": other, "garbage": []byte("not gob"), "the same": old.ExportState()} {
-		next := newHandoverServer(t, clk)
+		next := loaded(t, clk, handoverConfig)
 		err := next.ImportState(state)
 		app, cl := remaining(t, next, "anyone", clk.Now())
 		if name == "the same" {
@@ -117,8 +121,7 @@ func TestUnreadableStateStartsEmpty(t *testing.T) {
 	}
 }
 
-const handoverBandwidthConfig = `listen: 127.0.0.1:0
-apps:
+const handoverBandwidthConfig = `apps:
   b:
     hosts: [b.test]
     backends: [127.0.0.1:1]
@@ -130,12 +133,7 @@ apps:
 // state starts the bandwidth bucket empty.
 func TestBandwidthAndAdaptiveHandover(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
-	newServer := func() *Server {
-		s := New(mustParse(t, handoverBandwidthConfig), Options{Clock: clk})
-		t.Cleanup(func() { s.Close() })
-		return s
-	}
-	old, next := newServer(), newServer()
+	old, next := loaded(t, clk, handoverBandwidthConfig), loaded(t, clk, handoverBandwidthConfig)
 	ob := old.handover("b")
 	ob.Adaptive.Resume(37, 5*time.Millisecond) // as if learnt
 	for range 4 {
@@ -169,7 +167,7 @@ func TestBandwidthAndAdaptiveHandover(t *testing.T) {
 		t.Errorf("bandwidth bucket ahead by %v after the report, want the old one's %v", got, want)
 	}
 
-	empty := newServer()
+	empty := loaded(t, clk, handoverBandwidthConfig)
 	if err := empty.ImportState([]byte("not gob")); err == nil {
 		t.Fatal("an unreadable state was taken")
 	}
@@ -178,5 +176,84 @@ func TestBandwidthAndAdaptiveHandover(t *testing.T) {
 	}
 }
 
-// handover is app name's components, as the handover reads them.
-func (s *Server) handover(name string) apps.Handover { return s.apps.Handovers()[name] }
+// parts are one app's components that the handover reads and charges.
+type parts struct {
+	AppRates, ClientRates *ratelimit.LocalStore
+	Bandwidth             *bandwidth.Limiter
+	Adaptive              *limits.Adaptive
+	Top                   *topk.ClientTop
+	Limiter               *admit.Limiter
+	Guard                 *protect.Guard
+}
+
+// handover is app name's parts.
+func (t *Table) handover(name string) parts {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	a := t.apps[name]
+	p := parts{Bandwidth: a.bandwidth(), Adaptive: a.adaptive, Top: a.top.v, Limiter: a.limiter, Guard: a.guard.v}
+	p.AppRates, p.ClientRates = a.rates.Local()
+	return p
+}
+
+const handoverBackendConfig = `apps:
+  p:
+    hosts: [p.test]
+    backends: [127.0.0.1:1]
+    limits: {rate: 10/s, burst: 5}
+    backend_limits: {rate: 10/s, burst: 4}
+`
+
+// backendLeft is how many requests backend_limits.rate's bucket of app p
+// admits at now before it is empty (each taken and given back).
+func backendLeft(t *testing.T, tab *Table, now time.Time) int {
+	t.Helper()
+	g := tab.handover("p").Guard
+	return 4 - int((g.RateAhead(now)+99*time.Millisecond)/(100*time.Millisecond))
+}
+
+// backend_limits.rate's bucket is taken over, not duplicated: the new
+// levee continues the old one's, is charged what the old one admits after
+// the export, and starts it empty when the state is unreadable or of
+// version 1, which lacks it.
+func TestBackendRateHandover(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	old, next := loaded(t, clk, handoverBackendConfig), loaded(t, clk, handoverBackendConfig)
+	og := old.handover("p").Guard
+	for range 3 {
+		s, err := og.Enter(t.Context(), "c", clk.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Release()
+	}
+	rep := old.Report()
+	if err := next.ImportState(old.ExportState()); err != nil {
+		t.Fatal(err)
+	}
+	if got := backendLeft(t, next, clk.Now()); got != 1 {
+		t.Errorf("after the handover the pool's bucket has %d, want the old one's 1", got)
+	}
+	if _, err := og.Enter(t.Context(), "c", clk.Now()); err != nil { // the old one admits its last
+		t.Fatal(err)
+	}
+	if err := next.ApplyReport(rep.Take()); err != nil {
+		t.Fatal(err)
+	}
+	rep.Stop()
+	if got := backendLeft(t, next, clk.Now()); got != 0 {
+		t.Errorf("after the report the pool's bucket has %d, want 0: the old one's admission charged", got)
+	}
+
+	v1 := encode(handoverState{Version: 1, Apps: map[string]appState{"p": {}}})
+	for name, state := range map[string][]byte{"version 1": v1, "garbage": []byte("not gob")} {
+		tab := loaded(t, clk, handoverBackendConfig)
+		err := tab.ImportState(state)
+		if (err != nil) != (name == "garbage") {
+			t.Errorf("%s: ImportState = %v", name, err)
+		}
+		if got := backendLeft(t, tab, clk.Now()); got != 0 {
+			t.Errorf("%s: the pool's bucket has %d, want it empty, not full", name, got)
+		}
+	}
+}

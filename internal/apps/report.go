@@ -1,0 +1,313 @@
+package apps
+
+import (
+	"bytes"
+	"encoding/gob"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/leveeproxy/levee/internal/admit"
+	"github.com/leveeproxy/levee/internal/limitsconf"
+	"github.com/leveeproxy/levee/internal/protect"
+	"github.com/leveeproxy/levee/internal/ratelimit"
+)
+
+// report is what a levee that handed over admitted since its state, and
+// what it still has in flight, by app: the levee that took over counts
+// both against its own limits (ApplyReport), so that the two never run
+// two budgets.
+type report struct {
+	Version  int
+	Charges  map[string]appCharges // units admitted, by app, then key
+	InFlight map[string]slots      // requests in flight now, by app
+	Bytes    map[string]int64      // bytes limits.bandwidth granted, by app
+	Backend  map[string]int64      // requests backend_limits.rate admitted, by app (version 2)
+}
+
+type appCharges struct {
+	Rate, Clients map[string]int
+}
+
+// Reporter collects what this levee admits after handing over, for
+// Take. Made by Table.Report; Stop ends it. Safe for concurrent use.
+type Reporter struct {
+	t    *Table
+	wake chan struct{} // one token: something to report
+
+	mu      sync.Mutex // taken before the table's
+	charges map[string]appCharges
+	stores  []*ratelimit.LocalStore // observed
+	sent    map[string]sent         // each app's pool's counts at the last Take
+}
+
+// Report starts collecting every rate admission of the table's apps,
+// from now on. Call it before ExportState, so that nothing admitted after
+// the export escapes both.
+func (t *Table) Report() *Reporter {
+	r := &Reporter{t: t, wake: make(chan struct{}, 1), charges: map[string]appCharges{}}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r.sent = t.sentLocked()
+	for name, a := range t.apps {
+		app, client := a.rates.Local()
+		r.observe(app, name, func(c *appCharges) *map[string]int { return &c.Rate })
+		r.observe(client, name, func(c *appCharges) *map[string]int { return &c.Clients })
+	}
+	return r
+}
+
+func (r *Reporter) observe(st *ratelimit.LocalStore, app string, field func(*appCharges) *map[string]int) {
+	if st == nil {
+		return
+	}
+	r.stores = append(r.stores, st)
+	st.Observe(func(key string, n int) {
+		r.mu.Lock()
+		c := r.charges[app]
+		m := field(&c)
+		if *m == nil {
+			*m = map[string]int{}
+		}
+		if _, ok := (*m)[key]; ok {
+			(*m)[key] += n
+		} else {
+			(*m)[strings.Clone(key)] = n // key may be over a reused buffer (fasthttp)
+		}
+		r.charges[app] = c
+		r.mu.Unlock()
+		r.Poke()
+	})
+}
+
+// Wake has a token when an admission has been collected since the last Take.
+func (r *Reporter) Wake() <-chan struct{} { return r.wake }
+
+// Poke puts a token in Wake (a request finished, say).
+func (r *Reporter) Poke() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Take returns, encoded, the admissions collected since the last Take
+// and the requests each app has in flight now.
+func (r *Reporter) Take() []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rep := report{Version: StateVersion, Charges: r.charges}
+	r.t.mu.Lock()
+	rep.InFlight = r.t.inFlightLocked()
+	sent := r.t.sentLocked()
+	r.t.mu.Unlock()
+	rep.Bytes, rep.Backend = map[string]int64{}, map[string]int64{}
+	for name, n := range sent {
+		if d := n.bytes - r.sent[name].bytes; d > 0 {
+			rep.Bytes[name] = d
+		}
+		if d := int64(n.backend - r.sent[name].backend); d > 0 {
+			rep.Backend[name] = d
+		}
+	}
+	r.sent = sent
+	r.charges = map[string]appCharges{}
+	return encode(rep)
+}
+
+// sent is what an app's pool has let through so far: the bytes
+// limits.bandwidth granted and the requests backend_limits.rate admitted.
+type sent struct {
+	bytes   int64
+	backend uint64
+}
+
+// sentLocked is every app's sent now. Callers hold t.mu.
+func (t *Table) sentLocked() map[string]sent {
+	out := make(map[string]sent, len(t.apps))
+	for name, a := range t.apps {
+		n := sent{backend: a.guard.v.RateTaken()}
+		if bw := a.bandwidth(); bw != nil {
+			n.bytes = bw.Stats().Bytes
+		}
+		out[name] = n
+	}
+	return out
+}
+
+// Stop stops collecting.
+func (r *Reporter) Stop() {
+	for _, st := range r.stores {
+		st.Observe(nil)
+	}
+}
+
+// inFlightLocked is every app's requests in flight now, less those it
+// holds for the levee it took over from: its concurrency's and
+// backend_limits'. Callers hold t.mu.
+func (t *Table) inFlightLocked() map[string]slots {
+	out := make(map[string]slots, len(t.apps))
+	for name, a := range t.apps {
+		h := t.held[name]
+		n := slots{App: a.limiter.InFlight(), Backend: a.guard.v.InFlight()}
+		if h != nil {
+			n.App -= h.app.n
+			n.Backend -= h.guard.n
+		}
+		if n.App > 0 || n.Backend > 0 {
+			out[name] = slots{App: max(n.App, 0), Backend: max(n.Backend, 0)}
+		}
+	}
+	return out
+}
+
+// slots are an app's requests in flight: those holding its concurrency's
+// slots, and those holding backend_limits' slots.
+type slots struct{ App, Backend int }
+
+// heldSlots are the slots an app holds for the levee this one took over
+// from, each on the limiter it was taken from: an app recomposed with a
+// new limiter (or guard) meanwhile starts from nothing on it.
+type heldSlots struct {
+	app   holding[*admit.Limiter]
+	guard holding[*protect.Guard]
+}
+
+type holding[T comparable] struct {
+	on T
+	n  int
+}
+
+// set makes h hold want slots on on: it takes or gives back the
+// difference, or starts afresh on a new on.
+func (h *holding[T]) set(on T, want int, hold, give func(T, int)) {
+	var zero T
+	if h.on != on {
+		h.on, h.n = on, 0 // the old one went with its app
+	}
+	if on == zero {
+		return
+	}
+	switch {
+	case want > h.n:
+		hold(on, want-h.n)
+	case want < h.n:
+		give(on, h.n-want)
+	}
+	h.n = want
+}
+
+// ApplyReport counts a report of the levee this one took over from
+// against the table's limits: its admissions are charged to the rate
+// buckets (into debt if need be), the bytes its responses still send to
+// the bandwidth buckets, the requests it sends to backend_limits.rate's,
+// and its requests in flight hold slots of each app's concurrency until
+// a later report gives them back.
+func (t *Table) ApplyReport(b []byte) error {
+	var rep report
+	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&rep); err != nil {
+		return fmt.Errorf("apps: report: %w", err)
+	}
+	if !readable(rep.Version) {
+		return fmt.Errorf("apps: report: version %d, this levee reads 1 to %d", rep.Version, StateVersion)
+	}
+	now := t.o.Clock.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	// An app not composed yet keeps what is reported for it with its
+	// pending state (pending.go); without one, it has nothing to charge.
+	for name, c := range rep.Charges {
+		if a, p := t.reported(name); a != nil {
+			a.charge(c, now)
+		} else if p != nil {
+			p.charges.merge(c)
+		}
+	}
+	for name, n := range rep.Bytes {
+		if a, p := t.reported(name); a != nil {
+			a.bandwidth().Charge(now, n)
+		} else if p != nil {
+			p.bytes += n
+		}
+	}
+	for name, n := range rep.Backend {
+		if a, p := t.reported(name); a != nil {
+			a.guard.v.ChargeRate(now, int(min(n, maxCharge)))
+		} else if p != nil {
+			p.backend += n
+		}
+	}
+	t.holdLocked(rep.InFlight)
+	return nil
+}
+
+// maxCharge bounds one charge to a bucket: far past any burst.
+const maxCharge = math.MaxInt32
+
+// reported is the app a report names, or its pending state when no app
+// of the name is composed; both nil for neither. Callers hold t.mu.
+func (t *Table) reported(name string) (*App, *pendingApp) {
+	if a := t.apps[name]; a != nil {
+		return a, nil
+	}
+	p, _ := t.pending.Peek(name)
+	return nil, p
+}
+
+// charge counts c, admitted by the levee that handed over, against a's
+// rate buckets at now.
+func (a *App) charge(c appCharges, now time.Time) {
+	ac := a.cfg
+	app, client := a.rates.Local()
+	chargeRate(app, c.Rate, limitsconf.GCRA(ac.Limits.Rate, ac.Limits.Burst), now)
+	chargeRate(client, c.Clients, limitsconf.GCRA(ac.Limits.Client.Rate, ac.Limits.Client.Burst), now)
+}
+
+func chargeRate(st *ratelimit.LocalStore, keys map[string]int, lim ratelimit.Limit, now time.Time) {
+	if st == nil {
+		return
+	}
+	for k, n := range keys {
+		st.Charge(k, lim, now, n)
+	}
+}
+
+// ReleaseHeld gives back every slot held for the levee this one took
+// over from: it has exited, and its requests with it.
+func (t *Table) ReleaseHeld() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.holdLocked(nil)
+}
+
+// holdLocked makes each app hold as many slots for the old levee as it
+// has in flight (none for an app missing from inflight). Callers hold t.mu.
+func (t *Table) holdLocked(inflight map[string]slots) {
+	if t.held == nil {
+		t.held = map[string]*heldSlots{}
+	}
+	for name, a := range t.apps {
+		h := t.held[name]
+		if h == nil {
+			h = new(heldSlots)
+			t.held[name] = h
+		}
+		want := inflight[name]
+		h.app.set(a.limiter, want.App, (*admit.Limiter).Hold, func(l *admit.Limiter, n int) {
+			for range n {
+				l.Release()
+			}
+		})
+		h.guard.set(a.guard.v, want.Backend, (*protect.Guard).Hold, (*protect.Guard).Unhold)
+		if h.app.n == 0 && h.guard.n == 0 {
+			delete(t.held, name)
+		}
+	}
+	for name := range t.held {
+		if _, ok := t.apps[name]; !ok {
+			delete(t.held, name) // its slots went with the app
+		}
+	}
+}
