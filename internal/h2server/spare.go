@@ -30,7 +30,6 @@ type spares struct {
 	mu   sync.Mutex
 	n    int           // goroutines parked, not yet handed a job
 	jobs chan spareJob // made with the first parked goroutine; cap maxSpares
-	made int           // goroutines started (tests)
 }
 
 // spawn runs h for st on a parked goroutine, or on a new one. The caller
@@ -44,7 +43,6 @@ func (c *conn) spawn(st *stream, h http.Handler) {
 		sp.jobs <- spareJob{st, h} // never blocks: a parked goroutine will take it
 		return
 	}
-	sp.made++
 	sp.mu.Unlock()
 	c.hwg.Add(1) // the goroutine's own life, beyond its handlers
 	go c.work(st, h)
