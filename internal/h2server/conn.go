@@ -714,9 +714,13 @@ func (c *conn) flushLocked(deadline time.Time) error {
 // the close.
 func (c *conn) connError(e connError) {
 	c.mu.Lock()
-	c.goingAway = true
 	last := c.maxClientID
-	c.goAwayLast = last
+	if c.goingAway {
+		// A GOAWAY is out already: the last stream id never goes up
+		// (RFC 9113 §6.8), and the streams opened past it were not taken.
+		last = c.goAwayLast
+	}
+	c.goingAway, c.goAwayLast = true, last
 	c.mu.Unlock()
 	c.lockWrite()
 	c.wbuf = appendGoAway(c.wbuf, last, e.code)
@@ -759,8 +763,8 @@ func (c *conn) startShutdown() {
 func (c *conn) goAwayLocked() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closing || c.closed {
-		return
+	if c.closing || c.closed || c.goingAway {
+		return // one graceful GOAWAY, and none after an error's
 	}
 	c.closing, c.goingAway = true, true
 	c.goAwayLast = c.maxClientID

@@ -672,3 +672,44 @@ func BenchmarkRequestNetHTTP(b *testing.B) {
 		id += 2
 	}
 }
+
+// TestGoAwayNeverRaisesLastStream: after a graceful GOAWAY, a stream the
+// client opens anyway is never taken, and a later connection error's
+// GOAWAY names no stream past the first's (RFC 9113 §6.8: the last
+// stream id must not increase). Found by FuzzH2Frames.
+func TestGoAwayNeverRaisesLastStream(t *testing.T) {
+	release, started := make(chan struct{}), make(chan struct{})
+	defer close(release)
+	addr := serve(t, &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(started)
+		<-release
+	})})
+	rc := dialRaw(t, addr)
+	rc.get(1, "/", true)
+	<-started
+	rc.fr.WriteGoAway(0, http2.ErrCodeNo, nil) // the client goes away: the server answers with its own
+	var first *http2.GoAwayFrame
+	for first == nil {
+		first, _ = rc.read().(*http2.GoAwayFrame)
+	}
+	if first.LastStreamID != 1 {
+		t.Fatalf("the graceful GOAWAY names stream %d, want 1", first.LastStreamID)
+	}
+	rc.get(3, "/", true) // past the GOAWAY: never taken
+	rc.get(4, "/", true) // an even stream id: a connection error
+	for {
+		f, err := rc.fr.ReadFrame()
+		if err != nil {
+			t.Fatal("the connection closed without a second GOAWAY:", err)
+		}
+		if f.Header().StreamID == 3 {
+			t.Fatalf("stream 3, past the GOAWAY, got %v", f)
+		}
+		if g, ok := f.(*http2.GoAwayFrame); ok {
+			if g.ErrCode != http2.ErrCodeProtocol || g.LastStreamID > first.LastStreamID {
+				t.Fatalf("second GOAWAY %v names stream %d after one of %d", g.ErrCode, g.LastStreamID, first.LastStreamID)
+			}
+			return
+		}
+	}
+}
