@@ -353,22 +353,61 @@ func unprocessed(err error) bool {
 // request is out as net/http's request to the backend: the method,
 // target and Host levee passes on (the target as sent), the fields
 // copyHead chose, and the body.
+//
+// Its strings are slices of one: the method, target, Host and every
+// value are copied once, together, and the common field names are
+// constants, so a request costs a handful of allocations rather than
+// three per field.
 func (l *h2Leg) request(ctx context.Context, out *fasthttp.Request, body *h2RequestBody) *http.Request {
+	type field struct {
+		name       string // a constant, or "" for one copied
+		nlen, vlen int
+	}
+	var (
+		stack  [1024]byte
+		fstack [32]field
+	)
 	h := &out.Header
-	uri := string(h.RequestURI())
-	u := &url.URL{Scheme: l.scheme, Host: l.addr}
-	path, query, hasQuery := strings.Cut(uri, "?")
-	u.Opaque, u.RawQuery, u.ForceQuery = path, query, hasQuery && query == ""
-	req := &http.Request{Method: string(h.Method()), URL: u, Host: string(h.Host()), Proto: "HTTP/2.0",
-		ProtoMajor: 2, Header: make(http.Header, h.Len())}
+	method, uri, host := h.Method(), h.RequestURI(), h.Host()
+	buf := append(append(append(stack[:0], method...), uri...), host...)
+	fields := fstack[:0]
 	for k, v := range h.All() {
-		switch {
-		case ascii.EqualFold(k, "Host") || ascii.EqualFold(k, "Content-Length") ||
-			ascii.EqualFold(k, "Transfer-Encoding") || ascii.EqualFold(k, "Connection"):
-			// The stream frames the body; :authority is Host.
-		default:
-			key := string(k)
-			req.Header[key] = append(req.Header[key], string(v))
+		if !h2PassesField(k) {
+			continue
+		}
+		f := field{vlen: len(v)}
+		if name, ok := h2FieldNames[string(k)]; ok {
+			f.name = name
+		} else {
+			f.nlen = len(k)
+			buf = append(buf, k...)
+		}
+		buf = append(buf, v...)
+		fields = append(fields, f)
+	}
+	all := string(buf)
+	next := func(n int) string {
+		s := all[:n]
+		all = all[n:]
+		return s
+	}
+	req := &http.Request{Method: next(len(method)), Proto: "HTTP/2.0", ProtoMajor: 2,
+		URL: &url.URL{Scheme: l.scheme, Host: l.addr}, Header: make(http.Header, len(fields))}
+	target := next(len(uri))
+	req.Host = next(len(host))
+	path, query, hasQuery := strings.Cut(target, "?")
+	req.URL.Opaque, req.URL.RawQuery, req.URL.ForceQuery = path, query, hasQuery && query == ""
+	values := make([]string, len(fields))
+	for i, f := range fields {
+		key := f.name
+		if key == "" {
+			key = next(f.nlen)
+		}
+		values[i] = next(f.vlen)
+		if vs, dup := req.Header[key]; dup {
+			req.Header[key] = append(vs, values[i])
+		} else {
+			req.Header[key] = values[i : i+1 : i+1]
 		}
 	}
 	if body.r != nil {
@@ -376,6 +415,28 @@ func (l *h2Leg) request(ctx context.Context, out *fasthttp.Request, body *h2Requ
 	}
 	return req.WithContext(ctx)
 }
+
+// h2PassesField reports whether a request field goes on to an HTTP/2
+// backend as a field: the stream frames the body, and :authority is Host.
+func h2PassesField(k []byte) bool {
+	return !ascii.EqualFold(k, "Host") && !ascii.EqualFold(k, "Content-Length") &&
+		!ascii.EqualFold(k, "Transfer-Encoding") && !ascii.EqualFold(k, "Connection")
+}
+
+// h2FieldNames are the names of the fields most requests carry, as
+// constants: looked up by a request's name without an allocation.
+var h2FieldNames = func() map[string]string {
+	m := make(map[string]string)
+	for _, k := range []string{"Accept", "Accept-Encoding", "Accept-Language", "Authorization",
+		"Cache-Control", "Content-Type", "Cookie", "Forwarded", "Grpc-Accept-Encoding",
+		"Grpc-Encoding", "Grpc-Timeout", "If-Modified-Since", "If-None-Match", "Levee-Deadline",
+		"Origin", "Pragma", "Range", "Referer", "Te", "Traceparent", "Tracestate",
+		"User-Agent", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto",
+		"X-Real-Ip", "X-Request-Id"} {
+		m[k] = k
+	}
+	return m
+}()
 
 // h2RequestBody is a request's body as the HTTP/2 client reads it, on its
 // own goroutine. Close ends it for good: a read waiting on the client's
