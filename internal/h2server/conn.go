@@ -659,7 +659,9 @@ func (c *conn) lockWrite() {
 
 // unlockWrite flushes the buffer unless another writer waits for the lock
 // (which then flushes both) and releases the lock. deadline, if set, bounds
-// the write together with WriteTimeout.
+// the write together with WriteTimeout. Every holder of c.wmu releases it
+// here, even one that wrote nothing: a holder that waited may be the one
+// left to flush what others wrote (the reader's PING ack, say).
 func (c *conn) unlockWrite(deadline time.Time) error {
 	err := c.werr
 	if len(c.wbuf) > 0 && (c.waiting.Load() == 0 || len(c.wbuf) >= flushAt) {

@@ -713,3 +713,46 @@ func TestGoAwayNeverRaisesLastStream(t *testing.T) {
 		}
 	}
 }
+
+// TestWriterLeftToFlushFlushes: a writer that waited for the write lock
+// is the one left to flush what its holder wrote (unlockWrite skips the
+// flush when another waits). One whose stream was reset meanwhile, so it
+// writes nothing, must still flush: else the frames wait in the buffer
+// while the reader blocks on the client, which waits for them (a PING's
+// ack: FuzzH2Frames found the hang, a window overflow resetting a stream
+// whose handler waited for the lock).
+func TestWriterLeftToFlushFlushes(t *testing.T) {
+	for _, name := range []string{"flushOut", "sendHeadersOnly"} {
+		t.Run(name, func(t *testing.T) {
+			server, client := net.Pipe()
+			defer client.Close()
+			c := newConn(&Server{}, server)
+			defer c.nc.Close()
+			c.wbuf = c.wbuf[:0]
+			st := &stream{c: c, id: 1, reset: true, resetErr: errStreamClosed}
+			c.lockWrite() // the reader, writing a PING's ack
+			c.wbuf = appendFrameHeader(c.wbuf, 8, framePing, flagAck, 0)
+			c.wbuf = append(c.wbuf, "12345678"...)
+			done := make(chan error, 1)
+			go func() {
+				if name == "flushOut" {
+					done <- st.flushOut(nil, true)
+				} else {
+					done <- st.sendHeadersOnly()
+				}
+			}()
+			for c.waiting.Load() == 0 {
+				time.Sleep(time.Millisecond)
+			}
+			c.unlockWrite(time.Time{}) // leaves the flush to the waiting writer
+			client.SetReadDeadline(time.Now().Add(guard))
+			got := make([]byte, frameHeaderLen+8)
+			if _, err := io.ReadFull(client, got); err != nil {
+				t.Fatalf("the PING's ack never left the buffer: %v", err)
+			}
+			if err := <-done; err == nil {
+				t.Fatal("a write on a reset stream succeeded")
+			}
+		})
+	}
+}

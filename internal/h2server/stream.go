@@ -401,7 +401,7 @@ func (st *stream) flushOut(p []byte, end bool) error {
 				err = errWriteAfterClose
 			}
 			c.mu.Unlock()
-			c.wmu.Unlock()
+			c.unlockWrite(time.Time{}) // what others left for it to flush
 			return err
 		}
 		c.mu.Unlock()
@@ -514,7 +514,7 @@ func (st *stream) sendHeadersOnly() error {
 	if st.reset {
 		err := st.writeErr()
 		c.mu.Unlock()
-		c.wmu.Unlock()
+		c.unlockWrite(time.Time{}) // what others left for it to flush
 		return err
 	}
 	c.mu.Unlock()
