@@ -76,6 +76,11 @@ type Conn struct {
 	out    scanner
 	faults faults
 	wrote  bool
+	// wentAway: the server wrote a GOAWAY of its own. The guard then
+	// sends none: its last stream (the streams the server was given)
+	// could be above the server's, and a GOAWAY's may never go up
+	// (RFC 9113 §6.8).
+	wentAway bool
 
 	mu     sync.Mutex
 	reason Reason        // the bound crossed; "" until then
@@ -184,12 +189,19 @@ func (c *Conn) enforce(r Reason) {
 	}
 }
 
-// goAway writes the GOAWAY; the caller holds wmu.
+// goAway writes the GOAWAY, unless the server wrote one; the caller
+// holds wmu.
 func (c *Conn) goAway() {
 	c.mu.Lock()
 	shut, last := c.shut, c.last
 	c.mu.Unlock()
 	if shut {
+		return
+	}
+	if c.wentAway {
+		c.mu.Lock()
+		c.shutLocked()
+		c.mu.Unlock()
 		return
 	}
 	var b [2*headerLen + 8]byte
@@ -259,6 +271,9 @@ func (c *Conn) count(p []byte) {
 			continue
 		}
 		c.sent.frame(f)
+		if f.Type == typeGoAway {
+			c.wentAway = true
+		}
 		if f.Type == typeRSTStream && c.faults.reset(f.Stream, f.errCode(), c.opts.Limits.InFlightResets) {
 			c.sent.Resets.Add(1)
 			c.resets.Add(1)

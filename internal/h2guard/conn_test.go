@@ -132,14 +132,20 @@ func TestConnGoAwayAtAFrameBoundary(t *testing.T) {
 	}
 }
 
+// settingsTripPipe is a guarded pipe whose guard trips at the client's
+// first SETTINGS: the client's end, and the server's, guarded.
+func settingsTripPipe(t *testing.T) (net.Conn, *Conn) {
+	a, b := net.Pipe()
+	t.Cleanup(func() { a.Close() })
+	opts := &Options{Limits: Default(64 << 10), Clock: &fakeClock{t: time.Unix(1e9, 0)}}
+	opts.Limits.Settings.Burst = 0
+	return a, Wrap(b, opts)
+}
+
 // TestConnGoAwayBeforeAnyOutput: a client that trips the guard before the
 // server wrote a byte still gets a server preface (SETTINGS) first.
 func TestConnGoAwayBeforeAnyOutput(t *testing.T) {
-	a, b := net.Pipe()
-	defer a.Close()
-	opts := &Options{Limits: Default(64 << 10), Clock: &fakeClock{t: time.Unix(1e9, 0)}}
-	opts.Limits.Settings.Burst = 0
-	g := Wrap(b, opts)
+	a, g := settingsTripPipe(t)
 	read := make(chan error, 1)
 	go func() {
 		_, err := io.ReadAll(g)
@@ -162,5 +168,47 @@ func TestConnGoAwayBeforeAnyOutput(t *testing.T) {
 	a.Close()
 	if err := <-read; !errors.Is(err, net.ErrClosed) {
 		t.Errorf("server read %v, want net.ErrClosed", err)
+	}
+}
+
+// TestConnNoGoAwayAfterTheServers: a client that trips the guard after
+// the server sent its own GOAWAY gets no second one. The guard's would
+// name the streams the server was given, which can be above the server's
+// last stream (a header block begun, not ended), and a GOAWAY's last
+// stream may never go up (RFC 9113 §6.8). FuzzH2Frames found it.
+func TestConnNoGoAwayAfterTheServers(t *testing.T) {
+	a, g := settingsTripPipe(t)
+	wrote := make(chan error, 1)
+	go func() {
+		fr := http2.NewFramer(g, nil)
+		fr.WriteSettings()
+		wrote <- fr.WriteGoAway(0, http2.ErrCodeProtocol, nil)
+	}()
+	fr := http2.NewFramer(nil, a)
+	a.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for _, want := range []http2.FrameType{http2.FrameSettings, http2.FrameGoAway} {
+		if f, err := fr.ReadFrame(); err != nil || f.Header().Type != want {
+			t.Fatalf("read %v %v, want %v", f, err, want)
+		}
+	}
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	read := make(chan error, 1)
+	go func() {
+		_, err := io.ReadAll(g) // trips the guard at the client's SETTINGS
+		read <- err
+	}()
+	go func() {
+		io.WriteString(a, http2.ClientPreface)
+		http2.NewFramer(a, nil).WriteSettings()
+	}()
+	if f, err := fr.ReadFrame(); err == nil {
+		t.Fatalf("after the server's GOAWAY the guard wrote %v, want nothing but the close", f)
+	}
+	a.Close()
+	var ge *Error
+	if err := <-read; !errors.As(err, &ge) || ge.Reason != ReasonSettings {
+		t.Errorf("server read %v, want an *Error for %q", err, ReasonSettings)
 	}
 }
