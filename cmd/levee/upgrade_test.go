@@ -65,13 +65,20 @@ func upgradeTokenFile(lock string) string { return filepath.Join(filepath.Dir(lo
 
 func startUpgradable(t *testing.T, backend, extra string, env ...string) *upgradeLevee {
 	t.Helper()
+	return startUpgradableWith(t, func(lock string) string { return upgradeConfig(backend, lock, extra) }, env...)
+}
+
+// startUpgradableWith starts a levee on the config that config returns
+// for the lock file it is given.
+func startUpgradableWith(t *testing.T, config func(lock string) string, env ...string) *upgradeLevee {
+	t.Helper()
 	dir := t.TempDir()
 	u := &upgradeLevee{t: t, config: filepath.Join(dir, "levee.yaml"), lock: filepath.Join(dir, "levee.lock"),
 		log: filepath.Join(dir, "levee.log"), exited: make(chan struct{})}
 	if err := os.WriteFile(upgradeTokenFile(u.lock), []byte(upgradeToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	writeConfig(t, u.config, upgradeConfig(backend, u.lock, extra))
+	writeConfig(t, u.config, config(u.lock))
 	out, err := os.Create(u.log)
 	if err != nil {
 		t.Fatal(err)
