@@ -38,6 +38,7 @@ type upgradeLevee struct {
 	first  *exec.Cmd
 	exited chan struct{} // the first generation has exited
 	proxy  string        // http://host:port, the same for every generation
+	listen []string      // every listener's host:port, in the config's order
 	admin  string
 	pid    atomic.Int64 // the generation serving now
 }
@@ -94,8 +95,9 @@ func startUpgradableWith(t *testing.T, config func(lock string) string, env ...s
 	}
 	go func() { u.first.Wait(); close(u.exited) }()
 	t.Cleanup(u.stop)
-	m := u.waitLog(regexp.MustCompile(`msg="levee serving" listen=\[(\S+)\] admin=(\S+) .*pid=(\d+)`), 1)
-	u.proxy, u.admin = "http://"+m[1], "http://"+m[2]
+	m := u.waitLog(regexp.MustCompile(`msg="levee serving" listen="?\[([^\]]+)\]"? admin=(\S+) .*pid=(\d+)`), 1)
+	u.listen = strings.Fields(m[1])
+	u.proxy, u.admin = "http://"+u.listen[0], "http://"+m[2]
 	pid, _ := strconv.Atoi(m[3])
 	u.pid.Store(int64(pid))
 	return u
