@@ -217,9 +217,14 @@ func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ..
 	}
 	h.serving(guard, log)
 	if h.in != nil {
-		tasks.Go(func() { h.reports(serveCtx, srv, log) })
+		// ctx, not serveCtx: the old levee's reports outlive this one's
+		// own handover (three generations alive), and are passed on.
+		tasks.Go(func() { h.reports(ctx, srv, log) })
 	}
 	err = srv.Serve(serveCtx)
+	// The old levee's requests, if it still drains, count here until it
+	// exits; a levee this one handed over to hears of them until then.
+	h.awaitReports()
 	up.finish()
 	log.Info("levee stopped", "err", err)
 	stopServing()

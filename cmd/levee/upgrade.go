@@ -23,6 +23,9 @@ import (
 type handover struct {
 	sockets *upgrade.Sockets
 	in      *upgrade.Inherited // nil: not started by an upgrade
+	// reported is closed once the old levee's reports have ended (it
+	// exited, or this process's ctx ended): at once without one.
+	reported chan struct{}
 }
 
 // newHandover reads what this process inherited, if anything.
@@ -31,9 +34,11 @@ func newHandover() (*handover, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &handover{sockets: new(upgrade.Sockets), in: in}
+	h := &handover{sockets: new(upgrade.Sockets), in: in, reported: make(chan struct{})}
 	if in != nil {
 		h.sockets = in.Sockets()
+	} else {
+		close(h.reported)
 	}
 	return h, nil
 }
@@ -96,6 +101,10 @@ func (h *handover) serving(guard *instanceGuard, log *slog.Logger) {
 		log.Warn("upgrade: could not tell the old levee this one serves; it ends on its own", "err", err)
 	}
 }
+
+// awaitReports waits until the old levee's reports have ended: it exits
+// at the end of its own drain, bounded by its drain_timeout.
+func (h *handover) awaitReports() { <-h.reported }
 
 // upgrader starts the upgrades of one serving levee, one at a time.
 type upgrader struct {
@@ -202,8 +211,13 @@ func (u *upgrader) finish() {
 
 // reports, in a levee started by an upgrade, counts what the old one
 // reports against this one's limits until it exits (or ctx ends), then
-// gives back the slots its requests held.
+// gives back the slots its requests held. Once this levee has handed over
+// in its turn, what it counts is passed on in its own reports
+// (apps.Table.ApplyReport), so reports keep being read until the old one
+// exits: a levee that stopped reading would break the old one's pipe
+// and lose its requests from every budget.
 func (h *handover) reports(ctx context.Context, srv *server.Server, log *slog.Logger) {
+	defer close(h.reported)
 	err := h.in.Reports(ctx, func(b []byte) {
 		if err := srv.Table().ApplyReport(b); err != nil {
 			log.Warn("upgrade: " + err.Error())

@@ -14,6 +14,7 @@ import (
 
 	"github.com/leveeproxy/levee/internal/drill"
 	"github.com/leveeproxy/levee/internal/drill/drilltest"
+	"github.com/leveeproxy/levee/internal/testcert"
 )
 
 // upgradeCommand is `levee upgrade` for u, through its admin API.
@@ -132,4 +133,53 @@ func TestUpgradeOpenLoop(t *testing.T) {
 		u.fatalf("a's backend peak was %v of its concurrency %d: the load did not reach the limit\n%s", got, conc, table.String())
 	}
 	t.Logf("%d upgrades at %d/s:\n%s", upgrades, rate, table.String())
+}
+
+// TestUpgradeOpenLoopHTTP2: the upgrade drill's open-loop load, with a
+// stream over HTTP/2 beside the HTTP/1.1 one (keep-alive and fresh, on a
+// listener that also takes h2c), over TLS and over h2c: the streams in
+// flight at a handover finish on the old levee, which sends GOAWAY; new
+// streams go to the new one, and no client sees an error.
+func TestUpgradeOpenLoopHTTP2(t *testing.T) {
+	skipDrillOnEngineRerun(t)
+	certFile, keyFile := testcert.Files(t, "a.test")
+	port := freePort(t)
+	backend := fmt.Sprintf("127.0.0.1:%d", port)
+	u := startUpgradableWith(t, func(lock string) string {
+		cfg := upgradeConfig(backend, lock, "")
+		return strings.Replace(cfg, listenLine(), fmt.Sprintf("listen: [{addr: 127.0.0.1:0, h2c: true}, "+
+			"{addr: 127.0.0.1:0, tls: {cert: %s, key: %s}}]", certFile, keyFile), 1)
+	})
+	if len(u.listen) != 2 {
+		u.fatalf("listening on %v; want the h2c and the TLS listener", u.listen)
+	}
+	upgrades := 0
+	for _, target := range []string{"http://" + u.listen[0], "https://" + u.listen[1]} {
+		func() {
+			d, _ := drill.Lookup("upgrade")
+			o := drill.Options{Target: u.proxy, Host: "a.test", Command: u.upgradeCommand(), Runs: 2,
+				UpgradeRate: 100, UpgradePort: port, UpgradeHold: 50 * time.Millisecond,
+				H2Target: target, H2Rate: 200, H2CA: certFile,
+				MaxInFlight: 512, Timeout: 15 * time.Second, RouteWait: waitTimeout}.Defaults()
+			r := d.Run(context.Background(), o)
+			card := drill.NewCard(o.Target, time.Now(), []*drill.Report{r})
+			var table strings.Builder
+			_ = card.WriteTable(&table)
+			if r.Verdict != drill.Pass {
+				u.fatalf("the upgrade drill over HTTP/2 (%s): %s %s\n%s", target, r.Verdict, r.Reason, table.String())
+			}
+			var h2 *drill.Stream
+			for i := range r.Streams {
+				if strings.HasPrefix(r.Streams[i].Name, "h2 ") {
+					h2 = &r.Streams[i]
+				}
+			}
+			if h2 == nil || h2.OK == 0 || h2.OK != h2.Sent {
+				u.fatalf("HTTP/2 stream %+v: want every request answered 200\n%s", h2, table.String())
+			}
+			upgrades += 2
+			u.upgraded(upgrades)
+			t.Logf("%s:\n%s", target, table.String())
+		}()
+	}
 }

@@ -38,6 +38,7 @@ type upgradeLevee struct {
 	first  *exec.Cmd
 	exited chan struct{} // the first generation has exited
 	proxy  string        // http://host:port, the same for every generation
+	listen []string      // every listener's host:port, in the config's order
 	admin  string
 	pid    atomic.Int64 // the generation serving now
 }
@@ -65,13 +66,20 @@ func upgradeTokenFile(lock string) string { return filepath.Join(filepath.Dir(lo
 
 func startUpgradable(t *testing.T, backend, extra string, env ...string) *upgradeLevee {
 	t.Helper()
+	return startUpgradableWith(t, func(lock string) string { return upgradeConfig(backend, lock, extra) }, env...)
+}
+
+// startUpgradableWith starts a levee on the config that config returns
+// for the lock file it is given.
+func startUpgradableWith(t *testing.T, config func(lock string) string, env ...string) *upgradeLevee {
+	t.Helper()
 	dir := t.TempDir()
 	u := &upgradeLevee{t: t, config: filepath.Join(dir, "levee.yaml"), lock: filepath.Join(dir, "levee.lock"),
 		log: filepath.Join(dir, "levee.log"), exited: make(chan struct{})}
 	if err := os.WriteFile(upgradeTokenFile(u.lock), []byte(upgradeToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	writeConfig(t, u.config, upgradeConfig(backend, u.lock, extra))
+	writeConfig(t, u.config, config(u.lock))
 	out, err := os.Create(u.log)
 	if err != nil {
 		t.Fatal(err)
@@ -87,8 +95,9 @@ func startUpgradable(t *testing.T, backend, extra string, env ...string) *upgrad
 	}
 	go func() { u.first.Wait(); close(u.exited) }()
 	t.Cleanup(u.stop)
-	m := u.waitLog(regexp.MustCompile(`msg="levee serving" listen=\[(\S+)\] admin=(\S+) .*pid=(\d+)`), 1)
-	u.proxy, u.admin = "http://"+m[1], "http://"+m[2]
+	m := u.waitLog(regexp.MustCompile(`msg="levee serving" listen="?\[([^\]]+)\]"? admin=(\S+) .*pid=(\d+)`), 1)
+	u.listen = strings.Fields(m[1])
+	u.proxy, u.admin = "http://"+u.listen[0], "http://"+m[2]
 	pid, _ := strconv.Atoi(m[3])
 	u.pid.Store(int64(pid))
 	return u

@@ -257,3 +257,70 @@ func TestBackendRateHandover(t *testing.T) {
 		}
 	}
 }
+
+// Three generations alive: the second hands over while the first still
+// drains. What the first still has in flight, and what it admits and
+// reports afterwards, reach the third through the second: the levee that
+// holds the budget now counts them until the first has exited.
+func TestThreeGenerationsPassOnTheOldestsReports(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	first, second, third := loaded(t, clk, handoverConfig), loaded(t, clk, handoverConfig), loaded(t, clk, handoverConfig)
+	ac := first.cfg.Apps["a"]
+	lim := limitsconf.GCRA(ac.Limits.Rate, ac.Limits.Burst)
+	inFlight := func(tab *Table) (int, int) {
+		h := tab.handover("a")
+		return h.Limiter.InFlight(), h.Guard.InFlight()
+	}
+	// The first has two requests in flight, one of them at the backends,
+	// and hands over to the second.
+	first.handover("a").Limiter.Hold(2)
+	first.handover("a").Guard.Hold(1)
+	rep1 := first.Report()
+	if err := second.ImportState(first.ExportState()); err != nil {
+		t.Fatal(err)
+	}
+	// The second admits one of its own, then hands over to the third.
+	second.handover("a").Limiter.Hold(1)
+	rep2 := second.Report()
+	if err := third.ImportState(second.ExportState()); err != nil {
+		t.Fatal(err)
+	}
+	if app, be := inFlight(third); app != 3 || be != 1 {
+		t.Fatalf("the third holds %d slots (%d at the backends) after its handover; want 3 (1): the first's two and the second's one", app, be)
+	}
+	// The first admits one more on a connection it holds, and reports.
+	first.handover("a").AppRates.AllowAt(limits.AppKey, lim, clk.Now(), 1)
+	if err := second.ApplyReport(rep1.Take()); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := remaining(t, third, "client-1", clk.Now())
+	if err := third.ApplyReport(rep2.Take()); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := remaining(t, third, "client-1", clk.Now()); after != before-1 {
+		t.Errorf("the third's app bucket went from %d to %d on the second's report; want one less: the first's admission passed on", before, after)
+	}
+	// Two of the first's finish, one at the backends; then the first exits.
+	first.handover("a").Limiter.Release()
+	first.handover("a").Limiter.Release()
+	first.handover("a").Guard.Unhold(1)
+	if err := second.ApplyReport(rep1.Take()); err != nil {
+		t.Fatal(err)
+	}
+	if err := third.ApplyReport(rep2.Take()); err != nil {
+		t.Fatal(err)
+	}
+	if app, be := inFlight(third); app != 1 || be != 0 {
+		t.Errorf("the third holds %d slots (%d at the backends) once the first's requests ended; want 1 (0): the second's", app, be)
+	}
+	rep1.Stop()
+	second.ReleaseHeld()
+	second.handover("a").Limiter.Release()
+	if err := third.ApplyReport(rep2.Take()); err != nil {
+		t.Fatal(err)
+	}
+	rep2.Stop()
+	if app, be := inFlight(third); app != 0 || be != 0 {
+		t.Errorf("the third holds %d slots (%d at the backends) once both drained; want 0", app, be)
+	}
+}

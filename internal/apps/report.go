@@ -41,13 +41,18 @@ type Reporter struct {
 	charges map[string]appCharges
 	stores  []*ratelimit.LocalStore // observed
 	sent    map[string]sent         // each app's pool's counts at the last Take
+	// relayed is what the levee this one took over from reported since
+	// the last Take (ApplyReport): bytes and backend_limits.rate's
+	// admissions, passed on with this one's own.
+	relayed map[string]sent
 }
 
 // Report starts collecting every rate admission of the table's apps,
 // from now on. Call it before ExportState, so that nothing admitted after
 // the export escapes both.
 func (t *Table) Report() *Reporter {
-	r := &Reporter{t: t, wake: make(chan struct{}, 1), charges: map[string]appCharges{}}
+	r := &Reporter{t: t, wake: make(chan struct{}, 1), charges: map[string]appCharges{}, relayed: map[string]sent{}}
+	t.reporter.Store(r)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	r.sent = t.sentLocked()
@@ -82,6 +87,47 @@ func (r *Reporter) observe(st *ratelimit.LocalStore, app string, field func(*app
 	})
 }
 
+// relay adds what the levee this one took over from reported to what
+// this one reports next: a levee that handed over while the one before
+// it still drains passes that one's admissions on, so that they reach
+// whoever holds the budget now. (Its requests in flight are passed on
+// as this one's: inFlightLocked counts the slots held for them.)
+func (r *Reporter) relay(rep *report) {
+	r.mu.Lock()
+	for app, c := range rep.Charges {
+		mine := r.charges[app]
+		mine.Rate = addCounts(mine.Rate, c.Rate)
+		mine.Clients = addCounts(mine.Clients, c.Clients)
+		r.charges[app] = mine
+	}
+	for app, n := range rep.Bytes {
+		s := r.relayed[app]
+		s.bytes += n
+		r.relayed[app] = s
+	}
+	for app, n := range rep.Backend {
+		s := r.relayed[app]
+		s.backend += uint64(max(n, 0))
+		r.relayed[app] = s
+	}
+	r.mu.Unlock()
+	r.Poke()
+}
+
+// addCounts adds from's counts to to's, making to if need be.
+func addCounts(to, from map[string]int) map[string]int {
+	if len(from) == 0 {
+		return to
+	}
+	if to == nil {
+		to = make(map[string]int, len(from))
+	}
+	for k, n := range from {
+		to[k] += n
+	}
+	return to
+}
+
 // Wake has a token when an admission has been collected since the last Take.
 func (r *Reporter) Wake() <-chan struct{} { return r.wake }
 
@@ -101,10 +147,10 @@ func (r *Reporter) Take() []byte {
 	rep := report{Version: StateVersion, Charges: r.charges}
 	r.t.mu.Lock()
 	rep.InFlight = r.t.inFlightLocked()
-	sent := r.t.sentLocked()
+	now := r.t.sentLocked()
 	r.t.mu.Unlock()
 	rep.Bytes, rep.Backend = map[string]int64{}, map[string]int64{}
-	for name, n := range sent {
+	for name, n := range now {
 		if d := n.bytes - r.sent[name].bytes; d > 0 {
 			rep.Bytes[name] = d
 		}
@@ -112,8 +158,16 @@ func (r *Reporter) Take() []byte {
 			rep.Backend[name] = d
 		}
 	}
-	r.sent = sent
-	r.charges = map[string]appCharges{}
+	for name, n := range r.relayed {
+		if n.bytes > 0 {
+			rep.Bytes[name] += n.bytes
+		}
+		if n.backend > 0 {
+			rep.Backend[name] += int64(min(n.backend, math.MaxInt64))
+		}
+	}
+	r.sent = now
+	r.charges, r.relayed = map[string]appCharges{}, map[string]sent{}
 	return encode(rep)
 }
 
@@ -137,25 +191,24 @@ func (t *Table) sentLocked() map[string]sent {
 	return out
 }
 
-// Stop stops collecting.
+// Stop stops collecting, and relaying.
 func (r *Reporter) Stop() {
 	for _, st := range r.stores {
 		st.Observe(nil)
 	}
+	r.t.reporter.CompareAndSwap(r, nil)
 }
 
-// inFlightLocked is every app's requests in flight now, less those it
-// holds for the levee it took over from: its concurrency's and
-// backend_limits'. Callers hold t.mu.
+// inFlightLocked is every app's requests in flight now, on its
+// concurrency's slots and on backend_limits': this levee's own and
+// those it holds for the levee it took over from, which may still be
+// draining when this one hands over in its turn (three generations
+// alive). The levee taking over holds them all, until the reports say
+// they ended. Callers hold t.mu.
 func (t *Table) inFlightLocked() map[string]slots {
 	out := make(map[string]slots, len(t.apps))
 	for name, a := range t.apps {
-		h := t.held[name]
 		n := slots{App: a.limiter.InFlight(), Backend: a.guard.v.InFlight()}
-		if h != nil {
-			n.App -= h.app.n
-			n.Backend -= h.guard.n
-		}
 		if n.App > 0 || n.Backend > 0 {
 			out[name] = slots{App: max(n.App, 0), Backend: max(n.Backend, 0)}
 		}
@@ -212,6 +265,9 @@ func (t *Table) ApplyReport(b []byte) error {
 	}
 	if !readable(rep.Version) {
 		return fmt.Errorf("apps: report: version %d, this levee reads 1 to %d", rep.Version, StateVersion)
+	}
+	if r := t.reporter.Load(); r != nil {
+		r.relay(&rep) // before t.mu: a Reporter's lock is taken first
 	}
 	now := t.o.Clock.Now()
 	t.mu.Lock()

@@ -79,6 +79,9 @@ type Table struct {
 	// hold for the requests still in flight in the levee this one took
 	// over from (report.go).
 	held map[string]*heldSlots
+	// reporter, once this levee has handed over in its turn (Report),
+	// passes on what the one it took over from reports (ApplyReport).
+	reporter atomic.Pointer[Reporter]
 	// pending is the state handed over for apps not composed yet
 	// (pending.go); pendingDropped counts what was dropped unused.
 	pending        Parked[*pendingApp]

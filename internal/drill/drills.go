@@ -119,6 +119,17 @@ type Options struct {
 	UpgradePort    int           // the drill backend's port (0: any free port)
 	UpgradeHold    time.Duration // the backend holds each request this long
 	UpgradeBody    int64         // bytes in each answer, with Content-Length
+	// GoClient sends the HTTP/1.1 load with net/http's client instead of
+	// the raw one (RawDoer), which costs the generator less per request.
+	GoClient bool
+	// H2Target, when set, is a second address of the edge that the
+	// upgrade drill also loads over HTTP/2 at H2Rate: https:// (TLS,
+	// ALPN h2, verified by H2CA's roots, or the system's) or http://
+	// (h2c with prior knowledge), a few kept-alive connections carrying
+	// many streams each, which a drain must end with GOAWAY.
+	H2Target string
+	H2Rate   float64
+	H2CA     string
 
 	// duplicate-instance (levee only)
 	Config string // the running levee's config file
@@ -225,6 +236,9 @@ func (o Options) Defaults() Options {
 	defD(&o.CommandTimeout, 60*time.Second)
 	defD(&o.Settle, time.Second)
 	def(&o.UpgradeRate, 1000)
+	if o.H2Target != "" {
+		def(&o.H2Rate, o.UpgradeRate/4)
+	}
 	def(&o.LimitOffered, 2)
 	def(&o.BurstTolerance, 0.02)
 	defD(&o.UpgradeHold, 5*time.Millisecond)

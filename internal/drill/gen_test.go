@@ -2,6 +2,7 @@ package drill
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -224,6 +225,21 @@ func TestRunOverflowAgainstAStalledServer(t *testing.T) {
 // success; a connection nothing listens for is refused; a Fresh request
 // does not reuse the kept-alive connection.
 func TestHTTPDoerTellsFailuresApart(t *testing.T) {
+	for name, mk := range map[string]func(base string, conns int) closingDoer{
+		"net/http": func(base string, conns int) closingDoer { return NewHTTPDoer(base, conns) },
+		"raw": func(base string, conns int) closingDoer {
+			d, err := NewRawDoer(base, conns)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return d
+		},
+	} {
+		t.Run(name, func(t *testing.T) { testDoerTellsFailuresApart(t, mk) })
+	}
+}
+
+func testDoerTellsFailuresApart(t *testing.T, newDoer func(base string, conns int) closingDoer) {
 	var conns atomic.Int64
 	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/short" {
@@ -243,7 +259,7 @@ func TestHTTPDoerTellsFailuresApart(t *testing.T) {
 	}
 	s.Start()
 	defer s.Close()
-	d := NewHTTPDoer(s.URL, 4)
+	d := newDoer(s.URL, 4)
 	defer d.Close()
 	ctx := context.Background()
 	res := newResult("t", time.Second)
@@ -265,10 +281,76 @@ func TestHTTPDoerTellsFailuresApart(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	closed := NewHTTPDoer("http://"+addr, 1)
+	closed := newDoer("http://"+addr, 1)
 	defer closed.Close()
 	res.record(closed.Do(ctx, &Request{Path: "/"}), time.Millisecond, time.Now())
 	if res.Refused != 1 {
 		t.Fatalf("refused %d; want 1", res.Refused)
+	}
+}
+
+// The raw client reads what the drills grade from an answer (status,
+// Retry-After, Levee-Reject, Drill-Backend), a chunked body, interim
+// answers, and a body that ends at the close; it sends a GET again, once,
+// when the server closed the kept-alive connection it went out on before
+// answering, but never a fresh connection's request.
+func TestRawDoerReadsAnswers(t *testing.T) {
+	var arrived atomic.Int64
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived.Add(1)
+		switch r.URL.Path {
+		case "/limited":
+			w.Header().Set("Retry-After", "1")
+			w.Header().Set("Levee-Reject", "rate")
+			w.WriteHeader(http.StatusTooManyRequests)
+		case "/chunked":
+			w.Header().Set(backendHeader, "b1")
+			for range 3 {
+				io.WriteString(w, "part ")
+				w.(http.Flusher).Flush()
+			}
+		case "/until-close":
+			c, bw, _ := http.NewResponseController(w).Hijack()
+			bw.WriteString("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.0 200 OK\r\n\r\nthe body ends at the close")
+			bw.Flush()
+			c.Close()
+		case "/drop":
+			c, _, _ := http.NewResponseController(w).Hijack()
+			c.Close()
+		default:
+			io.WriteString(w, "whole")
+		}
+	}))
+	defer s.Close()
+	d, err := NewRawDoer(s.URL, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx := context.Background()
+	if r := d.Do(ctx, &Request{Path: "/limited", Host: "a.test"}); r.Err != nil || r.Status != 429 || !r.RetryAfter || r.Reject != "rate" {
+		t.Errorf("/limited: %+v; want 429 with Retry-After and Levee-Reject: rate", r)
+	}
+	if r := d.Do(ctx, &Request{Path: "/chunked"}); r.Err != nil || r.Status != 200 || r.Backend != "b1" {
+		t.Errorf("/chunked: %+v; want 200 from b1", r)
+	}
+	if r := d.Do(ctx, &Request{Path: "/until-close"}); r.Err != nil || r.Status != 200 {
+		t.Errorf("/until-close: %+v; want 200", r)
+	}
+	if r := d.Do(ctx, &Request{Path: "/"}); r.Err != nil || r.Status != 200 {
+		t.Fatalf("/: %+v", r)
+	}
+	// A kept-alive connection is idle now; its next request is dropped
+	// once, then sent again on a new connection, dropped again: a reset.
+	arrived.Store(0)
+	if r := d.Do(ctx, &Request{Path: "/drop"}); r.Err == nil || !isReset(r.Err) || arrived.Load() != 2 {
+		t.Errorf("/drop kept alive: %+v after %d arrivals; want a reset after 2", r, arrived.Load())
+	}
+	arrived.Store(0)
+	if r := d.Do(ctx, &Request{Path: "/drop", Fresh: true}); r.Err == nil || !isReset(r.Err) || arrived.Load() != 1 {
+		t.Errorf("/drop fresh: %+v after %d arrivals; want a reset after 1", r, arrived.Load())
+	}
+	if _, err := NewRawDoer("https://127.0.0.1:1", 1); err == nil {
+		t.Error("NewRawDoer took an https:// target")
 	}
 }

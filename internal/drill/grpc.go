@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -123,18 +122,10 @@ func grpcHostPort(target string) string {
 // grpcRoots are the roots that verify an https:// target: GRPCCA's
 // certificates, or nil for the system's.
 func grpcRoots(o Options) (*x509.CertPool, error) {
-	if o.GRPCCA == "" || !strings.HasPrefix(o.Target, "https://") {
+	if !strings.HasPrefix(o.Target, "https://") {
 		return nil, nil
 	}
-	pem, err := os.ReadFile(o.GRPCCA)
-	if err != nil {
-		return nil, fmt.Errorf("grpc: --grpc-ca: %w", err)
-	}
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("grpc: --grpc-ca %s: no PEM certificate in it", o.GRPCCA)
-	}
-	return roots, nil
+	return pemRoots("grpc: --grpc-ca", o.GRPCCA)
 }
 
 // grpcCreds: h2c for an http:// target; for https://, TLS verified

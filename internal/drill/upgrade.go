@@ -2,6 +2,7 @@ package drill
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"math"
@@ -70,7 +71,7 @@ func (w window) span() time.Duration { return w.To - w.Sent }
 // upgradeLoad is what the upgrade drill measured, for gradeUpgrade.
 type upgradeLoad struct {
 	Runs     []commandRun
-	Streams  []*Result         // the host's stream, then the limited host's (if any)
+	Streams  []*Result         // the host's stream, its HTTP/2 stream (if any), then the limited host's (if any)
 	Admitted []int64           // arrivals at the backend for the limited host, per window
 	Windows  []window          // one per run
 	Peak     int64             // most requests to the host in flight at the backend at once
@@ -112,7 +113,11 @@ func runUpgrade(ctx context.Context, o Options, r *Report) error {
 			return err
 		}
 	}
-	up := driveUpgrade(ctx, o, m)
+	h2Roots, err := pemRoots("--h2-ca", o.H2CA)
+	if err != nil {
+		return err
+	}
+	up := driveUpgrade(ctx, o, m, h2Roots)
 	r.add(up.Streams...)
 	r.Checks = gradeUpgrade(o, up)
 	r.Notes = append(r.Notes, upgradeNotes(o, up)...)
@@ -131,7 +136,7 @@ func runUpgrade(ctx context.Context, o Options, r *Report) error {
 
 // driveUpgrade runs the streams and the command, and collects what the
 // backend saw.
-func driveUpgrade(ctx context.Context, o Options, m *meter) *upgradeLoad {
+func driveUpgrade(ctx context.Context, o Options, m *meter, h2Roots *x509.CertPool) *upgradeLoad {
 	up := &upgradeLoad{Failures: map[string]int{}, First: map[string]string{}}
 	stop := make(chan struct{})
 	// The schedules are long enough for every run to take its whole
@@ -141,11 +146,19 @@ func driveUpgrade(ctx context.Context, o Options, m *meter) *upgradeLoad {
 	if strings.Contains(o.Path, "?") {
 		path = o.Path + "&bytes=" + strconv.FormatInt(o.UpgradeBody, 10)
 	}
+	h1 := func() closingDoer { return h1Doer(o) }
 	plans := []Plan{{Name: "upgrade " + o.Host, Schedule: constant(o.UpgradeRate, span, o.MaxRequests),
 		Make: mixed(get(o.Host, path, o.Clients))}}
-	if o.LimitHost != "" {
+	doers := []func() closingDoer{h1}
+	if o.H2Target != "" {
+		plans = append(plans, Plan{Name: "h2 " + o.Host, Schedule: constant(o.H2Rate, span, o.MaxRequests),
+			Make: get(o.Host, path, o.Clients)})
+		doers = append(doers, func() closingDoer { return NewH2Doer(o.H2Target, hostOnly(o.Host), h2Roots) })
+	}
+	if o.LimitHost != "" { // last: its refusals anchor the windows
 		plans = append(plans, Plan{Name: fmt.Sprintf("%gx limit %s", o.LimitOffered, o.LimitHost),
 			Schedule: constant(o.LimitOffered*o.Limit, span, o.MaxRequests), Make: mixed(get(o.LimitHost, path, o.Clients))})
+		doers = append(doers, h1)
 	}
 	logs := make([]*failureLog, len(plans))
 	up.Streams = make([]*Result, len(plans))
@@ -155,7 +168,7 @@ func driveUpgrade(ctx context.Context, o Options, m *meter) *upgradeLoad {
 		p.MaxInFlight, p.Timeout, p.Stop = o.MaxInFlight, o.Timeout, stop
 		logs[i] = &failureLog{since: m.since}
 		fns = append(fns, func() {
-			d := NewHTTPDoer(o.Target, o.MaxInFlight)
+			d := doers[i]()
 			defer d.Close()
 			logs[i].Doer = d
 			up.Streams[i] = Run(ctx, o.Clock, *p, logs[i], o.Live)
@@ -210,6 +223,24 @@ func driveUpgrade(ctx context.Context, o Options, m *meter) *upgradeLoad {
 		}
 	}
 	return up
+}
+
+// closingDoer is a doer with connections to close once its stream ends.
+type closingDoer interface {
+	Doer
+	Close()
+}
+
+// h1Doer is the doer of an HTTP/1.1 stream: the raw client, whose cost
+// per request leaves the edge the cores (net/http's with GoClient, or
+// for an https:// target).
+func h1Doer(o Options) closingDoer {
+	if !o.GoClient {
+		if d, err := NewRawDoer(o.Target, o.MaxInFlight); err == nil {
+			return d
+		}
+	}
+	return NewHTTPDoer(o.Target, o.MaxInFlight)
 }
 
 // mixed alternates keep-alive and fresh connections: a reload must keep

@@ -29,6 +29,11 @@ type Listener struct {
 	mu    sync.Mutex
 	conns map[*Conn]struct{}
 	perIP map[netip.Addr]int // open connections by client address, when o.PerIP > 0
+	// refusing are the refused connections waiting for their request's
+	// first bytes to be answered (refuse); closed: Close has begun.
+	refusing map[net.Conn]struct{}
+	closed   bool
+	answers  sync.WaitGroup // the goroutines answering refusing
 }
 
 // Options bound a Listener.
@@ -64,7 +69,7 @@ func New(ln net.Listener, max int, onReject func()) *Listener {
 
 // NewWith returns ln bounded by o.
 func NewWith(ln net.Listener, o Options) *Listener {
-	l := &Listener{Listener: ln, o: o, conns: map[*Conn]struct{}{}}
+	l := &Listener{Listener: ln, o: o, conns: map[*Conn]struct{}{}, refusing: map[net.Conn]struct{}{}}
 	if o.PerIP > 0 {
 		l.perIP = map[netip.Addr]int{}
 	}
@@ -106,21 +111,65 @@ func (l *Listener) Accept() (net.Conn, error) {
 	}
 }
 
-// refuse writes the refusal, if any, and closes c. The write cannot block:
-// a new connection's send buffer is empty.
+// refuse closes c, refused for reason. With a Refusal it answers first,
+// on a goroutine of its own (at most maxAnswering at once, beyond which a
+// refused connection is closed unanswered): it waits, up to LingerTime,
+// for the request's first bytes, writes the refusal and closes lingering.
+// Written at accept instead, the refusal reaches a client that may not
+// have sent its request yet, which takes it for no answer at all (Go's
+// client: "Unsolicited response received on idle HTTP channel", an error
+// it does not retry); and closed at once with the request unread, the
+// kernel answers the request with a reset, which can destroy the refusal.
 func (l *Listener) refuse(c net.Conn, reason string) {
-	if l.o.Refusal != nil {
-		c.SetWriteDeadline(time.Now().Add(refusalWrite))
-		c.Write(l.o.Refusal(reason))
-	}
-	c.Close()
 	if l.o.OnReject != nil {
 		l.o.OnReject(reason)
 	}
+	if l.o.Refusal == nil || !l.answer(c, l.o.Refusal(reason)) {
+		c.Close()
+	}
 }
 
-// refusalWrite bounds the write of a refusal all the same.
-const refusalWrite = 10 * time.Millisecond
+// maxAnswering bounds the refused connections answered at once: a flood
+// of connections beyond the bounds holds no more goroutines than this.
+const maxAnswering = 256
+
+// answer starts answering refusal on c, or reports false when it cannot
+// (Close has begun, or maxAnswering are being answered).
+func (l *Listener) answer(c net.Conn, refusal []byte) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed || len(l.refusing) >= maxAnswering {
+		return false
+	}
+	l.refusing[c] = struct{}{}
+	l.answers.Go(func() {
+		c.SetDeadline(time.Now().Add(LingerTime))
+		var first [1]byte
+		if n, _ := c.Read(first[:]); n == 1 {
+			c.Write(refusal)
+			drain(c)
+		}
+		c.Close()
+		l.mu.Lock()
+		delete(l.refusing, c)
+		l.mu.Unlock()
+	})
+	return true
+}
+
+// Close closes the socket, and the refused connections still waiting for
+// their answer, and returns once their goroutines have.
+func (l *Listener) Close() error {
+	err := l.Listener.Close()
+	l.mu.Lock()
+	l.closed = true
+	for c := range l.refusing {
+		c.Close()
+	}
+	l.mu.Unlock()
+	l.answers.Wait()
+	return err
+}
 
 // Open is the number of connections accepted and not yet closed.
 func (l *Listener) Open() int64 { return l.open.Load() }

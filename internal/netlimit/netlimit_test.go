@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"testing"
 	"time"
 )
@@ -115,11 +116,12 @@ func TestListenerPerIP(t *testing.T) {
 	first := dial()
 	held := <-accepted
 	second := dial()
+	if _, err := io.WriteString(second, "GET / HTTP/1.1\r\nHost: a\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
 	second.SetReadDeadline(time.Now().Add(5 * time.Second))
-	buf := make([]byte, 64)
-	n, _ := second.Read(buf)
-	if string(buf[:n]) != "no: "+ConnsPerIP {
-		t.Fatalf("second connection from one address read %q; want the refusal", buf[:n])
+	if b, err := io.ReadAll(second); string(b) != "no: "+ConnsPerIP || err != nil {
+		t.Fatalf("second connection from one address read %q, %v; want the refusal, then the close", b, err)
 	}
 	held.Close()
 	first.Close()
@@ -131,6 +133,54 @@ func TestListenerPerIP(t *testing.T) {
 	}
 	if len(rejected) != 1 || rejected[0] != ConnsPerIP {
 		t.Fatalf("rejections %v; want one %s", rejected, ConnsPerIP)
+	}
+}
+
+// A refusal answers the request: nothing is written to a refused
+// connection before its request's first bytes (a client that has not
+// sent it yet would take it for no answer at all), and the refusal then
+// comes whole, with the close.
+func TestRefusalWaitsForTheRequest(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rejected := make(chan string, 1)
+	ln := NewWith(raw, Options{Max: 1, Refusal: func(reason string) []byte { return []byte("no: " + reason) },
+		OnReject: func(reason string) { rejected <- reason }})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+		}
+	}()
+	first, err := net.Dial("tcp", raw.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	second, err := net.Dial("tcp", raw.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	<-rejected // (written at accept, the refusal is in second's buffer by now)
+	second.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if n, err := second.Read(make([]byte, 64)); n > 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a refused connection read %d bytes (%v) before sending its request; want none", n, err)
+	}
+	if _, err := io.WriteString(second, "GET / HTTP/1.1\r\nHost: a\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	second.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if b, err := io.ReadAll(second); string(b) != "no: "+MaxConns || err != nil {
+		t.Fatalf("after its request the refused connection read %q, %v; want the refusal, then the close", b, err)
+	}
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
 

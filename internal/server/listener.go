@@ -204,18 +204,27 @@ func (l *listener) sort(c net.Conn) {
 	}
 }
 
-// drainingWrite bounds the write of answerDraining's few bytes.
+// drainingWrite bounds answerDraining's wait for the request and the
+// write of its few bytes.
 const drainingWrite = time.Second
 
 // answerDraining answers 503 draining on a connection whose first request
 // came once the drain had begun (the engine's queue is closed then), and
 // closes it after reading what the client still sends, so that a reset
 // does not lose the answer: no client sends a connection's first request
-// again when it is closed unanswered (draining.go).
+// again when it is closed unanswered (draining.go). It answers once the
+// request's first bytes have come (a plain connection's were peeked; a
+// TLS one's may not be sent yet when its handshake ends): an answer
+// before them reaches a client that takes it for none (Go's: "Unsolicited
+// response received on idle HTTP channel", an error it does not retry).
+// A client silent for drainingWrite is closed unanswered.
 func answerDraining(c net.Conn) {
 	netlimit.Linger(c)
-	c.SetWriteDeadline(time.Now().Add(drainingWrite))
-	c.Write(reply.Raw(reply.Draining))
+	c.SetDeadline(time.Now().Add(drainingWrite))
+	var first [1]byte
+	if n, _ := c.Read(first[:]); n == 1 {
+		c.Write(reply.Raw(reply.Draining))
+	}
 	c.Close()
 }
 

@@ -26,16 +26,28 @@ type Sockets struct {
 }
 
 type named struct {
-	name string
-	ln   *net.TCPListener
-	gate *Gate
+	name, asked string // asked: the name Listen was given
+	ln          *net.TCPListener
+	gate        *Gate
 }
 
 // Listen returns the socket called name: the inherited one of that name,
 // else a new one bound to address. Only TCP sockets are handed over.
+// Listeners asked for under one name (two of address 127.0.0.1:0) are
+// told apart by the order they are asked for in: the second is called
+// "name #2", in the new process as in the old.
 func (s *Sockets) Listen(name, network, address string) (net.Listener, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	asked, same := name, 0
+	for _, b := range s.bound {
+		if b.asked == asked {
+			same++
+		}
+	}
+	if same > 0 {
+		name = fmt.Sprintf("%s #%d", asked, same+1)
+	}
 	ln := s.inherited[name]
 	delete(s.inherited, name)
 	if ln == nil {
@@ -51,7 +63,7 @@ func (s *Sockets) Listen(name, network, address string) (net.Listener, error) {
 		ln = tl
 	}
 	g := newGate(ln)
-	s.bound = append(s.bound, named{name: name, ln: ln, gate: g})
+	s.bound = append(s.bound, named{name: name, asked: asked, ln: ln, gate: g})
 	return g, nil
 }
 

@@ -77,19 +77,7 @@ func TestSocketsTakeInheritedByName(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	names, files, err := old.files()
-	if err != nil {
-		t.Fatal(err)
-	}
-	next := Sockets{inherited: map[string]*net.TCPListener{}}
-	for i, name := range names {
-		ln, err := net.FileListener(files[i])
-		files[i].Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		next.inherited[name] = ln.(*net.TCPListener)
-	}
+	next := inherit(t, &old)
 	got, err := next.Listen("proxy a", "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -102,4 +90,53 @@ func TestSocketsTakeInheritedByName(t *testing.T) {
 	if len(next.inherited) != 0 {
 		t.Errorf("%d sockets left unclaimed", len(next.inherited))
 	}
+}
+
+// Two listeners of one configured address (127.0.0.1:0, twice) each get
+// their own socket back, by the order they are asked for in.
+func TestSocketsOfOneAddressKeepTheirOrder(t *testing.T) {
+	var old Sockets
+	var want []string
+	for range 2 {
+		ln, err := old.Listen("proxy 127.0.0.1:0", "tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		want = append(want, ln.Addr().String())
+	}
+	next := inherit(t, &old)
+	for i := range 2 {
+		got, err := next.Listen("proxy 127.0.0.1:0", "tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer got.Close()
+		if got.Addr().String() != want[i] {
+			t.Errorf("listener %d inherited %s, want its old socket %s", i+1, got.Addr(), want[i])
+		}
+	}
+	if len(next.inherited) != 0 {
+		t.Errorf("%d sockets left unclaimed", len(next.inherited))
+	}
+}
+
+// inherit is what a process started by old's upgrade inherits: a copy of
+// each of its sockets, by name.
+func inherit(t *testing.T, old *Sockets) *Sockets {
+	t.Helper()
+	names, files, err := old.files()
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := &Sockets{inherited: map[string]*net.TCPListener{}}
+	for i, name := range names {
+		ln, err := net.FileListener(files[i])
+		files[i].Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		next.inherited[name] = ln.(*net.TCPListener)
+	}
+	return next
 }
