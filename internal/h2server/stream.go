@@ -1,10 +1,10 @@
 package h2server
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"runtime"
 	"strconv"
@@ -52,10 +52,21 @@ type stream struct {
 
 	// Set before the handler starts, then the handler's.
 	req           *http.Request
-	cancel        context.CancelFunc
+	sc            *scope       // the request's ResponseWriter and context
 	handler       http.Handler // a stream waiting for its handler goroutine
 	isHead        bool
 	writeDeadline time.Time
+	// runPrev and runNext link the streams whose handler runs (c.running);
+	// under c.mu.
+	runPrev, runNext *stream
+
+	// What the request is built from, reused by the next stream: the
+	// handler's request is a copy of rq (http.Request.WithContext) that
+	// points to url and reqHdr, whose values are in vals.
+	rq     http.Request
+	url    url.URL
+	reqHdr http.Header
+	vals   []string
 
 	// The response, the handler's goroutine's.
 	hdr         http.Header
@@ -90,6 +101,15 @@ func (st *stream) free() {
 	if len(h) > 64 {
 		h = nil
 	}
+	rh, vals := st.reqHdr, st.vals
+	clear(rh)
+	if len(rh) > 64 {
+		rh = nil
+	}
+	clear(vals)
+	if cap(vals) > 64 {
+		vals = nil
+	}
 	if cap(out) > 4*outSize {
 		out = nil
 	}
@@ -97,7 +117,7 @@ func (st *stream) free() {
 	case <-ww:
 	default:
 	}
-	*st = stream{hdr: h, hblock: hb, out: out, trailers: tr, wtimer: wt, wwake: ww}
+	*st = stream{hdr: h, hblock: hb, out: out, trailers: tr, wtimer: wt, wwake: ww, reqHdr: rh, vals: vals[:0]}
 	streamPool.Put(st)
 }
 
@@ -117,7 +137,7 @@ func (st *stream) refundLocked(n int64) {
 
 // run runs the handler on the stream's goroutine.
 func (st *stream) run(h http.Handler) {
-	w := &responseWriter{st: st}
+	w := &st.sc.w
 	defer st.c.handlerDone(st, w)
 	didPanic := true
 	defer func() {
@@ -182,6 +202,7 @@ func (c *conn) handlerDone(st *stream, w *responseWriter) {
 	}
 	c.removeBlockedLocked(st)
 	c.handlers--
+	c.unlinkRunningLocked(st)
 	var next []*stream
 	for len(c.pending) > 0 {
 		s := c.pending[0]
@@ -193,13 +214,14 @@ func (c *conn) handlerDone(st *stream, w *responseWriter) {
 		}
 		c.handlers++
 		c.hwg.Add(1)
+		c.linkRunningLocked(s)
 		h := s.handler
 		s.handler = nil
 		c.spawn(s, h)
 		break
 	}
 	c.mu.Unlock()
-	st.cancel()
+	st.sc.ctx.cancel()
 	if rst {
 		c.lockWrite()
 		c.wbuf = appendRSTStream(c.wbuf, st.id, code)
@@ -227,8 +249,8 @@ func (st *stream) abandon() {
 		c.closeStreamLocked(st, errStreamClosed)
 	}
 	c.mu.Unlock()
-	if st.cancel != nil {
-		st.cancel()
+	if st.sc != nil {
+		st.sc.ctx.cancel()
 	}
 	st.free()
 }
