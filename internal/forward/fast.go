@@ -207,8 +207,8 @@ func (p *Pool) forward(d downstream, be *backend, in Body, sh *shape.Checker, pk
 	}
 	resp := fasthttp.AcquireResponse()
 	watched := d.watch()
-	if watched != nil && watched.Done() == nil {
-		watched = nil // cannot end
+	if _, ok := watched.(watcher); !ok && watched != nil && watched.Done() == nil {
+		watched = nil // cannot end (a watcher can, and Done may allocate)
 	}
 	call := legCall{watched: watched, body: d.bodyCloser()}
 	for {
