@@ -473,7 +473,8 @@ func (st *stream) appendHeaders(end bool, frame int) {
 	c := st.c
 	block := st.hblock
 	if st.clen >= 0 && bodyAllowed(st.status) {
-		block = appendField(block, "Content-Length", strconv.FormatInt(st.clen, 10), false)
+		var num [20]byte
+		block = appendField(block, "Content-Length", string(strconv.AppendInt(num[:0], st.clen, 10)), false)
 		st.hblock = block
 	}
 	c.wbuf = appendHeaderBlock(c.wbuf, st.id, block, end, frame)
