@@ -712,8 +712,14 @@ func hasH2C(upgrade []byte) bool {
 }
 
 func hasToken(v []byte, want string) bool {
-	for _, tok := range splitTokens(v) {
-		if ascii.EqualFold(tok, want) {
+	for len(v) > 0 { // splitTokens's tokens, without its slice
+		tok := v
+		if i := indexByte(v, ','); i >= 0 {
+			tok, v = v[:i], v[i+1:]
+		} else {
+			v = nil
+		}
+		if ascii.EqualFold(trimSpace(tok), want) {
 			return true
 		}
 	}
