@@ -61,6 +61,7 @@ type httpExchange struct {
 	aborted bool    // the answer broke off after part of it was written
 	grpc    bool    // a gRPC call (grpc.go)
 	tr      trace.Request
+	wait    queueDeadline // waitCtx's
 }
 
 var httpExchanges = sync.Pool{New: func() any { return new(httpExchange) }}
@@ -69,7 +70,7 @@ func (e *httpExchange) free() {
 	if e.body != nil {
 		e.body.head.Free()
 	}
-	e.R, e.rec.ResponseWriter, e.body, e.conn = nil, nil, nil, nil
+	e.R, e.rec.ResponseWriter, e.body, e.conn, e.wait = nil, nil, nil, nil, queueDeadline{}
 	httpExchanges.Put(e)
 }
 
