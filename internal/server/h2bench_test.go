@@ -24,6 +24,7 @@ import (
 // h2rig is a levee with an h2c listener in front of fixedBackend, and one
 // client connection to it.
 type h2rig struct {
+	p    *proxy
 	c    net.Conn
 	br   *bufio.Reader
 	henc *hpack.Encoder
@@ -54,7 +55,7 @@ func newH2Rig(tb testing.TB, limits string) *h2rig {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { c.Close() })
-	r := &h2rig{c: c, br: bufio.NewReaderSize(c, 64<<10), id: 1, in: make([]byte, 64<<10),
+	r := &h2rig{p: p, c: c, br: bufio.NewReaderSize(c, 64<<10), id: 1, in: make([]byte, 64<<10),
 		fields: []hpack.HeaderField{{Name: "user-agent", Value: "h2load nghttp2/1.64.0"}, {Name: "accept", Value: "*/*"}}}
 	r.henc = hpack.NewEncoder(&r.hbuf)
 	b := []byte(http2.ClientPreface)
