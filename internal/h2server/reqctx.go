@@ -46,7 +46,13 @@ var (
 var closedDone = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 func (c *reqContext) Deadline() (time.Time, bool) { return c.parent.Deadline() }
-func (c *reqContext) Value(key any) any           { return c.parent.Value(key) }
+
+// Value is the connection's context's, for every key: context's own key
+// of the nearest cancelCtx too, where context.Cause finds no cause while
+// the connection lives, and so returns Err. (A context.WithoutCancel
+// between them would answer that key with nil, but its Value boxes its
+// receiver: an allocation per call.)
+func (c *reqContext) Value(key any) any { return c.parent.Value(key) }
 
 func (c *reqContext) Done() <-chan struct{} {
 	c.mu.Lock()

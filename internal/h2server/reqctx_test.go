@@ -76,8 +76,8 @@ func TestRequestContext(t *testing.T) {
 		case <-time.After(guard):
 			t.Fatal("a request's context did not end after its handler returned")
 		}
-		if ctx.Err() != context.Canceled {
-			t.Fatalf("Err %v, want context.Canceled", ctx.Err())
+		if ctx.Err() != context.Canceled || context.Cause(ctx) != context.Canceled {
+			t.Fatalf("Err %v, Cause %v; want context.Canceled", ctx.Err(), context.Cause(ctx))
 		}
 	}
 }
