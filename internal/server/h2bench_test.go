@@ -168,3 +168,45 @@ func BenchmarkProxyH2(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkProxyH1 is BenchmarkProxyH2/served on HTTP/1.1 (the fasthttp
+// engine), for comparison: a kept connection, GET / and its response
+// read whole into one buffer, in front of the same backend.
+func BenchmarkProxyH1(b *testing.B) {
+	be := fixedBackend(b, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "+fmt.Sprint(len(rawBody))+"\r\n\r\n"+rawBody)
+	p := startProxy(b, fmt.Sprintf("apps:\n  a:\n    hosts: [a.test]\n    backends: [%s]\n", be))
+	c, err := net.Dial("tcp", strings.TrimPrefix(p.URL, "http://"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	req := []byte("GET / HTTP/1.1\r\nHost: a.test\r\nUser-Agent: wrk\r\nAccept: */*\r\n\r\n")
+	body := make([]byte, len(rawBody))
+	get := func() {
+		if _, err := c.Write(req); err != nil {
+			b.Fatal(err)
+		}
+		status, err := br.ReadSlice('\n')
+		if err != nil || !bytes.HasPrefix(status, []byte("HTTP/1.1 200")) {
+			b.Fatalf("%q %v", status, err)
+		}
+		for { // the head; the body is rawBody's length
+			line, err := br.ReadSlice('\n')
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(line) <= 2 {
+				break
+			}
+		}
+		if _, err := io.ReadFull(br, body); err != nil {
+			b.Fatal(err)
+		}
+	}
+	get()
+	b.ReportAllocs()
+	for b.Loop() {
+		get()
+	}
+}
