@@ -93,8 +93,9 @@ type conn struct {
 	// abort cancels their requests' contexts, as it does those of the
 	// streams still open.
 	running *stream
-	// stopParent ends the watch of a ConnContext's context that can end
-	// (nil: none).
+	// base is a ConnContext's context that can end (nil: none), and
+	// stopParent ends its watch (cancelRunning).
+	base       context.Context
 	stopParent func() bool
 
 	hwg    sync.WaitGroup // handler goroutines and the shutdown's writer
@@ -141,7 +142,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 	if ctx.Done() != nil {
 		// The requests' contexts are not its children (reqContext): its
 		// end ends them here.
-		c.stopParent = context.AfterFunc(ctx, c.cancelRunning)
+		c.base, c.stopParent = ctx, context.AfterFunc(ctx, c.cancelRunning)
 	}
 	// The server's preface, first in the buffer whatever follows (a
 	// Shutdown's GOAWAY): its SETTINGS, and the connection window opened

@@ -163,6 +163,11 @@ func (c *conn) endHeaders() error {
 	st.inMap = true
 	st.remoteEnded = hb.endStream
 	c.streams[id] = st
+	if c.base != nil && c.base.Err() != nil {
+		// Under c.mu: cancelRunning, once base has ended, sees st among
+		// c.streams, or has run already.
+		st.sc.ctx.cancel()
+	}
 	if c.handlers >= int(c.maxStrms) {
 		if len(c.pending) >= maxPending*int(c.maxStrms) {
 			c.mu.Unlock()
@@ -392,9 +397,6 @@ func (c *conn) request(st *stream) (http.Handler, bool) {
 	sc := &scope{ctx: reqContext{parent: c.ctx}}
 	sc.w.st = st
 	st.sc = sc
-	if c.ctx.Err() != nil {
-		sc.ctx.cancel()
-	}
 	st.rq = http.Request{
 		Method:        method,
 		URL:           u,

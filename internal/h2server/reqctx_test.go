@@ -2,6 +2,7 @@ package h2server
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/url"
 	"testing"
@@ -115,3 +116,45 @@ func TestReqContextWatch(t *testing.T) {
 		t.Fatalf("ran %s", s)
 	}
 }
+
+// TestConnContextEndEndsRequests: a ConnContext's context that ends ends
+// the contexts of the connection's requests, those running and those
+// that come after, as a child of it would end.
+func TestConnContextEndEndsRequests(t *testing.T) {
+	connCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	started := make(chan struct{}, 2)
+	addr := serve(t, &Server{
+		ConnContext: func(ctx context.Context, _ net.Conn) context.Context {
+			return &connContext{Context: ctx, end: connCtx}
+		},
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			started <- struct{}{}
+			select {
+			case <-r.Context().Done():
+			case <-time.After(guard):
+				t.Error("the request's context did not end with the connection's")
+			}
+		}),
+	})
+	rc := dialRaw(t, addr)
+	rc.get(1, "/", true)
+	<-started
+	cancel()
+	if status, _ := rc.response(1, nil); status != "200" {
+		t.Fatalf("status %s", status)
+	}
+	rc.get(3, "/", true) // its context has ended before it begins
+	if status, _ := rc.response(3, nil); status != "200" {
+		t.Fatalf("status %s", status)
+	}
+}
+
+// connContext is ctx's values that end when end does.
+type connContext struct {
+	context.Context
+	end context.Context
+}
+
+func (c *connContext) Done() <-chan struct{} { return c.end.Done() }
+func (c *connContext) Err() error            { return c.end.Err() }
