@@ -250,6 +250,7 @@ func (st *stream) abandon() {
 	}
 	c.mu.Unlock()
 	if st.sc != nil {
+		st.sc.w.st = nil
 		st.sc.ctx.cancel()
 	}
 	st.free()
