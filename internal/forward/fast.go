@@ -165,7 +165,8 @@ func (p *Pool) forward(d downstream, be *backend, in Body, sh *shape.Checker, pk
 	case in.Whole || bs == nil:
 		if b := whole; len(b) > 0 {
 			// Read whole: count its batch before any backend work.
-			if br := sh.BatchReader(bytes.NewReader(b)); br != nil {
+			if br := sh.BatchReader(nil); br != nil {
+				br.Reset(bytes.NewReader(b)) // a reader made only for a batch limit
 				_, err := io.Copy(io.Discard, br)
 				countItems(in.Items, br)
 				if err != nil {
