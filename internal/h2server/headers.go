@@ -414,7 +414,9 @@ func (c *conn) request(st *stream) (http.Handler, bool) {
 		st.rq.TLS = c.tls
 	}
 	if !hb.endStream {
-		b := &requestBody{c: c, st: st, needsContinue: needsContinue, wake: make(chan struct{}, 1), reqTrailer: trailer}
+		b := &sc.body
+		*b = requestBody{c: c, st: st, needsContinue: needsContinue, reqTrailer: trailer, buf: st.bodyBuf}
+		st.bodyBuf = nil
 		st.body = b
 		st.rq.Body = b
 		if d := c.srv.ReadTimeout; d > 0 {

@@ -7,15 +7,16 @@ import (
 	"time"
 )
 
-// scope is what one request allocates of its own: its ResponseWriter and
-// its context, in one object. Neither is ever reused, so a handler (or a
-// goroutine it started) that keeps either past its return finds them
-// ended, never another request's; what the stream reuses (the request's
-// header map, URL, and the rest of the stream) is not reachable from here
-// once the handler has returned.
+// scope is what one request allocates of its own: its ResponseWriter, its
+// context and its body, in one object. None of them is ever reused, so a
+// handler (or a goroutine it started) that keeps one past its return
+// finds it ended, never another request's; what the stream reuses (the
+// request's header map, URL, body buffer, and the rest of the stream) is
+// not reachable from here once the handler has returned.
 type scope struct {
-	w   responseWriter
-	ctx reqContext
+	w    responseWriter
+	ctx  reqContext
+	body requestBody // the request's Body, if it has one
 }
 
 // reqContext is a request's context: the connection's values and

@@ -67,6 +67,10 @@ type stream struct {
 	url    url.URL
 	reqHdr http.Header
 	vals   []string
+	// bodyBuf is the last request body's buffer, for the next: no one
+	// reads it once its handler has returned (the handler's end sets it
+	// under c.mu, the next request takes it before its stream is shared).
+	bodyBuf []byte
 
 	// The response, the handler's goroutine's.
 	hdr         http.Header
@@ -117,8 +121,17 @@ func (st *stream) free() {
 	case <-ww:
 	default:
 	}
-	*st = stream{hdr: h, hblock: hb, out: out, trailers: tr, wtimer: wt, wwake: ww, reqHdr: rh, vals: vals[:0]}
+	*st = stream{hdr: h, hblock: hb, out: out, trailers: tr, wtimer: wt, wwake: ww, reqHdr: rh, vals: vals[:0],
+		bodyBuf: st.bodyBuf}
 	streamPool.Put(st)
+}
+
+// keepBodyBuf keeps the buffer of st's request body, emptied, for the
+// next request, if it is small enough; c.mu is held.
+func (st *stream) keepBodyBuf(b []byte) {
+	if cap(b) > 0 && cap(b) <= maxFrameSize {
+		st.bodyBuf = b[:0]
+	}
 }
 
 func (st *stream) wakeWriter() {
@@ -186,6 +199,7 @@ func (c *conn) handlerDone(st *stream, w *responseWriter) {
 		if n := len(b.buf) - b.off; n > 0 {
 			c.recvUnsent += int64(n)
 		}
+		st.keepBodyBuf(b.buf)
 		b.buf, b.off, b.closed, b.st = nil, 0, true, nil
 		b.wakeReader()
 	}
@@ -243,6 +257,7 @@ func (st *stream) abandon() {
 		if n := len(b.buf) - b.off; n > 0 {
 			c.recvUnsent += int64(n)
 		}
+		st.keepBodyBuf(b.buf)
 		b.buf, b.off, b.closed, b.st = nil, 0, true, nil
 	}
 	if st.inMap {
@@ -766,8 +781,8 @@ type requestBody struct {
 	deadline      time.Time
 	trailer       http.Header // received
 
-	reqTrailer http.Header // the request's Trailer, declared keys
-	wake       chan struct{}
+	reqTrailer http.Header   // the request's Trailer, declared keys
+	wake       chan struct{} // made on the reader's first wait; under c.mu
 	timer      *time.Timer
 }
 
@@ -828,6 +843,11 @@ func (b *requestBody) Read(p []byte) (int, error) {
 			continue
 		}
 		dl := b.deadline
+		if b.wake == nil {
+			// Made by the reader, under c.mu, before its first wait: a
+			// body that came before it is read needs none.
+			b.wake = make(chan struct{}, 1)
+		}
 		c.mu.Unlock()
 		if !dl.IsZero() && !timeNow().Before(dl) {
 			return 0, os.ErrDeadlineExceeded
