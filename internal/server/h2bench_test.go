@@ -35,16 +35,18 @@ type h2rig struct {
 	id   uint32
 	// fields are the request's, after the pseudo-fields.
 	fields []hpack.HeaderField
+	// body, if set, makes the request a POST of it, with its length.
+	body []byte
 }
 
-// rawBody is the backend's answer's body.
-var rawBody = strings.Repeat("x", 100)
+// rawBody is the backend's answer's body, and a POST's.
+var rawBody, rawBodyLen = strings.Repeat("x", 100), "100"
 
 // newH2Rig starts levee with limits (YAML under the app, "" none) and
 // connects to it.
 func newH2Rig(tb testing.TB, limits string) *h2rig {
 	tb.Helper()
-	be := fixedBackend(tb, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "+fmt.Sprint(len(rawBody))+"\r\n\r\n"+rawBody)
+	be := fixedBackend(tb, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "+rawBodyLen+"\r\n\r\n"+rawBody)
 	cfg := fmt.Sprintf("listen: [{addr: 127.0.0.1:0, h2c: true}]\napps:\n  a:\n    hosts: [a.test]\n    backends: [%s]\n", be)
 	if limits != "" {
 		cfg += "    " + limits + "\n"
@@ -73,21 +75,31 @@ func appendFrame(b []byte, t http2.FrameType, flags http2.Flags, id uint32, p []
 	return append(b, p...)
 }
 
-// get sends GET / for a.test and reads its response to the stream's end:
-// the status's HPACK byte (0x88 is 200 indexed, as levee sends it; 0 for
-// another) and the body's length.
+// get sends GET / for a.test (or POST r.body) and reads its response to
+// the stream's end: the status's HPACK byte (0x88 is 200 indexed, as
+// levee sends it; 0 for another) and the body's length.
 func (r *h2rig) get(tb testing.TB) (status byte, n int) {
 	r.hbuf.Reset()
-	for _, f := range [...]hpack.HeaderField{{Name: ":method", Value: "GET"}, {Name: ":scheme", Value: "http"},
+	method, end := "GET", http2.FlagHeadersEndStream
+	if r.body != nil {
+		method, end = "POST", 0
+	}
+	for _, f := range [...]hpack.HeaderField{{Name: ":method", Value: method}, {Name: ":scheme", Value: "http"},
 		{Name: ":authority", Value: "a.test"}, {Name: ":path", Value: "/"}} {
 		r.henc.WriteField(f)
 	}
 	for _, f := range r.fields {
 		r.henc.WriteField(f)
 	}
+	if r.body != nil {
+		r.henc.WriteField(hpack.HeaderField{Name: "content-length", Value: rawBodyLen})
+	}
 	id := r.id
 	r.id += 2
-	r.out = appendFrame(r.out[:0], http2.FrameHeaders, http2.FlagHeadersEndHeaders|http2.FlagHeadersEndStream, id, r.hbuf.Bytes())
+	r.out = appendFrame(r.out[:0], http2.FrameHeaders, http2.FlagHeadersEndHeaders|end, id, r.hbuf.Bytes())
+	if r.body != nil {
+		r.out = appendFrame(r.out, http2.FrameData, http2.FlagDataEndStream, id, r.body)
+	}
 	if _, err := r.c.Write(r.out); err != nil {
 		tb.Fatal(err)
 	}
@@ -123,14 +135,23 @@ func (r *h2rig) get(tb testing.TB) (status byte, n int) {
 }
 
 // fixedBackend answers every request on a connection with answer, read up
-// to its blank line (requests have no body); it returns its address.
+// to its blank line and past a body of rawBody's length if it says it has
+// one; it returns its address.
 func fixedBackend(tb testing.TB, answer string) string {
-	out := []byte(answer)
+	out, body := []byte(answer), make([]byte, len(rawBody))
+	cl := []byte("content-length: " + rawBodyLen + "\r\n")
 	return scriptBackend(tb, func(c net.Conn, br *bufio.Reader) {
+		withBody := false // the first request's head is read already: a GET
 		for {
+			if withBody {
+				if _, err := io.ReadFull(br, body); err != nil {
+					return
+				}
+			}
 			if _, err := c.Write(out); err != nil {
 				return
 			}
+			withBody = false
 			for { // the next request's head
 				line, err := br.ReadSlice('\n')
 				if err != nil {
@@ -139,6 +160,7 @@ func fixedBackend(tb testing.TB, answer string) string {
 				if len(line) <= 2 && (len(line) == 1 || line[0] == '\r') {
 					break
 				}
+				withBody = withBody || bytes.EqualFold(line, cl)
 			}
 		}
 	})
@@ -173,7 +195,7 @@ func BenchmarkProxyH2(b *testing.B) {
 // engine), for comparison: a kept connection, GET / and its response
 // read whole into one buffer, in front of the same backend.
 func BenchmarkProxyH1(b *testing.B) {
-	be := fixedBackend(b, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "+fmt.Sprint(len(rawBody))+"\r\n\r\n"+rawBody)
+	be := fixedBackend(b, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "+rawBodyLen+"\r\n\r\n"+rawBody)
 	p := startProxy(b, fmt.Sprintf("apps:\n  a:\n    hosts: [a.test]\n    backends: [%s]\n", be))
 	c, err := net.Dial("tcp", strings.TrimPrefix(p.URL, "http://"))
 	if err != nil {
