@@ -167,18 +167,27 @@ func fixedBackend(tb testing.TB, answer string) string {
 }
 
 // BenchmarkProxyH2 is one proxied h2c request, with levee's allocations
-// alone (h2rig): served, and refused at a full queue.
+// alone (h2rig): a GET served, a POST served, and a GET refused (rate).
 func BenchmarkProxyH2(b *testing.B) {
-	b.Run("served", func(b *testing.B) {
-		r := newH2Rig(b, "")
-		r.get(b)
-		b.ReportAllocs()
-		for b.Loop() {
-			if st, n := r.get(b); st != 0x88 || n != len(rawBody) {
-				b.Fatalf("status %#x, %d bytes", st, n)
-			}
+	for _, post := range []bool{false, true} {
+		name := "served"
+		if post {
+			name = "post"
 		}
-	})
+		b.Run(name, func(b *testing.B) {
+			r := newH2Rig(b, "")
+			if post {
+				r.body = []byte(rawBody)
+			}
+			r.get(b)
+			b.ReportAllocs()
+			for b.Loop() {
+				if st, n := r.get(b); st != 0x88 || n != len(rawBody) {
+					b.Fatalf("status %#x, %d bytes", st, n)
+				}
+			}
+		})
+	}
 	b.Run("refused", func(b *testing.B) {
 		r := newH2Rig(b, "limits: {rate: 1/m, burst: 1}")
 		r.get(b) // spends the burst
