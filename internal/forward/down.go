@@ -49,6 +49,10 @@ type downstream interface {
 	// respond takes resp's status and end-to-end fields as the answer's;
 	// nothing is written to the client yet.
 	respond(resp *fasthttp.Response)
+	// newBody is where passBody makes the answer's body: a new one, or
+	// one of the downstream's own where nothing holds it once forward
+	// has returned.
+	newBody() *fastBody
 	// send writes the answer respond began, with b as its body (n bytes,
 	// -1 unknown; nil b: no body), and closes b when it is written or
 	// failed (CloseWithError); that may be after forward returns.
@@ -89,6 +93,9 @@ func (d fastDown) idempotent() bool                { return isIdempotent(&d.c.Re
 func (d fastDown) head() bool                      { return d.c.IsHead() }
 func (d fastDown) respond(resp *fasthttp.Response) { copyResponse(&d.c.Response, resp) }
 
+// newBody is a new body: fasthttp writes it after the handler returns.
+func (d fastDown) newBody() *fastBody { return new(fastBody) }
+
 // send hands b to fasthttp, which writes it after the handler returns and
 // then closes it.
 func (d fastDown) send(b *fastBody, n int) {
@@ -116,6 +123,10 @@ type httpDown struct {
 	code int                      // the status respond took
 	// fields is respond's scratch, kept with the pooled httpDown.
 	fields fieldScratch
+	// body is newBody's: send writes it whole, and closes it, before
+	// ServeRequest returns; a body that failed before it was sent is
+	// dropped there too (bodyFailed).
+	body fastBody
 	// aborted: the answer was cut short after part of it was written.
 	aborted bool
 }
@@ -261,6 +272,8 @@ func appendCanonical(b, k []byte) []byte {
 	}
 	return b
 }
+
+func (d *httpDown) newBody() *fastBody { return &d.body }
 
 // send writes the status, then b's bytes as they come. A body without a
 // length, or an event stream, is flushed at each read, as it arrives;

@@ -272,7 +272,8 @@ func (p *Pool) passBody(d downstream, be *backend, resp *fasthttp.Response, bs i
 	n := resp.Header.ContentLength()
 	pk.code = resp.StatusCode()
 	now := time.Now()
-	fb := &fastBody{p: p, resp: resp, r: bs, slot: pk, d: d, start: now}
+	fb := d.newBody()
+	*fb = fastBody{p: p, resp: resp, r: bs, slot: pk, d: d, start: now}
 	if wt := p.writeTimeout; wt > 0 {
 		fb.limit = now.Add(wt)
 	}
