@@ -7,6 +7,9 @@ import (
 	"net/url"
 	"testing"
 	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 )
 
 // TestParseOriginAsNetURL: where parseOrigin takes a :path, it gives the
@@ -158,3 +161,34 @@ type connContext struct {
 
 func (c *connContext) Done() <-chan struct{} { return c.end.Done() }
 func (c *connContext) Err() error            { return c.end.Err() }
+
+// TestConnEndEndsAnsweredRequests: the connection's end ends the context
+// of a handler still running after its stream has left the connection
+// (a HEAD answered and flushed, both ends closed), as it ends those of
+// the streams still open.
+func TestConnEndEndsAnsweredRequests(t *testing.T) {
+	ended := make(chan bool, 1)
+	addr := serve(t, &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+		w.(http.Flusher).Flush() // the stream's last frame: it leaves c.streams
+		select {
+		case <-r.Context().Done():
+			ended <- true
+		case <-time.After(guard):
+			ended <- false
+		}
+	})})
+	rc := dialRaw(t, addr)
+	rc.hbuf.Reset()
+	for _, f := range [][2]string{{":method", "HEAD"}, {":scheme", "http"}, {":authority", "test"}, {":path", "/"}} {
+		rc.henc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	rc.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: rc.hbuf.Bytes(), EndStream: true, EndHeaders: true})
+	if status, _ := rc.response(1, nil); status != "204" {
+		t.Fatalf("status %s", status)
+	}
+	rc.c.Close()
+	if !<-ended {
+		t.Fatal("the handler's context did not end with its connection")
+	}
+}
