@@ -40,8 +40,11 @@ func ParseMillis(s string) (time.Duration, bool) {
 }
 
 // FormatMillis writes d as a Levee-Deadline value (negative: 0).
-func FormatMillis(d time.Duration) string {
-	return strconv.FormatInt(max(int64(d/time.Millisecond), 0), 10)
+func FormatMillis(d time.Duration) string { return string(AppendMillis(nil, d)) }
+
+// AppendMillis appends FormatMillis(d) to b.
+func AppendMillis(b []byte, d time.Duration) []byte {
+	return strconv.AppendInt(b, max(int64(d/time.Millisecond), 0), 10)
 }
 
 // grpcUnits are grpc-timeout's units, largest first.
@@ -78,18 +81,21 @@ func ParseGRPCTimeout(s string) (time.Duration, bool) {
 // FormatGRPCTimeout writes d as a grpc-timeout value: in the finest unit
 // that fits 8 digits, rounded up so a deadline is never made shorter
 // than the caller's by the rounding (negative or zero: 0n).
-func FormatGRPCTimeout(d time.Duration) string {
+func FormatGRPCTimeout(d time.Duration) string { return string(AppendGRPCTimeout(nil, d)) }
+
+// AppendGRPCTimeout appends FormatGRPCTimeout(d) to b.
+func AppendGRPCTimeout(b []byte, d time.Duration) []byte {
 	if d <= 0 {
-		return "0n"
+		return append(b, "0n"...)
 	}
 	const most = 1e8 - 1
 	for i := len(grpcUnits) - 1; i >= 0; i-- {
 		u := grpcUnits[i]
 		if n := (d + u.d - 1) / u.d; n <= most {
-			return strconv.FormatInt(int64(n), 10) + string(u.c)
+			return append(strconv.AppendInt(b, int64(n), 10), u.c)
 		}
 	}
-	return strconv.Itoa(most) + "H"
+	return append(strconv.AppendInt(b, most, 10), 'H')
 }
 
 // Left is the time a request that arrived at start has once it is sent

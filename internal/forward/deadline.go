@@ -17,8 +17,9 @@ import (
 // the client's grpc-timeout.
 func (p *Pool) handOnDeadline(out *fasthttp.RequestHeader, at time.Time) {
 	left := at.Sub(p.clk.Now())
-	out.Set(deadline.Header, deadline.FormatMillis(left))
+	var buf [24]byte // the values are copied
+	out.SetBytesV(deadline.Header, deadline.AppendMillis(buf[:0], left))
 	if reply.IsGRPC(out.ContentType()) {
-		out.Set(deadline.GRPCHeader, deadline.FormatGRPCTimeout(left))
+		out.SetBytesV(deadline.GRPCHeader, deadline.AppendGRPCTimeout(buf[:0], left))
 	}
 }

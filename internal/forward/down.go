@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/leveeproxy/levee/internal/admit"
 	"github.com/leveeproxy/levee/internal/clientkey"
@@ -48,6 +49,10 @@ type downstream interface {
 	// respond takes resp's status and end-to-end fields as the answer's;
 	// nothing is written to the client yet.
 	respond(resp *fasthttp.Response)
+	// newBody is where passBody makes the answer's body: a new one, or
+	// one of the downstream's own where nothing holds it once forward
+	// has returned.
+	newBody() *fastBody
 	// send writes the answer respond began, with b as its body (n bytes,
 	// -1 unknown; nil b: no body), and closes b when it is written or
 	// failed (CloseWithError); that may be after forward returns.
@@ -88,6 +93,9 @@ func (d fastDown) idempotent() bool                { return isIdempotent(&d.c.Re
 func (d fastDown) head() bool                      { return d.c.IsHead() }
 func (d fastDown) respond(resp *fasthttp.Response) { copyResponse(&d.c.Response, resp) }
 
+// newBody is a new body: fasthttp writes it after the handler returns.
+func (d fastDown) newBody() *fastBody { return new(fastBody) }
+
 // send hands b to fasthttp, which writes it after the handler returns and
 // then closes it.
 func (d fastDown) send(b *fastBody, n int) {
@@ -113,6 +121,12 @@ type httpDown struct {
 	r    *http.Request
 	rc   *http.ResponseController // made on first use
 	code int                      // the status respond took
+	// fields is respond's scratch, kept with the pooled httpDown.
+	fields fieldScratch
+	// body is newBody's: send writes it whole, and closes it, before
+	// ServeRequest returns; a body that failed before it was sent is
+	// dropped there too (bodyFailed).
+	body fastBody
 	// aborted: the answer was cut short after part of it was written.
 	aborted bool
 }
@@ -188,17 +202,78 @@ func (d *httpDown) bodyCloser() io.Closer {
 func (d *httpDown) idempotent() bool { return isIdempotentMethod(d.r.Method) }
 func (d *httpDown) head() bool       { return d.r.Method == http.MethodHead }
 
+// respond copies the fields in two allocations, whatever their number:
+// one string holds every name (canonical) and value, and one array every
+// field's value slice (of capacity one, so that an append to it copies).
+// Neither is reused: the handler's header map may be read until the
+// stream is done with it. (d.fields is reused: it is copied.)
 func (d *httpDown) respond(resp *fasthttp.Response) {
 	h := d.w.Header()
+	b, lens := d.fields.buf[:0], d.fields.lens[:0]
 	endToEnd(&resp.Header, func(k, v []byte) {
-		key := http.CanonicalHeaderKey(string(k))
-		h[key] = append(h[key], string(v))
+		n := len(b)
+		if httpguts.ValidHeaderFieldName(string(k)) {
+			b = appendCanonical(b, k)
+		} else {
+			b = append(b, k...) // as http.CanonicalHeaderKey leaves it
+		}
+		b = append(b, v...)
+		lens = append(lens, len(b)-n-len(v), len(v))
 	})
-	if n := resp.Header.ContentLength(); n >= 0 {
-		h["Content-Length"] = []string{strconv.Itoa(n)}
+	cl := resp.Header.ContentLength()
+	if cl >= 0 {
+		n := len(b)
+		b = strconv.AppendInt(b, int64(cl), 10)
+		lens = append(lens, 0, len(b)-n)
 	}
+	d.fields.buf, d.fields.lens = b, lens
 	d.code = resp.StatusCode()
+	if len(lens) == 0 {
+		return
+	}
+	all, vals := string(b), make([]string, len(lens)/2)
+	off := 0
+	for i := range vals {
+		klen, vlen := lens[2*i], lens[2*i+1]
+		key := all[off : off+klen]
+		if cl >= 0 && i == len(vals)-1 {
+			key = "Content-Length"
+			delete(h, key)
+		}
+		vals[i] = all[off+klen : off+klen+vlen]
+		if vv, ok := h[key]; ok {
+			h[key] = append(vv, vals[i])
+		} else {
+			h[key] = vals[i : i+1 : i+1]
+		}
+		off += klen + vlen
+	}
 }
+
+// fieldScratch is where respond gathers a response's fields before it
+// copies them at once.
+type fieldScratch struct {
+	buf  []byte
+	lens []int // name and value lengths, in turn
+}
+
+// appendCanonical appends the valid field name k in its canonical form,
+// as http.CanonicalHeaderKey gives it.
+func appendCanonical(b, k []byte) []byte {
+	upper := true
+	for _, c := range k {
+		if upper && 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
+		} else if !upper && 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		b = append(b, c)
+		upper = c == '-'
+	}
+	return b
+}
+
+func (d *httpDown) newBody() *fastBody { return &d.body }
 
 // send writes the status, then b's bytes as they come. A body without a
 // length, or an event stream, is flushed at each read, as it arrives;
@@ -301,10 +376,15 @@ func (nopSlot) Release() {}
 // would leave slot held: there is none.
 func (p *Pool) ServeRequest(w http.ResponseWriter, r *http.Request, body Body, sh *shape.Checker, slot admit.Releaser) (aborted bool) {
 	d := httpDowns.Get().(*httpDown)
-	*d = httpDown{w: w, r: r}
+	fields := d.fields
+	*d = httpDown{w: w, r: r, fields: fields}
 	p.serve(d, body, sh, slot)
 	aborted = d.aborted
-	*d = httpDown{}
+	fields = d.fields
+	if cap(fields.buf) > 16<<10 {
+		fields = fieldScratch{}
+	}
+	*d = httpDown{fields: fields}
 	httpDowns.Put(d)
 	return aborted
 }

@@ -165,7 +165,8 @@ func (p *Pool) forward(d downstream, be *backend, in Body, sh *shape.Checker, pk
 	case in.Whole || bs == nil:
 		if b := whole; len(b) > 0 {
 			// Read whole: count its batch before any backend work.
-			if br := sh.BatchReader(bytes.NewReader(b)); br != nil {
+			if br := sh.BatchReader(nil); br != nil {
+				br.Reset(bytes.NewReader(b)) // a reader made only for a batch limit
 				_, err := io.Copy(io.Discard, br)
 				countItems(in.Items, br)
 				if err != nil {
@@ -207,8 +208,8 @@ func (p *Pool) forward(d downstream, be *backend, in Body, sh *shape.Checker, pk
 	}
 	resp := fasthttp.AcquireResponse()
 	watched := d.watch()
-	if watched != nil && watched.Done() == nil {
-		watched = nil // cannot end
+	if _, ok := watched.(watcher); !ok && watched != nil && watched.Done() == nil {
+		watched = nil // cannot end (a watcher can, and Done may allocate)
 	}
 	call := legCall{watched: watched, body: d.bodyCloser()}
 	for {
@@ -271,7 +272,8 @@ func (p *Pool) passBody(d downstream, be *backend, resp *fasthttp.Response, bs i
 	n := resp.Header.ContentLength()
 	pk.code = resp.StatusCode()
 	now := time.Now()
-	fb := &fastBody{p: p, resp: resp, r: bs, slot: pk, d: d, start: now}
+	fb := d.newBody()
+	*fb = fastBody{p: p, resp: resp, r: bs, slot: pk, d: d, start: now}
 	if wt := p.writeTimeout; wt > 0 {
 		fb.limit = now.Add(wt)
 	}
@@ -712,8 +714,14 @@ func hasH2C(upgrade []byte) bool {
 }
 
 func hasToken(v []byte, want string) bool {
-	for _, tok := range splitTokens(v) {
-		if ascii.EqualFold(tok, want) {
+	for len(v) > 0 { // splitTokens's tokens, without its slice
+		tok := v
+		if i := indexByte(v, ','); i >= 0 {
+			tok, v = v[:i], v[i+1:]
+		} else {
+			v = nil
+		}
+		if ascii.EqualFold(trimSpace(tok), want) {
 			return true
 		}
 	}

@@ -89,6 +89,15 @@ type conn struct {
 	werr      error
 	wdeadline bool // a write deadline is set on nc
 
+	// running lists the streams whose handler runs (linked by runNext):
+	// abort cancels their requests' contexts, as it does those of the
+	// streams still open.
+	running *stream
+	// base is a ConnContext's context that can end (nil: none), and
+	// stopParent ends its watch (cancelRunning).
+	base       context.Context
+	stopParent func() bool
+
 	hwg    sync.WaitGroup // handler goroutines and the shutdown's writer
 	spares spares         // goroutines kept for the next handler (spare.go)
 }
@@ -130,6 +139,11 @@ func newConn(s *Server, nc net.Conn) *conn {
 		ctx = s.ConnContext(ctx, nc)
 	}
 	c.ctx, c.cancel = context.WithCancel(ctx)
+	if ctx.Done() != nil {
+		// The requests' contexts are not its children (reqContext): its
+		// end ends them here.
+		c.base, c.stopParent = ctx, context.AfterFunc(ctx, c.cancelRunning)
+	}
 	// The server's preface, first in the buffer whatever follows (a
 	// Shutdown's GOAWAY): its SETTINGS, and the connection window opened
 	// to connRecvWindow.
@@ -562,8 +576,8 @@ func (c *conn) closeStreamLocked(st *stream, err error) {
 		b.wakeReader()
 	}
 	c.removeStreamLocked(st)
-	if st.cancel != nil {
-		st.cancel()
+	if st.sc != nil {
+		st.sc.ctx.cancel()
 	}
 	st.wakeWriter()
 }
@@ -818,6 +832,9 @@ func (c *conn) onIdle() {
 // finish ends the connection: every stream is closed, its handlers'
 // contexts cancelled; it returns once they have all returned.
 func (c *conn) finish() {
+	if c.stopParent != nil {
+		c.stopParent()
+	}
 	c.abort()
 	c.nc.Close()
 	c.hwg.Wait()
@@ -831,6 +848,7 @@ func (c *conn) abort() {
 	for _, st := range c.streams {
 		c.closeStreamLocked(st, errClientDisconnected)
 	}
+	c.cancelRunningLocked()
 	pending := c.pending
 	c.pending = nil
 	if c.idleTimer != nil {
@@ -841,4 +859,49 @@ func (c *conn) abort() {
 	for _, st := range pending {
 		st.abandon()
 	}
+}
+
+// linkRunningLocked adds st, whose handler starts, to c.running; c.mu is
+// held.
+func (c *conn) linkRunningLocked(st *stream) {
+	st.runPrev, st.runNext = nil, c.running
+	if c.running != nil {
+		c.running.runPrev = st
+	}
+	c.running = st
+}
+
+// unlinkRunningLocked takes st, whose handler returned, off c.running;
+// c.mu is held.
+func (c *conn) unlinkRunningLocked(st *stream) {
+	if st.runPrev != nil {
+		st.runPrev.runNext = st.runNext
+	} else if c.running == st {
+		c.running = st.runNext
+	}
+	if st.runNext != nil {
+		st.runNext.runPrev = st.runPrev
+	}
+	st.runPrev, st.runNext = nil, nil
+}
+
+// cancelRunningLocked cancels the contexts of the requests whose handlers
+// run; c.mu is held.
+func (c *conn) cancelRunningLocked() {
+	for st := c.running; st != nil; st = st.runNext {
+		st.sc.ctx.cancel()
+	}
+}
+
+// cancelRunning is cancelRunningLocked for a ConnContext's context that
+// ended.
+func (c *conn) cancelRunning() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, st := range c.streams {
+		if st.sc != nil {
+			st.sc.ctx.cancel()
+		}
+	}
+	c.cancelRunningLocked()
 }

@@ -1,11 +1,11 @@
 package h2server
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"net/textproto"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -163,6 +163,11 @@ func (c *conn) endHeaders() error {
 	st.inMap = true
 	st.remoteEnded = hb.endStream
 	c.streams[id] = st
+	if c.base != nil && c.base.Err() != nil {
+		// Under c.mu: cancelRunning, once base has ended, sees st among
+		// c.streams, or has run already.
+		st.sc.ctx.cancel()
+	}
 	if c.handlers >= int(c.maxStrms) {
 		if len(c.pending) >= maxPending*int(c.maxStrms) {
 			c.mu.Unlock()
@@ -175,6 +180,7 @@ func (c *conn) endHeaders() error {
 	}
 	c.handlers++
 	c.hwg.Add(1)
+	c.linkRunningLocked(st)
 	c.mu.Unlock()
 	c.spawn(st, handler)
 	return nil
@@ -295,10 +301,16 @@ func (c *conn) request(st *stream) (http.Handler, bool) {
 	}
 	regular := hb.fields[len(hb.fields)-nreg:]
 
-	// One allocation for every value: each field's slice has a capacity of
-	// one, so an append to it copies instead of overwriting the next.
-	vals := make([]string, len(regular))
-	header := make(http.Header, len(regular))
+	// The stream's map and values, reused: each field's slice has a
+	// capacity of one, so an append to it copies instead of overwriting
+	// the next.
+	vals := slices.Grow(st.vals[:0], len(regular))[:len(regular)]
+	st.vals = vals
+	header := st.reqHdr
+	if header == nil {
+		header = make(http.Header, len(regular))
+		st.reqHdr = header
+	}
 	var cookies int
 	for i := range regular {
 		f := &regular[i]
@@ -354,15 +366,17 @@ func (c *conn) request(st *stream) (http.Handler, bool) {
 	}
 	delete(header, "Trailer")
 
-	var u *url.URL
+	u := &st.url
 	var requestURI string
 	if method == "CONNECT" {
-		u, requestURI = &url.URL{Host: authority}, authority
-	} else {
-		var err error
-		if u, err = url.ParseRequestURI(path); err != nil {
+		*u, requestURI = url.URL{Host: authority}, authority
+	} else if !parseOrigin(u, path) {
+		p, err := url.ParseRequestURI(path)
+		if err != nil {
 			return nil, false
 		}
+		*u, requestURI = *p, path
+	} else {
 		requestURI = path
 	}
 
@@ -380,9 +394,10 @@ func (c *conn) request(st *stream) (http.Handler, bool) {
 			st.declLen = cl
 		}
 	}
-	ctx, cancel := context.WithCancel(c.ctx)
-	st.cancel = cancel
-	req := &http.Request{
+	sc := &scope{ctx: reqContext{parent: c.ctx}}
+	sc.w.st = st
+	st.sc = sc
+	st.rq = http.Request{
 		Method:        method,
 		URL:           u,
 		Proto:         "HTTP/2.0",
@@ -396,17 +411,21 @@ func (c *conn) request(st *stream) (http.Handler, bool) {
 		Body:          http.NoBody,
 	}
 	if scheme == "https" {
-		req.TLS = c.tls
+		st.rq.TLS = c.tls
 	}
 	if !hb.endStream {
-		b := &requestBody{c: c, st: st, needsContinue: needsContinue, wake: make(chan struct{}, 1), reqTrailer: trailer}
+		b := &sc.body
+		*b = requestBody{c: c, st: st, needsContinue: needsContinue, reqTrailer: trailer, buf: st.bodyBuf}
+		st.bodyBuf = nil
 		st.body = b
-		req.Body = b
+		st.rq.Body = b
 		if d := c.srv.ReadTimeout; d > 0 {
 			b.deadline = timeNow().Add(d)
 		}
 	}
-	st.req = req.WithContext(ctx)
+	// The handler's own copy, with the context (the copy is the only way
+	// to set it): rq stays the stream's.
+	st.req = st.rq.WithContext(&sc.ctx)
 	st.isHead = method == "HEAD"
 	if d := c.srv.WriteTimeout; d > 0 {
 		st.writeDeadline = timeNow().Add(d)
@@ -431,4 +450,53 @@ func optionsStar(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength != 0 {
 		io.Copy(io.Discard, io.LimitReader(r.Body, 256<<10))
 	}
+}
+
+// parseOrigin parses an origin-form :path into u as url.ParseRequestURI
+// would, when that is plain: a path of characters that need no escape,
+// then perhaps a query. It reports false, leaving u as it was, for any
+// other (then url.ParseRequestURI parses it, allocating its URL).
+func parseOrigin(u *url.URL, s string) bool {
+	if len(s) == 0 || s[0] != '/' {
+		return false
+	}
+	path, query, hasQuery := s, "", false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '?' {
+			path, query, hasQuery = s[:i], s[i+1:], true
+			break
+		}
+		if !pathChar(c) {
+			return false
+		}
+	}
+	for i := 0; i < len(query); i++ {
+		if c := query[i]; c < ' ' || c == 0x7f {
+			return false // ParseRequestURI refuses control characters
+		}
+	}
+	*u = url.URL{Path: path}
+	if hasQuery {
+		if query == "" {
+			u.ForceQuery = true
+		} else {
+			u.RawQuery = query
+		}
+	}
+	return true
+}
+
+// pathChar reports whether c stands for itself in a URL path: net/url
+// neither unescapes nor escapes it there (shouldEscape, encodePath).
+func pathChar(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	switch c {
+	case '-', '_', '.', '~', '$', '&', '+', ',', '/', ':', ';', '=', '@':
+		return true
+	}
+	return false
 }

@@ -530,7 +530,9 @@ func TestContentLengthMismatch(t *testing.T) {
 	addr := serve(t, &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, err := io.ReadAll(r.Body)
 		if err != nil {
-			readErr.Store(err.Error())
+			if r.ContentLength == 10 { // the short body's (the long one's may come later)
+				readErr.Store(err.Error())
+			}
 			w.WriteHeader(400)
 		}
 	})})

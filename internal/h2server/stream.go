@@ -1,10 +1,10 @@
 package h2server
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"runtime"
 	"strconv"
@@ -52,10 +52,25 @@ type stream struct {
 
 	// Set before the handler starts, then the handler's.
 	req           *http.Request
-	cancel        context.CancelFunc
+	sc            *scope       // the request's ResponseWriter and context
 	handler       http.Handler // a stream waiting for its handler goroutine
 	isHead        bool
 	writeDeadline time.Time
+	// runPrev and runNext link the streams whose handler runs (c.running);
+	// under c.mu.
+	runPrev, runNext *stream
+
+	// What the request is built from, reused by the next stream: the
+	// handler's request is a copy of rq (http.Request.WithContext) that
+	// points to url and reqHdr, whose values are in vals.
+	rq     http.Request
+	url    url.URL
+	reqHdr http.Header
+	vals   []string
+	// bodyBuf is the last request body's buffer, for the next: no one
+	// reads it once its handler has returned (the handler's end sets it
+	// under c.mu, the next request takes it before its stream is shared).
+	bodyBuf []byte
 
 	// The response, the handler's goroutine's.
 	hdr         http.Header
@@ -90,6 +105,15 @@ func (st *stream) free() {
 	if len(h) > 64 {
 		h = nil
 	}
+	rh, vals := st.reqHdr, st.vals
+	clear(rh)
+	if len(rh) > 64 {
+		rh = nil
+	}
+	clear(vals)
+	if cap(vals) > 64 {
+		vals = nil
+	}
 	if cap(out) > 4*outSize {
 		out = nil
 	}
@@ -97,8 +121,17 @@ func (st *stream) free() {
 	case <-ww:
 	default:
 	}
-	*st = stream{hdr: h, hblock: hb, out: out, trailers: tr, wtimer: wt, wwake: ww}
+	*st = stream{hdr: h, hblock: hb, out: out, trailers: tr, wtimer: wt, wwake: ww, reqHdr: rh, vals: vals[:0],
+		bodyBuf: st.bodyBuf}
 	streamPool.Put(st)
+}
+
+// keepBodyBuf keeps the buffer of st's request body, emptied, for the
+// next request, if it is small enough; c.mu is held.
+func (st *stream) keepBodyBuf(b []byte) {
+	if cap(b) > 0 && cap(b) <= maxFrameSize {
+		st.bodyBuf = b[:0]
+	}
 }
 
 func (st *stream) wakeWriter() {
@@ -117,7 +150,7 @@ func (st *stream) refundLocked(n int64) {
 
 // run runs the handler on the stream's goroutine.
 func (st *stream) run(h http.Handler) {
-	w := &responseWriter{st: st}
+	w := &st.sc.w
 	defer st.c.handlerDone(st, w)
 	didPanic := true
 	defer func() {
@@ -166,6 +199,7 @@ func (c *conn) handlerDone(st *stream, w *responseWriter) {
 		if n := len(b.buf) - b.off; n > 0 {
 			c.recvUnsent += int64(n)
 		}
+		st.keepBodyBuf(b.buf)
 		b.buf, b.off, b.closed, b.st = nil, 0, true, nil
 		b.wakeReader()
 	}
@@ -182,6 +216,7 @@ func (c *conn) handlerDone(st *stream, w *responseWriter) {
 	}
 	c.removeBlockedLocked(st)
 	c.handlers--
+	c.unlinkRunningLocked(st)
 	var next []*stream
 	for len(c.pending) > 0 {
 		s := c.pending[0]
@@ -193,13 +228,14 @@ func (c *conn) handlerDone(st *stream, w *responseWriter) {
 		}
 		c.handlers++
 		c.hwg.Add(1)
+		c.linkRunningLocked(s)
 		h := s.handler
 		s.handler = nil
 		c.spawn(s, h)
 		break
 	}
 	c.mu.Unlock()
-	st.cancel()
+	st.sc.ctx.cancel()
 	if rst {
 		c.lockWrite()
 		c.wbuf = appendRSTStream(c.wbuf, st.id, code)
@@ -221,14 +257,16 @@ func (st *stream) abandon() {
 		if n := len(b.buf) - b.off; n > 0 {
 			c.recvUnsent += int64(n)
 		}
+		st.keepBodyBuf(b.buf)
 		b.buf, b.off, b.closed, b.st = nil, 0, true, nil
 	}
 	if st.inMap {
 		c.closeStreamLocked(st, errStreamClosed)
 	}
 	c.mu.Unlock()
-	if st.cancel != nil {
-		st.cancel()
+	if st.sc != nil {
+		st.sc.w.st = nil
+		st.sc.ctx.cancel()
 	}
 	st.free()
 }
@@ -451,7 +489,8 @@ func (st *stream) appendHeaders(end bool, frame int) {
 	c := st.c
 	block := st.hblock
 	if st.clen >= 0 && bodyAllowed(st.status) {
-		block = appendField(block, "Content-Length", strconv.FormatInt(st.clen, 10), false)
+		var num [20]byte
+		block = appendField(block, "Content-Length", string(strconv.AppendInt(num[:0], st.clen, 10)), false)
 		st.hblock = block
 	}
 	c.wbuf = appendHeaderBlock(c.wbuf, st.id, block, end, frame)
@@ -742,8 +781,8 @@ type requestBody struct {
 	deadline      time.Time
 	trailer       http.Header // received
 
-	reqTrailer http.Header // the request's Trailer, declared keys
-	wake       chan struct{}
+	reqTrailer http.Header   // the request's Trailer, declared keys
+	wake       chan struct{} // made on the reader's first wait; under c.mu
 	timer      *time.Timer
 }
 
@@ -804,6 +843,11 @@ func (b *requestBody) Read(p []byte) (int, error) {
 			continue
 		}
 		dl := b.deadline
+		if b.wake == nil {
+			// Made by the reader, under c.mu, before its first wait: a
+			// body that came before it is read needs none.
+			b.wake = make(chan struct{}, 1)
+		}
 		c.mu.Unlock()
 		if !dl.IsZero() && !timeNow().Before(dl) {
 			return 0, os.ErrDeadlineExceeded

@@ -365,6 +365,9 @@ func (m MinRate) WriteDeadline(start, now time.Time, n int64, limit time.Time) t
 }
 
 func isTimeout(err error) bool {
+	if err == io.EOF {
+		return false // every body's end: no errors.As, whose target escapes
+	}
 	var ne net.Error
 	return errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }

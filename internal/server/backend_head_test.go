@@ -89,7 +89,7 @@ func TestInterimFloodIs502(t *testing.T) {
 }
 
 // scriptBackend answers each connection's first request head with script.
-func scriptBackend(t *testing.T, script func(c net.Conn, br *bufio.Reader)) string {
+func scriptBackend(t testing.TB, script func(c net.Conn, br *bufio.Reader)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -37,6 +37,9 @@ type exchange interface {
 	TopKey(k clientkey.Source) string
 	// ctx ends when the client has gone or the server shuts down.
 	ctx() context.Context
+	// waitCtx is ctx with the deadline at, for the wait in the queue
+	// (queueDeadline): held by the exchange, valid until it is freed.
+	waitCtx(at time.Time) context.Context
 	// readBody reads the request body ahead, up to the route's
 	// request_buffer, before the request takes a slot; what it read goes to
 	// the backend with the rest. ok false: refused (code 0: the client left).
@@ -153,7 +156,7 @@ func serve[E exchange](s *Server, e E) {
 		// The client's deadline may end the wait in the queue. (The app's
 		// timeout, seconds away, all but never does; a request it passes
 		// in the queue is refused once admitted, below.)
-		ctx = &queueDeadline{Context: ctx, at: out.deadline}
+		ctx = e.waitCtx(out.deadline)
 	}
 	slot, ref, ok := s.enter(ctx, rt, path, client, start, tr)
 	if !ok {

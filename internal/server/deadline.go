@@ -29,11 +29,22 @@ func deadlineOf[E exchange](rt *route, e E) (left time.Duration, client bool) {
 // in the queue only: the limiter reads Deadline and bounds its own timer
 // by it, so no timer or goroutine is made for it (context.WithDeadline
 // would watch the fasthttp engine's context, which polls the client's
-// socket once watched).
+// socket once watched). Each exchange holds one (waitCtx), so a gRPC
+// call's deadline allocates nothing: nothing keeps the context past the
+// wait (the limiter's waiter does not hold it).
 type queueDeadline struct {
 	context.Context
 	at time.Time
 }
+
+// with sets d to ctx and at and returns it.
+func (d *queueDeadline) with(ctx context.Context, at time.Time) context.Context {
+	*d = queueDeadline{Context: ctx, at: at}
+	return d
+}
+
+func (e *httpExchange) waitCtx(at time.Time) context.Context { return e.wait.with(e.ctx(), at) }
+func (e *fastExchange) waitCtx(at time.Time) context.Context { return e.wait.with(e.ctx(), at) }
 
 func (c *queueDeadline) Deadline() (time.Time, bool) {
 	if at, ok := c.Context.Deadline(); ok && at.Before(c.at) {

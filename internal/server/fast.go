@@ -138,7 +138,7 @@ func (s *Server) serveFast(ctx *fasthttp.RequestCtx) {
 	}
 	e.pc.Finish()
 	e.body.Free()
-	e.c, e.paced, e.chunk = nil, netlimit.PacedReader{}, strictChunked{}
+	e.c, e.paced, e.chunk, e.wait = nil, netlimit.PacedReader{}, strictChunked{}, queueDeadline{}
 	fastExchanges.Put(e)
 }
 
@@ -158,6 +158,7 @@ type fastExchange struct {
 	nItems int           // batch items, as forward counted them
 	tr     trace.Request
 	in     trace.Incoming // incomingTrace's
+	wait   queueDeadline  // waitCtx's
 }
 
 var fastExchanges = sync.Pool{New: func() any { return new(fastExchange) }}

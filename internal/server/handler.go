@@ -54,13 +54,16 @@ type httpExchange struct {
 	// HTTPRequest is what the limits read of the request (R).
 	limits.HTTPRequest
 	rec limits.Recorder
-	// body is the request body as readBody left it (nil: none read).
+	// body is the request body as readBody left it (nil: none read), in
+	// ahead.
 	body    *aheadBody
+	ahead   aheadBody
 	conn    *h2Conn // nil when not from a listener
 	nItems  int     // batch items, as forward counted them
 	aborted bool    // the answer broke off after part of it was written
 	grpc    bool    // a gRPC call (grpc.go)
 	tr      trace.Request
+	wait    queueDeadline // waitCtx's
 }
 
 var httpExchanges = sync.Pool{New: func() any { return new(httpExchange) }}
@@ -68,8 +71,9 @@ var httpExchanges = sync.Pool{New: func() any { return new(httpExchange) }}
 func (e *httpExchange) free() {
 	if e.body != nil {
 		e.body.head.Free()
+		e.ahead = aheadBody{}
 	}
-	e.R, e.rec.ResponseWriter, e.body, e.conn = nil, nil, nil, nil
+	e.R, e.rec.ResponseWriter, e.body, e.conn, e.wait = nil, nil, nil, nil, queueDeadline{}
 	httpExchanges.Put(e)
 }
 
@@ -110,9 +114,9 @@ func (e *httpExchange) readBody(s *Server, rt *route, sh *limits.PathShape) (lim
 	}
 	e.tr.Mark(trace.StageBodyRead, s.clk)
 	now := time.Now()
-	b := &aheadBody{}
-	b.paced = netlimit.PacedReader{R: r.Body, Conn: http.NewResponseController(e.rec.ResponseWriter),
-		Rate: s.body.rate, Start: now, Limit: now.Add(s.body.timeout)}
+	b := &e.ahead // the exchange's: nothing holds it past the request
+	*b = aheadBody{rc: *http.NewResponseController(e.rec.ResponseWriter)}
+	b.paced = netlimit.PacedReader{R: r.Body, Conn: &b.rc, Rate: s.body.rate, Start: now, Limit: now.Add(s.body.timeout)}
 	b.r = &b.paced
 	e.body = b
 	limit := aheadLimit(rt, sh, r.ContentLength)
@@ -226,4 +230,5 @@ type aheadBody struct {
 	head  membuf.Buffer
 	r     io.Reader // the rest, paced; nil when head is all
 	paced netlimit.PacedReader
+	rc    http.ResponseController // paced's Conn
 }
