@@ -209,7 +209,7 @@ func (l *h2Leg) dial(ctx context.Context) (*h2Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	var nc net.Conn = &h2Socket{Conn: bc.Conn, bc: bc}
+	var nc net.Conn = newH2Socket(bc)
 	if l.tls != nil {
 		tc := tls.Client(nc, l.tls)
 		hctx, cancel := context.WithTimeout(ctx, l.dialer.d.Timeout)
@@ -241,16 +241,6 @@ func (l *h2Leg) dial(ctx context.Context) (*h2Conn, error) {
 	}
 	return &h2Conn{cc: cc}, nil
 }
-
-// h2Socket is a backend connection handed to HTTP/2 as it is: no
-// exchange bookkeeping (peeks, per-read deadlines), which is HTTP/1.1's;
-// its close is counted in the pool's stats.
-type h2Socket struct {
-	net.Conn
-	bc *backendConn
-}
-
-func (s *h2Socket) Close() error { return s.bc.Close() }
 
 // closeIdle closes the connections without a stream; the others close
 // once their streams end.
