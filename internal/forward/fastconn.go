@@ -151,7 +151,7 @@ type backendConn struct {
 
 // watcher is a context that runs one function at its end, as
 // context.AfterFunc does, without AfterFunc's allocations (five per
-// request on a context.WithCancel child): h2server's request contexts.
+// request on a context.WithCancel child): package h2's request contexts.
 // Watch reports false, and does nothing, while another watch is set;
 // Unwatch is AfterFunc's stop.
 type watcher interface {

@@ -1,7 +1,7 @@
 package server
 
 // FuzzH2Frames (issue 24 point 7): the HTTP/2 frame layer a client drives,
-// as levee's h2c listener (levee's HTTP/2 server, package h2server, under
+// as levee's h2c listener (levee's HTTP/2 server, package h2, under
 // h2guard) sees it.
 // FuzzFramingHTTP2 fuzzes what one request's header block says; this one
 // fuzzes sequences of frames of any type, flags, stream and payload, and
@@ -471,7 +471,7 @@ var h2fzNonce = func() string {
 
 // h2fzServing are the frames of the stacks that serve one HTTP/2
 // connection.
-var h2fzServing = []string{"internal/h2server.(*conn)", "internal/h2server.(*stream)", "internal/h2server.(*Server).ServeConn",
+var h2fzServing = []string{"internal/h2.(*conn)", "internal/h2.(*stream)", "internal/h2.(*Server).ServeConn",
 	"internal/h2guard.(*Conn)", "internal/server.(*listener).sort("}
 
 // h2fzLinger is how long a goroutine serving a closed connection may stay
@@ -486,7 +486,7 @@ const h2fzLinger = 3 * time.Second
 // with their backend exchanges, or the guard's enforcement (its grace, or
 // its linger).
 func h2fzWaiting(g string) bool {
-	return strings.Contains(g, "internal/h2server.(*conn).lingerClose(") || strings.Contains(g, "internal/h2server.(*stream).run(") ||
+	return strings.Contains(g, "internal/h2.(*conn).lingerClose(") || strings.Contains(g, "internal/h2.(*stream).run(") ||
 		strings.Contains(g, "internal/h2guard.(*Conn).enforce(")
 }
 

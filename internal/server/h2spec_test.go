@@ -3,7 +3,7 @@ package server
 // TestH2Spec runs the h2spec conformance suite (github.com/summerwind/h2spec)
 // against a levee TLS listener and an h2c listener, as a regression gate:
 // a new failure, or fewer passes than today, fails the build. None is
-// allowed: levee's HTTP/2 server (package h2server) passes all 145.
+// allowed: levee's HTTP/2 server (package h2) passes all 145.
 
 import (
 	"bytes"

@@ -14,22 +14,22 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/h2"
 	"github.com/leveeproxy/levee/internal/h2guard"
-	"github.com/leveeproxy/levee/internal/h2server"
 	"github.com/leveeproxy/levee/internal/netlimit"
 	"github.com/leveeproxy/levee/internal/reply"
 )
 
 // listener is one client-facing socket. Each connection it accepts is
 // served by the engine for its protocol: HTTP/1.x by fasthttp (h1), HTTP/2
-// by levee's own server (h2, package h2server). A TLS listener tells them apart by ALPN after the
+// by levee's own server (package h2). A TLS listener tells them apart by ALPN after the
 // handshake; a plain listener with h2c by the connection preface; a plain
 // listener without h2c hands every connection to fasthttp as it is.
 type listener struct {
 	cfg config.Listener
 	ln  *netlimit.Listener // the socket, bounded at server.max_conns
 	h1  *fasthttp.Server
-	h2  *h2server.Server // nil when the listener has neither tls nor h2c
+	h2  *h2.Server // nil when the listener has neither tls nor h2c
 	// h1q is what fasthttp accepts from when a connection must be looked
 	// at first (nil for a plain HTTP/1.1 listener: h1 accepts from ln
 	// directly, with nothing in between). HTTP/2 connections are served
@@ -79,9 +79,9 @@ func (s *Server) newListener(cfg *config.Config, lc config.Listener, ln net.List
 }
 
 // h2Server is the server of a listener's HTTP/2 connections.
-func (s *Server) h2Server(cfg *config.Config) *h2server.Server {
+func (s *Server) h2Server(cfg *config.Config) *h2.Server {
 	sc := cfg.Server
-	return &h2server.Server{
+	return &h2.Server{
 		Handler:           s,
 		ReadHeaderTimeout: sc.ReadHeaderTimeout.D(),
 		ReadTimeout:       sc.ReadTimeout.D(),
@@ -167,7 +167,7 @@ func (l *listener) sort(c net.Conn) {
 	if l.hello > 0 {
 		c.SetDeadline(time.Now().Add(l.hello))
 	}
-	var h2 bool
+	var isH2 bool
 	var state *tls.ConnectionState
 	if l.tls != nil {
 		tc := tls.Server(c, l.tls)
@@ -181,23 +181,23 @@ func (l *listener) sort(c net.Conn) {
 			return
 		}
 		if cs := tc.ConnectionState(); cs.NegotiatedProtocol == "h2" {
-			if !h2server.Adequate(&cs) {
+			if !h2.Adequate(&cs) {
 				h2guard.Refuse(tc, h2guard.ErrCodeInadequateSecurity)
 				tc.Close()
 				return
 			}
-			h2, state = true, new(cs) // a copy: HTTP/1.1 allocates nothing here
+			isH2, state = true, new(cs) // a copy: HTTP/1.1 allocates nothing here
 		}
 	} else {
-		pc, isH2, err := h2server.PeekPreface(c)
+		pc, sniffed, err := h2.PeekPreface(c)
 		if err != nil {
 			c.Close()
 			return
 		}
-		c, h2 = pc, isH2
+		c, isH2 = pc, sniffed
 	}
 	c.SetDeadline(time.Time{}) // the engines set their own
-	if h2 {
+	if isH2 {
 		l.h2.ServeConn(&h2Conn{Conn: h2guard.Wrap(c, l.guard), tls: state})
 	} else if !l.h1q.push(c) {
 		answerDraining(c)

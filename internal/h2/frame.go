@@ -1,4 +1,4 @@
-package h2server
+package h2
 
 import (
 	"encoding/binary"
@@ -90,7 +90,7 @@ type connError struct {
 }
 
 func (e connError) Error() string {
-	return "h2server: connection error " + e.code.String() + ": " + e.reason
+	return "h2: connection error " + e.code.String() + ": " + e.reason
 }
 
 // streamError is a stream error (§5.4.2): RST_STREAM with code.
@@ -100,7 +100,7 @@ type streamError struct {
 }
 
 func (e streamError) Error() string {
-	return fmt.Sprintf("h2server: stream %d error %v", e.id, e.code)
+	return fmt.Sprintf("h2: stream %d error %v", e.id, e.code)
 }
 
 // frameHeader is a frame's fixed header.

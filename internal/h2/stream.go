@@ -1,4 +1,4 @@
-package h2server
+package h2
 
 import (
 	"errors"
@@ -23,11 +23,11 @@ const outSize = maxFrameSize
 var timeNow = time.Now
 
 var (
-	errStreamClosed    = errors.New("h2server: stream closed")
-	errHandlerDone     = errors.New("h2server: ResponseWriter used after the handler returned")
-	errTooMuch         = errors.New("h2server: handler wrote more than the declared Content-Length")
+	errStreamClosed    = errors.New("h2: stream closed")
+	errHandlerDone     = errors.New("h2: ResponseWriter used after the handler returned")
+	errTooMuch         = errors.New("h2: handler wrote more than the declared Content-Length")
 	errBodyClosed      = http.ErrBodyReadAfterClose
-	errWriteAfterClose = errors.New("h2server: write after the response ended")
+	errWriteAfterClose = errors.New("h2: write after the response ended")
 )
 
 // stream is one request and its response. Streams are pooled: one is
@@ -863,7 +863,7 @@ func (b *requestBody) Read(p []byte) (int, error) {
 func (b *requestBody) readErr(err error) error {
 	var se streamError
 	if errors.As(err, &se) {
-		return errors.New("h2server: request body: stream error " + se.code.String())
+		return errors.New("h2: request body: stream error " + se.code.String())
 	}
 	return err
 }

@@ -1,5 +1,7 @@
-// Package h2server is levee's HTTP/2 server for client connections (RFC
-// 9113). It serves an http.Handler like net/http's HTTP/2 server, but
+// Package h2 is levee's HTTP/2 (RFC 9113): the server for client connections,
+// and the client connection of the HTTP/2 upstream leg (client.go).
+//
+// The server serves an http.Handler like net/http's HTTP/2 server, but
 // writes differently: a handler's goroutine encodes and writes its own
 // frames into the connection's one buffer under a write lock, with no
 // handoff to a goroutine of the connection, and the buffer goes to the
@@ -14,7 +16,7 @@
 // Header blocks are decoded with golang.org/x/net/http2/hpack; responses
 // are encoded without the dynamic table (literals without indexing), so a
 // stream encodes its block on its own, before it takes the write lock.
-package h2server
+package h2
 
 import (
 	"context"
@@ -182,4 +184,4 @@ func (s *Server) maxHeaderList() uint32 {
 	return uint32(n) + 10*32
 }
 
-var errClientDisconnected = errors.New("h2server: client disconnected")
+var errClientDisconnected = errors.New("h2: client disconnected")

@@ -1,4 +1,4 @@
-package h2server
+package h2
 
 import (
 	"bufio"
@@ -449,7 +449,7 @@ func (c *conn) onRSTStream(fh frameHeader, p []byte) error {
 	return nil
 }
 
-var errClientReset = errors.New("h2server: stream reset by the client")
+var errClientReset = errors.New("h2: stream reset by the client")
 
 func (c *conn) onData(fh frameHeader, p []byte) error {
 	if fh.stream == 0 {
@@ -534,7 +534,7 @@ func (c *conn) endRemoteLocked(st *stream) {
 		// as net/http, the handler's read fails, and it answers.
 		b.err = io.EOF
 		if st.declLen >= 0 && st.got != st.declLen {
-			b.err = fmt.Errorf("h2server: request declared a Content-Length of %d but only wrote %d bytes", st.declLen, st.got)
+			b.err = fmt.Errorf("h2: request declared a Content-Length of %d but only wrote %d bytes", st.declLen, st.got)
 		}
 		b.wakeReader()
 	}

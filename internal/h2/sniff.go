@@ -1,4 +1,4 @@
-package h2server
+package h2
 
 import (
 	"bytes"
@@ -66,7 +66,7 @@ func PeekPreface(c net.Conn) (net.Conn, bool, error) {
 // firstLineMax bounds how much of a first line PeekPreface reads.
 const firstLineMax = 1024
 
-var ErrNotHTTP = errors.New("h2server: neither HTTP/1.x nor the HTTP/2 preface")
+var ErrNotHTTP = errors.New("h2: neither HTTP/1.x nor the HTTP/2 preface")
 
 // notHTTP reports whether b holds a whole first line of three words or
 // more (split at spaces) whose last does not begin with "HTTP/" (in any

@@ -1,4 +1,4 @@
-package h2server
+package h2
 
 import (
 	"bytes"
