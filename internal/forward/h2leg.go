@@ -8,22 +8,21 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
-	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 
 	"github.com/leveeproxy/levee/internal/ascii"
 	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/h2"
 )
 
 // h2Leg is the HTTP/2 leg of one backend's pool (apps.NAME.upstream.protocol
-// h2c or h2): its requests are streams of a few connections, each an
-// http2.ClientConn over a connection levee dialled within the pool's dial
+// h2c or h2): its requests are streams of a few connections, each levee's
+// own h2.ClientConn over a connection dialled within the pool's dial
 // budget. A request takes a stream on the first connection with one free
 // (by the backend's SETTINGS_MAX_CONCURRENT_STREAMS), so the connections stay
 // few; a new one is dialled only when every open one is full, one dial at a
@@ -34,17 +33,20 @@ import (
 // multiplexed connection never pins a client to a backend. A connection
 // the backend sends GOAWAY (or that failed) takes no new stream: its
 // streams finish, and the next request that finds no free stream dials a
-// new one, within the budget. Flow control is http2.Transport's: each
-// stream's window (4 MiB) is a small part of the connection's (1 GiB), so
-// a slow reader stalls its own stream, never the connection.
+// new one, within the budget. Flow control is h2.ClientConn's: each
+// stream's window (256 KiB) bounds what a slow reader leaves buffered, and
+// the connection's window is given back as data arrives, so a slow reader
+// stalls its own stream, never the connection.
 //
-// Safe for concurrent use; it starts no goroutine of its own (each
-// ClientConn runs its read loop until the connection closes).
+// A request's goroutine writes its own HEADERS (and a body that fits the
+// windows) and waits for its head; only a body that streams has a
+// goroutine of its own, which writes it. Each ClientConn runs one read
+// loop until the connection closes.
 type h2Leg struct {
 	addr     string
 	scheme   string      // "http" (h2c) or "https" (h2)
 	tls      *tls.Config // nil: h2c
-	t        *http2.Transport
+	idle     time.Duration
 	dialer   *fastDialer
 	maxConns int
 	wait     time.Duration // the longest wait for a stream, and for the response head
@@ -58,7 +60,7 @@ type h2Leg struct {
 
 // h2Conn is one connection of a leg.
 type h2Conn struct {
-	cc      *http2.ClientConn
+	cc      *h2.ClientConn
 	streams int // levee's requests on it now; under h2Leg.mu
 }
 
@@ -66,21 +68,13 @@ type h2Conn struct {
 // app's upstream a (whose TLS validation loaded), dialling through d.
 func newH2Leg(addr string, u config.Upstream, a config.AppUpstream, d *fastDialer) *h2Leg {
 	l := &h2Leg{addr: addr, scheme: "http", dialer: d, maxConns: u.MaxConnsPerBackend,
-		wait: u.ResponseHeaderTimeout.D(), changed: make(chan struct{})}
+		wait: u.ResponseHeaderTimeout.D(), idle: u.IdleTimeout.D(), changed: make(chan struct{})}
 	if a.Protocol == config.ProtocolH2 {
 		host, _, err := net.SplitHostPort(addr)
 		if err != nil {
 			host = addr
 		}
 		l.scheme, l.tls = "https", a.TLS.Config(host)
-	}
-	l.t = &http2.Transport{
-		// A body is passed as the backend encoded it; the client decodes.
-		DisableCompression: true,
-		// The backend's stream limit is waited for here, not by dialling
-		// past it: levee picks the connection (take).
-		StrictMaxConcurrentStreams: true,
-		IdleConnTimeout:            u.IdleTimeout.D(),
 	}
 	return l
 }
@@ -126,20 +120,9 @@ func (l *h2Leg) take(ctx context.Context) (*h2Conn, error) {
 			l.mu.Unlock()
 			return c, err
 		}
-		if !l.dialing && len(l.conns) > 0 {
-			// At the bound, every connection full: the emptiest one's
-			// ClientConn waits for a stream (StrictMaxConcurrentStreams),
-			// within the wait for the response head (try).
-			c := l.conns[0]
-			for _, o := range l.conns[1:] {
-				if o.streams < c.streams {
-					c = o
-				}
-			}
-			c.streams++
-			l.mu.Unlock()
-			return c, nil
-		}
+		// At the bound with every stream taken, or a dial under way: wait
+		// for a stream to end or the dial to finish. The backend's stream
+		// limit is waited for here, never exceeded.
 		ch := l.changed
 		l.waiters++
 		l.mu.Unlock()
@@ -168,23 +151,22 @@ func (l *h2Leg) take(ctx context.Context) (*h2Conn, error) {
 func (l *h2Leg) freeLocked() *h2Conn {
 	for i := 0; i < len(l.conns); {
 		c := l.conns[i]
-		st := c.cc.State()
-		if st.Closed || st.Closing {
+		if !c.cc.Usable() {
 			// Draining: its streams finish on it; it takes no new one.
 			l.conns = append(l.conns[:i], l.conns[i+1:]...)
 			continue
 		}
-		limit := int(st.MaxConcurrentStreams)
-		if limit == 0 {
-			limit = 100 // no SETTINGS yet: the transport's own assumption
-		}
-		if c.streams < limit {
+		if c.streams < min(c.cc.MaxStreams(), maxStreamsPerConn) {
 			return c
 		}
 		i++
 	}
 	return nil
 }
+
+// maxStreamsPerConn bounds the streams levee opens on one connection to
+// a backend that sets a higher limit, or none.
+const maxStreamsPerConn = 1000
 
 // done gives back c's stream.
 func (l *h2Leg) done(c *h2Conn) {
@@ -209,7 +191,7 @@ func (l *h2Leg) dial(ctx context.Context) (*h2Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	var nc net.Conn = newH2Socket(bc)
+	var nc net.Conn = newH2Socket(bc, l.wait)
 	if l.tls != nil {
 		tc := tls.Client(nc, l.tls)
 		hctx, cancel := context.WithTimeout(ctx, l.dialer.d.Timeout)
@@ -224,19 +206,11 @@ func (l *h2Leg) dial(ctx context.Context) (*h2Conn, error) {
 		}
 		nc = tc
 	}
-	cc, err := l.t.NewClientConn(nc) //nolint:staticcheck // x/net's ClientConn over levee's own connection is the point
+	// NewClientConn waits for the backend's SETTINGS: the connection's
+	// stream limit is the backend's, not a guess that would send streams
+	// the backend refuses.
+	cc, err := h2.NewClientConn(nc, h2.ClientOptions{IdleTimeout: l.idle, SettingsTimeout: l.dialer.d.Timeout})
 	if err != nil {
-		nc.Close()
-		return nil, err
-	}
-	// The backend's SETTINGS come before its PING's ack: once it is back,
-	// the connection's stream limit is the backend's, not a guess that
-	// would send streams the backend refuses.
-	pctx, cancel := context.WithTimeout(ctx, l.dialer.d.Timeout)
-	err = cc.Ping(pctx)
-	cancel()
-	if err != nil {
-		cc.Close()
 		return nil, &net.OpError{Op: "dial", Net: "tcp", Addr: bc.RemoteAddr(), Err: err}
 	}
 	return &h2Conn{cc: cc}, nil
@@ -250,12 +224,7 @@ func (l *h2Leg) closeIdle() {
 	l.conns = nil
 	l.mu.Unlock()
 	for _, c := range conns {
-		st := c.cc.State()
-		if st.StreamsActive == 0 && st.StreamsReserved == 0 && st.StreamsPending == 0 {
-			c.cc.Close()
-		} else {
-			c.cc.SetDoNotReuse()
-		}
+		c.cc.Shutdown()
 	}
 }
 
@@ -278,132 +247,133 @@ const maxUnprocessed = 3
 // REFUSED_STREAM) is sent again on another connection if nothing of its
 // body was read.
 func (l *h2Leg) do(out *fasthttp.Request, resp *fasthttp.Response, call legCall) error {
-	parent := call.watched
-	if parent == nil {
-		parent = context.Background()
+	var stop <-chan struct{}
+	if call.watched != nil {
+		stop = call.watched.Done()
 	}
 	for try := 1; ; try++ {
 		body := newH2RequestBody(out, call.body)
-		err := l.try(parent, out, body, resp)
-		if err == nil || try == maxUnprocessed || !unprocessed(err) || body.touched.Load() {
+		err := l.try(out, body, resp, stop, call.watched)
+		if err == nil || try == maxUnprocessed || !errors.Is(err, h2.ErrUnprocessed) || body.touched.Load() {
 			return err
 		}
 	}
 }
 
-func (l *h2Leg) try(parent context.Context, out *fasthttp.Request, body *h2RequestBody, resp *fasthttp.Response) error {
-	ctx, cancel := context.WithCancelCause(parent)
+func (l *h2Leg) try(out *fasthttp.Request, body *h2RequestBody, resp *fasthttp.Response, stop <-chan struct{}, watched context.Context) error {
+	ctx := watched
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	c, err := l.take(ctx)
 	if err != nil {
-		cancel(nil)
 		return err
 	}
-	req := l.request(ctx, out, body)
-	head := time.AfterFunc(l.wait, func() { cancel(errHeadTimeout) })
-	l.dialer.stats.exchanges.Add(1)
-	hr, err := c.cc.RoundTrip(req)
-	head.Stop()
+	bp := blocks.Get().(*[]byte)
+	block, err := l.encode((*bp)[:0], out)
 	if err != nil {
-		if context.Cause(ctx) == errHeadTimeout {
-			err = errHeadTimeout
-		}
-		body.Close()
-		cancel(nil)
+		blocks.Put(bp)
 		l.done(c)
 		return err
 	}
-	copyH2Response(resp, hr)
-	b := &h2Body{l: l, c: c, hr: hr, req: body, cancel: cancel}
-	if hr.Body == nil || hr.Body == http.NoBody || hr.ContentLength == 0 {
+	// A body in memory goes with the head, as much of it as the windows
+	// take; the rest, or a body that streams, from a goroutine of its own.
+	var data []byte
+	if !out.IsBodyStream() {
+		data = out.Body()
+	}
+	noBody := body.r == nil
+	l.dialer.stats.exchanges.Add(1)
+	st, sent, err := c.cc.Start(block, data, noBody || data != nil, isHead(out), stop)
+	*bp = block
+	blocks.Put(bp)
+	if err != nil {
+		l.done(c)
+		return err
+	}
+	if !noBody && (data == nil || sent < len(data)) {
+		if data != nil {
+			body.skip(sent)
+		}
+		go sendBody(st, body)
+	}
+	status, fields, err := st.Head(l.wait)
+	if err != nil {
+		if err == h2.ErrHeadTimeout {
+			err = errHeadTimeout
+		} else if watched != nil && watched.Err() != nil {
+			err = watched.Err()
+		}
+		st.Close()
+		body.Close()
+		l.done(c)
+		return err
+	}
+	copyH2Response(resp, status, fields)
+	b := &h2Body{l: l, c: c, st: st, req: body}
+	if !st.HasBody() {
+		b.eof = true
 		b.end(nil) // a head without a body: its trailers, if any, are in the head
 		resp.Header.SetContentLength(0)
 		return nil
 	}
-	resp.SetBodyStream(b, int(hr.ContentLength)) // -1: to its end
+	resp.SetBodyStream(b, int(st.ContentLength())) // -1: to its end
 	return nil
 }
 
-// unprocessed reports a request the backend never took (RFC 9113 §8.7):
-// safe to send again, whatever its method.
-func unprocessed(err error) bool {
-	var se http2.StreamError
-	if errors.As(err, &se) {
-		return se.Code == http2.ErrCodeRefusedStream
-	}
-	var ga http2.GoAwayError
-	if errors.As(err, &ga) {
-		return false // the stream may have been processed
-	}
-	s := err.Error()
-	return strings.Contains(s, "http2: client conn not usable") ||
-		strings.Contains(s, "http2: Transport received Server's graceful shutdown GOAWAY") ||
-		strings.Contains(s, "http2: client conn is closed")
-}
+// blocks recycle the buffers requests' header blocks are encoded in.
+var blocks = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
-// request is out as net/http's request to the backend: the method,
-// target and Host levee passes on (the target as sent), the fields
-// copyHead chose, and the body.
-//
-// Its strings are slices of one: the method, target, Host and every
-// value are copied once, together, and the common field names are
-// constants, so a request costs a handful of allocations rather than
-// three per field.
-func (l *h2Leg) request(ctx context.Context, out *fasthttp.Request, body *h2RequestBody) *http.Request {
-	type field struct {
-		name       string // a constant, or "" for one copied
-		nlen, vlen int
-	}
-	var (
-		stack  [1024]byte
-		fstack [32]field
-	)
+// isHead reports a HEAD request, whose response has no body.
+func isHead(out *fasthttp.Request) bool { return string(out.Header.Method()) == "HEAD" }
+
+// encode appends out's header block to b: the method, the target as sent,
+// Host as :authority, and the fields copyHead chose.
+func (l *h2Leg) encode(b []byte, out *fasthttp.Request) ([]byte, error) {
 	h := &out.Header
-	method, uri, host := h.Method(), h.RequestURI(), h.Host()
-	buf := append(append(append(stack[:0], method...), uri...), host...)
-	fields := fstack[:0]
+	b = h2.AppendRequestHead(b, h.Method(), []byte(l.scheme), h.Host(), h.RequestURI())
 	for k, v := range h.All() {
-		if !h2PassesField(k) {
+		if !h2PassesField(k) || ascii.EqualFold(k, "Te") && !ascii.EqualFold(v, "trailers") {
 			continue
 		}
-		f := field{vlen: len(v)}
-		if name, ok := h2FieldNames[string(k)]; ok {
-			f.name = name
-		} else {
-			f.nlen = len(k)
-			buf = append(buf, k...)
-		}
-		buf = append(buf, v...)
-		fields = append(fields, f)
-	}
-	all := string(buf)
-	next := func(n int) string {
-		s := all[:n]
-		all = all[n:]
-		return s
-	}
-	req := &http.Request{Method: next(len(method)), Proto: "HTTP/2.0", ProtoMajor: 2,
-		URL: &url.URL{Scheme: l.scheme, Host: l.addr}, Header: make(http.Header, len(fields))}
-	target := next(len(uri))
-	req.Host = next(len(host))
-	path, query, hasQuery := strings.Cut(target, "?")
-	req.URL.Opaque, req.URL.RawQuery, req.URL.ForceQuery = path, query, hasQuery && query == ""
-	values := make([]string, len(fields))
-	for i, f := range fields {
-		key := f.name
-		if key == "" {
-			key = next(f.nlen)
-		}
-		values[i] = next(f.vlen)
-		if vs, dup := req.Header[key]; dup {
-			req.Header[key] = append(vs, values[i])
-		} else {
-			req.Header[key] = values[i : i+1 : i+1]
+		var ok bool
+		if b, ok = h2.AppendRequestField(b, k, v); !ok {
+			return b, errBadField
 		}
 	}
-	if body.r != nil {
-		req.Body, req.ContentLength = body, body.n
+	return b, nil
+}
+
+// errBadField is a request field HTTP/2 cannot carry (the parsers let
+// none through; this is the last guard before the backend).
+var errBadField = errors.New("forward: a request field HTTP/2 cannot carry")
+
+// sendBody writes the request body that did not go with the head, on
+// its own goroutine: the response may come (and end) before the body
+// does. A body that fails resets the stream, so the backend never takes
+// a cut body for a whole one; the exchange's end (h2RequestBody.Close)
+// ends a read waiting on the client.
+func sendBody(st *h2.ClientStream, body *h2RequestBody) {
+	bp := buffers.Get().(*[]byte)
+	defer buffers.Put(bp)
+	buf := (*bp)[:16<<10]
+	for {
+		n, err := body.Read(buf)
+		if n > 0 {
+			if werr := st.Write(buf[:n], false); werr != nil {
+				body.Close()
+				return
+			}
+		}
+		if err == io.EOF {
+			st.Write(nil, true)
+			return
+		}
+		if err != nil {
+			st.Abort(err)
+			return
+		}
 	}
-	return req.WithContext(ctx)
 }
 
 // h2PassesField reports whether a request field goes on to an HTTP/2
@@ -459,6 +429,14 @@ func newH2RequestBody(out *fasthttp.Request, down io.Closer) *h2RequestBody {
 	return b
 }
 
+// skip passes over the first n bytes of a body in memory: they went
+// with the head.
+func (b *h2RequestBody) skip(n int) {
+	if r, ok := b.r.(*bytes.Reader); ok {
+		r.Seek(int64(n), io.SeekStart)
+	}
+}
+
 func (b *h2RequestBody) Read(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -485,31 +463,29 @@ func (b *h2RequestBody) Close() error {
 	return nil
 }
 
-// copyH2Response writes hr's status and fields on resp (not its framing:
-// the body's length is set with the body).
-func copyH2Response(resp *fasthttp.Response, hr *http.Response) {
+// copyH2Response writes the backend's status and fields on resp (not its
+// framing: the body's length is set with the body). The names are
+// HTTP/2's, lower case; an HTTP/1.1 client reads them as any case.
+func copyH2Response(resp *fasthttp.Response, status int, fields []hpack.HeaderField) {
 	resp.Header.DisableNormalizing()
 	resp.Header.SetNoDefaultContentType(true)
-	resp.SetStatusCode(hr.StatusCode)
-	for k, vs := range hr.Header {
-		if k == "Content-Length" || k == "Transfer-Encoding" {
+	resp.SetStatusCode(status)
+	for _, f := range fields {
+		if f.Name[0] == ':' || f.Name == "content-length" {
 			continue
 		}
-		for _, v := range vs {
-			resp.Header.Add(k, v)
-		}
+		resp.Header.Add(f.Name, f.Value)
 	}
 }
 
 // h2Body is a backend's response body on a stream. Its end, or its close
-// before the end (which resets the stream), gives the stream back and
-// ends the request's context; its trailers are read at its end.
+// before the end (which resets the stream), gives the stream back; its
+// trailers are read at its end.
 type h2Body struct {
 	l       *h2Leg
 	c       *h2Conn
-	hr      *http.Response
+	st      *h2.ClientStream
 	req     *h2RequestBody
-	cancel  context.CancelCauseFunc
 	once    sync.Once
 	trailer http.Header
 	eof     bool
@@ -519,7 +495,7 @@ func (b *h2Body) Read(p []byte) (int, error) {
 	if b.eof {
 		return 0, io.EOF
 	}
-	n, err := b.hr.Body.Read(p)
+	n, err := b.st.Read(p)
 	if err == io.EOF {
 		b.eof = true
 		b.end(nil)
@@ -531,14 +507,17 @@ func (b *h2Body) Read(p []byte) (int, error) {
 // resets the stream (RST_STREAM CANCEL), so the backend stops at once.
 func (b *h2Body) end(err error) {
 	b.once.Do(func() {
-		if b.eof || err == nil && b.hr.Body == http.NoBody {
-			b.trailer = b.hr.Trailer
+		if b.eof && err == nil {
+			if t := b.st.Trailers(); len(t) > 0 {
+				b.trailer = make(http.Header, len(t))
+				for _, f := range t {
+					k := http.CanonicalHeaderKey(f.Name)
+					b.trailer[k] = append(b.trailer[k], f.Value)
+				}
+			}
 		}
-		if b.hr.Body != nil {
-			b.hr.Body.Close()
-		}
+		b.st.Close()
 		b.req.Close()
-		b.cancel(nil)
 		b.l.done(b.c)
 	})
 }

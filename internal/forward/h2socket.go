@@ -18,9 +18,9 @@ import (
 // have had their turn (runtime.Gosched), so requests sent together leave
 // in one write. What is not yet written is bounded (h2SocketBuffer, and
 // one Write's bytes past it): a writer past the bound waits, so a backend
-// that stops reading still holds its senders back. A
-// write error is the connection's: the socket is closed, and every later
-// write returns it.
+// that stops reading still holds its senders back, for at most timeout:
+// each write to the socket has that long to finish. A write error is the
+// connection's: the socket is closed, and every later write returns it.
 type h2Socket struct {
 	net.Conn
 	bc *backendConn
@@ -34,6 +34,7 @@ type h2Socket struct {
 	err     error
 	wake    chan struct{}
 	stopped chan struct{} // closed when the writer returns
+	timeout time.Duration // each write's bound; 0: none
 }
 
 // h2SocketBuffer bounds what a connection gathers before its writers
@@ -44,8 +45,9 @@ const h2SocketBuffer = 64 << 10
 // does not read within it is dropped with the connection.
 const h2SocketLinger = time.Second
 
-func newH2Socket(bc *backendConn) *h2Socket {
-	s := &h2Socket{Conn: bc.Conn, bc: bc, wake: make(chan struct{}, 1), stopped: make(chan struct{})}
+func newH2Socket(bc *backendConn, timeout time.Duration) *h2Socket {
+	s := &h2Socket{Conn: bc.Conn, bc: bc, wake: make(chan struct{}, 1), stopped: make(chan struct{}),
+		timeout: timeout}
 	s.room.L = &s.mu
 	go s.writeLoop()
 	return s
@@ -81,7 +83,11 @@ func (s *h2Socket) writeLoop() {
 		s.mu.Lock()
 		for len(s.buf) > 0 && s.err == nil {
 			out, s.buf = s.buf, out[:0]
+			closing := s.closed
 			s.mu.Unlock()
+			if s.timeout > 0 && !closing {
+				s.Conn.SetWriteDeadline(time.Now().Add(s.timeout))
+			}
 			_, err := s.Conn.Write(out)
 			s.mu.Lock()
 			s.unsent -= len(out)

@@ -34,7 +34,7 @@ func socketPair(t *testing.T) (*h2Socket, net.Conn) {
 	peer.(*net.TCPConn).SetReadBuffer(4 << 10)
 	stats := &PoolStats{}
 	stats.open.Add(1)
-	s := newH2Socket(&backendConn{Conn: nc, stats: stats})
+	s := newH2Socket(&backendConn{Conn: nc, stats: stats}, 0)
 	t.Cleanup(func() { s.Close() })
 	return s, peer
 }

@@ -204,19 +204,9 @@ func (c *conn) serve() {
 		if c.br.Buffered() < n && c.flushLazy() != nil {
 			return
 		}
-		var payload []byte
-		if n <= c.br.Size() {
-			if payload, err = c.br.Peek(n); err != nil {
-				return
-			}
-		} else {
-			if c.scratch == nil {
-				c.scratch = make([]byte, maxFrameSize)
-			}
-			payload = c.scratch[:n]
-			if _, err := io.ReadFull(c.br, payload); err != nil {
-				return
-			}
+		payload, err := readPayload(c.br, n, &c.scratch)
+		if err != nil {
+			return
 		}
 		err = c.frame(fh, payload)
 		if n <= c.br.Size() {

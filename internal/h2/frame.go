@@ -1,8 +1,10 @@
 package h2
 
 import (
+	"bufio"
 	"encoding/binary"
 	"fmt"
+	"io"
 )
 
 // Frame types (RFC 9113 §6).
@@ -163,4 +165,19 @@ func appendHeaderBlock(b []byte, stream uint32, block []byte, endStream bool, ma
 		}
 		typ, flags = frameContinuation, 0
 	}
+}
+
+// readPayload returns a frame's payload of n bytes: in br's buffer when
+// it fits (the caller discards it once handled), else read into
+// *scratch, made on first use.
+func readPayload(br *bufio.Reader, n int, scratch *[]byte) ([]byte, error) {
+	if n <= br.Size() {
+		return br.Peek(n)
+	}
+	if *scratch == nil {
+		*scratch = make([]byte, maxFrameSize)
+	}
+	p := (*scratch)[:n]
+	_, err := io.ReadFull(br, p)
+	return p, err
 }
