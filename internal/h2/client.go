@@ -322,7 +322,7 @@ type ClientStream struct {
 	stop <-chan struct{} // the request's end: waits give up
 	head bool            // a HEAD request: no body in the response
 	wake chan struct{}   // the reader of the response: something arrived
-	room chan struct{}   // the writer of the request body: window, or an end
+	room chan struct{}   // the writer of the request body: window, or an end (nil: no body)
 
 	// Under cc.mu.
 	sendWindow  int64
@@ -353,7 +353,10 @@ type ClientStream struct {
 // request's end). A stream that could not start is an ErrUnprocessed.
 func (cc *ClientConn) Start(block, data []byte, end, head bool, stop <-chan struct{}) (*ClientStream, int, error) {
 	st := &ClientStream{cc: cc, stop: stop, head: head, wake: make(chan struct{}, 1),
-		room: make(chan struct{}, 1), recvAvail: clientStreamWindow, declLen: -1}
+		recvAvail: clientStreamWindow, declLen: -1}
+	if !end || len(data) > 0 {
+		st.room = make(chan struct{}, 1) // a body to write: its waits for the windows
+	}
 	cc.wmu.Lock()
 	cc.mu.Lock()
 	if cc.closed || cc.goAway || cc.draining || cc.nextID > 1<<31-1 {
@@ -642,9 +645,11 @@ func (st *ClientStream) signal() {
 	case st.wake <- struct{}{}:
 	default:
 	}
-	select {
-	case st.room <- struct{}{}:
-	default:
+	if st.room != nil {
+		select {
+		case st.room <- struct{}{}:
+		default:
+		}
 	}
 }
 
