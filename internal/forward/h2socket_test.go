@@ -9,29 +9,18 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/leveeproxy/levee/internal/testnet"
 )
 
 // socketPair is an h2Socket over one end of a TCP connection on loopback,
 // and the other end.
 func socketPair(t *testing.T) (*h2Socket, net.Conn) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	nc, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	peer, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { peer.Close() })
+	nc, peer := testnet.TCPPair(t)
 	// Small kernel buffers: a peer that reads nothing stops the writes soon.
-	nc.(*net.TCPConn).SetWriteBuffer(4 << 10)
-	peer.(*net.TCPConn).SetReadBuffer(4 << 10)
+	nc.SetWriteBuffer(4 << 10)
+	peer.SetReadBuffer(4 << 10)
 	stats := &PoolStats{}
 	stats.open.Add(1)
 	s := newH2Socket(&backendConn{Conn: nc, stats: stats}, 0)

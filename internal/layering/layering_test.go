@@ -28,7 +28,7 @@ var dataPath = []string{
 }
 
 // forbidden are what the data path must never import.
-var forbidden = []string{"internal/admin", "internal/demo", "internal/redistest", "internal/pgtest", "internal/catalog/storetest", "cmd/"}
+var forbidden = []string{"internal/admin", "internal/demo", "internal/redistest", "internal/pgtest", "internal/testnet", "internal/catalog/storetest", "cmd/"}
 
 func TestDataPathDoesNotImportAdminOrCmd(t *testing.T) {
 	for _, pkg := range dataPath {

@@ -7,6 +7,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/leveeproxy/levee/internal/testnet"
 )
 
 func TestMinRateDeadlines(t *testing.T) {
@@ -47,7 +49,7 @@ func TestPacedReaderCutsAStalledClient(t *testing.T) {
 		{"read_timeout first", MinRate{Rate: 1, Grace: time.Minute}, 50 * time.Millisecond, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			client, server := tcpPair(t)
+			client, server := testnet.TCPPair(t)
 			client.Write([]byte("abc"))
 			now := time.Now()
 			r := &PacedReader{R: server, Conn: server, Rate: tc.rate, Start: now, Limit: now.Add(tc.limit)}
@@ -61,24 +63,6 @@ func TestPacedReaderCutsAStalledClient(t *testing.T) {
 			}
 		})
 	}
-}
-
-func tcpPair(t *testing.T) (client, server net.Conn) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	client, err = net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	server, err = ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close(); server.Close() })
-	return client, server
 }
 
 // Connections past PerIP from one address are refused with the refusal
@@ -238,7 +222,7 @@ func TestLingerKeepsTheAnswer(t *testing.T) {
 // TestLingerIsBounded: a client that never stops sending holds a lingering
 // close for LingerBytes at most, well before LingerTime here.
 func TestLingerIsBounded(t *testing.T) {
-	client, server := tcpPair(t)
+	client, server := testnet.TCPPair(t)
 	defer client.Close()
 	stop := make(chan struct{})
 	defer close(stop)

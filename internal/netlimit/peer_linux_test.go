@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/leveeproxy/levee/internal/leaktest"
+	"github.com/leveeproxy/levee/internal/testnet"
 )
 
 // peeked is how many bytes wait in the socket of raw (up to 64), read
@@ -41,7 +42,7 @@ func TestPeerGone(t *testing.T) {
 		{"reset", "", func(c *net.TCPConn) { c.SetLinger(0); c.Close() }, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			client, server := tcpPair(t)
+			client, server := testnet.TCPPair(t)
 			raw := rawConn(Wrap(server))
 			if raw == nil {
 				t.Fatal("no socket found under a netlimit.Conn")
@@ -51,7 +52,7 @@ func TestPeerGone(t *testing.T) {
 			}
 			io.WriteString(client, tc.data)
 			leaktest.WaitFor(t, leaktest.Wait, "the bytes to arrive", func() bool { return peeked(t, raw) == len(tc.data) })
-			tc.act(client.(*net.TCPConn))
+			tc.act(client)
 			if tc.gone {
 				leaktest.WaitFor(t, leaktest.Wait, "the probe to see the client gone", func() bool { return peerGone(raw) })
 			} else if peerGone(raw) {
@@ -68,7 +69,7 @@ func TestPeerGone(t *testing.T) {
 // comes in (the server's replay of a sniffed h2c preface, TLS), and none
 // under a conn without a socket.
 func TestRawConnFindsTheSocket(t *testing.T) {
-	_, server := tcpPair(t)
+	_, server := testnet.TCPPair(t)
 	counted := Wrap(server)
 	for name, c := range map[string]net.Conn{
 		"counted": counted,

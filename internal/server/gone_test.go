@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/leveeproxy/levee/internal/netlimit"
+	"github.com/leveeproxy/levee/internal/testnet"
 )
 
 // These tests are of the fasthttp engine, which serves HTTP/1.1: their
@@ -305,32 +306,11 @@ apps:
 	noWatchers(t)
 }
 
-// tcpPair returns both ends of a loopback TCP connection, closed when the
-// test ends.
-func tcpPair(t *testing.T) (client, server *net.TCPConn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close(); s.Close() })
-	return c.(*net.TCPConn), s.(*net.TCPConn)
-}
-
 // fastCtxOn is a RequestCtx for host on the server end of a TCP pair,
 // wrapped as levee's listener wraps it.
 func fastCtxOn(t *testing.T, host string) (*fasthttp.RequestCtx, *net.TCPConn) {
 	t.Helper()
-	client, server := tcpPair(t)
+	client, server := testnet.TCPPair(t)
 	var ctx fasthttp.RequestCtx
 	ctx.Init2(netlimit.Wrap(server), nil, false)
 	fastRequest(&ctx, host)
