@@ -72,6 +72,16 @@ func TestUpgradeDrillFailsADroppingEdge(t *testing.T) {
 	}
 }
 
+// reportCheck is r's check named name, nil if it has none.
+func reportCheck(r *drill.Report, name string) *drill.Check {
+	for i := range r.Checks {
+		if r.Checks[i].Name == name {
+			return &r.Checks[i]
+		}
+	}
+	return nil
+}
+
 // envInt reads a positive integer from the environment, def otherwise.
 func envInt(name string, def int) int {
 	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
@@ -139,7 +149,13 @@ func TestUpgradeOpenLoop(t *testing.T) {
 // stream over HTTP/2 beside the HTTP/1.1 one (keep-alive and fresh, on a
 // listener that also takes h2c), over TLS and over h2c: the streams in
 // flight at a handover finish on the old levee, which sends GOAWAY; new
-// streams go to the new one, and no client sees an error.
+// streams go to the new one, and no client sees an error. The drill reads
+// the HTTP/2 frames: every connection levee ended had a GOAWAY first (an
+// idle one closed without it shows no client error, only this), levee
+// reset or refused no stream, answered none above a GOAWAY's last, and
+// no connection opened after a handover was ended by the old levee. Each
+// run ended at least one connection with a GOAWAY, so those checks had
+// something to grade.
 func TestUpgradeOpenLoopHTTP2(t *testing.T) {
 	skipDrillOnEngineRerun(t)
 	certFile, keyFile := testcert.Files(t, "a.test")
@@ -176,6 +192,15 @@ func TestUpgradeOpenLoopHTTP2(t *testing.T) {
 			}
 			if h2 == nil || h2.OK == 0 || h2.OK != h2.Sent {
 				u.fatalf("HTTP/2 stream %+v: want every request answered 200\n%s", h2, table.String())
+			}
+			for _, name := range []string{"every HTTP/2 connection the edge ended had a GOAWAY",
+				"no HTTP/2 stream reset or refused by the edge", "HTTP/2 streams after a handover went to the new process"} {
+				if c := reportCheck(r, name); c == nil || !c.Pass {
+					u.fatalf("check %q: %+v\n%s", name, c, table.String())
+				}
+			}
+			if got := r.Ratios["runs with an HTTP/2 GOAWAY"]; got != 1 {
+				u.fatalf("%v of the runs sent an HTTP/2 GOAWAY; want every one\n%s", got, table.String())
 			}
 			upgrades += 2
 			u.upgraded(upgrades)
