@@ -11,9 +11,10 @@ import (
 
 // BenchmarkDoerCPU measures what the generator itself costs per request:
 // this process's CPU time (user and system) over an open-loop stream of
-// b.N requests at DRILL_BENCH_RATE per second (2,000 by default), half on
-// fresh connections, to DRILL_BENCH_TARGET: an edge in another process
-// (nginx answering 4 KiB, say), so that none of its CPU is counted here.
+// b.N requests at DRILL_BENCH_RATE per second (2,000 by default), one in
+// DRILL_BENCH_FRESH_EVERY (the upgrade drill's, by default) on a fresh
+// connection, to DRILL_BENCH_TARGET: an edge in another process (nginx
+// answering 4 KiB, say), so that none of its CPU is counted here.
 //
 //	DRILL_BENCH_TARGET=http://127.0.0.1:8089 go test -run - -bench DoerCPU -benchtime 20000x ./internal/drill
 func BenchmarkDoerCPU(b *testing.B) {
@@ -24,6 +25,10 @@ func BenchmarkDoerCPU(b *testing.B) {
 	rate := 2000.0
 	if r, err := strconv.ParseFloat(os.Getenv("DRILL_BENCH_RATE"), 64); err == nil && r > 0 {
 		rate = r
+	}
+	freshEvery := int64(upgradeFreshEvery)
+	if n, err := strconv.ParseInt(os.Getenv("DRILL_BENCH_FRESH_EVERY"), 10, 64); err == nil && n > 0 {
+		freshEvery = n
 	}
 	for _, c := range []struct {
 		name string
@@ -48,7 +53,7 @@ func BenchmarkDoerCPU(b *testing.B) {
 			before := cpuTime(b)
 			b.ResetTimer()
 			res := Run(context.Background(), nil, Plan{Name: c.name, Schedule: sched, MaxInFlight: 4096,
-				Timeout: 10 * time.Second, Make: mixed(get("a.test", "/", 1000))}, d, nil)
+				Timeout: 10 * time.Second, Make: mixed(freshEvery, get("a.test", "/", 1000))}, d, nil)
 			b.StopTimer()
 			cpu := cpuTime(b) - before
 			b.ReportMetric(float64(cpu.Microseconds())/float64(max(res.Sent, 1)), "cpu-µs/req")

@@ -1,6 +1,7 @@
 package drill
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -9,6 +10,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"golang.org/x/net/http2"
 )
 
 // NewH2Doer returns a doer that sends every request over HTTP/2 to
@@ -19,18 +22,43 @@ import (
 // a GOAWAY takes no new stream, and a request the server never processed
 // (its stream above the GOAWAY's last) is sent again on a new one.
 func NewH2Doer(target, serverName string, roots *x509.CertPool) *HTTPDoer {
-	tr := &http.Transport{
-		Proxy:              nil,
-		DialContext:        (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+	return newH2Doer(target, serverName, roots, nil)
+}
+
+// newH2Doer is NewH2Doer with every connection watched by w (nil: none).
+// It is x/net's HTTP/2 client, whose dialer may return a connection that
+// wraps the TLS one (net/http's speaks HTTP/2 only on a *tls.Conn).
+func newH2Doer(target, serverName string, roots *x509.CertPool, w *h2Watch) *HTTPDoer {
+	tlsConf := &tls.Config{ServerName: serverName, RootCAs: roots, NextProtos: []string{"h2"}}
+	plain := !strings.HasPrefix(target, "https://")
+	dialer := &net.Dialer{Timeout: 5 * time.Second}
+	tr := &http2.Transport{
+		AllowHTTP:          plain,
 		DisableCompression: true,
 		IdleConnTimeout:    30 * time.Second,
-		Protocols:          new(http.Protocols),
-	}
-	if strings.HasPrefix(target, "https://") {
-		tr.Protocols.SetHTTP2(true)
-		tr.TLSClientConfig = &tls.Config{ServerName: serverName, RootCAs: roots, NextProtos: []string{"h2"}}
-	} else {
-		tr.Protocols.SetUnencryptedHTTP2(true)
+		TLSClientConfig:    tlsConf,
+		DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+			c, err := dialer.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			if !plain {
+				tc := tls.Client(c, tlsConf)
+				if err := tc.HandshakeContext(ctx); err != nil {
+					c.Close()
+					return nil, err
+				}
+				if p := tc.ConnectionState().NegotiatedProtocol; p != "h2" {
+					tc.Close()
+					return nil, fmt.Errorf("drill: %s negotiated %q, not h2", addr, p)
+				}
+				c = tc
+			}
+			if w != nil {
+				c = w.wrap(c)
+			}
+			return c, nil
+		},
 	}
 	return &HTTPDoer{Client: &http.Client{Transport: tr, CheckRedirect: noRedirect}, Base: target}
 }

@@ -109,6 +109,7 @@ func Start(ctx context.Context, sp Spec) (*Child, error) {
 	err = cmd.Start()
 	closeAll(files)
 	files = nil
+	sp.Sockets.nonblocking() // cmd.Start took the copies' Fd(): blocking mode
 	if err != nil {
 		ours.Close()
 		return nil, fmt.Errorf("upgrade: start %s: %w", bin, err)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -100,8 +101,24 @@ func (s *Sockets) snapshot() []named {
 	return append([]named(nil), s.bound...)
 }
 
+// nonblocking puts every bound socket back in non-blocking mode. A
+// socket's mode belongs to its open file description, which the copies
+// files makes share with this process's listeners (and every other
+// levee's that has the socket): os/exec takes each copy's Fd(), which
+// puts it, and with it all of them, in blocking mode. An Accept that then
+// finds no connection waiting blocks in the kernel, out of reach of the
+// deadline that Pause kicks it out with, until a connection comes.
+func (s *Sockets) nonblocking() {
+	for _, b := range s.snapshot() {
+		if rc, err := b.ln.SyscallConn(); err == nil {
+			_ = rc.Control(func(fd uintptr) { _ = syscall.SetNonblock(int(fd), true) })
+		}
+	}
+}
+
 // files duplicates every bound socket for a new process, with its name.
-// The caller closes the files once the process has started.
+// The caller closes the files once the process has started, and puts the
+// sockets back in non-blocking mode (nonblocking).
 func (s *Sockets) files() ([]string, []*os.File, error) {
 	var names []string
 	var files []*os.File
@@ -134,6 +151,9 @@ type Gate struct {
 	closed   chan struct{}
 	once     sync.Once
 	inAccept sync.WaitGroup // Accepts in the kernel, which pause waits out
+	// wakes are the local addresses of pause's own connections, which
+	// Accept closes instead of returning.
+	wakes map[string]bool
 }
 
 func newGate(ln *net.TCPListener) *Gate {
@@ -161,12 +181,33 @@ func (g *Gate) Accept() (net.Conn, error) {
 		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
 			continue // pause's kick; resume clears the deadline
 		}
+		if err == nil && g.woken(c) {
+			continue
+		}
 		return c, err
 	}
 }
 
+// woken closes c if it is one of pause's own connections.
+func (g *Gate) woken(c net.Conn) bool {
+	g.mu.Lock()
+	ours := g.wakes[c.RemoteAddr().String()]
+	delete(g.wakes, c.RemoteAddr().String())
+	g.mu.Unlock()
+	if ours {
+		c.Close()
+	}
+	return ours
+}
+
+// wakeEvery is how long pause waits for an Accept to return before it
+// connects to wake one that blocks in the kernel.
+const wakeEvery = 20 * time.Millisecond
+
 // pause stops Accept, kicking the one in the kernel out with a deadline
-// in the past, and waits for it to have returned.
+// in the past, and waits for it to have returned. An Accept on a socket
+// in blocking mode (Sockets.nonblocking) does not see the deadline: pause
+// wakes it with a connection of its own, which Accept closes.
 func (g *Gate) pause() {
 	g.mu.Lock()
 	if !g.paused {
@@ -175,7 +216,50 @@ func (g *Gate) pause() {
 		_ = g.ln.SetDeadline(time.Unix(1, 0))
 	}
 	g.mu.Unlock()
-	g.inAccept.Wait()
+	done := make(chan struct{})
+	go func() { g.inAccept.Wait(); close(done) }()
+	t := time.NewTimer(wakeEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+			g.wake()
+			t.Reset(wakeEvery)
+		}
+	}
+}
+
+// wake connects to the socket, so that an Accept blocked in the kernel
+// returns. The connection is closed at once on this side; Accept closes
+// the other. (Another process accepting on the same socket would get it
+// instead, and see a client that sent nothing.)
+func (g *Gate) wake() {
+	addr, ok := g.ln.Addr().(*net.TCPAddr)
+	if !ok {
+		return
+	}
+	to := *addr
+	if to.IP.IsUnspecified() {
+		to.IP = net.IPv4(127, 0, 0, 1)
+		if addr.IP.To4() == nil {
+			to.IP = net.IPv6loopback
+		}
+	}
+	// Held across the dial: the Accept it wakes looks its address up
+	// only once it is noted.
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	c, err := net.DialTimeout("tcp", to.String(), wakeEvery)
+	if err != nil {
+		return
+	}
+	if g.wakes == nil {
+		g.wakes = map[string]bool{}
+	}
+	g.wakes[c.LocalAddr().String()] = true
+	c.Close()
 }
 
 func (g *Gate) resume() {
