@@ -252,15 +252,19 @@ func (l *h2Leg) do(out *fasthttp.Request, resp *fasthttp.Response, call legCall)
 		stop = call.watched.Done()
 	}
 	for try := 1; ; try++ {
-		body := newH2RequestBody(out, call.body)
-		err := l.try(out, body, resp, stop, call.watched)
-		if err == nil || try == maxUnprocessed || !errors.Is(err, h2.ErrUnprocessed) || body.touched.Load() {
+		// One allocation for the try: the response body that gives the
+		// stream back, and the request body it closes.
+		b := &h2Body{l: l}
+		b.req.init(out, call.body)
+		err := l.try(out, b, resp, stop, call.watched)
+		if err == nil || try == maxUnprocessed || !errors.Is(err, h2.ErrUnprocessed) || b.req.touched.Load() {
 			return err
 		}
 	}
 }
 
-func (l *h2Leg) try(out *fasthttp.Request, body *h2RequestBody, resp *fasthttp.Response, stop <-chan struct{}, watched context.Context) error {
+func (l *h2Leg) try(out *fasthttp.Request, b *h2Body, resp *fasthttp.Response, stop <-chan struct{}, watched context.Context) error {
+	body := &b.req
 	ctx := watched
 	if ctx == nil {
 		ctx = context.Background()
@@ -310,7 +314,7 @@ func (l *h2Leg) try(out *fasthttp.Request, body *h2RequestBody, resp *fasthttp.R
 		return err
 	}
 	copyH2Response(resp, status, fields)
-	b := &h2Body{l: l, c: c, st: st, req: body}
+	b.c, b.st = c, st
 	if !st.HasBody() {
 		b.eof = true
 		b.end(nil) // a head without a body: its trailers, if any, are in the head
@@ -415,8 +419,10 @@ type h2RequestBody struct {
 // errBodyEnded is a read of a request body after its exchange ended.
 var errBodyEnded = errors.New("forward: the request's exchange ended")
 
-func newH2RequestBody(out *fasthttp.Request, down io.Closer) *h2RequestBody {
-	b := &h2RequestBody{down: down}
+// init makes b the body of out, whose client's body is down (nil: none
+// to close).
+func (b *h2RequestBody) init(out *fasthttp.Request, down io.Closer) {
+	b.down = down
 	switch {
 	case out.IsBodyStream():
 		b.r, b.n = out.BodyStream(), int64(out.Header.ContentLength())
@@ -426,7 +432,6 @@ func newH2RequestBody(out *fasthttp.Request, down io.Closer) *h2RequestBody {
 	case len(out.Body()) > 0:
 		b.r, b.n = bytes.NewReader(out.Body()), int64(len(out.Body()))
 	}
-	return b
 }
 
 // skip passes over the first n bytes of a body in memory: they went
@@ -485,7 +490,7 @@ type h2Body struct {
 	l       *h2Leg
 	c       *h2Conn
 	st      *h2.ClientStream
-	req     *h2RequestBody
+	req     h2RequestBody
 	once    sync.Once
 	trailer http.Header
 	eof     bool

@@ -33,7 +33,7 @@ func (l *countingListener) Accept() (net.Conn, error) {
 
 // h2cBackend serves h over h2c with at most streams concurrent streams
 // per connection, counting its connections.
-func h2cBackend(t *testing.T, streams uint32, h http.HandlerFunc) (string, *countingListener) {
+func h2cBackend(t testing.TB, streams uint32, h http.HandlerFunc) (string, *countingListener) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -219,5 +219,36 @@ func BenchmarkH2Request(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		buf, _ = l.encode(buf[:0], out)
+	}
+}
+
+// BenchmarkH2LegGet is one GET through the HTTP/2 leg to an h2c backend
+// (net/http's server, in this process: its allocations count too).
+func BenchmarkH2LegGet(b *testing.B) {
+	addr, _ := h2cBackend(b, 100, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	u := config.Default().Upstream
+	l := newH2Leg(addr, u, config.AppUpstream{Protocol: config.ProtocolH2C}, newFastDialer(u))
+	b.Cleanup(l.closeIdle)
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethod("GET")
+	req.Header.SetRequestURI("/")
+	req.Header.SetHost("backend.test")
+	buf := make([]byte, 64)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := l.do(req, resp, legCall{}); err != nil {
+			b.Fatal(err)
+		}
+		if bs := resp.BodyStream(); bs != nil {
+			for {
+				if _, err := bs.Read(buf); err != nil {
+					break
+				}
+			}
+			releaseBody(resp, nil)
+		}
+		resp.Reset()
 	}
 }

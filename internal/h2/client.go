@@ -332,6 +332,7 @@ type ClientStream struct {
 	off         int
 	status      int
 	fields      []hpack.HeaderField
+	fieldsArr   [8]hpack.HeaderField // fields' own, for a head of a few
 	trailers    []hpack.HeaderField
 	informed    int
 	declLen     int64 // content-length, -1 none
@@ -496,7 +497,8 @@ func (st *ClientStream) Head(wait time.Duration) (int, []hpack.HeaderField, erro
 	var tc <-chan time.Time
 	defer func() {
 		if t != nil {
-			t.Stop()
+			t.Stop() // since Go 1.23 no tick is left in C: the next user may Reset it
+			headTimers.Put(t)
 		}
 	}()
 	for {
@@ -512,7 +514,8 @@ func (st *ClientStream) Head(wait time.Duration) (int, []hpack.HeaderField, erro
 		}
 		cc.mu.Unlock()
 		if t == nil && wait > 0 {
-			t = time.NewTimer(wait)
+			t = headTimers.Get().(*time.Timer)
+			t.Reset(wait)
 			tc = t.C
 		}
 		select {
@@ -524,6 +527,13 @@ func (st *ClientStream) Head(wait time.Duration) (int, []hpack.HeaderField, erro
 		}
 	}
 }
+
+// headTimers are the timers of Head's waits, stopped, for the next.
+var headTimers = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
 
 // HasBody reports whether a body may follow the head (no END_STREAM yet).
 func (st *ClientStream) HasBody() bool {
@@ -1306,7 +1316,7 @@ func (cc *ClientConn) takeBlock(st *ClientStream) (reason string, code ErrCode, 
 		return "no body after a content-length", code, nil
 	}
 	st.status, st.declLen, st.headDone = hb.status, declLen, true
-	st.fields = append(st.fields[:0], hb.fields...)
+	st.fields = append(st.fieldsArr[:0], hb.fields...)
 	if hb.endStream {
 		cc.endRemoteLocked(st)
 		return "", 0, nil
