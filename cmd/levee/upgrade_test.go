@@ -234,6 +234,7 @@ func watchLock(t *testing.T, path string) *lockWatch {
 	}
 	st := fi.Sys().(*syscall.Stat_t)
 	w := &lockWatch{stop: make(chan struct{}), done: make(chan struct{})}
+	buf := make([]byte, 1<<20) // more than /proc/locks holds: one read
 	go func() {
 		defer close(w.done)
 		for {
@@ -249,7 +250,7 @@ func watchLock(t *testing.T, path string) *lockWatch {
 				w.fail(fmt.Sprintf("a third process took the lock, or could not be told it was held: %v", err))
 				return
 			}
-			if n := flocksOn(st); n != 1 {
+			if n := flocksOn(st, buf); n != 1 {
 				w.fail(fmt.Sprintf("/proc/locks shows %d locks on the lock file, want 1", n))
 				return
 			}
@@ -276,24 +277,60 @@ func (w *lockWatch) end() {
 // its device and inode, as /proc/locks names them (major and minor in
 // hex), so that another file's lock with the same inode number on another
 // file system (another test's, on tmpfs) is not counted.
-func flocksOn(st *syscall.Stat_t) int {
-	b, err := os.ReadFile("/proc/locks")
-	if err != nil {
-		return -1
-	}
-	n := 0
+//
+// It counts holders (the PIDs on those lines), not lines, and looks again
+// when it finds none. The kernel prints the list a page per read(2), by
+// position, and another process's lock taken or released between two
+// reads shifts it: a line can come twice or not at all. CI saw "2 locks
+// on the lock file" while one process held it, with the machine's other
+// tests taking many locks; a real second holder is another PID.
+func flocksOn(st *syscall.Stat_t, buf []byte) int {
 	dev := uint64(st.Dev)
 	major := (dev>>8)&0xfff | (dev>>32)&^uint64(0xfff)
 	minor := dev&0xff | (dev>>12)&^uint64(0xff)
 	file := fmt.Sprintf("%02x:%02x:%d", major, minor, st.Ino)
-	for line := range strings.Lines(string(b)) {
-		f := strings.Fields(line)
-		// "1: FLOCK  ADVISORY  WRITE 4242 08:02:1234 0 EOF"
-		if len(f) >= 6 && f[1] == "FLOCK" && f[5] == file {
-			n++
+	holders := -1
+	for range 3 {
+		b, err := readWhole("/proc/locks", buf)
+		if err != nil {
+			return -1
+		}
+		pids := map[string]bool{}
+		for line := range strings.Lines(string(b)) {
+			f := strings.Fields(line)
+			// "1: FLOCK  ADVISORY  WRITE 4242 08:02:1234 0 EOF"
+			if len(f) >= 6 && f[1] == "FLOCK" && f[5] == file {
+				pids[f[4]] = true
+			}
+		}
+		if holders = len(pids); holders != 0 {
+			break
 		}
 	}
-	return n
+	return holders
+}
+
+// readWhole reads a proc file into buf, in as few reads as its pages take.
+func readWhole(path string, buf []byte) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	n := 0
+	for {
+		if n == len(buf) {
+			return nil, errors.New(path + " is larger than the buffer")
+		}
+		m, err := f.Read(buf[n:])
+		n += m
+		if err == io.EOF || m == 0 && err == nil {
+			return buf[:n], nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 }
 
 // load sends requests from a few clients until stopped: half keep their
