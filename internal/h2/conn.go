@@ -472,7 +472,12 @@ func (c *conn) onData(fh frameHeader, p []byte) error {
 		c.flushRefund()
 		if st != nil {
 			c.mu.Lock()
-			c.closeStreamLocked(st, errStreamClosed)
+			// Only if it is still the connection's: its handler may have
+			// ended while the lock was let go, and freed the stream (to
+			// the pool, for another request).
+			if c.streams[fh.stream] == st {
+				c.closeStreamLocked(st, errStreamClosed)
+			}
 			c.mu.Unlock()
 		}
 		return c.writeRST(fh.stream, ErrCodeStreamClosed)
