@@ -118,7 +118,7 @@ func (c *conn) endHeaders() error {
 	c.mu.Lock()
 	if st := c.streams[id]; st != nil {
 		c.mu.Unlock()
-		return c.trailers(st)
+		return c.trailers(id)
 	}
 	if id%2 == 0 {
 		c.mu.Unlock()
@@ -186,26 +186,29 @@ func (c *conn) endHeaders() error {
 	return nil
 }
 
-// trailers takes a request's trailers (§8.1).
-func (c *conn) trailers(st *stream) error {
+// trailers takes the trailers (§8.1) of the request on stream id. The
+// stream is looked up again under each hold of c.mu: its handler may end,
+// and free it, whenever the lock is let go.
+func (c *conn) trailers(id uint32) error {
 	hb := &c.hb
 	c.mu.Lock()
-	if st.remoteEnded {
+	st := c.streams[id]
+	if st == nil || st.remoteEnded {
 		c.mu.Unlock()
-		return c.streamError(st.id, ErrCodeStreamClosed)
+		return c.streamError(id, ErrCodeStreamClosed)
 	}
 	c.mu.Unlock()
 	if !hb.endStream || hb.invalid {
-		return c.streamError(st.id, ErrCodeProtocol)
+		return c.streamError(id, ErrCodeProtocol)
 	}
 	var tr http.Header
 	for _, f := range hb.fields {
 		if strings.HasPrefix(f.Name, ":") {
-			return c.streamError(st.id, ErrCodeProtocol)
+			return c.streamError(id, ErrCodeProtocol)
 		}
 		k := c.canonical(f.Name)
 		if !httpguts.ValidTrailerHeader(k) {
-			return c.streamError(st.id, ErrCodeProtocol)
+			return c.streamError(id, ErrCodeProtocol)
 		}
 		if tr == nil {
 			tr = http.Header{}
@@ -213,11 +216,14 @@ func (c *conn) trailers(st *stream) error {
 		tr[k] = append(tr[k], f.Value)
 	}
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st = c.streams[id]; st == nil {
+		return nil // ended meanwhile: nothing reads its trailers
+	}
 	if b := st.body; b != nil {
 		b.trailer = tr
 	}
 	c.endRemoteLocked(st)
-	c.mu.Unlock()
 	return nil
 }
 
