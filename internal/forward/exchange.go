@@ -149,7 +149,7 @@ func (x *exchange[CC]) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request,
 		c.watch(ctx)
 	}
 	resp.ParseNetConn(c)
-	c.startRequest(!req.IsBodyStream())
+	c.startRequest()
 	c.stats.exchanges.Add(1)
 	bw := hc.AcquireWriter(c)
 	err = req.Write(bw)

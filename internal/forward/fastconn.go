@@ -140,15 +140,6 @@ type backendConn struct {
 	raw    syscall.RawConn
 	peekFD func(fd uintptr) bool // peekFunc, made once
 	peeked peekState
-	// A request written whole in one write is held (deferWrite, pending)
-	// until the read of its response: writeThenRead writes it inside that
-	// read, after the poller's readiness for the socket is reset, so the
-	// read then waits for the response instead of first trying a read that
-	// must fail (EAGAIN) and then waiting. One system call a request less.
-	deferWrite bool
-	pending    []byte
-	pendingBuf []byte
-	rw         writeThenRead
 
 	// A request's context on the net/http engine (watch): its end aborts
 	// the connection's reads and writes, and the connection is closed.
@@ -247,13 +238,8 @@ func (c *backendConn) peekFunc(fd uintptr) bool {
 	return true // never wait for readability
 }
 
-// startRequest marks the start of a request's writes; defer holds back
-// its one write for the read of the response (a request whose body does
-// not stream).
-func (c *backendConn) startRequest(deferWrite bool) {
-	c.writes, c.early = 0, false
-	c.deferWrite, c.pending = deferWrite && canWriteThenRead && c.raw != nil, nil
-}
+// startRequest marks the start of a request's writes.
+func (c *backendConn) startRequest() { c.writes, c.early = 0, false }
 
 // wrote notes one write of the request: from the second on, response
 // bytes already readable mean the backend answered before it had the
@@ -266,9 +252,6 @@ func (c *backendConn) wrote() {
 }
 
 func (c *backendConn) Read(p []byte) (int, error) {
-	if c.pending != nil {
-		return c.writeThenRead(p)
-	}
 	if c.streaming.Load() {
 		if err := c.Conn.SetReadDeadline(time.Now().Add(c.timeout)); err != nil {
 			return 0, err
@@ -283,68 +266,7 @@ func (c *backendConn) Read(p []byte) (int, error) {
 func (c *backendConn) Write(p []byte) (int, error) {
 	c.unpool() // fasthttp took it from the pool for a request
 	c.wrote()
-	if c.deferWrite {
-		if c.pending == nil && c.writes == 1 {
-			c.pending = append(c.pendingBuf[:0], p...)
-			c.pendingBuf = c.pending[:0]
-			return len(p), nil
-		}
-		// A request of more than one write goes out as it comes.
-		if err := c.flushPending(); err != nil {
-			return 0, err
-		}
-	}
 	return c.Conn.Write(p)
-}
-
-// flushPending writes what Write held back, now, and holds nothing more.
-func (c *backendConn) flushPending() error {
-	c.deferWrite = false
-	p := c.pending
-	c.pending = nil
-	if len(p) == 0 {
-		return nil
-	}
-	_, err := c.Conn.Write(p)
-	return err
-}
-
-// writeThenRead writes the held request and reads its response into p:
-// both inside one RawConn.Read, whose readiness reset comes before the
-// write, so that the wait that follows cannot miss the response. A write
-// the socket does not take whole at once (its buffer full) is finished
-// by a plain, blocking Write before the read.
-func (c *backendConn) writeThenRead(p []byte) (int, error) {
-	c.rw.pending, c.rw.p = c.pending, p
-	c.pending, c.deferWrite = nil, false
-	if c.rw.fn == nil {
-		c.rw.fn = c.rw.step
-	}
-	c.rw.n, c.rw.wrote, c.rw.err = 0, 0, nil
-	err := c.raw.Read(c.rw.fn)
-	rest, n, rerr := c.rw.pending[c.rw.wrote:], c.rw.n, c.rw.err
-	c.rw.pending, c.rw.p = nil, nil
-	if err != nil {
-		return 0, err // the deadline, or an abort
-	}
-	if rerr != nil {
-		return 0, rerr
-	}
-	if len(rest) > 0 {
-		// As for any write past a request's first: a response already
-		// there came before the backend had the whole request.
-		if c.peek() == peekData {
-			c.early = true
-		}
-		if _, err := c.Conn.Write(rest); err != nil {
-			return 0, err
-		}
-		return c.Conn.Read(p)
-	}
-	if n == 0 {
-		return 0, io.EOF
-	}
-	return n, nil
 }
 
 func (c *backendConn) Close() error {
