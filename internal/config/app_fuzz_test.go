@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 
 	"go.yaml.in/yaml/v3"
@@ -83,6 +84,11 @@ func FuzzJSONDocument(f *testing.F) {
 	f.Add([]byte(`{"a": 1} {"b": 2}`))
 	f.Add([]byte(`{"a": "x\"y\/z\u00e9", "b": [[], {}, [{"c": -0.5e-3}]]}`))
 	f.Add([]byte(`{"d": 01}`))
+	f.Add([]byte("{\"\"\n:[0]}"))
+	f.Add([]byte("{\"a\" \r:1}"))
+	f.Add([]byte(`{"` + strings.Repeat("k", 1021) + `" :1}`))
+	f.Add([]byte(`{"` + strings.Repeat("k", 1022) + `" :1}`))
+	f.Add([]byte(`{"é` + strings.Repeat("k", 1021) + `":1}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		j, ok := jsonDocument(data)
 		if !ok {

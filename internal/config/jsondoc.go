@@ -45,6 +45,10 @@ type jsonParser struct {
 // to the YAML parser, which has its own limit.
 const maxJSONDepth = 64
 
+// maxSimpleKey is how far (in bytes here, characters in yaml.v3, so a
+// little stricter) a key's ':' may be from its opening quote.
+const maxSimpleKey = 1024
+
 // value reads one value at p.i; nil means not JSON (or a key twice).
 func (p *jsonParser) value(depth int) *yaml.Node {
 	if p.skipSpace(); p.i >= len(p.data) || depth > maxJSONDepth {
@@ -87,6 +91,7 @@ func (p *jsonParser) container(depth int, end byte, n *yaml.Node) *yaml.Node {
 			if p.skipSpace(); p.i >= len(p.data) || p.data[p.i] != '"' {
 				return nil
 			}
+			start := p.i
 			key, ok := p.str()
 			if !ok {
 				return nil
@@ -96,7 +101,12 @@ func (p *jsonParser) container(depth int, end byte, n *yaml.Node) *yaml.Node {
 					return nil // YAML refuses a key twice; let it say so
 				}
 			}
-			if p.skipSpace(); p.i >= len(p.data) || p.data[p.i] != ':' {
+			// A key is YAML's simple key: its ':' on the same line, at most
+			// 1024 characters from its start, or YAML refuses the document.
+			for p.i < len(p.data) && p.data[p.i] == ' ' {
+				p.i++
+			}
+			if p.i >= len(p.data) || p.data[p.i] != ':' || p.i-start > maxSimpleKey {
 				return nil
 			}
 			p.i++
