@@ -784,6 +784,12 @@ func (cc *ClientConn) frame(fh frameHeader, p []byte) error {
 	if cc.hb.active && fh.typ != frameContinuation {
 		return cc.connError(ErrCodeProtocol, "frame inside a header block")
 	}
+	if f, ok := checkFrame(fh, p); !ok {
+		if f.stream {
+			return cc.faultOnStream(fh.stream, f)
+		}
+		return cc.connError(f.code, f.reason)
+	}
 	switch fh.typ {
 	case frameData:
 		return cc.onData(fh, p)
@@ -794,27 +800,11 @@ func (cc *ClientConn) frame(fh frameHeader, p []byte) error {
 			return cc.connError(ErrCodeProtocol, "unexpected CONTINUATION")
 		}
 		return cc.headerFragment(p, fh.flags&flagEndHeaders != 0)
-	case framePriority:
-		if fh.stream == 0 {
-			return cc.connError(ErrCodeProtocol, "PRIORITY on stream 0")
-		}
-		if fh.length != 5 {
-			return cc.connError(ErrCodeFrameSize, "PRIORITY length")
-		}
-		return cc.spend(1)
 	case frameRSTStream:
 		return cc.onRSTStream(fh, p)
 	case frameSettings:
 		return cc.onSettings(fh, p)
-	case framePushPromise:
-		return cc.connError(ErrCodeProtocol, "PUSH_PROMISE with push disabled")
 	case framePing:
-		if fh.stream != 0 {
-			return cc.connError(ErrCodeProtocol, "PING on a stream")
-		}
-		if fh.length != 8 {
-			return cc.connError(ErrCodeFrameSize, "PING length")
-		}
 		if err := cc.spend(1); err != nil {
 			return err
 		}
@@ -831,21 +821,31 @@ func (cc *ClientConn) frame(fh frameHeader, p []byte) error {
 	case frameWindowUpdate:
 		return cc.onWindowUpdate(fh, p)
 	default:
-		return cc.spend(1) // unknown types are ignored (§4.1)
+		return cc.spend(1) // PRIORITY is advice levee does not take; unknown types are ignored (§4.1)
 	}
+}
+
+// faultOnStream is the reaction to a frame that breaks a rule the RFC
+// makes a stream error: the stream is reset, if levee has it open.
+func (cc *ClientConn) faultOnStream(id uint32, f frameFault) error {
+	cc.mu.Lock()
+	if cc.idleLocked(id) {
+		cc.mu.Unlock()
+		return cc.connError(ErrCodeProtocol, "a frame on an idle stream")
+	}
+	st := cc.streams[id]
+	cc.mu.Unlock()
+	if st != nil {
+		cc.streamError(st, f.code, f.reason)
+	}
+	return cc.spend(1)
 }
 
 // idleLocked reports whether id names a stream levee never opened.
 func (cc *ClientConn) idleLocked(id uint32) bool { return id%2 == 0 || id >= cc.nextID }
 
 func (cc *ClientConn) onSettings(fh frameHeader, p []byte) error {
-	if fh.stream != 0 {
-		return cc.connError(ErrCodeProtocol, "SETTINGS on a stream")
-	}
 	if fh.flags&flagAck != 0 {
-		if fh.length != 0 {
-			return cc.connError(ErrCodeFrameSize, "SETTINGS ACK with a payload")
-		}
 		cc.mu.Lock()
 		cc.unacked--
 		bad := cc.unacked < 0
@@ -855,29 +855,20 @@ func (cc *ClientConn) onSettings(fh frameHeader, p []byte) error {
 		}
 		return nil
 	}
-	if fh.length%6 != 0 {
-		return cc.connError(ErrCodeFrameSize, "SETTINGS length")
-	}
 	if err := cc.spend(1); err != nil {
 		return err
 	}
 	cc.mu.Lock()
 	for ; len(p) > 0; p = p[6:] {
 		id, v := binary.BigEndian.Uint16(p), binary.BigEndian.Uint32(p[2:])
+		if f, ok := checkSetting(id, v, true); !ok {
+			cc.mu.Unlock()
+			return cc.connError(f.code, f.reason)
+		}
 		switch id {
-		case settingEnablePush:
-			if v != 0 {
-				// RFC 9113 §6.5.2: a server never sends 1.
-				cc.mu.Unlock()
-				return cc.connError(ErrCodeProtocol, "SETTINGS_ENABLE_PUSH from a server")
-			}
 		case settingMaxConcurrentStreams:
 			cc.maxStreams = min(v, unlimitedStreams)
 		case settingInitialWindowSize:
-			if v > maxWindow {
-				cc.mu.Unlock()
-				return cc.connError(ErrCodeFlowControl, "SETTINGS_INITIAL_WINDOW_SIZE")
-			}
 			delta := int64(v) - cc.peerWindow
 			cc.peerWindow = int64(v)
 			for _, st := range cc.streams {
@@ -889,11 +880,6 @@ func (cc *ClientConn) onSettings(fh frameHeader, p []byte) error {
 				if delta > 0 {
 					st.signal()
 				}
-			}
-		case settingMaxFrameSize:
-			if v < maxFrameSize || v > 1<<24-1 {
-				cc.mu.Unlock()
-				return cc.connError(ErrCodeProtocol, "SETTINGS_MAX_FRAME_SIZE")
 			}
 		}
 	}
@@ -910,9 +896,6 @@ func (cc *ClientConn) onSettings(fh frameHeader, p []byte) error {
 }
 
 func (cc *ClientConn) onWindowUpdate(fh frameHeader, p []byte) error {
-	if fh.length != 4 {
-		return cc.connError(ErrCodeFrameSize, "WINDOW_UPDATE length")
-	}
 	incr := int64(binary.BigEndian.Uint32(p) & 0x7fffffff)
 	cc.mu.Lock()
 	if fh.stream == 0 {
@@ -942,27 +925,24 @@ func (cc *ClientConn) onWindowUpdate(fh frameHeader, p []byte) error {
 		cc.mu.Unlock()
 		return nil // a closed stream: ignored (§6.9)
 	}
-	if incr == 0 {
-		cc.mu.Unlock()
-		return cc.streamError(st, ErrCodeProtocol, "WINDOW_UPDATE of 0")
+	var f frameFault
+	switch {
+	case incr == 0:
+		f = frameFault{ErrCodeProtocol, "WINDOW_UPDATE of 0", true}
+	case st.sendWindow+incr > maxWindow:
+		f = frameFault{ErrCodeFlowControl, "stream window overflow", true}
+	default:
+		st.sendWindow += incr
+		st.signal()
 	}
-	st.sendWindow += incr
-	if st.sendWindow > maxWindow {
-		cc.mu.Unlock()
-		return cc.streamError(st, ErrCodeFlowControl, "stream window overflow")
-	}
-	st.signal()
 	cc.mu.Unlock()
+	if f.stream {
+		cc.streamError(st, f.code, f.reason)
+	}
 	return nil
 }
 
 func (cc *ClientConn) onRSTStream(fh frameHeader, p []byte) error {
-	if fh.length != 4 {
-		return cc.connError(ErrCodeFrameSize, "RST_STREAM length")
-	}
-	if fh.stream == 0 {
-		return cc.connError(ErrCodeProtocol, "RST_STREAM on stream 0")
-	}
 	cc.mu.Lock()
 	if cc.idleLocked(fh.stream) {
 		cc.mu.Unlock()
@@ -979,12 +959,6 @@ func (cc *ClientConn) onRSTStream(fh frameHeader, p []byte) error {
 }
 
 func (cc *ClientConn) onGoAway(fh frameHeader, p []byte) error {
-	if fh.stream != 0 {
-		return cc.connError(ErrCodeProtocol, "GOAWAY on a stream")
-	}
-	if fh.length < 8 {
-		return cc.connError(ErrCodeFrameSize, "GOAWAY length")
-	}
 	last := binary.BigEndian.Uint32(p) & 0x7fffffff
 	code := ErrCode(binary.BigEndian.Uint32(p[4:]))
 	cc.mu.Lock()
@@ -1009,9 +983,9 @@ func (cc *ClientConn) onGoAway(fh frameHeader, p []byte) error {
 	return nil
 }
 
-// streamErrorUnlocked resets st for the backend's error on it: its
+// streamError resets st for the backend's error on it: its
 // owner's waits fail with a StreamError.
-func (cc *ClientConn) streamErrorUnlocked(st *ClientStream, code ErrCode, reason string) {
+func (cc *ClientConn) streamError(st *ClientStream, code ErrCode, reason string) {
 	cc.mu.Lock()
 	rst := st.onWire
 	if st.err == nil {
@@ -1024,24 +998,10 @@ func (cc *ClientConn) streamErrorUnlocked(st *ClientStream, code ErrCode, reason
 	}
 }
 
-// streamError is streamErrorUnlocked for a caller holding cc.mu, which
-// it releases.
-func (cc *ClientConn) streamError(st *ClientStream, code ErrCode, reason string) error {
-	cc.mu.Unlock()
-	cc.streamErrorUnlocked(st, code, reason)
-	return nil
-}
-
 func (cc *ClientConn) onData(fh frameHeader, p []byte) error {
-	if fh.stream == 0 {
-		return cc.connError(ErrCodeProtocol, "DATA on stream 0")
-	}
-	data := p
-	if fh.flags&flagPadded != 0 {
-		if len(p) == 0 || int(p[0]) >= len(p) {
-			return cc.connError(ErrCodeProtocol, "DATA padding")
-		}
-		data = p[1 : len(p)-int(p[0])]
+	data, ok := dataPayload(fh, p)
+	if !ok {
+		return cc.connError(ErrCodeProtocol, "DATA padding")
 	}
 	end := fh.flags&flagEndStream != 0
 	if len(data) == 0 && !end {
@@ -1111,7 +1071,7 @@ func (cc *ClientConn) onData(fh frameHeader, p []byte) error {
 		cc.unlockWrite()
 	}
 	if reason != "" {
-		cc.streamErrorUnlocked(st, code, reason)
+		cc.streamError(st, code, reason)
 	}
 	return nil
 }
@@ -1119,25 +1079,9 @@ func (cc *ClientConn) onData(fh frameHeader, p []byte) error {
 // onHeaders starts a header block: a response head (or a 1xx), or
 // trailers.
 func (cc *ClientConn) onHeaders(fh frameHeader, p []byte) error {
-	if fh.stream == 0 {
-		return cc.connError(ErrCodeProtocol, "HEADERS on stream 0")
-	}
-	if fh.flags&flagPadded != 0 {
-		if len(p) == 0 {
-			return cc.connError(ErrCodeProtocol, "HEADERS padding")
-		}
-		pad := int(p[0])
-		p = p[1:]
-		if pad > len(p) {
-			return cc.connError(ErrCodeProtocol, "HEADERS padding")
-		}
-		p = p[:len(p)-pad]
-	}
-	if fh.flags&flagPriority != 0 {
-		if len(p) < 5 {
-			return cc.connError(ErrCodeFrameSize, "HEADERS priority")
-		}
-		p = p[5:]
+	p, _, f, ok := headersPayload(fh, p)
+	if !ok {
+		return cc.connError(f.code, f.reason)
 	}
 	cc.mu.Lock()
 	if cc.idleLocked(fh.stream) {
@@ -1253,7 +1197,7 @@ func (cc *ClientConn) endHeaders() error {
 	}
 	reason, code, err := cc.takeBlock(st)
 	if reason != "" {
-		cc.streamErrorUnlocked(st, code, reason)
+		cc.streamError(st, code, reason)
 	}
 	if err == errCalm {
 		return cc.connError(ErrCodeEnhanceYourCalm, "too many control frames")

@@ -272,6 +272,14 @@ func TestClientMalformedResponse(t *testing.T) {
 			}
 			b.data(id, false, []byte("x"))
 		}, http2.ErrCodeFlowControl},
+		// §6.3 and §5.3.1 make these stream errors: the stream is reset,
+		// the connection serves on.
+		{"PRIORITY length", func(b *rawBackend, id uint32) {
+			b.fr.WriteRawFrame(http2.FramePriority, 0, id, make([]byte, 4))
+		}, http2.ErrCodeFrameSize},
+		{"PRIORITY on itself", func(b *rawBackend, id uint32) {
+			b.fr.WritePriority(id, http2.PriorityParam{StreamDep: id})
+		}, http2.ErrCodeProtocol},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cc, b := newRawPair(t, ClientOptions{})
@@ -325,6 +333,33 @@ func TestClientProtocolError(t *testing.T) {
 			b.fr.WriteSettings(http2.Setting{ID: http2.SettingEnablePush, Val: 1})
 		}, http2.ErrCodeProtocol},
 		{"connection window overflow", func(b *rawBackend, id uint32) { b.fr.WriteWindowUpdate(0, 1<<31-1) }, http2.ErrCodeFlowControl},
+		{"SETTINGS on a stream", func(b *rawBackend, id uint32) {
+			b.fr.WriteRawFrame(http2.FrameSettings, 0, id, nil)
+		}, http2.ErrCodeProtocol},
+		{"SETTINGS length", func(b *rawBackend, id uint32) {
+			b.fr.WriteRawFrame(http2.FrameSettings, 0, 0, make([]byte, 5))
+		}, http2.ErrCodeFrameSize},
+		{"SETTINGS_MAX_FRAME_SIZE too small", func(b *rawBackend, id uint32) {
+			b.fr.WriteSettings(http2.Setting{ID: http2.SettingMaxFrameSize, Val: maxFrameSize - 1})
+		}, http2.ErrCodeProtocol},
+		{"WINDOW_UPDATE length", func(b *rawBackend, id uint32) {
+			b.fr.WriteRawFrame(http2.FrameWindowUpdate, 0, id, make([]byte, 3))
+		}, http2.ErrCodeFrameSize},
+		{"GOAWAY on a stream", func(b *rawBackend, id uint32) {
+			b.fr.WriteRawFrame(http2.FrameGoAway, 0, id, make([]byte, 8))
+		}, http2.ErrCodeProtocol},
+		{"PRIORITY on stream 0", func(b *rawBackend, id uint32) {
+			b.fr.WriteRawFrame(http2.FramePriority, 0, 0, make([]byte, 5))
+		}, http2.ErrCodeProtocol},
+		{"DATA padding as long as the frame", func(b *rawBackend, id uint32) {
+			b.fr.WriteRawFrame(http2.FrameData, http2.FlagDataPadded, id, []byte{3, 0, 0})
+		}, http2.ErrCodeProtocol},
+		{"HEADERS padding past the priority fields", func(b *rawBackend, id uint32) {
+			// 1 byte of block after the priority fields, 5 of padding:
+			// §6.2 makes it a PROTOCOL_ERROR, not a short priority.
+			b.fr.WriteRawFrame(http2.FrameHeaders, http2.FlagHeadersPadded|http2.FlagHeadersPriority|http2.FlagHeadersEndHeaders,
+				id, []byte{5, 0, 0, 0, 0, 16, 0x88})
+		}, http2.ErrCodeProtocol},
 		{"PING on a stream", func(b *rawBackend, id uint32) {
 			b.fr.WriteRawFrame(http2.FramePing, 0, id, make([]byte, 8))
 		}, http2.ErrCodeProtocol},

@@ -258,6 +258,12 @@ func (c *conn) frame(fh frameHeader, p []byte) error {
 	if c.hb.active && fh.typ != frameContinuation {
 		return connError{ErrCodeProtocol, "frame inside a header block"}
 	}
+	if f, ok := checkFrame(fh, p); !ok {
+		if f.stream {
+			return c.streamError(fh.stream, f.code)
+		}
+		return connError{f.code, f.reason}
+	}
 	switch fh.typ {
 	case frameData:
 		return c.onData(fh, p)
@@ -268,30 +274,11 @@ func (c *conn) frame(fh frameHeader, p []byte) error {
 			return connError{ErrCodeProtocol, "unexpected CONTINUATION"}
 		}
 		return c.headerFragment(p, fh.flags&flagEndHeaders != 0)
-	case framePriority:
-		if fh.stream == 0 {
-			return connError{ErrCodeProtocol, "PRIORITY on stream 0"}
-		}
-		if fh.length != 5 {
-			return c.streamError(fh.stream, ErrCodeFrameSize)
-		}
-		if binary.BigEndian.Uint32(p)&0x7fffffff == fh.stream {
-			return c.streamError(fh.stream, ErrCodeProtocol)
-		}
-		return nil
 	case frameRSTStream:
 		return c.onRSTStream(fh, p)
 	case frameSettings:
 		return c.onSettings(fh, p)
-	case framePushPromise:
-		return connError{ErrCodeProtocol, "PUSH_PROMISE from a client"}
 	case framePing:
-		if fh.stream != 0 {
-			return connError{ErrCodeProtocol, "PING on a stream"}
-		}
-		if fh.length != 8 {
-			return connError{ErrCodeFrameSize, "PING length"}
-		}
 		if fh.flags&flagAck != 0 {
 			return nil
 		}
@@ -300,30 +287,18 @@ func (c *conn) frame(fh frameHeader, p []byte) error {
 		c.wbuf = append(c.wbuf, p...)
 		return c.unlockWriteLazy()
 	case frameGoAway:
-		if fh.stream != 0 {
-			return connError{ErrCodeProtocol, "GOAWAY on a stream"}
-		}
-		if fh.length < 8 {
-			return connError{ErrCodeFrameSize, "GOAWAY length"}
-		}
 		// The client goes away: finish what it asked for, take nothing new.
 		c.startShutdown()
 		return nil
 	case frameWindowUpdate:
 		return c.onWindowUpdate(fh, p)
 	default:
-		return nil // unknown types are ignored (§4.1)
+		return nil // PRIORITY is advice levee does not take; unknown types are ignored (§4.1)
 	}
 }
 
 func (c *conn) onSettings(fh frameHeader, p []byte) error {
-	if fh.stream != 0 {
-		return connError{ErrCodeProtocol, "SETTINGS on a stream"}
-	}
 	if fh.flags&flagAck != 0 {
-		if fh.length != 0 {
-			return connError{ErrCodeFrameSize, "SETTINGS ACK with a payload"}
-		}
 		c.mu.Lock()
 		c.unacked--
 		bad := c.unacked < 0
@@ -333,23 +308,15 @@ func (c *conn) onSettings(fh frameHeader, p []byte) error {
 		}
 		return nil
 	}
-	if fh.length%6 != 0 {
-		return connError{ErrCodeFrameSize, "SETTINGS length"}
-	}
 	c.mu.Lock()
 	for ; len(p) > 0; p = p[6:] {
 		id, v := binary.BigEndian.Uint16(p), binary.BigEndian.Uint32(p[2:])
+		if f, ok := checkSetting(id, v, false); !ok {
+			c.mu.Unlock()
+			return connError{f.code, f.reason}
+		}
 		switch id {
-		case settingEnablePush:
-			if v > 1 {
-				c.mu.Unlock()
-				return connError{ErrCodeProtocol, "SETTINGS_ENABLE_PUSH"}
-			}
 		case settingInitialWindowSize:
-			if v > maxWindow {
-				c.mu.Unlock()
-				return connError{ErrCodeFlowControl, "SETTINGS_INITIAL_WINDOW_SIZE"}
-			}
 			// §6.9.2: the change applies to every stream's window, which
 			// may go negative; none may pass the maximum.
 			delta := int64(v) - c.peerWindow
@@ -365,10 +332,6 @@ func (c *conn) onSettings(fh frameHeader, p []byte) error {
 				}
 			}
 		case settingMaxFrameSize:
-			if v < maxFrameSize || v > 1<<24-1 {
-				c.mu.Unlock()
-				return connError{ErrCodeProtocol, "SETTINGS_MAX_FRAME_SIZE"}
-			}
 			c.peerFrame = int(min(v, maxFrameSize)) // larger frames gain nothing over TLS records
 		}
 	}
@@ -379,9 +342,6 @@ func (c *conn) onSettings(fh frameHeader, p []byte) error {
 }
 
 func (c *conn) onWindowUpdate(fh frameHeader, p []byte) error {
-	if fh.length != 4 {
-		return connError{ErrCodeFrameSize, "WINDOW_UPDATE length"}
-	}
 	incr := int64(binary.BigEndian.Uint32(p) & 0x7fffffff)
 	c.mu.Lock()
 	if fh.stream == 0 {
@@ -422,12 +382,6 @@ func (c *conn) onWindowUpdate(fh frameHeader, p []byte) error {
 }
 
 func (c *conn) onRSTStream(fh frameHeader, p []byte) error {
-	if fh.length != 4 {
-		return connError{ErrCodeFrameSize, "RST_STREAM length"}
-	}
-	if fh.stream == 0 {
-		return connError{ErrCodeProtocol, "RST_STREAM on stream 0"}
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if fh.stream > c.maxClientID {
@@ -442,15 +396,9 @@ func (c *conn) onRSTStream(fh frameHeader, p []byte) error {
 var errClientReset = errors.New("h2: stream reset by the client")
 
 func (c *conn) onData(fh frameHeader, p []byte) error {
-	if fh.stream == 0 {
-		return connError{ErrCodeProtocol, "DATA on stream 0"}
-	}
-	data := p
-	if fh.flags&flagPadded != 0 {
-		if len(p) == 0 || int(p[0]) >= len(p) {
-			return connError{ErrCodeProtocol, "DATA padding"}
-		}
-		data = p[1 : len(p)-int(p[0])]
+	data, ok := dataPayload(fh, p)
+	if !ok {
+		return connError{ErrCodeProtocol, "DATA padding"}
 	}
 	n := int64(fh.length)
 	c.mu.Lock()

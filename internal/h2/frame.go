@@ -181,3 +181,138 @@ func readPayload(br *bufio.Reader, n int, scratch *[]byte) ([]byte, error) {
 	_, err := io.ReadFull(br, p)
 	return p, err
 }
+
+// frameFault is a rule of RFC 9113 §6 that a frame breaks.
+type frameFault struct {
+	code   ErrCode
+	reason string
+	stream bool // the RFC makes it a stream error, not a connection error
+}
+
+// checkFrame applies the rules of §6 that need no state of either end:
+// on which stream each type may come, its length, and a PRIORITY that
+// names its own stream (§5.3.1). p is the payload. Both ends check
+// every frame with it and differ only in how they react. PUSH_PROMISE is
+// refused here too: levee's server is never sent one by a well-behaved
+// client, and its client never enables push.
+func checkFrame(fh frameHeader, p []byte) (frameFault, bool) {
+	onStream0 := fh.stream == 0
+	switch fh.typ {
+	case frameData:
+		if onStream0 {
+			return frameFault{ErrCodeProtocol, "DATA on stream 0", false}, false
+		}
+	case frameHeaders:
+		if onStream0 {
+			return frameFault{ErrCodeProtocol, "HEADERS on stream 0", false}, false
+		}
+	case framePriority:
+		if onStream0 {
+			return frameFault{ErrCodeProtocol, "PRIORITY on stream 0", false}, false
+		}
+		if fh.length != 5 {
+			return frameFault{ErrCodeFrameSize, "PRIORITY length", true}, false
+		}
+		if binary.BigEndian.Uint32(p)&0x7fffffff == fh.stream {
+			return frameFault{ErrCodeProtocol, "PRIORITY on itself", true}, false
+		}
+	case frameRSTStream:
+		if fh.length != 4 {
+			return frameFault{ErrCodeFrameSize, "RST_STREAM length", false}, false
+		}
+		if onStream0 {
+			return frameFault{ErrCodeProtocol, "RST_STREAM on stream 0", false}, false
+		}
+	case frameSettings:
+		switch {
+		case !onStream0:
+			return frameFault{ErrCodeProtocol, "SETTINGS on a stream", false}, false
+		case fh.flags&flagAck != 0 && fh.length != 0:
+			return frameFault{ErrCodeFrameSize, "SETTINGS ACK with a payload", false}, false
+		case fh.length%6 != 0:
+			return frameFault{ErrCodeFrameSize, "SETTINGS length", false}, false
+		}
+	case framePushPromise:
+		return frameFault{ErrCodeProtocol, "PUSH_PROMISE, which levee never enables", false}, false
+	case framePing:
+		if !onStream0 {
+			return frameFault{ErrCodeProtocol, "PING on a stream", false}, false
+		}
+		if fh.length != 8 {
+			return frameFault{ErrCodeFrameSize, "PING length", false}, false
+		}
+	case frameGoAway:
+		if !onStream0 {
+			return frameFault{ErrCodeProtocol, "GOAWAY on a stream", false}, false
+		}
+		if fh.length < 8 {
+			return frameFault{ErrCodeFrameSize, "GOAWAY length", false}, false
+		}
+	case frameWindowUpdate:
+		if fh.length != 4 {
+			return frameFault{ErrCodeFrameSize, "WINDOW_UPDATE length", false}, false
+		}
+	case frameContinuation:
+		if onStream0 {
+			return frameFault{ErrCodeProtocol, "CONTINUATION on stream 0", false}, false
+		}
+	}
+	return frameFault{}, true
+}
+
+// dataPayload is a DATA frame's data, its padding (§6.1) stripped; ok is
+// false for padding as long as the frame, a PROTOCOL_ERROR.
+func dataPayload(fh frameHeader, p []byte) (data []byte, ok bool) {
+	if fh.flags&flagPadded == 0 {
+		return p, true
+	}
+	if len(p) == 0 || int(p[0]) >= len(p) {
+		return nil, false
+	}
+	return p[1 : len(p)-int(p[0])], true
+}
+
+// headersPayload is a HEADERS frame's block fragment (§6.2): the pad
+// length, the priority fields and the padding stripped. selfDep reports
+// a priority naming the stream itself.
+func headersPayload(fh frameHeader, p []byte) (block []byte, selfDep bool, f frameFault, ok bool) {
+	pad := 0
+	if fh.flags&flagPadded != 0 {
+		if len(p) == 0 {
+			return nil, false, frameFault{ErrCodeProtocol, "HEADERS padding", false}, false
+		}
+		pad, p = int(p[0]), p[1:]
+	}
+	if fh.flags&flagPriority != 0 {
+		if len(p) < 5 {
+			return nil, false, frameFault{ErrCodeFrameSize, "HEADERS priority", false}, false
+		}
+		selfDep = binary.BigEndian.Uint32(p)&0x7fffffff == fh.stream
+		p = p[5:]
+	}
+	if pad > len(p) {
+		return nil, false, frameFault{ErrCodeProtocol, "HEADERS padding", false}, false
+	}
+	return p[:len(p)-pad], selfDep, frameFault{}, true
+}
+
+// checkSetting applies §6.5.2's rules to one setting a peer sent;
+// fromServer is true on levee's client, where a server's ENABLE_PUSH may
+// only be 0.
+func checkSetting(id uint16, v uint32, fromServer bool) (frameFault, bool) {
+	switch id {
+	case settingEnablePush:
+		if v > 1 || fromServer && v != 0 {
+			return frameFault{ErrCodeProtocol, "SETTINGS_ENABLE_PUSH", false}, false
+		}
+	case settingInitialWindowSize:
+		if v > maxWindow {
+			return frameFault{ErrCodeFlowControl, "SETTINGS_INITIAL_WINDOW_SIZE", false}, false
+		}
+	case settingMaxFrameSize:
+		if v < maxFrameSize || v > 1<<24-1 {
+			return frameFault{ErrCodeProtocol, "SETTINGS_MAX_FRAME_SIZE", false}, false
+		}
+	}
+	return frameFault{}, true
+}

@@ -15,29 +15,10 @@ import (
 
 // onHeaders starts a header block.
 func (c *conn) onHeaders(fh frameHeader, p []byte) error {
-	if fh.stream == 0 {
-		return connError{ErrCodeProtocol, "HEADERS on stream 0"}
+	p, selfDep, f, ok := headersPayload(fh, p)
+	if !ok {
+		return connError{f.code, f.reason}
 	}
-	var pad int
-	if fh.flags&flagPadded != 0 {
-		if len(p) == 0 {
-			return connError{ErrCodeProtocol, "HEADERS padding"}
-		}
-		pad = int(p[0])
-		p = p[1:]
-	}
-	selfDep := false
-	if fh.flags&flagPriority != 0 {
-		if len(p) < 5 {
-			return connError{ErrCodeFrameSize, "HEADERS priority"}
-		}
-		selfDep = uint32(p[0]&0x7f)<<24|uint32(p[1])<<16|uint32(p[2])<<8|uint32(p[3]) == fh.stream
-		p = p[5:]
-	}
-	if pad > len(p) {
-		return connError{ErrCodeProtocol, "HEADERS padding"}
-	}
-	p = p[:len(p)-pad]
 	c.hb = headerBlock{active: true, stream: fh.stream, endStream: fh.flags&flagEndStream != 0, selfDep: selfDep,
 		fields: c.hb.fields[:0], remain: c.maxHList}
 	return c.headerFragment(p, fh.flags&flagEndHeaders != 0)
