@@ -182,8 +182,8 @@ func catalogWrites(t *testing.T, db string) func() bool {
 // names handshaken one at a time alongside, each verified:
 //   - N handshakes for the held names themselves, the control;
 //   - N unknown names: no ACME request at all and no write to the
-//     catalog's database, during the control or this flood; each counted
-//     as refused{unknown};
+//     catalog's database, during the control or this flood; no log line;
+//     each counted as refused{unknown};
 //   - N catalog hostnames, once each: Pebble counts no more orders than
 //     the budget allows in the test's window, and exactly the orders
 //     levee counted sending.
@@ -245,6 +245,7 @@ func TestACMEFloodThroughTheCatalog(t *testing.T) {
 	}
 
 	// The flood of unknown names, the held names handshaken alongside.
+	logged := strings.Count(l.stderr.String(), "\n")
 	during, failed, first := l.floodMeasured(t, r, held, n, func(i int) string { return fmt.Sprintf("u%d.evil.example.com", i) })
 	if failed > 0 {
 		t.Fatalf("%d handshakes for unknown names failed; first: %v", failed, first)
@@ -254,6 +255,9 @@ func TestACMEFloodThroughTheCatalog(t *testing.T) {
 	}
 	if wrote() {
 		t.Fatal("the catalog's database was written during the floods of held and unknown names")
+	}
+	if n := strings.Count(l.stderr.String(), "\n") - logged; n != 0 {
+		l.fatalf("levee logged %d lines during the flood of unknown names, want none", n)
 	}
 	if o := r.pebble.Orders(); o != len(held) {
 		t.Fatalf("Pebble counted %d orders after the flood of unknown names, want %d (the held names')", o, len(held))
