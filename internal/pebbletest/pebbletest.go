@@ -120,6 +120,12 @@ func Start(t testing.TB, o Options) *Pebble {
 // Orders is how many orders Pebble has accepted: Pebble's own count.
 func (p *Pebble) Orders() int { return strings.Count(p.out.String(), "Added order ") }
 
+// Requests is how many ACME requests Pebble has handled, of any kind
+// (directory, nonce, account, order, authorization, challenge,
+// finalize, certificate): the lines its front end logs as it hands each
+// to a handler. Start's own polls of the directory are among them.
+func (p *Pebble) Requests() int { return strings.Count(p.out.String(), " -> calling handler()") }
+
 // Root is the root of the certificates Pebble issues.
 func (p *Pebble) Root(t testing.TB) *x509.CertPool {
 	t.Helper()
