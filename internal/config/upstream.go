@@ -1,6 +1,7 @@
 package config
 
 import (
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -139,10 +140,17 @@ type UpstreamTLS struct {
 	// InsecureSkipVerify accepts any certificate: for tests only.
 	InsecureSkipVerify bool `yaml:"insecure_skip_verify"`
 
-	// What validation loaded (see Config).
+	// What validation loaded (see Config), and a digest of it (see Sum).
 	roots *x509.CertPool
 	pair  *tls.Certificate
+	sum   [sha256.Size]byte
 }
+
+// Sum is a digest of the files' contents as validation loaded them: the
+// CA's PEM and the client certificate's chain. A reload that finds the
+// same file names with new contents (a rotated certificate) gets another
+// Sum, so the pools keyed by it are made again with the new files.
+func (t *UpstreamTLS) Sum() [sha256.Size]byte { return t.sum }
 
 // Config returns the TLS client config of t as validation loaded it, for
 // a backend at host, with ALPN h2. A nil t verifies against the system
@@ -197,6 +205,7 @@ func (t *UpstreamTLS) load(errs *Errors, rd *reader, p string) {
 		errs.add(p, "both cert and key are required for a client certificate (or neither)")
 		return
 	}
+	h := sha256.New()
 	if t.CA != "" {
 		pem, err := rd.read(t.CA, MaxPEMBytes)
 		if err != nil {
@@ -208,6 +217,7 @@ func (t *UpstreamTLS) load(errs *Errors, rd *reader, p string) {
 			errs.add(p+".ca", "%s holds no PEM certificate", t.CA)
 			return
 		}
+		h.Write(pem)
 	}
 	if t.Cert != "" {
 		pair, err := loadCertificate(*rd, p, &TLS{Cert: t.Cert, Key: t.Key})
@@ -219,5 +229,9 @@ func (t *UpstreamTLS) load(errs *Errors, rd *reader, p string) {
 			return
 		}
 		t.pair = &pair
+		for _, der := range pair.Certificate {
+			h.Write(der)
+		}
 	}
+	h.Sum(t.sum[:0])
 }

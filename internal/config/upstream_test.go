@@ -3,6 +3,7 @@ package config
 import (
 	"crypto/tls"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -47,5 +48,36 @@ func TestStoredAppUpstreamNamesNoFiles(t *testing.T) {
 	}
 	if _, err := ParseApp("a", []byte(`{"hosts":["a.test"],"backends":["127.0.0.1:9"],"upstream":{"protocol":"h2","tls":{"server_name":"x"}}}`)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Sum follows the TLS files' contents, not their names: the same files
+// give the same Sum, a rotated certificate under the same name another.
+func TestAppUpstreamTLSSumFollowsTheContents(t *testing.T) {
+	certFile, keyFile := testcert.Files(t, "client.test")
+	src := fmt.Sprintf("{protocol: h2, tls: {ca: %s, cert: %s, key: %s}}", certFile, certFile, keyFile)
+	sum := func() [32]byte {
+		t.Helper()
+		cfg, err := Parse([]byte(appA + src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg.Apps["a"].Upstreams().TLS.Sum()
+	}
+	first := sum()
+	if again := sum(); again != first || first == ([32]byte{}) {
+		t.Fatalf("the same files: sums %x and %x", first, again)
+	}
+	cert, key := testcert.PEM(t, "client.test")
+	for _, f := range []struct {
+		path string
+		b    []byte
+	}{{certFile, cert}, {keyFile, key}} {
+		if err := os.WriteFile(f.path, f.b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rotated := sum(); rotated == first {
+		t.Fatalf("a rotated certificate kept the sum %x", first)
 	}
 }

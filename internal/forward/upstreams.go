@@ -40,10 +40,12 @@ type upstreamKey struct {
 }
 
 // legKey is the protocol to a backend and its TLS client, as far as they
-// make pools differ (the files' contents are read on the pool's making).
+// make pools differ: the files' names and, through tlsSum, their contents,
+// so a reload after a certificate's rotation dials with the new one.
 type legKey struct {
 	protocol config.Protocol
 	tls      config.UpstreamTLS
+	tlsSum   [32]byte
 }
 
 func legKeyOf(a config.AppUpstream) legKey {
@@ -52,6 +54,7 @@ func legKeyOf(a config.AppUpstream) legKey {
 		t := a.TLS
 		k.tls = config.UpstreamTLS{CA: t.CA, ServerName: t.ServerName, Cert: t.Cert, Key: t.Key,
 			InsecureSkipVerify: t.InsecureSkipVerify}
+		k.tlsSum = t.Sum()
 	}
 	return k
 }

@@ -196,5 +196,5 @@ func grpcServe(t *testing.T, desc *grpc.ServiceDesc) string {
 	t.Helper()
 	s := grpc.NewServer(grpc.ForceServerCodec(rawCodec{}))
 	s.RegisterService(desc, struct{}{})
-	return serveGRPC(t, s)
+	return serveGRPC(t, s, "127.0.0.1:0")
 }

@@ -164,6 +164,13 @@ func (e *echo) enter(ctx context.Context) {
 func grpcBackend(t *testing.T, cert, key []byte) (string, *echo) {
 	t.Helper()
 	e := &echo{canceled: make(chan string, 16), header: make(chan metadata.MD, 1)}
+	return serveGRPC(t, echoServer(t, e, cert, key), "127.0.0.1:0"), e
+}
+
+// echoServer is a grpc-go server of e: h2c, or h2 over TLS when cert
+// (PEM, with key) is set.
+func echoServer(t *testing.T, e *echo, cert, key []byte) *grpc.Server {
+	t.Helper()
 	opts := []grpc.ServerOption{grpc.ForceServerCodec(rawCodec{})}
 	if cert != nil {
 		pair, err := tls.X509KeyPair(cert, key)
@@ -174,13 +181,14 @@ func grpcBackend(t *testing.T, cert, key []byte) (string, *echo) {
 	}
 	s := grpc.NewServer(opts...)
 	s.RegisterService(e.desc(), struct{}{})
-	return serveGRPC(t, s), e
+	return s
 }
 
-// serveGRPC serves s on a loopback port until the test ends.
-func serveGRPC(t *testing.T, s *grpc.Server) string {
+// serveGRPC serves s on addr (a loopback port) until the test ends, and
+// returns the address.
+func serveGRPC(t *testing.T, s *grpc.Server, addr string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -659,5 +667,44 @@ func TestGRPCBackendCertificateIsVerified(t *testing.T) {
 	if s, _ := status.FromError(err); s.Code() != codes.Unavailable || first(tr, "levee-error") != reply.BackendUnreachable || e.calls.Load() != 0 {
 		t.Fatalf("an unverifiable backend: %v, metadata %v, %d calls at it; want UNAVAILABLE, backend-unreachable, none",
 			err, tr, e.calls.Load())
+	}
+}
+
+// A reload that finds the backend CA's file rotated (same name, new
+// contents) dials with the new one: a backend that moved to a certificate
+// of the new CA is reached, where the pool made with the old file's
+// contents would refuse it (the pools are keyed by the files' contents).
+func TestGRPCReloadTakesARotatedBackendCA(t *testing.T) {
+	skipOnH2C(t, "the test sets its own listener, h2c")
+	oldCert, oldKey := testcert.PEM(t, "backend.test")
+	newCert, newKey := testcert.PEM(t, "backend.test")
+	ca := t.TempDir() + "/ca.pem"
+	writeFile(t, ca, oldCert)
+
+	e := &echo{canceled: make(chan string, 16), header: make(chan metadata.MD, 1)}
+	old := echoServer(t, e, oldCert, oldKey)
+	backend := serveGRPC(t, old, "127.0.0.1:0")
+
+	cfg := fmt.Sprintf("listen:\n  - {addr: 127.0.0.1:0, h2c: true}\n"+
+		"apps:\n  rpc:\n    hosts: [rpc.test]\n    backends: [%s]\n"+
+		"    upstream: {protocol: h2, tls: {ca: %s, server_name: backend.test}}\n", backend, ca)
+	p := startProxy(t, cfg)
+	cc := grpcClients(t, p.srv.Addrs()[0].String(), "127.0.0.1:1", nil)["h2c"]
+	ctx := testCtx(t)
+	if _, _, err := unary(ctx, cc, []byte("x")); err != nil {
+		t.Fatalf("before the rotation: %v", err)
+	}
+
+	// The backend moves to a certificate of another CA, at the same
+	// address, and the CA file is rewritten with it.
+	old.Stop()
+	serveGRPC(t, echoServer(t, e, newCert, newKey), backend)
+	writeFile(t, ca, newCert)
+	if err := p.srv.Reload(mustParse(t, cfg)); err != nil {
+		t.Fatal(err)
+	}
+	if _, tr, err := unary(ctx, cc, []byte("x")); err != nil {
+		t.Fatalf("after the rotation and a reload: %v (levee-error %q); want the new CA's backend reached",
+			err, first(tr, "levee-error"))
 	}
 }
