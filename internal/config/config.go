@@ -6,6 +6,7 @@
 package config
 
 import (
+	"crypto/tls"
 	"fmt"
 	"math"
 	"reflect"
@@ -36,6 +37,21 @@ type Config struct {
 	Tracing Tracing `yaml:"tracing"`
 	// TLS holds settings of TLS beyond one listener or app (acme.go).
 	TLS TLSSection `yaml:"tls"`
+
+	// listenCerts are the listeners' certificates as validation loaded
+	// them, by index in Listen (nil for a plain one).
+	listenCerts []*tls.Certificate
+}
+
+// ListenerCertificate is the certificate of Listen[i] as validation
+// loaded it, nil for a plain listener (or a Config never validated).
+// Each reload reads the files again: a certificate renewed in place (a
+// cron job's, or certbot's) is served from the reload on.
+func (c *Config) ListenerCertificate(i int) *tls.Certificate {
+	if i < len(c.listenCerts) {
+		return c.listenCerts[i]
+	}
+	return nil
 }
 
 // Listener is one client-facing address.

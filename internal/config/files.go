@@ -239,15 +239,10 @@ func ownReader() reader { return reader{ctx: context.Background(), f: new(Files)
 
 func (r reader) read(path string, max int64) ([]byte, error) { return r.f.Read(r.ctx, path, max) }
 
-// LoadCertificate reads and parses the certificate and key files of t, each
-// bounded by MaxPEMBytes (and read as ReadFileBounded does). path is t's
-// field path (listen[0].tls), which an error starts with, naming the file at
-// fault: listen[0].tls.cert: .... Validation reads the pair to prove it
-// loads, and the server calls this at Listen.
-func LoadCertificate(path string, t *TLS) (tls.Certificate, error) {
-	return loadCertificate(ownReader(), path, t)
-}
-
+// loadCertificate reads and parses the certificate and key files of t,
+// each bounded by MaxPEMBytes (and read as ReadFileBounded does). path is
+// t's field path (listen[0].tls), which an error starts with, naming the
+// file at fault: listen[0].tls.cert: ....
 func loadCertificate(rd reader, path string, t *TLS) (tls.Certificate, error) {
 	cert, err := rd.read(t.Cert, MaxPEMBytes)
 	if err != nil {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"crypto/tls"
 	"fmt"
 	"github.com/leveeproxy/levee/internal/bandwidth"
 	"github.com/leveeproxy/levee/internal/clientkey"
@@ -32,12 +33,16 @@ func (c *Config) validate(rd reader) error {
 	if len(c.Listen) == 0 {
 		errs.add("listen", "at least one listener is required")
 	}
+	c.listenCerts = nil // made for the first TLS listener: a plain config stays Default()'s
 	for i, l := range c.Listen {
 		p := fmt.Sprintf("listen[%d]", i)
 		checkListenAddr(&errs, p+".addr", l.Addr)
 		claim(p+".addr", l.Addr)
 		if l.TLS != nil {
-			checkTLS(&errs, rd, p+".tls", l.TLS)
+			if c.listenCerts == nil {
+				c.listenCerts = make([]*tls.Certificate, len(c.Listen))
+			}
+			c.listenCerts[i] = checkTLS(&errs, rd, p+".tls", l.TLS)
 			if l.H2C {
 				errs.add(p+".h2c", "h2c is for listeners without tls (a TLS listener negotiates HTTP/2 by ALPN)")
 			}
@@ -101,14 +106,18 @@ func checkListenAddr(errs *Errors, path, addr string) {
 	}
 }
 
-func checkTLS(errs *Errors, rd reader, path string, t *TLS) {
+// checkTLS loads t's certificate, nil if it does not load.
+func checkTLS(errs *Errors, rd reader, path string, t *TLS) *tls.Certificate {
 	if t.Cert == "" || t.Key == "" {
 		errs.add(path, "both cert and key are required")
-		return
+		return nil
 	}
-	if _, err := loadCertificate(rd, path, t); err != nil {
+	pair, err := loadCertificate(rd, path, t)
+	if err != nil {
 		*errs = append(*errs, err.(FieldError))
+		return nil
 	}
+	return &pair
 }
 
 func positive(errs *Errors, path string, d Duration) {

@@ -138,3 +138,40 @@ apps:
 		t.Errorf("cold1.test once the store answered: %q", got)
 	}
 }
+
+// TestReloadServesRenewedCertificates: certificates renewed in place (the
+// same file names, new contents, as certbot or a cron job writes them)
+// are served from the next reload on, the listener's own as an app's; a
+// reload is how a renewal takes effect without a restart.
+func TestReloadServesRenewedCertificates(t *testing.T) {
+	if testH2C() {
+		t.Skip("TLS listeners; the same on every protocol")
+	}
+	listenCert, listenKey := testcert.Files(t, "old-listener.test")
+	aCert, aKey := testcert.Files(t, "a.test")
+	cfg := fmt.Sprintf(`
+listen: [{addr: 127.0.0.1:0, tls: {cert: %s, key: %s}}]
+apps:
+  a: {hosts: [a.test, '*.a.test'], backends: ['127.0.0.1:9'], tls: {cert: %s, key: %s}}
+`, listenCert, listenKey, aCert, aKey)
+	p := startProxy(t, cfg)
+	addr := p.srv.Addrs()[0].String()
+	if got, err := servedName(t, addr, "other.test"); err != nil || got != "old-listener.test" {
+		t.Fatalf("before the renewal: served %q, %v", got, err)
+	}
+	for _, f := range []struct{ cert, key, name string }{
+		{listenCert, listenKey, "new-listener.test"}, {aCert, aKey, "*.a.test"},
+	} {
+		c, k := testcert.PEM(t, f.name)
+		writeFile(t, f.cert, c)
+		writeFile(t, f.key, k)
+	}
+	if err := p.srv.Reload(mustParse(t, cfg)); err != nil {
+		t.Fatal(err)
+	}
+	for sni, want := range map[string]string{"other.test": "new-listener.test", "": "new-listener.test", "a.test": "*.a.test"} {
+		if got, err := servedName(t, addr, sni); err != nil || got != want {
+			t.Errorf("after the renewal and a reload, SNI %q: served %q, %v; want %q", sni, got, err, want)
+		}
+	}
+}

@@ -46,16 +46,22 @@ type listener struct {
 }
 
 // newListener makes the servers of one bound socket.
-func (s *Server) newListener(cfg *config.Config, lc config.Listener, ln net.Listener) (*listener, error) {
+func (s *Server) newListener(cfg *config.Config, i int, ln net.Listener) (*listener, error) {
+	lc := cfg.Listen[i]
 	l := &listener{cfg: lc, h1: s.fastServer(cfg), hello: cfg.Server.ReadHeaderTimeout.D()}
 	if lc.TLS != nil {
-		// Validation proved the files load, but they may have changed since.
-		cert, err := config.LoadCertificate("tls", lc.TLS)
-		if err != nil {
-			return nil, fmt.Errorf("server: listen %s: %w", lc.Addr, err)
+		if cfg.ListenerCertificate(i) == nil {
+			return nil, fmt.Errorf("server: listen %s: the certificate was not loaded (config not validated)", lc.Addr)
 		}
-		l.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
-			NextProtos: []string{"h2", "http/1.1"}, GetCertificate: s.certs.Certificate}
+		// The listener's own certificate is the config in force's, so a
+		// reload serves a renewed one (reload cannot change listen).
+		l.tls = &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"},
+			GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+				if c, err := s.certs.Certificate(hello); c != nil || err != nil {
+					return c, err
+				}
+				return s.current.Load().cfg.ListenerCertificate(i), nil
+			}}
 		if s.acme != nil { // offered alone by a CA validating TLS-ALPN-01; no browser offers it
 			l.tls.NextProtos = append(l.tls.NextProtos, acmeALPN)
 		}

@@ -295,11 +295,11 @@ func (s *Server) Listen() error {
 		return fmt.Errorf("server: server.spill.dir: %w", err)
 	}
 	var bound []*listener
-	for _, lc := range cfg.Listen {
+	for i, lc := range cfg.Listen {
 		ln, err := s.listen("tcp", lc.Addr)
 		var l *listener
 		if err == nil {
-			if l, err = s.newListener(cfg, lc, ln); err != nil {
+			if l, err = s.newListener(cfg, i, ln); err != nil {
 				ln.Close()
 			}
 		} else {
