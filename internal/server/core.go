@@ -38,7 +38,7 @@ type exchange interface {
 	// ctx ends when the client has gone or the server shuts down.
 	ctx() context.Context
 	// waitCtx is ctx with the deadline at, for the wait in the queue
-	// (queueDeadline): held by the exchange, valid until it is freed.
+	// (deadline.Wait): held by the exchange, valid until it is freed.
 	waitCtx(at time.Time) context.Context
 	// readBody reads the request body ahead, up to the route's
 	// request_buffer, before the request takes a slot; what it read goes to
