@@ -277,22 +277,7 @@ func (s *Server) enter(ctx context.Context, rt *route, path, client string, now 
 		slot.Release()
 		return nil, rt.refuseGuard(err), false
 	}
-	return &pooledSlot{app: slot, pool: held}, limits.Refusal{}, true
-}
-
-// pooledSlot holds both the app's concurrency slot and the pool's.
-type pooledSlot struct {
-	app  admit.Releaser
-	pool protect.Slot
-}
-
-func (p *pooledSlot) Release() { p.ReleaseStatus(0) }
-
-// ReleaseStatus passes the status on to the app's slot (an adaptive limit
-// samples it).
-func (p *pooledSlot) ReleaseStatus(code int) {
-	p.pool.Release()
-	admit.Release(p.app, code)
+	return &protect.Held{App: slot, Pool: held}, limits.Refusal{}, true
 }
 
 // refuseGuard turns a backend_limits refusal into the answer, counted; a
