@@ -95,7 +95,7 @@ func TestCatalogServesStoredAppsBesideTheFile(t *testing.T) {
 			t.Errorf("%s%s: %d %q, want %d %q", c.host, c.path, resp.StatusCode, body, c.code, c.body)
 		}
 	}
-	if _, ok := p.srv.AppStats("s1"); !ok {
+	if _, ok := p.srv.Table().AppStats("s1"); !ok {
 		t.Error("the stored app has no state in the server")
 	}
 	if got := p.metric("levee_requests_total", map[string]string{"app": "s1", "code": "200"}); got != 2 {
@@ -193,7 +193,7 @@ func TestCatalogEvictionReleasesAppState(t *testing.T) {
 	}
 	s, _ := p.srv.CatalogStats()
 	stored := 0
-	list, _ := p.srv.Apps(0)
+	list, _ := p.srv.Table().Apps(0)
 	for _, a := range list {
 		if a.Stored {
 			stored++
@@ -235,7 +235,7 @@ func TestCatalogChangesApplyWithoutRestart(t *testing.T) {
 	if resp := p.get("s.test", "/"); resp.StatusCode != 404 {
 		t.Errorf("after delete: %d, want 404", resp.StatusCode)
 	}
-	if _, ok := p.srv.AppStats("s"); ok {
+	if _, ok := p.srv.Table().AppStats("s"); ok {
 		t.Error("a deleted app's state is still held")
 	}
 }
