@@ -61,6 +61,9 @@ func startCatalogProxy(t *testing.T, yamlCfg string, st catalog.Store) *proxy {
 	return startProxyOptions(t, yamlCfg, Options{Catalog: st})
 }
 
+// catalogStats is the catalog's gauges; the server must have a catalog.
+func (s *Server) catalogStats() catalog.LazyStats { return s.lazy.Stats() }
+
 func storedApp(name, host, backend string, extra string) string {
 	return fmt.Sprintf(`{"name":%q,"hosts":[%q],"backends":[%q]%s}`+"\n", name, host, backend, extra)
 }
@@ -191,7 +194,7 @@ func TestCatalogEvictionReleasesAppState(t *testing.T) {
 	for i := range 3 {
 		readAll(t, p.get(fmt.Sprintf("app%d.test", i), "/"))
 	}
-	s, _ := p.srv.CatalogStats()
+	s := p.srv.catalogStats()
 	stored := 0
 	list, _ := p.srv.Table().Apps(0)
 	for _, a := range list {
@@ -349,7 +352,7 @@ func TestCatalogEvictionKeepsTheRateState(t *testing.T) {
 	if c := status("other.test"); c != http.StatusOK { // evicts limited
 		t.Fatalf("other app: %d", c)
 	}
-	if s, _ := p.srv.CatalogStats(); s.Apps != 1 {
+	if s := p.srv.catalogStats(); s.Apps != 1 {
 		t.Fatalf("catalog caches %d apps, want 1 (limited evicted)", s.Apps)
 	}
 	if c := status("limited.test"); c != http.StatusTooManyRequests {
