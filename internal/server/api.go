@@ -6,9 +6,9 @@ import (
 )
 
 // The live view of the admin API (docs/admin.md) is the apps.Table's
-// (apps.Table.Apps, App, Top): it never takes a lock that composing an
-// app (or a cold app's load) holds. The server adds what is its own: the
-// config in force.
+// (apps.Table.Apps, App, Top, AppStats): it never takes a lock that
+// composing an app (or a cold app's load) holds. The server adds what is
+// its own: the config in force.
 
 // EachApp reports every app's state to the metrics collector. Like the
 // admin API it reads the published views, never Server.mu.
