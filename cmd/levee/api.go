@@ -16,12 +16,12 @@ type liveAPI struct {
 
 var _ admin.API = liveAPI{}
 
-func (a liveAPI) Apps(limit int) ([]apps.AppSummary, int) { return a.srv.Apps(limit) }
+func (a liveAPI) Apps(limit int) ([]apps.AppSummary, int) { return a.srv.Table().Apps(limit) }
 
-func (a liveAPI) App(name string) (apps.AppDetail, bool) { return a.srv.App(name) }
+func (a liveAPI) App(name string) (apps.AppDetail, bool) { return a.srv.Table().App(name) }
 
 func (a liveAPI) Top(app, by, window string) (topk.Report, bool, error) {
-	return a.srv.Top(app, by, window)
+	return a.srv.Table().Top(app, by, window)
 }
 
 func (a liveAPI) Instance() admin.Instance {

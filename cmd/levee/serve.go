@@ -164,7 +164,7 @@ func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ..
 		Ready:    ready.Load,
 		Reload:   func() error { return reload("api") },
 		Upgrade:  func(binary string) (int, error) { return upgradeNow("api", binary) },
-		App:      srv.AppStats,
+		App:      srv.Table().AppStats,
 		Addr:     cfg.Admin.Addr,
 		Token:    token,
 		Pprof:    cfg.Admin.Pprof,

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"log/slog"
 	"math"
 	"time"
 
@@ -53,6 +54,13 @@ func (a AccessLog) validate(errs *Errors) {
 func DefaultLog() Log {
 	return Log{Level: "info", Format: "text", ErrorsPerSecond: DefaultErrorsPerSecond,
 		ErrorsPerEvent: DefaultErrorsPerEvent, ErrorsInterval: Duration(DefaultErrorsInterval)}
+}
+
+// SlogLevel is log.level as slog's (validated, so never a parse error).
+func (l Log) SlogLevel() slog.Level {
+	var v slog.Level
+	_ = v.UnmarshalText([]byte(l.Level)) // validated
+	return v
 }
 
 func (l *Log) validate(errs *Errors) {

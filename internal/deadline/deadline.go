@@ -5,6 +5,8 @@
 package deadline
 
 import (
+	"context"
+	"net/http"
 	"strconv"
 	"time"
 )
@@ -106,4 +108,52 @@ func Left(start, now time.Time, timeout, client time.Duration, ok bool) time.Dur
 		timeout = client
 	}
 	return timeout - now.Sub(start)
+}
+
+// FromHTTP is the time a client's net/http request gives itself, from
+// now: grpc-timeout for a gRPC call (grpc), and the header named
+// (canonical; "": none looked for) in milliseconds, the smaller if both
+// do. A field sent more than once gives none. ok false: none given.
+func FromHTTP(h http.Header, grpc bool, header string) (d time.Duration, ok bool) {
+	if grpc {
+		if v := h[GRPCHeader]; len(v) == 1 {
+			d, ok = ParseGRPCTimeout(v[0])
+		}
+	}
+	if header != "" {
+		if v := h[header]; len(v) == 1 {
+			if hd, hok := ParseMillis(v[0]); hok && (!ok || hd < d) {
+				d, ok = hd, true
+			}
+		}
+	}
+	return d, ok
+}
+
+// Wait is a request's context with its deadline, for its wait in a queue
+// only: the deadline is the one With was given, or the parent's if
+// sooner; Done and Err are the parent's. A limiter reads Deadline and
+// bounds its own timer by it, so no timer or goroutine is made for it
+// (context.WithDeadline would watch the parent, and the fasthttp engine's
+// context polls the client's socket once watched). Held in a pooled
+// request, it allocates nothing: nothing keeps it past the wait (the
+// limiter's waiter does not hold it). The zero value is not a context;
+// With makes it one. Not safe for concurrent use with With.
+type Wait struct {
+	context.Context
+	at time.Time
+}
+
+// With sets w to ctx and at and returns it.
+func (w *Wait) With(ctx context.Context, at time.Time) context.Context {
+	*w = Wait{Context: ctx, at: at}
+	return w
+}
+
+// Deadline is the deadline With was given, or the parent's if sooner.
+func (w *Wait) Deadline() (time.Time, bool) {
+	if at, ok := w.Context.Deadline(); ok && at.Before(w.at) {
+		return at, true
+	}
+	return w.at, true
 }

@@ -1,6 +1,8 @@
 package deadline
 
 import (
+	"context"
+	"net/http"
 	"testing"
 	"time"
 )
@@ -82,4 +84,42 @@ func trimZeros(s string) string {
 		s = s[1:]
 	}
 	return s
+}
+
+func TestFromHTTP(t *testing.T) {
+	h := http.Header{GRPCHeader: {"2S"}, "X-Deadline": {"1500"}}
+	for _, c := range []struct {
+		grpc   bool
+		header string
+		want   time.Duration // -1: none
+	}{
+		{false, "", -1}, {true, "", 2 * time.Second}, {false, "X-Deadline", 1500 * time.Millisecond},
+		{true, "X-Deadline", 1500 * time.Millisecond}, {false, "X-Other", -1},
+	} {
+		d, ok := FromHTTP(h, c.grpc, c.header)
+		if c.want < 0 && ok || c.want >= 0 && (!ok || d != c.want) {
+			t.Errorf("FromHTTP(grpc %v, %q) = %v, %v; want %v", c.grpc, c.header, d, ok, c.want)
+		}
+	}
+	if _, ok := FromHTTP(http.Header{"X-Deadline": {"1", "2"}}, false, "X-Deadline"); ok {
+		t.Error("a header sent twice gave a deadline")
+	}
+}
+
+func TestWaitIsTheSoonerDeadline(t *testing.T) {
+	at := time.Unix(100, 0)
+	var w Wait
+	if d, ok := w.With(context.Background(), at).Deadline(); !ok || !d.Equal(at) {
+		t.Errorf("without a parent's deadline: %v, %v; want %v", d, ok, at)
+	}
+	parent, cancel := context.WithDeadline(context.Background(), at.Add(-time.Second))
+	defer cancel()
+	ctx := w.With(parent, at)
+	if d, _ := ctx.Deadline(); !d.Equal(at.Add(-time.Second)) {
+		t.Errorf("under a sooner parent: %v; want the parent's", d)
+	}
+	cancel()
+	if ctx.Err() == nil {
+		t.Error("Err is not the parent's")
+	}
 }

@@ -135,6 +135,26 @@ func (s Slot) Release() {
 	}
 }
 
+// Held is a request's two slots once the pool admitted it: its app's
+// (App, the gate's) and the pool's (Pool). Release or ReleaseStatus gives
+// both back; call one of them once.
+type Held struct {
+	App  admit.Releaser
+	Pool Slot
+}
+
+var _ admit.StatusReleaser = (*Held)(nil)
+
+// Release gives both slots back.
+func (h *Held) Release() { h.ReleaseStatus(0) }
+
+// ReleaseStatus gives both slots back, passing the status on to the
+// app's (an adaptive limit samples it).
+func (h *Held) ReleaseStatus(code int) {
+	h.Pool.Release()
+	admit.Release(h.App, code)
+}
+
 // Enter admits one request of client to the pool at now, waiting for an
 // inflight slot at most until ctx ends or the wait bound. On success the
 // caller must Release the slot. A refusal is an *admit.Rejection; any other

@@ -218,3 +218,28 @@ func BenchmarkGuardRefuseHeavy(b *testing.B) {
 		}
 	}
 }
+
+// statusSlot records the status its slot was given back with.
+type statusSlot struct{ code int }
+
+func (s *statusSlot) Release()               { s.code = -1 }
+func (s *statusSlot) ReleaseStatus(code int) { s.code = code }
+
+// TestHeldReleasesBothSlots: a Held gives the pool's slot back and the
+// app's with the status sent.
+func TestHeldReleasesBothSlots(t *testing.T) {
+	g := New(Options{Inflight: 1, Clock: clock.NewFake(epoch)})
+	pool, err := g.Enter(context.Background(), "c", epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := &statusSlot{}
+	h := &Held{App: app, Pool: pool}
+	if g.Stats().InFlight != 1 {
+		t.Fatalf("stats %+v; want one in flight", g.Stats())
+	}
+	admit.Release(h, 503)
+	if g.Stats().InFlight != 0 || app.code != 503 {
+		t.Errorf("after ReleaseStatus(503): stats %+v, the app's slot got %d", g.Stats(), app.code)
+	}
+}

@@ -51,7 +51,7 @@ func TestAPIShowsWhoIsUsingWhat(t *testing.T) {
 
 	first := func(by, window string) topk.Share {
 		t.Helper()
-		r, ok, err := p.srv.Top("a", by, window)
+		r, ok, err := p.srv.Table().Top("a", by, window)
 		if !ok || err != nil || len(r.Clients) == 0 {
 			t.Fatalf("top by %s over %s: %+v, %v, %v", by, window, r, ok, err)
 		}
@@ -71,17 +71,17 @@ func TestAPIShowsWhoIsUsingWhat(t *testing.T) {
 			t.Fatalf("%s by bytes: %+v; want quiet with at least %d", w, c, 3*len(batch))
 		}
 	}
-	if _, _, err := p.srv.Top("a", "cpu", "1m"); err == nil || !strings.Contains(err.Error(), "by must be one of") {
+	if _, _, err := p.srv.Table().Top("a", "cpu", "1m"); err == nil || !strings.Contains(err.Error(), "by must be one of") {
 		t.Fatalf("by=cpu: %v; want an error naming by", err)
 	}
-	if _, _, err := p.srv.Top("a", "requests", "1h"); err == nil || !strings.Contains(err.Error(), "window must be one of") {
+	if _, _, err := p.srv.Table().Top("a", "requests", "1h"); err == nil || !strings.Contains(err.Error(), "window must be one of") {
 		t.Fatalf("window=1h: %v; want an error naming window", err)
 	}
-	if _, ok, _ := p.srv.Top("nope", "requests", "1m"); ok {
+	if _, ok, _ := p.srv.Table().Top("nope", "requests", "1m"); ok {
 		t.Fatal("an unknown app has a top")
 	}
 
-	apps, total := p.srv.Apps(0)
+	apps, total := p.srv.Table().Apps(0)
 	if total != 1 || len(apps) != 1 || apps[0].Name != "a" || apps[0].Hosts[0] != "a.test" {
 		t.Fatalf("apps: %+v (%d)", apps, total)
 	}
@@ -89,20 +89,20 @@ func TestAPIShowsWhoIsUsingWhat(t *testing.T) {
 	if a.Requests != 9.3 || a.Rejected["client-rate"] != 3 || a.BackendsTotal != 1 || a.BackendsHealthy != 1 {
 		t.Fatalf("app a: %+v; want 9.3 requests/s (93 over 10 s), 3 client-rate refusals/s, 1 of 1 backends healthy", a)
 	}
-	d, ok := p.srv.App("a")
+	d, ok := p.srv.Table().App("a")
 	if !ok || d.Configured.ClientRate != 50 || d.InForce.ClientRate != 50 || len(d.Why) != 0 || d.TopK != 8 {
 		t.Fatalf("detail: %+v", d)
 	}
 	if len(d.TopClients) == 0 || d.TopClients[0].Client != "chatty" {
 		t.Fatalf("detail's top clients: %+v; want chatty first", d.TopClients)
 	}
-	if _, ok := p.srv.App("nope"); ok {
+	if _, ok := p.srv.Table().App("nope"); ok {
 		t.Fatal("an unknown app has a detail")
 	}
 	// Ten seconds on, the live rates are back to nothing; the 10m window
 	// still has the heavy client.
 	clk.Advance(10 * time.Second)
-	if apps, _ := p.srv.Apps(0); apps[0].Requests != 0 || len(apps[0].Rejected) != 0 {
+	if apps, _ := p.srv.Table().Apps(0); apps[0].Requests != 0 || len(apps[0].Rejected) != 0 {
 		t.Fatalf("10 s later: %+v; want no traffic", apps[0])
 	}
 	if c := first("requests", "10m"); c.Client != "chatty" {
@@ -115,7 +115,7 @@ func TestAPIShowsWhoIsUsingWhat(t *testing.T) {
 func TestAPIExplainsScaledLimits(t *testing.T) {
 	p, _, _ := rateProxy(t, `{concurrency: 40, rate: 100/s}`)
 	p.srv.SetUnexpected(true)
-	d, ok := p.srv.App("a")
+	d, ok := p.srv.Table().App("a")
 	if !ok {
 		t.Fatal("no app a")
 	}
@@ -144,7 +144,7 @@ func BenchmarkAPIApps10k(b *testing.B) {
 		b.Run(fmt.Sprintf("limit=%d", limit), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				apps, _ := p.srv.Apps(limit)
+				apps, _ := p.srv.Table().Apps(limit)
 				if err := json.NewEncoder(io.Discard).Encode(apps); err != nil {
 					b.Fatal(err)
 				}

@@ -93,11 +93,3 @@ func (s *Server) composeStored(r catalog.Record) (*route, error) {
 // releaseStored drops one route of a stored app; the last one retires the
 // app to the parked apps (apps.Table.Release).
 func (s *Server) releaseStored(rt *route) { s.apps.ReleaseConns(s.apps.Release(rt.app)) }
-
-// CatalogStats returns the catalog's gauges, false when it is off.
-func (s *Server) CatalogStats() (catalog.LazyStats, bool) {
-	if s.lazy == nil {
-		return catalog.LazyStats{}, false
-	}
-	return s.lazy.Stats(), true
-}

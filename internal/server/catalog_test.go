@@ -61,6 +61,9 @@ func startCatalogProxy(t *testing.T, yamlCfg string, st catalog.Store) *proxy {
 	return startProxyOptions(t, yamlCfg, Options{Catalog: st})
 }
 
+// catalogStats is the catalog's gauges; the server must have a catalog.
+func (s *Server) catalogStats() catalog.LazyStats { return s.lazy.Stats() }
+
 func storedApp(name, host, backend string, extra string) string {
 	return fmt.Sprintf(`{"name":%q,"hosts":[%q],"backends":[%q]%s}`+"\n", name, host, backend, extra)
 }
@@ -95,7 +98,7 @@ func TestCatalogServesStoredAppsBesideTheFile(t *testing.T) {
 			t.Errorf("%s%s: %d %q, want %d %q", c.host, c.path, resp.StatusCode, body, c.code, c.body)
 		}
 	}
-	if _, ok := p.srv.AppStats("s1"); !ok {
+	if _, ok := p.srv.Table().AppStats("s1"); !ok {
 		t.Error("the stored app has no state in the server")
 	}
 	if got := p.metric("levee_requests_total", map[string]string{"app": "s1", "code": "200"}); got != 2 {
@@ -191,9 +194,9 @@ func TestCatalogEvictionReleasesAppState(t *testing.T) {
 	for i := range 3 {
 		readAll(t, p.get(fmt.Sprintf("app%d.test", i), "/"))
 	}
-	s, _ := p.srv.CatalogStats()
+	s := p.srv.catalogStats()
 	stored := 0
-	list, _ := p.srv.Apps(0)
+	list, _ := p.srv.Table().Apps(0)
 	for _, a := range list {
 		if a.Stored {
 			stored++
@@ -235,7 +238,7 @@ func TestCatalogChangesApplyWithoutRestart(t *testing.T) {
 	if resp := p.get("s.test", "/"); resp.StatusCode != 404 {
 		t.Errorf("after delete: %d, want 404", resp.StatusCode)
 	}
-	if _, ok := p.srv.AppStats("s"); ok {
+	if _, ok := p.srv.Table().AppStats("s"); ok {
 		t.Error("a deleted app's state is still held")
 	}
 }
@@ -349,7 +352,7 @@ func TestCatalogEvictionKeepsTheRateState(t *testing.T) {
 	if c := status("other.test"); c != http.StatusOK { // evicts limited
 		t.Fatalf("other app: %d", c)
 	}
-	if s, _ := p.srv.CatalogStats(); s.Apps != 1 {
+	if s := p.srv.catalogStats(); s.Apps != 1 {
 		t.Fatalf("catalog caches %d apps, want 1 (limited evicted)", s.Apps)
 	}
 	if c := status("limited.test"); c != http.StatusTooManyRequests {

@@ -38,7 +38,7 @@ type exchange interface {
 	// ctx ends when the client has gone or the server shuts down.
 	ctx() context.Context
 	// waitCtx is ctx with the deadline at, for the wait in the queue
-	// (queueDeadline): held by the exchange, valid until it is freed.
+	// (deadline.Wait): held by the exchange, valid until it is freed.
 	waitCtx(at time.Time) context.Context
 	// readBody reads the request body ahead, up to the route's
 	// request_buffer, before the request takes a slot; what it read goes to
@@ -277,22 +277,7 @@ func (s *Server) enter(ctx context.Context, rt *route, path, client string, now 
 		slot.Release()
 		return nil, rt.refuseGuard(err), false
 	}
-	return &pooledSlot{app: slot, pool: held}, limits.Refusal{}, true
-}
-
-// pooledSlot holds both the app's concurrency slot and the pool's.
-type pooledSlot struct {
-	app  admit.Releaser
-	pool protect.Slot
-}
-
-func (p *pooledSlot) Release() { p.ReleaseStatus(0) }
-
-// ReleaseStatus passes the status on to the app's slot (an adaptive limit
-// samples it).
-func (p *pooledSlot) ReleaseStatus(code int) {
-	p.pool.Release()
-	admit.Release(p.app, code)
+	return &protect.Held{App: slot, Pool: held}, limits.Refusal{}, true
 }
 
 // refuseGuard turns a backend_limits refusal into the answer, counted; a

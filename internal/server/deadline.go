@@ -25,51 +25,14 @@ func deadlineOf[E exchange](rt *route, e E) (left time.Duration, client bool) {
 	return deadline.Left(time.Time{}, time.Time{}, timeout, d, ok), ok
 }
 
-// queueDeadline is a request's context with its deadline, for the wait
-// in the queue only: the limiter reads Deadline and bounds its own timer
-// by it, so no timer or goroutine is made for it (context.WithDeadline
-// would watch the fasthttp engine's context, which polls the client's
-// socket once watched). Each exchange holds one (waitCtx), so a gRPC
-// call's deadline allocates nothing: nothing keeps the context past the
-// wait (the limiter's waiter does not hold it).
-type queueDeadline struct {
-	context.Context
-	at time.Time
-}
-
-// with sets d to ctx and at and returns it.
-func (d *queueDeadline) with(ctx context.Context, at time.Time) context.Context {
-	*d = queueDeadline{Context: ctx, at: at}
-	return d
-}
-
-func (e *httpExchange) waitCtx(at time.Time) context.Context { return e.wait.with(e.ctx(), at) }
-func (e *fastExchange) waitCtx(at time.Time) context.Context { return e.wait.with(e.ctx(), at) }
-
-func (c *queueDeadline) Deadline() (time.Time, bool) {
-	if at, ok := c.Context.Deadline(); ok && at.Before(c.at) {
-		return at, true
-	}
-	return c.at, true
-}
+// waitCtx is the exchange's deadline.Wait, over its ctx.
+func (e *httpExchange) waitCtx(at time.Time) context.Context { return e.wait.With(e.ctx(), at) }
+func (e *fastExchange) waitCtx(at time.Time) context.Context { return e.wait.With(e.ctx(), at) }
 
 // clientTimeout is the deadline a gRPC call or header (canonical; ""
 // none) gives, the smaller if both do.
-func (e *httpExchange) clientTimeout(header string) (d time.Duration, ok bool) {
-	h := e.R.Header
-	if e.grpc {
-		if v := h[deadline.GRPCHeader]; len(v) == 1 {
-			d, ok = deadline.ParseGRPCTimeout(v[0])
-		}
-	}
-	if header != "" {
-		if v := h[header]; len(v) == 1 {
-			if hd, hok := deadline.ParseMillis(v[0]); hok && (!ok || hd < d) {
-				d, ok = hd, true
-			}
-		}
-	}
-	return d, ok
+func (e *httpExchange) clientTimeout(header string) (time.Duration, bool) {
+	return deadline.FromHTTP(e.R.Header, e.grpc, header)
 }
 
 // clientTimeout is the deadline header gives ("": none looked for; gRPC

@@ -62,7 +62,7 @@ func TestDistributionIsEvenEndToEnd(t *testing.T) {
 				t.Fatalf("max/mean share = %.3f, min/mean %.3f over %v; want within %.2f", ratio, float64(bottom)/mean, counts, bound)
 			}
 			want := float64(top) / mean
-			st, ok := p.srv.AppStats("a")
+			st, ok := p.srv.Table().AppStats("a")
 			if !ok || len(st.Backends) != backends || st.Imbalance < want-0.01 || st.Imbalance > want+0.01 {
 				t.Fatalf("AppStats: ok=%v backends=%d imbalance=%.3f; want 4 backends, imbalance %.3f as counted",
 					ok, len(st.Backends), st.Imbalance, want)

@@ -18,6 +18,7 @@ import (
 	"github.com/leveeproxy/levee/internal/ascii"
 	"github.com/leveeproxy/levee/internal/clientkey"
 	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/deadline"
 	"github.com/leveeproxy/levee/internal/forward"
 	"github.com/leveeproxy/levee/internal/framing"
 	"github.com/leveeproxy/levee/internal/limits"
@@ -138,7 +139,7 @@ func (s *Server) serveFast(ctx *fasthttp.RequestCtx) {
 	}
 	e.pc.Finish()
 	e.body.Free()
-	e.c, e.paced, e.chunk, e.wait = nil, netlimit.PacedReader{}, strictChunked{}, queueDeadline{}
+	e.c, e.paced, e.chunk, e.wait = nil, netlimit.PacedReader{}, strictChunked{}, deadline.Wait{}
 	fastExchanges.Put(e)
 }
 
@@ -158,7 +159,7 @@ type fastExchange struct {
 	nItems int           // batch items, as forward counted them
 	tr     trace.Request
 	in     trace.Incoming // incomingTrace's
-	wait   queueDeadline  // waitCtx's
+	wait   deadline.Wait  // waitCtx's
 }
 
 var fastExchanges = sync.Pool{New: func() any { return new(fastExchange) }}

@@ -116,7 +116,7 @@ func TestFaultCatalogStoreStalls(t *testing.T) {
 	if code, reason, took := get("cold1.test"); code != http.StatusServiceUnavailable || reason != "catalog-unavailable" || took > faultMargin {
 		t.Errorf("a cold host whose load is late: %d %q after %v; want 503 catalog-unavailable at once", code, reason, took)
 	}
-	if s, _ := p.srv.CatalogStats(); s.InFlight != 2 || s.Waiters != 0 {
+	if s := p.srv.catalogStats(); s.InFlight != 2 || s.Waiters != 0 {
 		t.Errorf("loader: %d in flight, %d waiting while the file is stalled; want 2, 0", s.InFlight, s.Waiters)
 	}
 	for reason, want := range map[string]float64{"catalog-unavailable": 3, "catalog-busy": 1} {
@@ -126,7 +126,7 @@ func TestFaultCatalogStoreStalls(t *testing.T) {
 	}
 
 	release()
-	waitFor(t, "the stalled queries to return", func() bool { s, _ := p.srv.CatalogStats(); return s.InFlight == 0 })
+	waitFor(t, "the stalled queries to return", func() bool { s := p.srv.catalogStats(); return s.InFlight == 0 })
 	for _, host := range []string{"cold1.test", "cold2.test", "cold3.test", "hot.test"} {
 		if code, body, _ := get(host); code != http.StatusOK || body != "stored" {
 			t.Errorf("%s once the file is free: %d %q", host, code, body)

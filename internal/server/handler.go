@@ -11,6 +11,7 @@ import (
 
 	"github.com/leveeproxy/levee/internal/admit"
 	"github.com/leveeproxy/levee/internal/clientkey"
+	"github.com/leveeproxy/levee/internal/deadline"
 	"github.com/leveeproxy/levee/internal/forward"
 	"github.com/leveeproxy/levee/internal/framing"
 	"github.com/leveeproxy/levee/internal/limits"
@@ -63,7 +64,7 @@ type httpExchange struct {
 	aborted bool    // the answer broke off after part of it was written
 	grpc    bool    // a gRPC call (grpc.go)
 	tr      trace.Request
-	wait    queueDeadline // waitCtx's
+	wait    deadline.Wait // waitCtx's
 }
 
 var httpExchanges = sync.Pool{New: func() any { return new(httpExchange) }}
@@ -73,7 +74,7 @@ func (e *httpExchange) free() {
 		e.body.head.Free()
 		e.ahead = aheadBody{}
 	}
-	e.R, e.rec.ResponseWriter, e.body, e.conn, e.wait = nil, nil, nil, nil, queueDeadline{}
+	e.R, e.rec.ResponseWriter, e.body, e.conn, e.wait = nil, nil, nil, nil, deadline.Wait{}
 	httpExchanges.Put(e)
 }
 

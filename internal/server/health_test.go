@@ -73,7 +73,7 @@ apps:
 	if served.Load() != 24 {
 		t.Fatalf("healthy backend served %d; want 24", served.Load())
 	}
-	st, _ := p.srv.AppStats("a")
+	st, _ := p.srv.Table().AppStats("a")
 	for _, b := range st.Backends {
 		if b.Addr == dead && b.Healthy {
 			t.Fatal("the dead backend is reported healthy")
@@ -98,7 +98,7 @@ apps:
     health: {path: /healthz, interval: 1s, timeout: 1s, healthy: 1, unhealthy: 1}
 `, a, b), clk)
 	healthy := func(addr string) bool {
-		st, _ := p.srv.AppStats("a")
+		st, _ := p.srv.Table().AppStats("a")
 		for _, be := range st.Backends {
 			if be.Addr == addr {
 				return be.Healthy

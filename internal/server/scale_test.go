@@ -233,7 +233,7 @@ func TestOverloadTightensAndRecovers(t *testing.T) {
 	if b, _ := json.Marshal(in); !strings.Contains(string(b), `"cpu":1`) || !strings.Contains(string(b), `"gc_pause_seconds":`) {
 		t.Errorf("instance JSON %s; want overload_signals with lowercase keys", b)
 	}
-	if d, _ := s.App("a"); d.InForce.Concurrency != 5 || len(d.Why) != 1 || !strings.Contains(d.Why[0], "overloaded") {
+	if d, _ := s.Table().App("a"); d.InForce.Concurrency != 5 || len(d.Why) != 1 || !strings.Contains(d.Why[0], "overloaded") {
 		t.Errorf("app a: in force %+v, why %q; want 5 and the overload named", d.InForce, d.Why)
 	}
 	if got := burstOf(t, s, "small.test", "", clk.Now()); got != 1 {

@@ -246,7 +246,7 @@ func (s *Server) apply(cfg *config.Config) {
 
 func (s *Server) applyLocked(cfg *config.Config) {
 	if s.level != nil {
-		s.level.Set(parseLevel(cfg.Log.Level))
+		s.level.Set(cfg.Log.SlogLevel())
 	}
 	s.errlog.SetLimits(errorLimits(cfg.Log))
 	s.buffers.SetMax(int64(cfg.Server.BufferMemory))
@@ -279,12 +279,6 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 	c, retired := s.apps.Compose(name, ac, trust, stored)
 	return &route{Gate: c.Gate, app: c.App, pool: c.Pool, top: c.Top, guard: c.Guard, cert: sni.NewCert(ac),
 		body: bodyRead{ahead: int64(ac.Limits.RequestBuffer)}}, retired
-}
-
-func parseLevel(s string) slog.Level {
-	var l slog.Level
-	_ = l.UnmarshalText([]byte(s)) // validated by config
-	return l
 }
 
 // Listen binds every configured listener. It returns an error, and binds

@@ -122,7 +122,7 @@ func TestShadowRateAtTheBoundary(t *testing.T) {
 	wantShadow(t, p, "rate", 4)
 	// The API shows them beside the real refusals, of which there are none.
 	clk.Advance(time.Second)
-	if d, _ := p.srv.App("a"); d.Shadowed["rate"] != 0.4 || len(d.Rejected) != 0 {
+	if d, _ := p.srv.Table().App("a"); d.Shadowed["rate"] != 0.4 || len(d.Rejected) != 0 {
 		t.Fatalf("API: shadowed %v, rejected %v; want 0.4 rate/s shadowed and no refusals", d.Shadowed, d.Rejected)
 	}
 }

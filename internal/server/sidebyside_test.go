@@ -361,7 +361,7 @@ func TestMiddlewareTopClientsMatchTheProxy(t *testing.T) {
 		s.both(request{method: "GET", path: "/", apiKey: "chatty"}, 200)
 	}
 	for _, by := range []string{"requests", "items", "bytes"} {
-		want, ok, err := s.proxy.srv.Top("a", by, "10s")
+		want, ok, err := s.proxy.srv.Table().Top("a", by, "10s")
 		if !ok || err != nil {
 			t.Fatal(ok, err)
 		}

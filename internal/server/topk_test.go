@@ -54,7 +54,7 @@ func TestTopClientIsTheHeavyOne(t *testing.T) {
 	}
 
 	// The admin API serves AppStats as JSON: the same list, heaviest first.
-	stats, _ := p.srv.AppStats("a")
+	stats, _ := p.srv.Table().AppStats("a")
 	body, err := json.Marshal(stats)
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +124,7 @@ func TestTopClientFallsBackToThePeerAndCanBeOff(t *testing.T) {
 	if got := off.series("levee_top_client_requests"); len(got) != 0 {
 		t.Fatalf("top_k 0: %v; want no series", got)
 	}
-	if st, _ := off.srv.AppStats("a"); st.TopClients != nil {
+	if st, _ := off.srv.Table().AppStats("a"); st.TopClients != nil {
 		t.Fatalf("top_k 0: top_clients %+v; want none", st.TopClients)
 	}
 }

@@ -225,10 +225,10 @@ func TestBurstConnectionsAreKeptAndReused(t *testing.T) {
 				t.Errorf("levee_backend_dials_total %v, want %d", n, burst)
 			}
 			// The API (and the dashboard's backend table) shows the same.
-			st, _ := p.srv.AppStats("photos")
+			st, _ := p.srv.Table().AppStats("photos")
 			want := observe.ConnStats{Idle: burst, Dials: burst, Exchanges: 4 * burst, ReuseRatio: 0.75}
 			waitFor(t, "the connections idle in the API", func() bool {
-				st, _ = p.srv.AppStats("photos")
+				st, _ = p.srv.Table().AppStats("photos")
 				return len(st.Backends) == 1 && st.Backends[0].Conns == want
 			})
 		})
