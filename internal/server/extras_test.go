@@ -116,49 +116,52 @@ func TestUnroutedRequestsAreCounted(t *testing.T) {
 	}
 }
 
-// tlsConfigCertGone is a validated config with one TLS listener whose
-// certificate file was removed since.
-func tlsConfigCertGone(t *testing.T) (*config.Config, string) {
-	t.Helper()
+// A listener serves the certificate its config's validation loaded: one
+// whose file disappears afterwards still binds and serves it (the check
+// approved those bytes, and nothing reads the file again until a reload).
+// A reload that finds the file gone, or made a FIFO, is refused at once,
+// naming the field, and the listener serves on with what it had.
+func TestCertificateFileGoneAfterValidation(t *testing.T) {
+	if testH2C() {
+		t.Skip("a TLS listener; the same on every protocol")
+	}
 	cert, key, _ := selfSigned(t)
-	cfg := mustParse(t, fmt.Sprintf(`
+	doc := fmt.Sprintf(`
 listen: [{addr: 127.0.0.1:0, tls: {cert: %s, key: %s}}]
 apps:
   a:
     hosts: [a.test]
     backends: [127.0.0.1:9]
-`, cert, key))
-	if err := os.Remove(cert); err != nil {
-		t.Fatal(err)
+`, cert, key)
+	p := startProxyConfig(t, mustParse(t, doc), func() {
+		if err := os.Remove(cert); err != nil {
+			t.Fatal(err)
+		}
+	})
+	addr := p.srv.Addrs()[0].String()
+	if got, err := servedName(t, addr, "a.test"); err != nil || got != "photos.test" {
+		t.Fatalf("the certificate validation loaded: served %q, %v", got, err)
 	}
-	return cfg, cert
-}
-
-// A certificate that disappeared after validation makes Listen fail and
-// bind nothing, instead of serving a listener whose every handshake fails.
-func TestListenFailsWhenTheCertificateIsGone(t *testing.T) {
-	cfg, _ := tlsConfigCertGone(t)
-	srv := New(cfg, Options{})
-	if err := srv.Listen(); err == nil || !strings.Contains(err.Error(), "tls") {
-		t.Fatalf("Listen with a missing certificate: err = %v; want a tls error", err)
+	if _, err := config.Parse([]byte(doc)); err == nil || !strings.Contains(err.Error(), "listen[0].tls.cert") {
+		t.Fatalf("a reload's config with the certificate gone: %v; want an error naming listen[0].tls.cert", err)
 	}
-}
-
-// A certificate path that became a FIFO after validation makes Listen fail
-// at once, naming the field, instead of blocking in open or reading forever.
-func TestListenRefusesACertificateThatIsNotAFile(t *testing.T) {
-	cfg, cert := tlsConfigCertGone(t)
 	if err := syscall.Mkfifo(cert, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- New(cfg, Options{}).Listen() }()
+	go func() {
+		_, err := config.Parse([]byte(doc))
+		done <- err
+	}()
 	select {
 	case err := <-done:
 		if err == nil || !strings.Contains(err.Error(), "tls.cert: read "+cert+": not a regular file (a FIFO)") {
-			t.Fatalf("Listen with a FIFO certificate: err = %v; want tls.cert: not a regular file", err)
+			t.Fatalf("a reload's config with a FIFO certificate: %v; want tls.cert: not a regular file", err)
 		}
 	case <-time.After(guard):
-		t.Fatalf("Listen with a FIFO certificate blocked for %v", guard)
+		t.Fatalf("reading a FIFO certificate blocked for %v", guard)
+	}
+	if got, err := servedName(t, addr, "a.test"); err != nil || got != "photos.test" {
+		t.Fatalf("after the refused reloads: served %q, %v", got, err)
 	}
 }

@@ -47,10 +47,24 @@ func startProxyClock(t testing.TB, yamlCfg string, clk clock.Clock) *proxy {
 // logger is always the proxy's log buffer.
 func startProxyOptions(t testing.TB, yamlCfg string, o Options) *proxy {
 	t.Helper()
-	cfg := mustParse(t, yamlCfg)
+	return startProxyWith(t, mustParse(t, yamlCfg), o, nil)
+}
+
+// startProxyConfig starts levee on a parsed cfg, running between (if
+// set) after New and before Listen.
+func startProxyConfig(t testing.TB, cfg *config.Config, between func()) *proxy {
+	t.Helper()
+	return startProxyWith(t, cfg, Options{}, between)
+}
+
+func startProxyWith(t testing.TB, cfg *config.Config, o Options, between func()) *proxy {
+	t.Helper()
 	p := &proxy{t: t, logs: &testlog.Buffer{}, done: make(chan error, 1)}
 	o.Logger = slog.New(slog.NewTextHandler(p.logs, nil))
 	p.srv = New(cfg, o)
+	if between != nil {
+		between()
+	}
 	if err := p.srv.Listen(); err != nil {
 		t.Fatal(err)
 	}
