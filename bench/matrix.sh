@@ -207,8 +207,13 @@ for pin in "${PIN_LIST[@]}"; do
   start_all
   for proto in "${PROTO_LIST[@]}"; do
     for n in "${CONN_LIST[@]}"; do
-      peers=("${PEERS[@]}")
-      if ((H2C)) && [[ $proto == h1 ]]; then peers+=(levee-h2c); fi
+      # levee's h2c leg runs right after its HTTP/1.1 leg: the two are compared with each other,
+      # and this host's speed drifts over the seconds the peers' runs between them would take.
+      peers=()
+      for peer in "${PEERS[@]}"; do
+        peers+=("$peer")
+        if ((H2C)) && [[ $proto == h1 && $peer == levee ]]; then peers+=(levee-h2c); fi
+      done
       for peer in "${peers[@]}"; do
         out="$tmp/$pin-$proto-$n-$peer"
         load "$peer" "$proto" "$n" "$WARMUP" "$out.warm" >/dev/null
