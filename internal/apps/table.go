@@ -120,7 +120,7 @@ type App struct {
 	// The components made from the app's settings (components.go), each
 	// nil while its setting is off.
 	ejector Kept[config.Ejection, *health.Ejector]
-	checker Kept[config.Health, *health.Checker]
+	checker Kept[CheckKey, *health.Checker]
 	bw      Kept[config.Bandwidth, *Paced]
 	top     Kept[int, *topk.ClientTop]
 	guard   Kept[GuardKey, *protect.Guard]
@@ -246,7 +246,10 @@ func (t *Table) Compose(name string, ac *config.App, trust forward.Trust, stored
 	if e := a.ejector.v; e != nil {
 		e.Retain(a.backends)
 	}
-	if c := a.checker.Apply(ac.Health, func(c config.Health) *health.Checker { return t.newChecker(a, c) }, stopChecker); c != nil {
+	up := ac.Upstreams()
+	if c := a.checker.Apply(CheckKey{Health: ac.Health, Leg: up.Leg()}, func(k CheckKey) *health.Checker {
+		return t.newChecker(a, k.Health, up)
+	}, stopChecker); c != nil {
 		c.Update(a.backends)
 	}
 	if a.window == nil {
@@ -385,8 +388,8 @@ func (a *App) outcomes() forward.OutcomeObserver {
 
 // newChecker makes a's health checker (nil when checks are off), started
 // only once StartChecks has run (else StartChecks starts it).
-func (t *Table) newChecker(a *App, cfg config.Health) *health.Checker {
-	c := NewChecker(a.backends, cfg, t.o.Clock, t.o.Logger.With("app", a.Name))
+func (t *Table) newChecker(a *App, cfg config.Health, up config.AppUpstream) *health.Checker {
+	c := NewChecker(a.backends, cfg, up, t.o.Clock, t.o.Logger.With("app", a.Name))
 	if c != nil && t.checks != nil {
 		if err := c.Start(t.checks); err != nil { // a new checker: a broken invariant
 			panic(fmt.Sprintf("apps: health: %v", err))
