@@ -50,11 +50,10 @@ func grpcVerdict(addr string, st *h2.ClientStream, status int, head []hpack.Head
 	if status != 200 {
 		return &StatusError{Addr: addr, Code: status}
 	}
-	if !st.HasBody() { // trailers-only: the status is in the head
-		code, msg := grpcCode(head)
-		if code == 0 { // OK, but no HealthCheckResponse to say SERVING
-			return errors.New("gRPC health answer without a message")
-		}
+	// A refusal may come as a trailers-only head (grpc-go's own transport)
+	// or as a head, no message and trailers (over net/http's server).
+	code, msg := grpcCode(head)
+	if code > 0 {
 		return &GRPCError{Addr: addr, Code: code, Message: msg}
 	}
 	body, err := io.ReadAll(io.LimitReader(streamReader{st}, maxGRPCResponse+1))
@@ -64,7 +63,9 @@ func grpcVerdict(addr string, st *h2.ClientStream, status int, head []hpack.Head
 	if len(body) > maxGRPCResponse {
 		return fmt.Errorf("gRPC health answer over %d bytes", maxGRPCResponse)
 	}
-	code, msg := grpcCode(st.Trailers())
+	if tc, tmsg := grpcCode(st.Trailers()); tc >= 0 || code < 0 {
+		code, msg = tc, tmsg
+	}
 	if code != 0 {
 		return &GRPCError{Addr: addr, Code: code, Message: msg}
 	}

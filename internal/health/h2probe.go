@@ -118,7 +118,7 @@ func (p *H2Prober) Probe(ctx context.Context, addr, path string) error {
 	cc := b.cc
 	stop := context.AfterFunc(ctx, func() { cc.Close() })
 	err = p.exchange(ctx, cc, addr, path)
-	if !stop() || err != nil && !errors.As(err, new(*StatusError)) && !errors.As(err, new(*GRPCError)) {
+	if !stop() || err != nil && !answered(err) {
 		// A connection that failed, or timed out under a request, is not
 		// trusted with the next: closed, and dialled again.
 		cc.Close()
@@ -131,12 +131,24 @@ func (p *H2Prober) Probe(ctx context.Context, addr, path string) error {
 }
 
 // probeError is err of a probe of addr; a probe whose context ended says
-// so first (the failure it caused, a closed connection, comes second).
+// so first (the failure it caused, a closed connection, comes second). An
+// answer that is not healthy is returned as it is: it names addr.
 func probeError(ctx context.Context, addr string, err error) error {
+	if answered(err) {
+		return err
+	}
 	if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
 		err = fmt.Errorf("%w (%w)", ctx.Err(), err)
 	}
 	return fmt.Errorf("health: probe %s: %w", addr, err)
+}
+
+// answered reports an error that is the backend's answer (a status, a
+// gRPC status): the connection served it and may serve the next probe.
+func answered(err error) bool {
+	var se *StatusError
+	var ge *GRPCError
+	return errors.As(err, &se) || errors.As(err, &ge)
 }
 
 // backend is addr's entry, made on its first probe.

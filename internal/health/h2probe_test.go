@@ -19,28 +19,29 @@ import (
 	"github.com/leveeproxy/levee/internal/testcert"
 )
 
-// h2cBackend is a loopback server that speaks only HTTP/2 with prior
-// knowledge (no HTTP/1.1 at all), answering code on /healthz.
-func h2cBackend(t *testing.T, code *atomic.Int64) (addr string, conns *atomic.Int64, srv *httptest.Server) {
+// h2cServer serves h on loopback over HTTP/2 with prior knowledge only
+// (no HTTP/1.1 at all); conns counts its connections.
+func h2cServer(t *testing.T, h http.Handler) (addr string, conns *atomic.Int64) {
 	t.Helper()
-	conns = new(atomic.Int64)
-	srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	conns = countConns(srv)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv.Listener.Addr().String(), conns
+}
+
+// h2cBackend is an h2c-only server answering code on /healthz.
+func h2cBackend(t *testing.T, code *atomic.Int64) (addr string, conns *atomic.Int64) {
+	t.Helper()
+	return h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ProtoMajor != 2 || r.URL.Path != "/healthz" || r.Header.Get("User-Agent") != "levee-health" {
 			http.NotFound(w, r)
 			return
 		}
 		w.WriteHeader(int(code.Load()))
 	}))
-	srv.Config.Protocols = new(http.Protocols)
-	srv.Config.Protocols.SetUnencryptedHTTP2(true)
-	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			conns.Add(1)
-		}
-	}
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return srv.Listener.Addr().String(), conns, srv
 }
 
 // tlsBackend is a loopback HTTP/2 server on TLS for backend.test whose
@@ -81,7 +82,7 @@ func TestH2ProberH2C(t *testing.T) {
 	leaktest.Check(t)
 	var code atomic.Int64
 	code.Store(200)
-	addr, conns, _ := h2cBackend(t, &code)
+	addr, conns := h2cBackend(t, &code)
 	if err := NewHTTPProber(time.Second).Probe(context.Background(), addr, "/healthz"); err == nil {
 		t.Fatal("HTTP/1.1 probe of an h2c-only backend passed: the test's backend is not h2c-only")
 	}
@@ -134,7 +135,8 @@ func TestH2ProberTimeoutAndRefused(t *testing.T) {
 	if err := p.Probe(context.Background(), ln.Addr().String(), "/healthz"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("probe of a silent backend: %v; want DeadlineExceeded", err)
 	}
-	if err := p.Probe(context.Background(), deadAddr(t), "/healthz"); err == nil {
+	ln.Close()
+	if err := p.Probe(context.Background(), ln.Addr().String(), "/healthz"); err == nil {
 		t.Error("probe of a closed port passed")
 	}
 }
@@ -158,27 +160,17 @@ func TestH2ProberTLS(t *testing.T) {
 	}
 }
 
-// grpcHealthBackend is a grpc-go server (h2c) with the standard health
-// service, whose statuses the test sets.
+// grpcHealthBackend is a grpc-go server with the standard health service,
+// whose statuses the test sets, served h2c through its http.Handler (the
+// server tests use its own transport).
 func grpcHealthBackend(t *testing.T) (string, *grpchealth.Server) {
 	t.Helper()
 	hs := grpchealth.NewServer()
 	s := grpc.NewServer()
 	healthpb.RegisterHealthServer(s, hs)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		s.Serve(ln)
-	}()
-	t.Cleanup(func() {
-		s.Stop()
-		<-done
-	})
-	return ln.Addr().String(), hs
+	t.Cleanup(s.Stop) // after the HTTP server's Close: cleanups run last first
+	addr, _ := h2cServer(t, s)
+	return addr, hs
 }
 
 // The gRPC health call against grpc-go's own health server: SERVING is
@@ -259,7 +251,7 @@ func TestCheckerProbesTheLeg(t *testing.T) {
 	leaktest.Check(t)
 	var code atomic.Int64
 	code.Store(200)
-	addr, _, _ := h2cBackend(t, &code)
+	addr, _ := h2cBackend(t, &code)
 	rpc, hs := grpcHealthBackend(t)
 	set := newSetOf(addr)
 	h := startChecker(t, set, Check{Protocol: H2C, Unhealthy: 1, Healthy: 1}, CheckerOptions{})
@@ -279,15 +271,4 @@ func TestCheckerProbesTheLeg(t *testing.T) {
 	if err := (Check{GRPC: true}).WithDefaults().Validate(); err == nil {
 		t.Error("GRPC over HTTP1 validated")
 	}
-}
-
-func deadAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
 }
