@@ -23,39 +23,57 @@ import (
 	"github.com/leveeproxy/levee/internal/testcert"
 )
 
-// h2OnlyBackend serves HTTP/2 only (h2c with prior knowledge; on TLS when
-// cert is set): /healthz answers code, other paths "ok". probes counts the
+// h2Backend is a backend that serves HTTP/2 only: /healthz answers code
+// (503 until the test sets it), other paths "ok"; probes counts the
 // /healthz requests that reached it.
-func h2OnlyBackend(t *testing.T, code *atomic.Int64, cert, key []byte) (srv *httptest.Server, probes *atomic.Int64) {
+type h2Backend struct {
+	srv          *httptest.Server
+	addr         string
+	code, probes atomic.Int64
+}
+
+// h2OnlyBackend starts an h2Backend: h2c with prior knowledge, or on TLS
+// when cert (with key) is set.
+func h2OnlyBackend(t *testing.T, cert, key []byte) *h2Backend {
 	t.Helper()
-	probes = new(atomic.Int64)
-	srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	b := &h2Backend{}
+	b.code.Store(503)
+	b.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ProtoMajor != 2 {
 			http.Error(w, "HTTP/2 only", http.StatusHTTPVersionNotSupported)
 			return
 		}
 		if r.URL.Path == "/healthz" {
-			probes.Add(1)
-			w.WriteHeader(int(code.Load()))
+			b.probes.Add(1)
+			w.WriteHeader(int(b.code.Load()))
 			return
 		}
 		io.WriteString(w, "ok")
 	}))
 	if cert == nil {
-		srv.Config.Protocols = new(http.Protocols)
-		srv.Config.Protocols.SetUnencryptedHTTP2(true)
-		srv.Start()
+		b.srv.Config.Protocols = new(http.Protocols)
+		b.srv.Config.Protocols.SetUnencryptedHTTP2(true)
+		b.srv.Start()
 	} else {
 		pair, err := tls.X509KeyPair(cert, key)
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
-		srv.EnableHTTP2 = true
-		srv.StartTLS()
+		b.srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
+		b.srv.EnableHTTP2 = true
+		b.srv.StartTLS()
 	}
-	t.Cleanup(srv.Close)
-	return srv, probes
+	t.Cleanup(b.srv.Close)
+	b.addr = b.srv.Listener.Addr().String()
+	return b
+}
+
+// startClocked starts levee on cfg with a fake clock, which the health
+// checks' rounds wait on.
+func startClocked(t *testing.T, cfg string) (*proxy, *clock.Fake) {
+	t.Helper()
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	return startProxyClock(t, cfg, clk), clk
 }
 
 // healthyIn reports whether app's backend addr is healthy now.
@@ -79,37 +97,41 @@ func waitHealth(t *testing.T, p *proxy, clk *clock.Fake, app, addr string, want 
 	})
 }
 
+// comesUp sees app's backend b, whose /healthz answers 503, marked
+// unhealthy by probes that reach it, then healthy once it answers 200,
+// and a request to the app (host APP.test) served by it.
+func comesUp(t *testing.T, p *proxy, clk *clock.Fake, app string, b *h2Backend) {
+	t.Helper()
+	waitHealth(t, p, clk, app, b.addr, false)
+	b.code.Store(200)
+	waitHealth(t, p, clk, app, b.addr, true)
+	if n := b.probes.Load(); n < 2 {
+		t.Fatalf("%d probes reached the backend; want its 503 and its 200", n)
+	}
+	if resp := p.get(app+".test", "/"); resp.StatusCode != 200 || readAll(t, resp) != "ok" {
+		t.Fatalf("request through levee: %d; want 200 ok", resp.StatusCode)
+	}
+}
+
 // An h2c-only backend (before the fix every probe was HTTP/1.1, and such a
 // backend was unhealthy for good): the probes reach it over h2c and judge
 // its answer, it is healthy once /healthz says so, traffic flows, and it is
 // unhealthy once it stops.
 func TestHealthChecksOverH2C(t *testing.T) {
 	leaktest.Check(t)
-	var code atomic.Int64
-	code.Store(503)
-	srv, probes := h2OnlyBackend(t, &code, nil, nil)
-	addr := srv.Listener.Addr().String()
-	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
-	p := startProxyClock(t, fmt.Sprintf(`
+	b := h2OnlyBackend(t, nil, nil)
+	p, clk := startClocked(t, fmt.Sprintf(`
 apps:
   a:
     hosts: [a.test]
     backends: [%s]
     upstream: {protocol: h2c}
     health: {path: /healthz, interval: 5s, timeout: 5s, healthy: 1, unhealthy: 1}
-`, addr), clk)
-	waitHealth(t, p, clk, "a", addr, false)
-	code.Store(200)
-	waitHealth(t, p, clk, "a", addr, true)
-	if probes.Load() < 2 {
-		t.Fatalf("%d probes reached the backend; want its 503 and its 200", probes.Load())
-	}
-	if resp := p.get("a.test", "/"); resp.StatusCode != 200 || readAll(t, resp) != "ok" {
-		t.Fatalf("request through levee: %d; want 200 ok", resp.StatusCode)
-	}
-	srv.CloseClientConnections()
-	srv.Close()
-	waitHealth(t, p, clk, "a", addr, false)
+`, b.addr))
+	comesUp(t, p, clk, "a", b)
+	b.srv.CloseClientConnections()
+	b.srv.Close()
+	waitHealth(t, p, clk, "a", b.addr, false)
 }
 
 // The h2 leg's probes verify the backend with the leg's TLS client: with
@@ -121,12 +143,8 @@ func TestHealthChecksOverH2(t *testing.T) {
 	ca, wrong := t.TempDir()+"/ca.pem", t.TempDir()+"/wrong.pem"
 	writeFile(t, ca, cert)
 	writeFile(t, wrong, other)
-	var code atomic.Int64
-	code.Store(503)
-	srv, probes := h2OnlyBackend(t, &code, cert, key)
-	addr := srv.Listener.Addr().String()
-	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
-	p := startProxyClock(t, fmt.Sprintf(`
+	b := h2OnlyBackend(t, cert, key)
+	p, clk := startClocked(t, fmt.Sprintf(`
 apps:
   good:
     hosts: [good.test]
@@ -138,20 +156,12 @@ apps:
     backends: [%[1]s]
     upstream: {protocol: h2, tls: {ca: %[3]s, server_name: backend.test}}
     health: {path: /healthz, interval: 5s, timeout: 5s, healthy: 1, unhealthy: 1}
-`, addr, ca, wrong), clk)
-	waitHealth(t, p, clk, "good", addr, false)
-	code.Store(200)
-	waitHealth(t, p, clk, "good", addr, true)
-	if probes.Load() < 2 {
-		t.Fatalf("%d probes reached the backend; want its 503 and its 200", probes.Load())
-	}
-	if resp := p.get("good.test", "/"); resp.StatusCode != 200 || readAll(t, resp) != "ok" {
-		t.Fatalf("request through levee: %d; want 200 ok", resp.StatusCode)
-	}
-	waitHealth(t, p, clk, "bad", addr, false)
+`, b.addr, ca, wrong))
+	comesUp(t, p, clk, "good", b)
+	waitHealth(t, p, clk, "bad", b.addr, false)
 	for range 3 { // it stays so, round after round
 		clk.Advance(5 * time.Second)
-		if p.healthyIn("bad", addr) {
+		if p.healthyIn("bad", b.addr) {
 			t.Fatal("a backend whose certificate does not chain to upstream.tls.ca was marked healthy")
 		}
 	}
@@ -168,8 +178,7 @@ func TestGRPCHealthChecks(t *testing.T) {
 	s := grpc.NewServer()
 	healthpb.RegisterHealthServer(s, hs)
 	addr := serveGRPC(t, s, "127.0.0.1:0")
-	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
-	p := startProxyClock(t, fmt.Sprintf(`
+	p, clk := startClocked(t, fmt.Sprintf(`
 apps:
   rpc:
     hosts: [rpc.test]
@@ -186,7 +195,7 @@ apps:
     backends: [%[1]s]
     upstream: {protocol: h2c}
     health: {grpc: true, service: pkg.Nope, interval: 5s, timeout: 5s, healthy: 1, unhealthy: 1}
-`, addr), clk)
+`, addr))
 	for _, app := range []string{"rpc", "whole", "unknown"} {
 		waitHealth(t, p, clk, app, addr, false)
 	}
