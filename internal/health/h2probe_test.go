@@ -21,27 +21,31 @@ import (
 
 // h2cServer serves h on loopback over HTTP/2 with prior knowledge only
 // (no HTTP/1.1 at all); conns counts its connections.
-func h2cServer(t *testing.T, h http.Handler) (addr string, conns *atomic.Int64) {
+func h2cServer(t *testing.T, h http.Handler) (srv *httptest.Server, conns *atomic.Int64) {
 	t.Helper()
-	srv := httptest.NewUnstartedServer(h)
+	srv = httptest.NewUnstartedServer(h)
 	srv.Config.Protocols = new(http.Protocols)
 	srv.Config.Protocols.SetUnencryptedHTTP2(true)
 	conns = countConns(srv)
 	srv.Start()
 	t.Cleanup(srv.Close)
-	return srv.Listener.Addr().String(), conns
+	return srv, conns
 }
 
-// h2cBackend is an h2c-only server answering code on /healthz.
-func h2cBackend(t *testing.T, code *atomic.Int64) (addr string, conns *atomic.Int64) {
+// h2cBackend is an h2c-only server answering code (200 until set) on
+// /healthz, at addr.
+func h2cBackend(t *testing.T) (addr string, code, conns *atomic.Int64, srv *httptest.Server) {
 	t.Helper()
-	return h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	code = new(atomic.Int64)
+	code.Store(200)
+	srv, conns = h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ProtoMajor != 2 || r.URL.Path != "/healthz" || r.Header.Get("User-Agent") != "levee-health" {
 			http.NotFound(w, r)
 			return
 		}
 		w.WriteHeader(int(code.Load()))
 	}))
+	return srv.Listener.Addr().String(), code, conns, srv
 }
 
 // tlsBackend is a loopback HTTP/2 server on TLS for backend.test whose
@@ -80,9 +84,7 @@ func tlsOf(tc *tls.Config) func(string) *tls.Config {
 // status as HTTPProber does.
 func TestH2ProberH2C(t *testing.T) {
 	leaktest.Check(t)
-	var code atomic.Int64
-	code.Store(200)
-	addr, conns := h2cBackend(t, &code)
+	addr, code, conns, srv := h2cBackend(t)
 	if err := NewHTTPProber(time.Second).Probe(context.Background(), addr, "/healthz"); err == nil {
 		t.Fatal("HTTP/1.1 probe of an h2c-only backend passed: the test's backend is not h2c-only")
 	}
@@ -105,6 +107,17 @@ func TestH2ProberH2C(t *testing.T) {
 	}
 	if n := conns.Load(); n != 1 {
 		t.Errorf("5 probes opened %d connections; want 1, kept", n)
+	}
+	// A connection the backend dropped is not used again: at most the
+	// probe that finds it broken fails, and the next one dials anew.
+	srv.CloseClientConnections()
+	if err := p.Probe(context.Background(), addr, "/healthz"); err != nil {
+		if err := p.Probe(context.Background(), addr, "/healthz"); err != nil {
+			t.Fatalf("two probes after the connection dropped: %v; want the second on a new one", err)
+		}
+	}
+	if n := conns.Load(); n != 2 {
+		t.Errorf("after a dropped connection: %d connections; want 2", n)
 	}
 }
 
@@ -169,8 +182,8 @@ func grpcHealthBackend(t *testing.T) (string, *grpchealth.Server) {
 	s := grpc.NewServer()
 	healthpb.RegisterHealthServer(s, hs)
 	t.Cleanup(s.Stop) // after the HTTP server's Close: cleanups run last first
-	addr, _ := h2cServer(t, s)
-	return addr, hs
+	srv, _ := h2cServer(t, s)
+	return srv.Listener.Addr().String(), hs
 }
 
 // The gRPC health call against grpc-go's own health server: SERVING is
@@ -249,9 +262,7 @@ func TestGRPCHealthMessages(t *testing.T) {
 // backend is healthy under H2C, and GRPC checks a gRPC server.
 func TestCheckerProbesTheLeg(t *testing.T) {
 	leaktest.Check(t)
-	var code atomic.Int64
-	code.Store(200)
-	addr, _ := h2cBackend(t, &code)
+	addr, _, _, _ := h2cBackend(t)
 	rpc, hs := grpcHealthBackend(t)
 	set := newSetOf(addr)
 	h := startChecker(t, set, Check{Protocol: H2C, Unhealthy: 1, Healthy: 1}, CheckerOptions{})
@@ -270,5 +281,73 @@ func TestCheckerProbesTheLeg(t *testing.T) {
 	}
 	if err := (Check{GRPC: true}).WithDefaults().Validate(); err == nil {
 		t.Error("GRPC over HTTP1 validated")
+	}
+}
+
+// keepOpen is a listener whose Close leaves it open, only ending the
+// Accept under way (by a deadline): a server shut down on it hands the
+// port on to the next.
+type keepOpen struct{ *net.TCPListener }
+
+func (l keepOpen) Close() error { return l.SetDeadline(time.Now()) }
+
+// A backend's GOAWAY (a graceful shutdown) retires the connection: the
+// next probe dials a new one, here to the server that took over the port.
+func TestH2ProberRedialsAfterGoAway(t *testing.T) {
+	leaktest.Check(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var conns atomic.Int64
+	serve := func() (*http.Server, chan struct{}) {
+		s := &http.Server{Handler: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}),
+			Protocols: new(http.Protocols)}
+		s.Protocols.SetUnencryptedHTTP2(true)
+		s.ConnState = func(_ net.Conn, st http.ConnState) {
+			if st == http.StateNew {
+				conns.Add(1)
+			}
+		}
+		ln.(*net.TCPListener).SetDeadline(time.Time{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s.Serve(keepOpen{ln.(*net.TCPListener)})
+		}()
+		return s, done
+	}
+	first, done := serve()
+	addr := ln.Addr().String()
+	p := NewH2Prober(H2Options{Timeout: 5 * time.Second})
+	defer p.Close()
+	if err := p.Probe(context.Background(), addr, "/"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), leaktest.Wait)
+	defer cancel()
+	if err := first.Shutdown(ctx); err != nil { // GOAWAY, then the close
+		t.Fatal(err)
+	}
+	<-done
+	leaktest.WaitFor(t, leaktest.Wait, "the prober to see the GOAWAY", func() bool {
+		p.mu.Lock()
+		b := p.backends[addr]
+		p.mu.Unlock()
+		<-b.turn
+		defer func() { b.turn <- struct{}{} }()
+		return !b.cc.Usable()
+	})
+	second, done := serve()
+	defer func() {
+		second.Close()
+		<-done
+	}()
+	if err := p.Probe(context.Background(), addr, "/"); err != nil {
+		t.Fatalf("probe after GOAWAY: %v; want it on a new connection", err)
+	}
+	if n := conns.Load(); n != 2 {
+		t.Errorf("%d connections; want 2: the one that went away, and a new one", n)
 	}
 }
