@@ -119,14 +119,6 @@ func NewEjector(cfg config.Ejection, log *slog.Logger) *health.Ejector {
 	return e
 }
 
-// CheckKey is what an app's health checker is made from: its health
-// settings, and the leg its probes speak (the app's upstream protocol and
-// TLS), so that a reload that changes either makes a new checker.
-type CheckKey struct {
-	Health config.Health
-	Leg    config.Leg
-}
-
 // NewChecker makes the active health checker of set for cfg (nil when
 // checks are off), logging to log. Its probes reach the backends as the
 // app's leg up does: HTTP/1.1, h2c, or h2 with the leg's TLS client (the

@@ -116,9 +116,9 @@ func TestTableParksAStoredApp(t *testing.T) {
 func TestReloadRemakesTheCheckerForANewLeg(t *testing.T) {
 	tab, _ := newTestTable(clock.NewFake(time.Unix(1e9, 0)))
 	const app = "apps:\n  a: {hosts: [a.test], backends: [127.0.0.1:9], health: {path: /healthz}"
-	first := load(tab, parse(t, app+"}\n"))["a"].App.checker.v
-	same := load(tab, parse(t, app+"}\n"))["a"].App.checker.v
-	h2c := load(tab, parse(t, app+", upstream: {protocol: h2c}}\n"))["a"].App.checker.v
+	first := load(tab, parse(t, app+"}\n"))["a"].App.checker
+	same := load(tab, parse(t, app+"}\n"))["a"].App.checker
+	h2c := load(tab, parse(t, app+", upstream: {protocol: h2c}}\n"))["a"].App.checker
 	if first == nil || same != first {
 		t.Fatalf("checker %p, then %p after a reload that changed nothing; want it kept", first, same)
 	}
