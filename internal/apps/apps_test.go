@@ -1,6 +1,7 @@
 package apps
 
 import (
+	"log/slog"
 	"math"
 	"sync/atomic"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/leveeproxy/levee/internal/balance"
 	"github.com/leveeproxy/levee/internal/clock"
 	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/health"
 	"github.com/leveeproxy/levee/internal/limits"
 	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/leveeproxy/levee/internal/overload"
@@ -197,4 +199,35 @@ func TestComponents(t *testing.T) {
 	}
 	p.Forget()
 	(*Paced)(nil).Forget()
+}
+
+// A checker probes as the app's leg speaks, gRPC included, and is off
+// without path or grpc.
+func TestNewCheckerSpeaksTheLeg(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1e9, 0))
+	log := slog.New(slog.DiscardHandler)
+	h := config.DefaultApp().Health
+	if NewChecker(nil, h, config.AppUpstream{Protocol: config.ProtocolH2C}, clk, log) != nil {
+		t.Fatal("a checker for health off")
+	}
+	for _, tc := range []struct {
+		up   config.Protocol
+		grpc bool
+		want health.Protocol
+	}{
+		{config.ProtocolHTTP1, false, health.HTTP1},
+		{config.ProtocolH2C, false, health.H2C},
+		{config.ProtocolH2, false, health.H2},
+		{config.ProtocolH2C, true, health.H2C},
+	} {
+		h := h
+		h.Path, h.GRPC, h.Service = "/healthz", tc.grpc, ""
+		if tc.grpc {
+			h.Path, h.Service = "", "pkg.Echo"
+		}
+		c := NewChecker(nil, h, config.AppUpstream{Protocol: tc.up}, clk, log)
+		if got := c.Config(); got.Protocol != tc.want || got.GRPC != tc.grpc || got.Service != h.Service {
+			t.Errorf("%v grpc=%v: checker %+v; want protocol %v", tc.up, tc.grpc, got, tc.want)
+		}
+	}
 }

@@ -120,15 +120,25 @@ func NewEjector(cfg config.Ejection, log *slog.Logger) *health.Ejector {
 }
 
 // NewChecker makes the active health checker of set for cfg (nil when
-// checks are off), logging to log. It is not started: its owner starts it
-// (health.Checker.Start) when it may run goroutines.
-func NewChecker(set *balance.Set, cfg config.Health, clk clock.Clock, log *slog.Logger) *health.Checker {
-	if cfg.Path == "" {
+// checks are off), logging to log. Its probes reach the backends as the
+// app's leg up does: HTTP/1.1, h2c, or h2 with the leg's TLS client (the
+// same roots, SNI and client certificate, as validation loaded them). It
+// is not started: its owner starts it (health.Checker.Start) when it may
+// run goroutines.
+func NewChecker(set *balance.Set, cfg config.Health, up config.AppUpstream, clk clock.Clock, log *slog.Logger) *health.Checker {
+	if !cfg.On() {
 		return nil
 	}
-	c, err := health.NewChecker(set, health.Check{Path: cfg.Path, Interval: cfg.Interval.D(),
-		Timeout: cfg.Timeout.D(), Healthy: cfg.Healthy, Unhealthy: cfg.Unhealthy},
-		health.CheckerOptions{Clock: clk, Logger: log})
+	check := health.Check{Path: cfg.Path, Interval: cfg.Interval.D(), Timeout: cfg.Timeout.D(),
+		Healthy: cfg.Healthy, Unhealthy: cfg.Unhealthy, GRPC: cfg.GRPC, Service: cfg.Service}
+	opts := health.CheckerOptions{Clock: clk, Logger: log}
+	switch up.Protocol {
+	case config.ProtocolH2C:
+		check.Protocol = health.H2C
+	case config.ProtocolH2:
+		check.Protocol, opts.TLS = health.H2, up.TLS.Config
+	}
+	c, err := health.NewChecker(set, check, opts)
 	if err != nil { // validated config: a broken invariant
 		panic(fmt.Sprintf("apps: health: %v", err))
 	}

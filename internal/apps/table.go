@@ -120,10 +120,14 @@ type App struct {
 	// The components made from the app's settings (components.go), each
 	// nil while its setting is off.
 	ejector Kept[config.Ejection, *health.Ejector]
-	checker Kept[config.Health, *health.Checker]
 	bw      Kept[config.Bandwidth, *Paced]
 	top     Kept[int, *topk.ClientTop]
 	guard   Kept[GuardKey, *protect.Guard]
+	// checker is the health checker (nil while checks are off). Not a
+	// Kept: its key, the settings and the leg, would sit in every App,
+	// stored ones too; it is kept with the checker, on the heap only
+	// while checks are on.
+	checker *legChecker
 	// stored: loaded from the catalog (not the config file); storedRefs
 	// counts the catalog's routes composed for it, the last of which
 	// releases it.
@@ -246,7 +250,16 @@ func (t *Table) Compose(name string, ac *config.App, trust forward.Trust, stored
 	if e := a.ejector.v; e != nil {
 		e.Retain(a.backends)
 	}
-	if c := a.checker.Apply(ac.Health, func(c config.Health) *health.Checker { return t.newChecker(a, c) }, stopChecker); c != nil {
+	up := ac.Upstreams()
+	leg := up.Leg()
+	if c := a.checker; c != nil && (c.health != ac.Health || c.leg != leg) {
+		stopChecker(c) // new settings, or probes must speak a new leg
+		a.checker = nil
+	}
+	if a.checker == nil {
+		a.checker = t.newChecker(a, ac.Health, up, leg)
+	}
+	if c := a.checker; c != nil {
 		c.Update(a.backends)
 	}
 	if a.window == nil {
@@ -319,7 +332,8 @@ func (t *Table) retire(a *App, park bool) []*forward.Upstream {
 	delete(t.apps, a.Name)
 	t.views.Unpublish(a.Name)
 	a.Metrics.Forget()
-	a.checker.Reset(stopChecker) // a recomposed app starts its checks again
+	stopChecker(a.checker) // a recomposed app starts its checks again
+	a.checker = nil
 	if park {
 		t.parked.Park(a.Name, a, Settled(a.cfg, t.o.Clock.Now()), t.cfg.Catalog.Cache.MaxApps, (*App).forgetLimits)
 	} else {
@@ -383,20 +397,32 @@ func (a *App) outcomes() forward.OutcomeObserver {
 	return a.ejector.v
 }
 
-// newChecker makes a's health checker (nil when checks are off), started
-// only once StartChecks has run (else StartChecks starts it).
-func (t *Table) newChecker(a *App, cfg config.Health) *health.Checker {
-	c := NewChecker(a.backends, cfg, t.o.Clock, t.o.Logger.With("app", a.Name))
-	if c != nil && t.checks != nil {
+// legChecker is an app's health checker with the settings it was made
+// from and the leg (protocol, TLS) its probes speak: a reload that changes
+// either makes a new one, one that changes neither keeps it.
+type legChecker struct {
+	*health.Checker
+	health config.Health
+	leg    config.Leg
+}
+
+// newChecker makes a's health checker for leg (nil when checks are off),
+// started only once StartChecks has run (else StartChecks starts it).
+func (t *Table) newChecker(a *App, cfg config.Health, up config.AppUpstream, leg config.Leg) *legChecker {
+	c := NewChecker(a.backends, cfg, up, t.o.Clock, t.o.Logger.With("app", a.Name))
+	if c == nil {
+		return nil
+	}
+	if t.checks != nil {
 		if err := c.Start(t.checks); err != nil { // a new checker: a broken invariant
 			panic(fmt.Sprintf("apps: health: %v", err))
 		}
 	}
-	return c
+	return &legChecker{Checker: c, health: cfg, leg: leg}
 }
 
 // stopChecker ends a health checker's goroutine; nil does nothing.
-func stopChecker(c *health.Checker) {
+func stopChecker(c *legChecker) {
 	if c != nil {
 		c.Stop()
 	}
@@ -413,7 +439,7 @@ func (t *Table) StartChecks() {
 	}
 	t.checks, t.stopChecks = context.WithCancel(context.Background())
 	for _, a := range t.apps {
-		if c := a.checker.v; c != nil {
+		if c := a.checker; c != nil {
 			c.Start(t.checks) // never started: composing starts none before StartChecks
 		}
 	}
@@ -429,7 +455,7 @@ func (t *Table) StopChecks() {
 		t.stopChecks()
 	}
 	for _, a := range t.apps {
-		stopChecker(a.checker.v)
+		stopChecker(a.checker)
 	}
 }
 

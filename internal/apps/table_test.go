@@ -8,6 +8,7 @@ import (
 	"github.com/leveeproxy/levee/internal/clock"
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/forward"
+	"github.com/leveeproxy/levee/internal/health"
 	"github.com/leveeproxy/levee/internal/observe"
 )
 
@@ -106,5 +107,23 @@ func TestTableParksAStoredApp(t *testing.T) {
 	file, _ := tab.Compose("s", stored, forward.Trust{}, false)
 	if v, _ := tab.Views().Get("s"); v.Stored || file.App != later.App {
 		t.Fatal("a file app named like a stored one is still shown as stored")
+	}
+}
+
+// TestReloadRemakesTheCheckerForANewLeg: the health checker outlives a
+// reload with the same settings, and one that changes the upstream
+// protocol gets a checker that probes with the new one.
+func TestReloadRemakesTheCheckerForANewLeg(t *testing.T) {
+	tab, _ := newTestTable(clock.NewFake(time.Unix(1e9, 0)))
+	const app = "apps:\n  a: {hosts: [a.test], backends: [127.0.0.1:9], health: {path: /healthz}"
+	first := load(tab, parse(t, app+"}\n"))["a"].App.checker
+	same := load(tab, parse(t, app+"}\n"))["a"].App.checker
+	h2c := load(tab, parse(t, app+", upstream: {protocol: h2c}}\n"))["a"].App.checker
+	if first == nil || same != first {
+		t.Fatalf("checker %p, then %p after a reload that changed nothing; want it kept", first, same)
+	}
+	if h2c == first || h2c.Config().Protocol != health.H2C {
+		t.Fatalf("after protocol h2c: the same checker %v, protocol %v; want a new one probing h2c",
+			h2c == first, h2c.Config().Protocol)
 	}
 }

@@ -173,14 +173,30 @@ type App struct {
 	Upstream *AppUpstream `yaml:"upstream"`
 }
 
-// Health configures active health checks; off unless Path is set.
+// Health configures active health checks; off unless Path is set or GRPC
+// is. Probes speak the app's upstream protocol.
 type Health struct {
 	Path      string   `yaml:"path"`
 	Interval  Duration `yaml:"interval"`
 	Timeout   Duration `yaml:"timeout"`
 	Healthy   int      `yaml:"healthy"`   // passed probes in a row to mark a backend healthy
 	Unhealthy int      `yaml:"unhealthy"` // failed probes in a row to mark it unhealthy
+	// GRPC probes with the gRPC health protocol (grpc.health.v1.Health/Check)
+	// instead of a GET of Path: only over HTTP/2 (upstream.protocol h2c or h2).
+	GRPC bool `yaml:"grpc"`
+	// Service is the gRPC service whose health is asked; "" is the whole server.
+	Service string `yaml:"service"`
 }
+
+// GRPCHealthPath is the method health.grpc calls.
+const GRPCHealthPath = "/grpc.health.v1.Health/Check"
+
+// MaxGRPCService bounds apps.NAME.health.service, a gRPC service's full
+// name.
+const MaxGRPCService = 1024
+
+// On reports whether active health checks are on.
+func (h *Health) On() bool { return h.Path != "" || h.GRPC }
 
 // Ejection configures passive outlier ejection: a backend that fails
 // ConsecutiveFailures requests in a row (connect errors, timeouts, 5xx) is

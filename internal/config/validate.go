@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Validate checks the whole config and returns Errors listing every problem
@@ -242,10 +243,22 @@ func validateApp(errs *Errors, name string, a *App, routes map[string]string) {
 		seen[b.Addr] = true
 	}
 	validateBalance(errs, p+".balance", a.Balance)
-	if h := a.Health; h.Path != "" {
-		if !strings.HasPrefix(h.Path, "/") {
+	if h := a.Health; h.Service != "" && !h.GRPC {
+		errs.add(p+".health.service", "only with health.grpc: true")
+	} else if len(h.Service) > MaxGRPCService || !utf8.ValidString(h.Service) {
+		errs.add(p+".health.service", "must be UTF-8 of at most %d bytes", MaxGRPCService)
+	}
+	if h := a.Health; h.On() {
+		if h.Path != "" && !strings.HasPrefix(h.Path, "/") {
 			errs.add(p+".health.path", "%q must start with /", h.Path)
 		}
+		if up := a.Upstreams(); h.GRPC && !up.HTTP2() {
+			errs.add(p+".health.grpc", "a gRPC health check is an HTTP/2 call: needs upstream.protocol h2c or h2 (got %s)", up.Protocol)
+		}
+		if h.GRPC && h.Path != "" {
+			errs.add(p+".health.path", "not with health.grpc, which calls %s", GRPCHealthPath)
+		}
+
 		if h.Interval < Duration(100*time.Millisecond) || h.Interval > Duration(time.Hour) {
 			errs.add(p+".health.interval", "must be 100ms..1h (got %s)", h.Interval)
 		}

@@ -36,27 +36,7 @@ type Upstreams struct {
 type upstreamKey struct {
 	addr     string
 	settings config.Upstream
-	leg      legKey
-}
-
-// legKey is the protocol to a backend and its TLS client, as far as they
-// make pools differ: the files' names and, through tlsSum, their contents,
-// so a reload after a certificate's rotation dials with the new one.
-type legKey struct {
-	protocol config.Protocol
-	tls      config.UpstreamTLS
-	tlsSum   [32]byte
-}
-
-func legKeyOf(a config.AppUpstream) legKey {
-	k := legKey{protocol: a.Protocol}
-	if a.TLS != nil && k.protocol == config.ProtocolH2 {
-		t := a.TLS
-		k.tls = config.UpstreamTLS{CA: t.CA, ServerName: t.ServerName, Cert: t.Cert, Key: t.Key,
-			InsecureSkipVerify: t.InsecureSkipVerify}
-		k.tlsSum = t.Sum()
-	}
-	return k
+	leg      config.Leg // its TLS files' names and contents: a rotation makes new pools
 }
 
 // Upstream is the connection pool of one backend address under one set of
@@ -102,7 +82,7 @@ func (us *Upstreams) Acquire(addr string, u config.Upstream) *Upstream {
 // as app says (its protocol and TLS, validated), made on its first use,
 // and counts one more user of it.
 func (us *Upstreams) AcquireLeg(addr string, u config.Upstream, app config.AppUpstream) *Upstream {
-	k := upstreamKey{addr, u, legKeyOf(app)}
+	k := upstreamKey{addr, u, app.Leg()}
 	us.mu.Lock()
 	defer us.mu.Unlock()
 	p := us.pools[k]

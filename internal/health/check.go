@@ -3,6 +3,7 @@ package health
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,6 +35,37 @@ type Check struct {
 	Timeout   time.Duration // deadline of each probe; default 1s
 	Healthy   int           // passed probes in a row that mark an unhealthy backend healthy; default 2
 	Unhealthy int           // failed probes in a row that mark a healthy backend unhealthy; default 3
+	// Protocol is what the backends speak (the app's upstream leg): the
+	// default prober probes with it.
+	Protocol Protocol
+	// GRPC probes with the gRPC health call (grpc.health.v1.Health/Check)
+	// for Service ("" is the whole server) instead of a GET of Path; it
+	// needs an HTTP/2 Protocol.
+	GRPC    bool
+	Service string
+}
+
+// Protocol is how the default prober reaches a backend: as the app's
+// leg does (apps.NAME.upstream.protocol).
+type Protocol uint8
+
+// The protocols.
+const (
+	HTTP1 Protocol = iota // HTTP/1.1 (HTTPProber)
+	H2C                   // HTTP/2 with prior knowledge (H2Prober)
+	H2                    // HTTP/2 on TLS, ALPN h2 (H2Prober with CheckerOptions.TLS)
+)
+
+func (p Protocol) String() string {
+	switch p {
+	case HTTP1:
+		return "http1"
+	case H2C:
+		return "h2c"
+	case H2:
+		return "h2"
+	}
+	return fmt.Sprintf("protocol(%d)", p)
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -65,6 +97,15 @@ func (c Check) Validate() error {
 	if c.Unhealthy < 1 {
 		errs = append(errs, fmt.Errorf("health: health.unhealthy: must be ≥ 1 (got %d)", c.Unhealthy))
 	}
+	if c.Protocol > H2 {
+		errs = append(errs, fmt.Errorf("health: protocol: unknown %v", c.Protocol))
+	}
+	if c.GRPC && c.Protocol == HTTP1 {
+		errs = append(errs, errors.New("health: health.grpc: needs an HTTP/2 protocol, h2c or h2 (got http1)"))
+	}
+	if c.Service != "" && !c.GRPC {
+		errs = append(errs, errors.New("health: health.service: only with health.grpc"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -72,9 +113,14 @@ func (c Check) Validate() error {
 type CheckerOptions struct {
 	// Clock times the rounds; nil is clock.Real.
 	Clock clock.Clock
-	// Prober probes one backend; nil is NewHTTPProber(cfg.Timeout), whose
-	// idle connections the Checker closes when it stops.
+	// Prober probes one backend; nil is the prober of cfg.Protocol, which
+	// the Checker closes when it stops: NewHTTPProber(cfg.Timeout) for
+	// HTTP1, an H2Prober for H2C and H2 (and for GRPC).
 	Prober Prober
+	// TLS is the TLS client of the H2 protocol for a backend at host (the
+	// leg's, so that probes verify as requests do); nil verifies against
+	// the system's roots.
+	TLS func(host string) *tls.Config
 	// Logger receives one record per health change; nil discards.
 	Logger *slog.Logger
 	// Concurrency bounds the probes in flight in one round; 0 is 8.
@@ -156,8 +202,7 @@ func NewChecker(set *balance.Set, cfg Check, opts CheckerOptions) (*Checker, err
 		c.clock = clock.Real{}
 	}
 	if c.prober == nil {
-		p := NewHTTPProber(cfg.Timeout)
-		c.prober, c.closer = p, p.CloseIdleConnections
+		c.prober, c.closer = newProber(cfg, opts.TLS)
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
@@ -167,6 +212,28 @@ func NewChecker(set *balance.Set, cfg Check, opts CheckerOptions) (*Checker, err
 	}
 	c.set.Store(set)
 	return c, nil
+}
+
+// newProber is the prober of cfg's protocol, and what closes it.
+func newProber(cfg Check, tc func(host string) *tls.Config) (Prober, func()) {
+	if cfg.Protocol == HTTP1 {
+		p := NewHTTPProber(cfg.Timeout)
+		return p, p.CloseIdleConnections
+	}
+	o := H2Options{Timeout: cfg.Timeout, GRPC: cfg.GRPC, Service: cfg.Service,
+		// A connection outlives the wait between two probes, so that one
+		// serves them all.
+		Idle: max(defaultIdle, 2*(cfg.Interval+cfg.Timeout))}
+	if cfg.Protocol == H2 {
+		o.TLS = tc
+		if o.TLS == nil {
+			o.TLS = func(host string) *tls.Config {
+				return &tls.Config{ServerName: host, NextProtos: []string{"h2"}, MinVersion: tls.VersionTLS12}
+			}
+		}
+	}
+	p := NewH2Prober(o)
+	return p, p.Close
 }
 
 // Config returns the configuration in use, defaults applied.

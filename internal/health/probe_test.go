@@ -17,7 +17,6 @@ import (
 // backend is a loopback test server answering code on /healthz.
 func backend(t *testing.T, code int, body string) (addr string, conns *atomic.Int64) {
 	t.Helper()
-	conns = new(atomic.Int64)
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/healthz" {
 			http.NotFound(w, r)
@@ -29,14 +28,21 @@ func backend(t *testing.T, code int, body string) (addr string, conns *atomic.In
 		w.WriteHeader(code)
 		_, _ = w.Write([]byte(body))
 	}))
+	conns = countConns(srv)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv.Listener.Addr().String(), conns
+}
+
+// countConns counts the connections srv (not yet started) accepts.
+func countConns(srv *httptest.Server) *atomic.Int64 {
+	conns := new(atomic.Int64)
 	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
 		if s == http.StateNew {
 			conns.Add(1)
 		}
 	}
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return srv.Listener.Addr().String(), conns
+	return conns
 }
 
 func TestHTTPProber(t *testing.T) {
