@@ -494,6 +494,42 @@ func TestPanicResetsStream(t *testing.T) {
 	}
 }
 
+// TestRefuseStream: a handler that refuses its stream before the head
+// resets it with REFUSED_STREAM (its client may send it again); once the
+// head is written it cannot, and the response goes on. The connection
+// serves on.
+func TestRefuseStream(t *testing.T) {
+	refused := make(chan bool, 2)
+	addr := serve(t, &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rs := w.(interface{ RefuseStream() bool })
+		if r.URL.Path == "/late" {
+			io.WriteString(w, "ok")
+			w.(http.Flusher).Flush()
+		}
+		refused <- rs.RefuseStream()
+	})})
+	rc := dialRaw(t, addr)
+	rc.get(1, "/", true)
+	for {
+		if r, ok := rc.read().(*http2.RSTStreamFrame); ok {
+			if r.StreamID != 1 || r.ErrCode != http2.ErrCodeRefusedStream {
+				t.Fatalf("RST_STREAM %d %v; want 1 REFUSED_STREAM", r.StreamID, r.ErrCode)
+			}
+			break
+		}
+	}
+	if !<-refused {
+		t.Fatal("RefuseStream before the head reported false")
+	}
+	rc.get(3, "/late", true)
+	if _, body := rc.response(3, nil); string(body) != "ok" {
+		t.Fatalf("a stream refused after its head: %q, want its response", body)
+	}
+	if <-refused {
+		t.Fatal("RefuseStream after the head reported true")
+	}
+}
+
 // TestRequestBodyFlowControl: a body larger than the windows streams
 // through as the handler reads it, and the connection window comes back.
 func TestRequestBodyFlowControl(t *testing.T) {

@@ -714,6 +714,21 @@ func (w *responseWriter) WriteString(s string) (int, error) {
 	return w.Write([]byte(s))
 }
 
+// RefuseStream resets the stream with REFUSED_STREAM: RFC 9113 §8.7's
+// word that the request was not processed, which a client may send again
+// on another connection by itself (Go's and browsers' do), unlike an
+// answer. It reports false, doing nothing, once the head is written; the
+// handler then returns, and writes nothing more.
+func (w *responseWriter) RefuseStream() bool {
+	st := w.st
+	if st == nil || st.wroteHeader {
+		return false
+	}
+	st.wroteHeader = true // the stream is reset: finish writes no head for it
+	st.resetFromHandler(ErrCodeRefusedStream, errStreamClosed)
+	return true
+}
+
 func (w *responseWriter) Flush() { w.FlushError() }
 
 // FlushError sends the headers and what is buffered of the body.

@@ -7,10 +7,12 @@ import (
 
 // drainingRefusal (reply.Draining) refuses a request that was waiting for a slot (in the
 // app's queue) when levee began to drain, on SIGTERM or once an upgrade
-// has handed over: the drain ends the wait. It is answered, 503 with
-// Retry-After and the connection closed (the engines close every
+// has handed over: the drain ends the wait. On HTTP/1.1 it is answered,
+// 503 with Retry-After and the connection closed (the engines close every
 // connection they answer while draining), rather than dropped without an
-// answer, so that the client retries, on the levee that serves now.
+// answer, so that the client retries, on the levee that serves now. On
+// HTTP/2 its stream is refused instead (REFUSED_STREAM, handler.go),
+// which the client sends again by itself.
 var drainingRefusal = limits.Refusal{Code: reply.For(reply.Draining).Status, Reason: reply.Draining}
 
 // unanswered is the refusal of a request whose wait ended without one

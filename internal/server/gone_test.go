@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strings"
 	"testing"
@@ -14,7 +15,9 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/leveeproxy/levee/internal/limits"
 	"github.com/leveeproxy/levee/internal/netlimit"
+	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/testnet"
 )
 
@@ -393,5 +396,37 @@ apps:
 	<-done
 	if code := ctx.Response.StatusCode(); code != http.StatusOK {
 		t.Fatalf("status %d; want 200", code)
+	}
+}
+
+// refusingWriter is an HTTP/2 ResponseWriter that records RefuseStream.
+type refusingWriter struct {
+	*httptest.ResponseRecorder
+	refused bool
+}
+
+func (w *refusingWriter) RefuseStream() bool { w.refused = true; return true }
+
+// TestH2DrainingRefusesTheStream: over HTTP/2, a request the drain ended
+// before admission (drainingRefusal, draining.go) has its stream refused
+// (REFUSED_STREAM: not processed), which an HTTP/2 client sends again by
+// itself to the levee that serves now, rather than a 503 it would hand to
+// its caller; any other refusal is answered.
+func TestH2DrainingRefusesTheStream(t *testing.T) {
+	for _, tc := range []struct {
+		ref    limits.Refusal
+		refuse bool
+	}{
+		{drainingRefusal, true},
+		{limits.Refusal{Code: http.StatusTooManyRequests, Reason: reply.Rate}, false},
+	} {
+		w := &refusingWriter{ResponseRecorder: httptest.NewRecorder()}
+		e := new(httpExchange)
+		e.R = httptest.NewRequest("GET", "http://a.test/", nil)
+		e.rec.ResponseWriter = w
+		e.refuse(tc.ref)
+		if w.refused != tc.refuse || tc.refuse == (w.Code == tc.ref.Code && w.Body.Len() > 0) {
+			t.Errorf("%s: stream refused %v, answered %d %q; want refused %v", tc.ref.Reason, w.refused, w.Code, w.Body, tc.refuse)
+		}
 	}
 }

@@ -85,6 +85,15 @@ func (e *httpExchange) remote() string { return e.R.RemoteAddr }
 func (e *httpExchange) ctx() context.Context { return e.R.Context() }
 
 func (e *httpExchange) refuse(ref limits.Refusal) {
+	// A request the drain ended before admission was not processed: its
+	// stream is refused, which an HTTP/2 client sends again by itself (on
+	// a new connection, to the levee that serves now), rather than
+	// answered 503 (draining.go).
+	if ref.Reason == reply.Draining {
+		if rs, ok := e.rec.ResponseWriter.(interface{ RefuseStream() bool }); ok && rs.RefuseStream() {
+			return
+		}
+	}
 	if e.grpc {
 		ref.GRPC(&e.rec)
 		return
