@@ -740,9 +740,22 @@ func (cc *ClientConn) readDone(err error) {
 		cc.endStreamLocked(st)
 	}
 	cc.mu.Unlock()
+	if ce != nil && !ce.Remote && ce.Err == nil {
+		// levee's GOAWAY for the backend's protocol error: what the
+		// backend still sends is read, for a while, before the close.
+		// Closing with unread input resets the connection, and the reset
+		// can destroy the GOAWAY before the backend has read why.
+		cc.nc.SetReadDeadline(time.Now().Add(clientLinger))
+		io.CopyN(io.Discard, cc.nc, lingerBytes)
+	}
 	cc.nc.Close()
 	close(cc.done)
 }
+
+// clientLinger bounds the read before a connection that levee ended for
+// the backend's protocol error is closed: the backend needs only to read
+// the GOAWAY already sent, and the reader (no stream) waits on it.
+const clientLinger = 250 * time.Millisecond
 
 // connError ends the connection for the backend's protocol error: GOAWAY
 // with code, then the close (readDone).
