@@ -126,13 +126,13 @@ func (a *App) Upstreams() AppUpstream {
 func (u *AppUpstream) HTTP2() bool { return u.Protocol == ProtocolH2C || u.Protocol == ProtocolH2 }
 
 // Leg is the protocol to an app's backends and its TLS client, as far as
-// they make two legs differ: the files' names and, through TLSSum, their
-// contents, so a reload after a certificate's rotation dials with the new
-// one. A comparable key (the pools', the health checkers').
+// they make two legs differ: the files' names and, through the digest
+// the copy keeps (Sum), their contents, so a reload after a certificate's
+// rotation dials with the new one. A comparable key (the pools', the
+// health checkers').
 type Leg struct {
 	Protocol Protocol
 	TLS      UpstreamTLS // zero unless Protocol is h2 with a tls mapping
-	TLSSum   [sha256.Size]byte
 }
 
 // Leg is u's protocol and TLS client.
@@ -140,8 +140,7 @@ func (u *AppUpstream) Leg() Leg {
 	k := Leg{Protocol: u.Protocol}
 	if t := u.TLS; t != nil && k.Protocol == ProtocolH2 {
 		k.TLS = UpstreamTLS{CA: t.CA, ServerName: t.ServerName, Cert: t.Cert, Key: t.Key,
-			InsecureSkipVerify: t.InsecureSkipVerify}
-		k.TLSSum = t.Sum()
+			InsecureSkipVerify: t.InsecureSkipVerify, sum: t.sum}
 	}
 	return k
 }

@@ -193,18 +193,12 @@ func (l *h2Leg) dial(ctx context.Context) (*h2Conn, error) {
 	}
 	var nc net.Conn = newH2Socket(bc, l.wait)
 	if l.tls != nil {
-		tc := tls.Client(nc, l.tls)
 		hctx, cancel := context.WithTimeout(ctx, l.dialer.d.Timeout)
-		err := tc.HandshakeContext(hctx)
+		nc, err = h2.ClientTLS(hctx, nc, l.tls)
 		cancel()
-		if err == nil && tc.ConnectionState().NegotiatedProtocol != "h2" {
-			err = errors.New("forward: the backend did not negotiate h2 by ALPN")
-		}
 		if err != nil {
-			nc.Close()
 			return nil, &net.OpError{Op: "dial", Net: "tcp", Addr: bc.RemoteAddr(), Err: err}
 		}
-		nc = tc
 	}
 	// NewClientConn waits for the backend's SETTINGS: the connection's
 	// stream limit is the backend's, not a guess that would send streams

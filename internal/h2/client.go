@@ -2,6 +2,8 @@ package h2
 
 import (
 	"bufio"
+	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -242,6 +244,22 @@ func NewClientConn(nc net.Conn, o ClientOptions) (*ClientConn, error) {
 		cc.Close()
 		return nil, timeoutError("h2: no SETTINGS from the backend within " + wait.String())
 	}
+}
+
+// ClientTLS is the TLS client handshake of an h2 leg on nc, within ctx:
+// the backend must pick h2 by ALPN (cfg offers it), as RFC 9113 §3.2
+// asks of HTTP/2 over TLS. On an error nc is closed.
+func ClientTLS(ctx context.Context, nc net.Conn, cfg *tls.Config) (net.Conn, error) {
+	tc := tls.Client(nc, cfg)
+	err := tc.HandshakeContext(ctx)
+	if err == nil && tc.ConnectionState().NegotiatedProtocol != "h2" {
+		err = errors.New("h2: the backend did not negotiate h2 by ALPN")
+	}
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return tc, nil
 }
 
 // Usable reports whether the connection takes new streams.

@@ -56,7 +56,7 @@ func grpcVerdict(addr string, st *h2.ClientStream, status int, head []hpack.Head
 	if code > 0 {
 		return &GRPCError{Addr: addr, Code: code, Message: msg}
 	}
-	body, err := io.ReadAll(io.LimitReader(streamReader{st}, maxGRPCResponse+1))
+	body, err := io.ReadAll(io.LimitReader(st, maxGRPCResponse+1))
 	if err != nil {
 		return err
 	}

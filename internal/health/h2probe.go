@@ -227,16 +227,9 @@ func (p *H2Prober) dial(ctx context.Context, addr string) (*h2.ClientConn, error
 		if err != nil {
 			host = addr
 		}
-		tc := tls.Client(nc, p.o.TLS(host))
-		err = tc.HandshakeContext(ctx)
-		if err == nil && tc.ConnectionState().NegotiatedProtocol != "h2" {
-			err = errors.New("the backend did not negotiate h2 by ALPN")
-		}
-		if err != nil {
-			nc.Close()
+		if nc, err = h2.ClientTLS(ctx, nc, p.o.TLS(host)); err != nil {
 			return nil, err
 		}
-		nc = tc
 	}
 	// ctx's end bounds the wait for SETTINGS (closing nc); NewClientConn's
 	// own bound, a little later, is only a backstop.
@@ -292,18 +285,13 @@ func (p *H2Prober) exchange(ctx context.Context, cc *h2.ClientConn, addr, path s
 	// The body is not needed: up to maxDrain is read so that the stream
 	// ends cleanly; a longer one is reset by Close.
 	if st.HasBody() {
-		_, _ = io.Copy(io.Discard, io.LimitReader(streamReader{st}, maxDrain))
+		_, _ = io.Copy(io.Discard, io.LimitReader(st, maxDrain))
 	}
 	if status < 200 || status >= 400 {
 		return &StatusError{Addr: addr, Code: status}
 	}
 	return nil
 }
-
-// streamReader reads a stream's body as an io.Reader.
-type streamReader struct{ st *h2.ClientStream }
-
-func (r streamReader) Read(p []byte) (int, error) { return r.st.Read(p) }
 
 // field is the value of the first field named name ("" for none).
 func field(fields []hpack.HeaderField, name string) (string, bool) {
