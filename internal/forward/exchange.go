@@ -154,10 +154,14 @@ func (x *exchange[CC]) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request,
 	bw := hc.AcquireWriter(c)
 	err = req.Write(bw)
 	if err == nil {
+		// The request's last bytes go out with the response's first
+		// read (backendConn.sendRead): bw's buffer holds them until then.
+		c.holdLastWrite()
 		err = bw.Flush()
 	}
-	hc.ReleaseWriter(bw)
 	if err != nil {
+		c.dropHeld()
+		hc.ReleaseWriter(bw)
 		if isTimeout(err) {
 			err = fasthttp.ErrTimeout
 		}
@@ -169,12 +173,17 @@ func (x *exchange[CC]) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request,
 		deadline = time.Now().Add(hc.ReadTimeout)
 	}
 	if err := c.SetReadDeadline(deadline); err != nil {
+		c.dropHeld()
+		hc.ReleaseWriter(bw)
 		x.close(cc, c)
 		return true, err
 	}
 	resp.Header.DisableNormalizing()
 	br := hc.AcquireReader(c)
-	if err := readHead(resp, br); err != nil {
+	err = readHead(resp, br)
+	c.dropHeld() // sent by the first read, or never to be
+	hc.ReleaseWriter(bw)
+	if err != nil {
 		hc.ReleaseReader(br)
 		if errors.Is(err, errUnaskedSwitch) {
 			x.unclean.add(iSwitch, x.addr)
