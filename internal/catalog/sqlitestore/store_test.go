@@ -71,6 +71,11 @@ func TestOpenIsReadOnly(t *testing.T) {
 	if err := r.db.QueryRow(`PRAGMA journal_mode`).Scan(&mode); err != nil || mode != "wal" {
 		t.Errorf("journal_mode = %q, %v; want wal", mode, err)
 	}
+	// A reading connection maps the file: a cold load reads it in place.
+	var mmap int64
+	if err := r.db.QueryRow(`PRAGMA mmap_size`).Scan(&mmap); err != nil || mmap != mmapSize {
+		t.Errorf("mmap_size = %d, %v; want %d", mmap, err, mmapSize)
+	}
 	if _, err := Open(filepath.Join(t.TempDir(), "missing.db"), Options{}); err == nil {
 		t.Error("opening a missing file must fail, not create it")
 	}
