@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"os"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/observe"
+	"github.com/leveeproxy/levee/internal/sockio"
 )
 
 // fastDialer dials one backend's connections for its fasthttp.HostClient.
@@ -63,6 +63,7 @@ func (d *fastDialer) dial(addr string, pooled bool) (net.Conn, error) {
 	d.stats.open.Add(1)
 	c := &backendConn{Conn: nc, stats: d.stats, budget: d.budget, timeout: d.timeout}
 	c.local = connAddr{Addr: nc.LocalAddr(), c: c}
+	c.io.Init(nc)
 	if sc, ok := nc.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
 			c.raw, c.peekFD = raw, c.peekFunc
@@ -142,17 +143,9 @@ type backendConn struct {
 	peekFD func(fd uintptr) bool // peekFunc, made once
 	peeked peekState
 
-	// A request's last write, held for the response's first read
-	// (holdLastWrite): sendFD writes it and waits for the answer in one
-	// RawConn.Read, so the read does not first try the socket and get
-	// EAGAIN, as a Read right after a Write nearly always does.
-	hold    bool   // the next Write is held
-	pending []byte // the held write (the caller's buffer, kept until the read)
-	sendFD  func(fd uintptr) bool
-	rbuf    []byte // sendFD's read: the buffer, then what it read and its error
-	rn      int
-	ioErr   error
-	sending bool
+	io      sockio.Conn // the socket's reads and writes
+	hold    bool        // the next Write is held (holdLastWrite)
+	pending []byte      // the held write (the caller's buffer, kept until the read)
 
 	// A request's context on the net/http engine (watch): its end aborts
 	// the connection's reads and writes, and the connection is closed.
@@ -266,13 +259,13 @@ func (c *backendConn) wrote() {
 
 // holdLastWrite holds the next Write, if it is the request's only one, for
 // the next Read, which sends it and then waits for the response without
-// trying the socket first (sendRead). acquire looked at the socket just
-// before, so nothing the backend sent is there to be missed; an answer can
-// come only after the request. The caller must keep the written buffer
-// unchanged until that Read, and write nothing else before it. Without a
-// RawConn it does nothing.
+// trying the socket first (sockio.Conn.SendRead). acquire looked at the
+// socket just before, so nothing the backend sent is there to be missed;
+// an answer can come only after the request. The caller must keep the
+// written buffer unchanged until that Read, and write nothing else before
+// it.
 func (c *backendConn) holdLastWrite() {
-	if c.raw != nil {
+	if c.io.Raw() {
 		c.hold = true
 	}
 }
@@ -281,80 +274,11 @@ func (c *backendConn) holdLastWrite() {
 // being closed), so that its buffer is not kept.
 func (c *backendConn) dropHeld() { c.hold, c.pending = false, nil }
 
-// sendRead writes the held request and reads the first of its response.
-// The write is inside RawConn.Read, after it has reset the socket's read
-// readiness: the answer's readiness event cannot be missed, so the read
-// waits for it first instead of trying the socket at once.
-func (c *backendConn) sendRead(p []byte) (int, error) {
-	if c.sendFD == nil {
-		c.sendFD = c.sendFunc
-	}
-	c.rbuf, c.rn, c.ioErr, c.sending = p, 0, nil, true
-	err := c.raw.Read(c.sendFD)
-	n, ioErr := c.rn, c.ioErr
-	c.rbuf, c.rn, c.ioErr = nil, 0, nil
-	switch {
-	case err != nil:
-		c.pending = nil
-		return 0, err
-	case ioErr == syscall.EAGAIN: // the socket's send buffer is full: the rest the usual way
-		rest := c.pending
-		c.pending = nil
-		if _, err := c.Conn.Write(rest); err != nil {
-			return 0, err
-		}
-		return c.Conn.Read(p)
-	case c.sending:
-		c.pending = nil
-		return 0, &net.OpError{Op: "write", Net: "tcp", Source: c.Conn.LocalAddr(), Addr: c.Conn.RemoteAddr(),
-			Err: os.NewSyscallError("write", ioErr)}
-	case ioErr != nil:
-		return 0, &net.OpError{Op: "read", Net: "tcp", Source: c.Conn.LocalAddr(), Addr: c.Conn.RemoteAddr(),
-			Err: os.NewSyscallError("read", ioErr)}
-	case n == 0 && len(p) > 0:
-		return 0, io.EOF
-	}
-	return n, nil
-}
-
-// sendFunc is sendRead's RawConn.Read function: first the write (false:
-// then wait for readability), then the read.
-func (c *backendConn) sendFunc(fd uintptr) bool {
-	for c.sending && len(c.pending) > 0 {
-		n, err := syscall.Write(int(fd), c.pending)
-		if n > 0 {
-			c.pending = c.pending[n:]
-		}
-		switch err {
-		case nil, syscall.EINTR:
-			continue
-		}
-		c.ioErr = err
-		return true
-	}
-	if c.sending {
-		c.sending, c.pending = false, nil
-		return false
-	}
-	for {
-		n, err := syscall.Read(int(fd), c.rbuf)
-		switch err {
-		case syscall.EINTR:
-			continue
-		case syscall.EAGAIN:
-			return false // woken without data: wait again
-		}
-		if n < 0 {
-			n = 0
-		}
-		c.rn, c.ioErr = n, err
-		return true
-	}
-}
-
 func (c *backendConn) Read(p []byte) (int, error) {
 	if c.pending != nil {
-		return c.sendRead(p)
+		held := c.pending
+		c.pending = nil
+		return c.io.SendRead(held, p)
 	}
 	if c.streaming.Load() {
 		if err := c.Conn.SetReadDeadline(time.Now().Add(c.timeout)); err != nil {
@@ -364,7 +288,7 @@ func (c *backendConn) Read(p []byte) (int, error) {
 			return 0, err
 		}
 	}
-	return c.Conn.Read(p)
+	return c.io.Read(p)
 }
 
 func (c *backendConn) Write(p []byte) (int, error) {
@@ -382,11 +306,11 @@ func (c *backendConn) Write(p []byte) (int, error) {
 	if c.pending != nil { // never, by holdLastWrite's contract; kept in order if it were
 		rest := c.pending
 		c.pending = nil
-		if _, err := c.Conn.Write(rest); err != nil {
+		if _, err := c.io.Write(rest); err != nil {
 			return 0, err
 		}
 	}
-	return c.Conn.Write(p)
+	return c.io.Write(p)
 }
 
 func (c *backendConn) Close() error {

@@ -24,7 +24,7 @@ const module = "github.com/leveeproxy/levee"
 // dataPath are the packages a request passes through.
 var dataPath = []string{
 	"admission", "admission/admissionprom", "internal/admit", "internal/apps", "internal/admit/limit", "internal/balance", "internal/catalog", "internal/chunked", "internal/catalog/sqlitestore", "internal/catalog/pgstore", "internal/clientkey", "internal/clock",
-	"internal/cluster", "internal/config", "internal/forward", "internal/framing", "internal/h2", "internal/h2guard", "internal/health", "internal/limits", "internal/limitsconf", "internal/membuf", "internal/netlimit", "internal/observe", "internal/overload", "internal/protect", "internal/ratelimit", "internal/reply", "internal/reply/fastreply", "internal/server", "internal/shape", "internal/sni", "internal/topk", "internal/trace", "internal/urlpath",
+	"internal/cluster", "internal/config", "internal/forward", "internal/framing", "internal/h2", "internal/h2guard", "internal/health", "internal/limits", "internal/limitsconf", "internal/membuf", "internal/netlimit", "internal/observe", "internal/overload", "internal/protect", "internal/ratelimit", "internal/reply", "internal/reply/fastreply", "internal/server", "internal/shape", "internal/sni", "internal/sockio", "internal/topk", "internal/trace", "internal/urlpath",
 }
 
 // forbidden are what the data path must never import.

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/leveeproxy/levee/internal/sockio"
 )
 
 // Listener closes connections accepted beyond max open ones, or beyond
@@ -198,10 +200,21 @@ type Conn struct {
 	addr    netip.Addr
 	counted bool
 	linger  atomic.Bool
+	io      sockio.Conn // the socket's reads and writes
 }
 
+// Read reads the socket (sockio.Conn).
+func (c *Conn) Read(p []byte) (int, error) { return c.io.Read(p) }
+
+// Write writes the socket (sockio.Conn).
+func (c *Conn) Write(p []byte) (int, error) { return c.io.Write(p) }
+
 // Wrap makes c a Conn counted by no listener (Accept's, and tests').
-func Wrap(c net.Conn) *Conn { return &Conn{Conn: c, ip: peerString(c.RemoteAddr())} }
+func Wrap(c net.Conn) *Conn {
+	cc := &Conn{Conn: c, ip: peerString(c.RemoteAddr())}
+	cc.io.Init(c)
+	return cc
+}
 
 // PeerIP is the peer's address without its port: a client key of "ip"
 // reads it per request without formatting (or allocating) it again.

@@ -1,0 +1,12 @@
+//go:build !linux
+
+package sockio
+
+import "syscall"
+
+// Elsewhere than Linux, Conn passes every read and write to the
+// connection (Init reports false).
+const rawSupported = false
+
+func read(uintptr, []byte) (int, syscall.Errno)  { return 0, syscall.ENOSYS }
+func write(uintptr, []byte) (int, syscall.Errno) { return 0, syscall.ENOSYS }
