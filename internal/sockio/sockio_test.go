@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -173,4 +174,36 @@ func TestPassThrough(t *testing.T) {
 	if err != nil || string(buf[:n]) != "world" {
 		t.Fatalf("SendRead through a pipe = %q, %v", buf[:n], err)
 	}
+}
+
+// Peek sees nothing, then bytes (which a read still gets), then the
+// peer's close, consuming nothing.
+func TestPeek(t *testing.T) {
+	s, b := rawPair(t)
+	var fd uintptr
+	s.raw.Control(func(f uintptr) { fd = f })
+	one := make([]byte, 1)
+	if n, errno := Peek(fd, one); errno != syscall.EAGAIN {
+		t.Fatalf("Peek of an empty socket = %d, %v; want EAGAIN", n, errno)
+	}
+	b.Write([]byte("x"))
+	waitPeek(t, fd, func(n int, errno syscall.Errno) bool { return n == 1 && errno == 0 })
+	if n, err := s.Read(one); n != 1 || err != nil || one[0] != 'x' {
+		t.Fatalf("Read after Peek = %q, %v; want the peeked byte", one[:n], err)
+	}
+	b.Close()
+	waitPeek(t, fd, func(n int, errno syscall.Errno) bool { return n == 0 && errno == 0 })
+}
+
+// waitPeek peeks until ok (the peer's bytes take a moment over loopback).
+func waitPeek(t *testing.T, fd uintptr, ok func(int, syscall.Errno) bool) {
+	t.Helper()
+	one := make([]byte, 1)
+	for range 1000 {
+		if n, errno := Peek(fd, one); ok(n, errno) {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatal("Peek never saw what was sent")
 }
