@@ -214,14 +214,16 @@ func (p *H2Prober) Close() {
 // dial opens one connection to addr within ctx: TCP, TLS with ALPN h2 for
 // the h2 leg, then HTTP/2's preface and SETTINGS both ways.
 func (p *H2Prober) dial(ctx context.Context, addr string) (*h2.ClientConn, error) {
-	nc, err := (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext(ctx, "tcp", addr)
+	tcp, err := (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	// Until the ClientConn owns it, the end of ctx closes nc: the TLS
-	// handshake and the wait for SETTINGS end with it.
-	stop := context.AfterFunc(ctx, func() { nc.Close() })
+	// Until the ClientConn owns it, the end of ctx closes the socket: the
+	// TLS handshake and the wait for SETTINGS end with it. (The function
+	// has its own variable: nc becomes the TLS connection meanwhile.)
+	stop := context.AfterFunc(ctx, func() { tcp.Close() })
 	defer stop()
+	nc := tcp
 	if p.o.TLS != nil {
 		host, _, err := net.SplitHostPort(addr)
 		if err != nil {
