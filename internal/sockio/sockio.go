@@ -100,7 +100,7 @@ func (s *Conn) Read(p []byte) (int, error) {
 // that Read would first make, and find empty (EAGAIN), nearly every time.
 // A held write the socket does not take whole is finished as Write does.
 func (s *Conn) SendRead(held, p []byte) (int, error) {
-	if s.raw == nil || len(held) == 0 {
+	if s.raw == nil || len(held) == 0 || len(p) == 0 {
 		if _, err := s.Write(held); err != nil {
 			return 0, err
 		}
@@ -129,6 +129,9 @@ func (s *Conn) read(p []byte) (int, error) {
 		p = p[:maxRW]
 	}
 	s.rp, s.rn, s.rerr = p, 0, 0
+	if !s.sent {
+		wroteIO()
+	}
 	err := s.raw.Read(s.rfn)
 	n, errno := s.rn, s.rerr
 	s.rp, s.rn, s.rerr = nil, 0, 0
@@ -172,6 +175,7 @@ func (s *Conn) readFD(fd uintptr) bool {
 		switch errno {
 		case 0:
 			s.rn = n
+			readIO(fd)
 			return true
 		case syscall.EINTR:
 			continue
@@ -194,6 +198,7 @@ func (s *Conn) Write(p []byte) (int, error) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	s.wp, s.wn, s.werr = p, 0, 0
+	wroteIO()
 	err := s.raw.Write(s.wfn)
 	n, errno := s.wn, s.werr
 	s.wp, s.wn, s.werr = nil, 0, 0

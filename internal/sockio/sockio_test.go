@@ -207,3 +207,26 @@ func waitPeek(t *testing.T, fd uintptr, ok func(int, syscall.Errno) bool) {
 	}
 	t.Fatal("Peek never saw what was sent")
 }
+
+// Bytes sent through a socket order what their writer did before them
+// before what their reader does after them, for the race detector too
+// (race.go), both ways: without that, this test fails under -race.
+func TestIOOrdersMemoryForTheRaceDetector(t *testing.T) {
+	s, b := rawPair(t)
+	one := make([]byte, 1)
+	var x, y int
+	go func() {
+		x = 1
+		s.Write([]byte{1})
+	}()
+	if _, err := io.ReadFull(b, one); err != nil || x != 1 {
+		t.Fatalf("read %v, x = %d", err, x)
+	}
+	go func() {
+		y = 2
+		b.Write([]byte{2})
+	}()
+	if _, err := s.Read(one); err != nil || y != 2 {
+		t.Fatalf("read %v, y = %d", err, y)
+	}
+}

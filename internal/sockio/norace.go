@@ -1,0 +1,6 @@
+//go:build !race
+
+package sockio
+
+func wroteIO()       {}
+func readIO(uintptr) {}
