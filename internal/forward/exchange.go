@@ -155,7 +155,8 @@ func (x *exchange[CC]) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request,
 	err = req.Write(bw)
 	if err == nil {
 		// The request's last bytes go out with the response's first
-		// read (backendConn.sendRead): bw's buffer holds them until then.
+		// read (backendConn.Read, sockio's SendRead): bw's buffer holds
+		// them until then.
 		c.holdLastWrite()
 		err = bw.Flush()
 	}

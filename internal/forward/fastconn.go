@@ -63,11 +63,8 @@ func (d *fastDialer) dial(addr string, pooled bool) (net.Conn, error) {
 	d.stats.open.Add(1)
 	c := &backendConn{Conn: nc, stats: d.stats, budget: d.budget, timeout: d.timeout}
 	c.local = connAddr{Addr: nc.LocalAddr(), c: c}
-	c.io.Init(nc)
-	if sc, ok := nc.(syscall.Conn); ok {
-		if raw, err := sc.SyscallConn(); err == nil {
-			c.raw, c.peekFD = raw, c.peekFunc
-		}
+	if c.io.Init(nc) {
+		c.raw, c.peekFD = c.io.RawConn(), c.peekFunc
 	}
 	return c, nil
 }

@@ -76,6 +76,9 @@ func (s *Conn) Init(c net.Conn) bool {
 // Raw reports whether s reads and writes the socket itself.
 func (s *Conn) Raw() bool { return s.raw != nil }
 
+// RawConn is the connection's RawConn (nil unless Raw), for Peek.
+func (s *Conn) RawConn() syscall.RawConn { return s.raw }
+
 // Read is net.Conn's Read.
 func (s *Conn) Read(p []byte) (int, error) {
 	if s.raw == nil {
