@@ -262,7 +262,7 @@ func (c *backendConn) wrote() {
 // written buffer unchanged until that Read, and write nothing else before
 // it.
 func (c *backendConn) holdLastWrite() {
-	if c.io.Raw() {
+	if c.raw != nil {
 		c.hold = true
 	}
 }

@@ -138,6 +138,19 @@ apps:
 	}
 }
 
+// acceptThenStop opens a connection to p that sends nothing yet, waits
+// for p to accept it, and starts p's Stop (its result on stopped).
+func acceptThenStop(t *testing.T, p *proxy) (late *net.TCPConn, stopped chan error) {
+	t.Helper()
+	ln := p.srv.listeners[0].ln
+	open := ln.Open()
+	late = dialRequest(t, strings.TrimPrefix(p.URL, "http://"), "")
+	waitFor(t, "the late connection accepted", func() bool { return ln.Open() > open })
+	stopped = make(chan error, 1)
+	go func() { stopped <- p.Stop() }()
+	return late, stopped
+}
+
 // TestFastQueuedRequestLeavesAtShutdown: a watched request still ends when
 // the server shuts down, answered 503 draining and closed (so that its
 // client retries elsewhere), while the drain waits for the one at the
@@ -161,12 +174,7 @@ apps:
 	// after it began (an upgrade's old levee accepted it just before it
 	// handed over): no client sends a connection's first request again.
 	// (Over h2c the listener's sorter holds it until its first bytes.)
-	ln := p.srv.listeners[0].ln
-	open := ln.Open()
-	late := dialRequest(t, strings.TrimPrefix(p.URL, "http://"), "")
-	waitFor(t, "the late connection accepted", func() bool { return ln.Open() > open })
-	stopped := make(chan error, 1)
-	go func() { stopped <- p.Stop() }()
+	late, stopped := acceptThenStop(t, p)
 	waitFor(t, "the queued request to leave at shutdown", func() bool { return queued() == 0 })
 	answeredDraining := func(what string, c net.Conn) {
 		t.Helper()
@@ -210,12 +218,7 @@ apps:
 	first := make(chan *http.Response, 1)
 	p.asyncGet("a.test", "/", first) // keeps the drain going until the gate opens
 	waitFor(t, "the first request at the backend", func() bool { return be.inflight.Load() == 1 })
-	ln := p.srv.listeners[0].ln
-	open := ln.Open()
-	late := dialRequest(t, strings.TrimPrefix(p.URL, "http://"), "")
-	waitFor(t, "the late connection accepted", func() bool { return ln.Open() > open })
-	stopped := make(chan error, 1)
-	go func() { stopped <- p.Stop() }()
+	late, stopped := acceptThenStop(t, p)
 	waitFor(t, "the drain to begin", p.srv.draining.Load)
 	if _, err := io.WriteString(late, queuedGet); err != nil {
 		t.Fatal(err)

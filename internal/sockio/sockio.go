@@ -73,10 +73,8 @@ func (s *Conn) Init(c net.Conn) bool {
 	return true
 }
 
-// Raw reports whether s reads and writes the socket itself.
-func (s *Conn) Raw() bool { return s.raw != nil }
-
-// RawConn is the connection's RawConn (nil unless Raw), for Peek.
+// RawConn is the connection's RawConn, nil if s passes every read and
+// write to the connection: for Peek.
 func (s *Conn) RawConn() syscall.RawConn { return s.raw }
 
 // Read is net.Conn's Read.
