@@ -37,10 +37,9 @@ type exchange interface {
 	TopKey(k clientkey.Source) string
 	// ctx ends when the client has gone or the server shuts down.
 	ctx() context.Context
-	// waitCtx is parent (ctx, or what serve made of it) with the deadline
-	// at, for the wait in the queue (deadline.Wait): held by the exchange,
-	// valid until it is freed.
-	waitCtx(parent context.Context, at time.Time) context.Context
+	// waitCtx is ctx with the deadline at, for the wait in the queue
+	// (deadline.Wait): held by the exchange, valid until it is freed.
+	waitCtx(at time.Time) context.Context
 	// readBody reads the request body ahead, up to the route's
 	// request_buffer, before the request takes a slot; what it read goes to
 	// the backend with the rest. ok false: refused (code 0: the client left).
@@ -59,9 +58,6 @@ type exchange interface {
 	// reused: the request is not its connection's first, so a client
 	// sends it again by itself if the connection closes unanswered.
 	reused() bool
-	// servedInDrain: a request that came once the drain had begun is
-	// served, not refused (draining.go): a connection's first on HTTP/1.1.
-	servedInDrain() bool
 	// forward sends the admitted request to a backend and passes on the
 	// answer; it releases slot exactly once, with the status sent, perhaps
 	// after it returns (a streamed body's end).
@@ -156,22 +152,14 @@ func serve[E exchange](s *Server, e E) {
 	out.deadline = start.Add(left)
 	ctx := e.ctx()
 	live := ctx.Err() == nil // else the drain began before it could wait (draining.go)
-	inDrain := !live && s.draining.Load() && e.servedInDrain()
-	if inDrain {
-		// Accepted before the handover: served if a slot is free, and the
-		// drain waits for it; refused if it would wait (draining.go).
-		ctx = noWait{ctx}
-	} else if own {
+	if own {
 		// The client's deadline may end the wait in the queue. (The app's
 		// timeout, seconds away, all but never does; a request it passes
 		// in the queue is refused once admitted, below.)
-		ctx = e.waitCtx(ctx, out.deadline)
+		ctx = e.waitCtx(out.deadline)
 	}
 	slot, ref, ok := s.enter(ctx, rt, path, client, start, tr)
 	if !ok {
-		if inDrain {
-			ref = drainingRefusal
-		}
 		if ref = s.unanswered(ref, live, e.reused()); ref.Code == 0 {
 			e.gone()
 		} else {

@@ -25,13 +25,9 @@ func deadlineOf[E exchange](rt *route, e E) (left time.Duration, client bool) {
 	return deadline.Left(time.Time{}, time.Time{}, timeout, d, ok), ok
 }
 
-// waitCtx is the exchange's deadline.Wait, over parent.
-func (e *httpExchange) waitCtx(parent context.Context, at time.Time) context.Context {
-	return e.wait.With(parent, at)
-}
-func (e *fastExchange) waitCtx(parent context.Context, at time.Time) context.Context {
-	return e.wait.With(parent, at)
-}
+// waitCtx is the exchange's deadline.Wait, over its ctx.
+func (e *httpExchange) waitCtx(at time.Time) context.Context { return e.wait.With(e.ctx(), at) }
+func (e *fastExchange) waitCtx(at time.Time) context.Context { return e.wait.With(e.ctx(), at) }
 
 // clientTimeout is the deadline a gRPC call or header (canonical; ""
 // none) gives, the smaller if both do.

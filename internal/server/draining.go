@@ -1,9 +1,6 @@
 package server
 
 import (
-	"context"
-	"time"
-
 	"github.com/leveeproxy/levee/internal/limits"
 	"github.com/leveeproxy/levee/internal/reply"
 )
@@ -21,15 +18,12 @@ var drainingRefusal = limits.Refusal{Code: reply.For(reply.Draining).Status, Rea
 // unanswered is the refusal of a request whose wait ended without one
 // (ref.Code 0): none when its client left; drainingRefusal when the
 // server's drain ended a wait that began before it (live), or when a
-// connection's first request came once the drain had begun on HTTP/2
-// (whose stream is then refused: handler.go). No HTTP client sends a
-// connection's first request again when it is closed unanswered, so on
-// HTTP/1.1 such a request (an upgrade's old levee accepts until it hands
-// over) is not refused at all: serve admits it as any other
-// (exchange.servedInDrain), and the drain waits for it. A request on a
-// reused connection that came once the drain had begun is closed
-// unanswered: nothing was sent, so its client sends it again on a new
-// connection by itself (Go's and browsers' do, for an idempotent
+// connection's first request came once the drain had begun (an upgrade's
+// old levee accepts until it hands over): no HTTP client sends a
+// connection's first request again when it is closed unanswered. A
+// request on a reused connection that came once the drain had begun is
+// closed unanswered: nothing was sent, so its client sends it again on a
+// new connection by itself (Go's and browsers' do, for an idempotent
 // request), to the levee that serves now, rather than seeing a 503.
 func (s *Server) unanswered(ref limits.Refusal, live, reused bool) limits.Refusal {
 	if ref.Code == 0 && s.draining.Load() && (live || !reused) {
@@ -37,17 +31,3 @@ func (s *Server) unanswered(ref limits.Refusal, live, reused bool) limits.Refusa
 	}
 	return ref
 }
-
-// noWait is a request's context once the drain has begun, for a request
-// the drain serves (exchange.servedInDrain): not done, so the limiter
-// gives it a free slot, but past its deadline, so it never queues (the
-// limiter refuses it at once: it would wait, and serve answers
-// drainingRefusal).
-type noWait struct{ context.Context }
-
-func (noWait) Deadline() (time.Time, bool) { return aLongTimeAgo, true }
-func (noWait) Done() <-chan struct{}       { return nil }
-func (noWait) Err() error                  { return nil }
-
-// aLongTimeAgo is a deadline that has passed.
-var aLongTimeAgo = time.Unix(1, 0)

@@ -214,10 +214,6 @@ func (e *fastExchange) gone() {
 
 func (e *fastExchange) reused() bool { return e.c.ConnRequestNum() > 1 }
 
-// servedInDrain: a connection's first request, which its client would
-// take a refusal for the answer to (draining.go).
-func (e *fastExchange) servedInDrain() bool { return !e.reused() }
-
 // readBody reads up to request_buffer of the body into e.body; the rest,
 // if any, streams later from e.paced, which keeps timing the client.
 func (e *fastExchange) readBody(s *Server, rt *route, sh *limits.PathShape) (limits.Refusal, bool) {

@@ -138,19 +138,6 @@ apps:
 	}
 }
 
-// acceptThenStop opens a connection to p that sends nothing yet, waits
-// for p to accept it, and starts p's Stop (its result on stopped).
-func acceptThenStop(t *testing.T, p *proxy) (late *net.TCPConn, stopped chan error) {
-	t.Helper()
-	ln := p.srv.listeners[0].ln
-	open := ln.Open()
-	late = dialRequest(t, strings.TrimPrefix(p.URL, "http://"), "")
-	waitFor(t, "the late connection accepted", func() bool { return ln.Open() > open })
-	stopped = make(chan error, 1)
-	go func() { stopped <- p.Stop() }()
-	return late, stopped
-}
-
 // TestFastQueuedRequestLeavesAtShutdown: a watched request still ends when
 // the server shuts down, answered 503 draining and closed (so that its
 // client retries elsewhere), while the drain waits for the one at the
@@ -174,7 +161,12 @@ apps:
 	// after it began (an upgrade's old levee accepted it just before it
 	// handed over): no client sends a connection's first request again.
 	// (Over h2c the listener's sorter holds it until its first bytes.)
-	late, stopped := acceptThenStop(t, p)
+	ln := p.srv.listeners[0].ln
+	open := ln.Open()
+	late := dialRequest(t, strings.TrimPrefix(p.URL, "http://"), "")
+	waitFor(t, "the late connection accepted", func() bool { return ln.Open() > open })
+	stopped := make(chan error, 1)
+	go func() { stopped <- p.Stop() }()
 	waitFor(t, "the queued request to leave at shutdown", func() bool { return queued() == 0 })
 	answeredDraining := func(what string, c net.Conn) {
 		t.Helper()
@@ -197,45 +189,6 @@ apps:
 	<-first
 	if got := be.arrived.Load(); got != 1 {
 		t.Fatalf("the backend saw %d requests; want 1", got)
-	}
-}
-
-// TestFastFirstRequestInTheDrainIsServed: a connection accepted before the
-// drain whose first request comes after it began (an upgrade's old levee
-// accepted it just before it handed over) is served when a slot is free,
-// and the drain waits for it: its client would take a 503 for the answer.
-func TestFastFirstRequestInTheDrainIsServed(t *testing.T) {
-	skipOnH2C(t, "an h2c listener's sorter holds the connection until its first bytes, and "+
-		"answers 503 draining once the engine no longer accepts (docs/deploy.md)")
-	be := newGatedBackend(t)
-	p := startProxy(t, fmt.Sprintf(`
-apps:
-  a:
-    hosts: [a.test]
-    backends: [%s]
-    limits: {concurrency: 4}
-`, be.addr()))
-	first := make(chan *http.Response, 1)
-	p.asyncGet("a.test", "/", first) // keeps the drain going until the gate opens
-	waitFor(t, "the first request at the backend", func() bool { return be.inflight.Load() == 1 })
-	late, stopped := acceptThenStop(t, p)
-	waitFor(t, "the drain to begin", p.srv.draining.Load)
-	if _, err := io.WriteString(late, queuedGet); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the late request at the backend", func() bool { return be.inflight.Load() == 2 })
-	be.open()
-	late.SetReadDeadline(time.Now().Add(10 * time.Second))
-	b, err := io.ReadAll(late)
-	if err != nil || !strings.HasPrefix(string(b), "HTTP/1.1 200") || !strings.Contains(string(b), "Connection: close") {
-		t.Errorf("the first request that came once the drain had begun read %q, %v; want 200, then the close", b, err)
-	}
-	if err := <-stopped; err != nil {
-		t.Fatalf("Stop: %v", err)
-	}
-	<-first
-	if got := be.arrived.Load(); got != 2 {
-		t.Fatalf("the backend saw %d requests; want 2", got)
 	}
 }
 

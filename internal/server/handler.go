@@ -114,10 +114,6 @@ func (e *httpExchange) gone() {}
 // reused is false: an HTTP/2 stream is answered, whatever came before it.
 func (e *httpExchange) reused() bool { return false }
 
-// servedInDrain: never; the stream is refused, and the client sends it
-// again by itself (refuse).
-func (e *httpExchange) servedInDrain() bool { return false }
-
 // readBody reads up to request_buffer of r's body before admission; r.Body
 // becomes what was read, then (if the body was longer) the rest, still
 // timed at min_rate. A whole body goes on with its length.
