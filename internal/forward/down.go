@@ -93,8 +93,14 @@ func (d fastDown) idempotent() bool                { return isIdempotent(&d.c.Re
 func (d fastDown) head() bool                      { return d.c.IsHead() }
 func (d fastDown) respond(resp *fasthttp.Response) { copyResponse(&d.c.Response, resp) }
 
-// newBody is a new body: fasthttp writes it after the handler returns.
-func (d fastDown) newBody() *fastBody { return new(fastBody) }
+// newBody is a body from fastBodies: fasthttp writes it after the handler
+// returns, then closes it, and CloseWithError gives it back.
+func (d fastDown) newBody() *fastBody {
+	if b, ok := fastBodies.Get().(*fastBody); ok {
+		return b
+	}
+	return new(fastBody)
+}
 
 // send hands b to fasthttp, which writes it after the handler returns and
 // then closes it.

@@ -527,11 +527,30 @@ func (b *fastBody) backendDone(err error) {
 	}
 }
 
+// fastBodies keeps the bodies of HTTP/1.1 answers (fastDown.newBody) for
+// the next: one a proxied request, which is most of them.
+var fastBodies sync.Pool
+
 // CloseWithError passes err on, so a connection whose response was cut off
 // is closed rather than reused; a write that missed min_rate's deadline is
 // counted and logged. fastBody has no Close: fasthttp would call it first,
 // without the error.
+//
+// fasthttp calls it once, when it has written the body or given up on
+// it, and holds the body no more: a body of fastDown's then goes back to
+// fastBodies. One with a spill timer does not, since the timer's
+// spillLate may yet run (and find it done); neither does net/http's,
+// which is part of its httpDown.
 func (b *fastBody) CloseWithError(err error) error {
+	b.close(err)
+	if _, fast := b.d.(fastDown); fast && b.spillTimer == nil {
+		*b = fastBody{}
+		fastBodies.Put(b)
+	}
+	return nil
+}
+
+func (b *fastBody) close(err error) {
 	b.once.Do(func() {
 		if b.spillTimer != nil {
 			b.spillTimer.Stop()
@@ -549,7 +568,6 @@ func (b *fastBody) CloseWithError(err error) error {
 			b.p.logTooSlow("response", int64(b.sent), b.d.remote(), err)
 		}
 	})
-	return nil
 }
 
 // copyRequest writes on out the request line and end-to-end headers of

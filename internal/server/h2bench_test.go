@@ -204,40 +204,48 @@ func BenchmarkProxyH2(b *testing.B) {
 // engine), for comparison: a kept connection, GET / and its response
 // read whole into one buffer, in front of the same backend.
 func BenchmarkProxyH1(b *testing.B) {
-	be := fixedBackend(b, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "+rawBodyLen+"\r\n\r\n"+rawBody)
-	p := startProxy(b, fmt.Sprintf("apps:\n  a:\n    hosts: [a.test]\n    backends: [%s]\n", be))
+	get := proxyH1Getter(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		get()
+	}
+}
+
+// proxyH1Getter starts a backend with a fixed answer and levee before it,
+// and returns a GET / over one kept HTTP/1.1 connection to levee that
+// reads the answer whole.
+func proxyH1Getter(tb testing.TB) func() {
+	be := fixedBackend(tb, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "+rawBodyLen+"\r\n\r\n"+rawBody)
+	p := startProxy(tb, fmt.Sprintf("apps:\n  a:\n    hosts: [a.test]\n    backends: [%s]\n", be))
 	c, err := net.Dial("tcp", strings.TrimPrefix(p.URL, "http://"))
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	defer c.Close()
+	tb.Cleanup(func() { c.Close() })
 	br := bufio.NewReader(c)
 	req := []byte("GET / HTTP/1.1\r\nHost: a.test\r\nUser-Agent: wrk\r\nAccept: */*\r\n\r\n")
 	body := make([]byte, len(rawBody))
 	get := func() {
 		if _, err := c.Write(req); err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
 		status, err := br.ReadSlice('\n')
 		if err != nil || !bytes.HasPrefix(status, []byte("HTTP/1.1 200")) {
-			b.Fatalf("%q %v", status, err)
+			tb.Fatalf("%q %v", status, err)
 		}
 		for { // the head; the body is rawBody's length
 			line, err := br.ReadSlice('\n')
 			if err != nil {
-				b.Fatal(err)
+				tb.Fatal(err)
 			}
 			if len(line) <= 2 {
 				break
 			}
 		}
 		if _, err := io.ReadFull(br, body); err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
 	}
 	get()
-	b.ReportAllocs()
-	for b.Loop() {
-		get()
-	}
+	return get
 }
