@@ -146,6 +146,15 @@ func (u *upgrader) run(ctx context.Context, trigger, binary string) (int, error)
 		// From here until the new one serves, new connections wait in
 		// the sockets' backlog: this one accepts none.
 		u.h.sockets.Pause()
+		// The connections it accepted before the pause get their first
+		// request admitted here, under the limits it still holds, rather
+		// than 503 draining from the drain (AwaitFirstRequests).
+		wait, cancel := context.WithTimeout(ctx, firstRequestGrace)
+		if n := u.srv.AwaitFirstRequests(wait); n > 0 {
+			u.log.Info("upgrade: handing over with connections that have not sent their first request",
+				"connections", n, "waited", firstRequestGrace)
+		}
+		cancel()
 		// What this one still admits (a request on a connection it
 		// holds) and has in flight is reported from here on, to be
 		// counted against the new one's limits: the state exported
@@ -169,6 +178,14 @@ func (u *upgrader) run(ctx context.Context, trigger, binary string) (int, error)
 	u.stop()
 	return child.PID(), nil
 }
+
+// firstRequestGrace bounds how long an upgrade's old levee, no longer
+// accepting, waits for the first requests of the connections it has
+// accepted (AwaitFirstRequests), while new connections wait in the
+// sockets' backlog: long enough for a handshake and a request on a
+// loaded machine; a client silent for longer (a preconnect) is not
+// worth holding every new connection back.
+const firstRequestGrace = 250 * time.Millisecond
 
 // reportEvery is how often a levee that handed over reports its requests
 // in flight to the new one, which holds their slots until then: as they

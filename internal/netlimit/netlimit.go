@@ -26,7 +26,10 @@ import (
 type Listener struct {
 	net.Listener
 	open atomic.Int64
-	o    Options
+	// fresh counts the open connections whose first request has not
+	// begun (Started).
+	fresh atomic.Int64
+	o     Options
 
 	mu    sync.Mutex
 	conns map[*Conn]struct{}
@@ -109,6 +112,8 @@ func (l *Listener) Accept() (net.Conn, error) {
 		}
 		l.conns[cc] = struct{}{}
 		l.mu.Unlock()
+		cc.fresh.Store(true)
+		l.fresh.Add(1)
 		return cc, nil
 	}
 }
@@ -176,6 +181,11 @@ func (l *Listener) Close() error {
 // Open is the number of connections accepted and not yet closed.
 func (l *Listener) Open() int64 { return l.open.Load() }
 
+// Fresh is how many open connections have not begun their first request:
+// one whose client connected but has not sent it yet, or whose request
+// the server has not read yet (see Started).
+func (l *Listener) Fresh() int64 { return l.fresh.Load() }
+
 // CloseAll closes every open connection accepted by l.
 func (l *Listener) CloseAll() {
 	l.mu.Lock()
@@ -200,6 +210,7 @@ type Conn struct {
 	addr    netip.Addr
 	counted bool
 	linger  atomic.Bool
+	fresh   atomic.Bool // counted in l.fresh: see Started
 	io      sockio.Conn // the socket's reads and writes
 }
 
@@ -236,8 +247,34 @@ const (
 	LingerBytes = 1 << 20
 )
 
+// Started marks the connection c is, or wraps (a TLS or peeked one), as
+// no longer fresh: its first request has begun, or it is not one to wait
+// for (HTTP/2, whose refused streams their clients send again). The
+// server calls it at a connection's first request: Listener.Fresh counts
+// the connections it has not reached yet.
+func Started(c net.Conn) {
+	for c != nil {
+		if cc, ok := c.(*Conn); ok {
+			cc.started()
+			return
+		}
+		u, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			return
+		}
+		c = u.NetConn()
+	}
+}
+
+func (c *Conn) started() {
+	if c.fresh.Load() && c.fresh.Swap(false) && c.l != nil {
+		c.l.fresh.Add(-1)
+	}
+}
+
 // Close closes the connection and, once, gives its place back.
 func (c *Conn) Close() error {
+	c.started() // a fresh count is of open connections
 	if c.linger.Swap(false) {
 		drain(c.Conn)
 	}

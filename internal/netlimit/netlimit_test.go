@@ -1,6 +1,7 @@
 package netlimit
 
 import (
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -254,5 +255,51 @@ func TestLingerIsBounded(t *testing.T) {
 		if _, err := client.Write(make([]byte, 64<<10)); err != nil {
 			break
 		}
+	}
+}
+
+// Fresh counts the accepted connections that have not begun their first
+// request: Started (on the connection, or on one wrapping it) and Close
+// each take one off, once.
+func TestFreshCountsConnectionsBeforeTheirFirstRequest(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := NewWith(raw, Options{Max: 100})
+	defer ln.Close()
+	accept := func() net.Conn {
+		c, err := net.Dial("tcp", raw.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		s, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	a, b, c := accept(), accept(), accept()
+	if n := ln.Fresh(); n != 3 {
+		t.Fatalf("Fresh = %d after three accepts, want 3", n)
+	}
+	Started(a)
+	Started(a)
+	if n := ln.Fresh(); n != 2 {
+		t.Fatalf("Fresh = %d after one connection started (twice), want 2", n)
+	}
+	Started(tls.Server(b, &tls.Config{})) // as the server gets a TLS connection
+	if n := ln.Fresh(); n != 1 {
+		t.Fatalf("Fresh = %d after a wrapped connection started, want 1", n)
+	}
+	c.Close()
+	a.Close()
+	if n := ln.Fresh(); n != 0 {
+		t.Fatalf("Fresh = %d after the last fresh one closed, want 0", n)
+	}
+	Started(c)
+	if n := ln.Fresh(); n != 0 {
+		t.Fatalf("Fresh = %d after a closed connection started, want 0", n)
 	}
 }

@@ -1,6 +1,9 @@
 package server
 
 import (
+	"context"
+	"time"
+
 	"github.com/leveeproxy/levee/internal/limits"
 	"github.com/leveeproxy/levee/internal/reply"
 )
@@ -31,3 +34,32 @@ func (s *Server) unanswered(ref limits.Refusal, live, reused bool) limits.Refusa
 	}
 	return ref
 }
+
+// AwaitFirstRequests waits, until ctx ends, for every open client
+// connection to have begun its first request, and returns how many have
+// not. An upgrade's old levee calls it once it has stopped accepting and
+// before it hands its limits over: a connection it accepted just before,
+// whose request it had not read yet (a TLS handshake under way, or a
+// goroutine not yet run), would otherwise get that request's 503 draining
+// (unanswered, above) from the drain that follows; waited for, it is
+// admitted under the limits this levee still holds. A client that stays
+// silent (a browser's preconnect) is waited for only until ctx ends.
+func (s *Server) AwaitFirstRequests(ctx context.Context) int64 {
+	for {
+		var fresh int64
+		for _, l := range s.listeners {
+			fresh += l.ln.Fresh()
+		}
+		if fresh == 0 || ctx.Err() != nil {
+			return fresh
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(freshPoll):
+		}
+	}
+}
+
+// freshPoll is how often AwaitFirstRequests looks: a first request is
+// read within microseconds of its arrival, and an upgrade is rare.
+const freshPoll = time.Millisecond

@@ -1,11 +1,15 @@
 package server
 
 import (
+	"bufio"
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -78,5 +82,65 @@ apps:
 	be.open()
 	if err := <-stopped; err != nil {
 		t.Fatalf("Stop: %v", err)
+	}
+}
+
+// AwaitFirstRequests waits for every open connection's first request:
+// one silent until its ctx ends is counted, and once that connection has
+// sent a request, and a TLS one has shaken hands and sent its own, there
+// is none to wait for. A kept connection is never waited for again.
+func TestAwaitFirstRequests(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
+	defer backend.Close()
+	cert, key := testcert.Files(t, "a.test")
+	p := startProxy(t, fmt.Sprintf(`
+listen: [127.0.0.1:0, {addr: 127.0.0.1:0, tls: {cert: %s, key: %s}}]
+apps:
+  a:
+    hosts: [a.test]
+    backends: [%s]
+`, cert, key, strings.TrimPrefix(backend.URL, "http://")))
+	await := func(d time.Duration) int64 {
+		ctx, cancel := context.WithTimeout(t.Context(), d)
+		defer cancel()
+		return p.srv.AwaitFirstRequests(ctx)
+	}
+	if n := await(10 * time.Second); n != 0 {
+		t.Fatalf("%d connections waited for before any was opened", n)
+	}
+	plain, err := net.Dial("tcp", p.srv.Addrs()[0].String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	tlsConf := &tls.Config{InsecureSkipVerify: true, ServerName: "a.test", NextProtos: []string{"http/1.1"}}
+	secure, err := tls.Dial("tcp", p.srv.Addrs()[1].String(), tlsConf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer secure.Close()
+	// Both accepted (the TLS one has shaken hands), neither has sent a
+	// request: the wait runs to its end, however long that is.
+	waitFor(t, "both connections accepted", func() bool { return await(time.Millisecond) == 2 })
+	get := func(c net.Conn) {
+		t.Helper()
+		if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: a.test\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET: %v %v", resp, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	get(plain)
+	if n := await(20 * time.Millisecond); n != 1 {
+		t.Fatalf("%d connections waited for with one of two silent, want 1", n)
+	}
+	get(secure)
+	if n := await(10 * time.Second); n != 0 {
+		t.Fatalf("%d connections waited for once both had sent a request, want 0", n)
 	}
 }

@@ -111,6 +111,9 @@ func (s *Server) fastParseError(ctx *fasthttp.RequestCtx, err error) {
 // adapter of serve. A request not in one unambiguous form is refused before
 // anything reads it, and its connection closed (package framing).
 func (s *Server) serveFast(ctx *fasthttp.RequestCtx) {
+	if ctx.ConnRequestNum() == 1 {
+		netlimit.Started(ctx.Conn()) // see AwaitFirstRequests
+	}
 	if r := framing.Fast(&ctx.Request); r != nil {
 		fastreply.Write(ctx, r, 0)
 		ctx.SetConnectionClose()

@@ -204,6 +204,7 @@ func (l *listener) sort(c net.Conn) {
 	}
 	c.SetDeadline(time.Time{}) // the engines set their own
 	if isH2 {
+		netlimit.Started(c) // a refused stream's client sends it again
 		l.h2.ServeConn(&h2Conn{Conn: h2guard.Wrap(c, l.guard), tls: state})
 	} else if !l.h1q.push(c) {
 		answerDraining(c)
