@@ -23,7 +23,9 @@ func socketPair(t *testing.T) (*h2Socket, net.Conn) {
 	peer.SetReadBuffer(4 << 10)
 	stats := &PoolStats{}
 	stats.open.Add(1)
-	s := newH2Socket(&backendConn{Conn: nc, stats: stats}, 0)
+	bc := &backendConn{Conn: nc, stats: stats}
+	bc.io.Init(nc) // as the dialer does
+	s := newH2Socket(bc, 0)
 	t.Cleanup(func() { s.Close() })
 	return s, peer
 }
