@@ -45,6 +45,8 @@ func (s *Server) unanswered(ref limits.Refusal, live, reused bool) limits.Refusa
 // admitted under the limits this levee still holds. A client that stays
 // silent (a browser's preconnect) is waited for only until ctx ends.
 func (s *Server) AwaitFirstRequests(ctx context.Context) int64 {
+	tick := time.NewTicker(freshPoll)
+	defer tick.Stop()
 	for {
 		var fresh int64
 		for _, l := range s.listeners {
@@ -55,7 +57,7 @@ func (s *Server) AwaitFirstRequests(ctx context.Context) int64 {
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(freshPoll):
+		case <-tick.C:
 		}
 	}
 }
