@@ -131,8 +131,17 @@ func TestProxiedRequestAllocatesOnce(t *testing.T) {
 // A stored app with default limits holds at most 4 KB of heap: no rate
 // table, top-K sketch, metrics series or client of its own until it needs
 // them (issue 13: a cold app was 34 KB).
+//
+// The heap is the process's: what the package's other tests allocate
+// meanwhile (their servers' health checks and logs) only adds to it. The
+// least of three measures is the stored apps' own; it was 4,079-4,085 B
+// on 2026-12-06, and one measure alone read 4,097 in a CI run.
 func TestStoredAppHeapIsSmall(t *testing.T) {
-	if per := heapPerStoredApp(t, 2000); per > 4096 {
+	per := heapPerStoredApp(t, 2000)
+	for range 2 {
+		per = min(per, heapPerStoredApp(t, 2000))
+	}
+	if per > 4096 {
 		t.Fatalf("a stored app holds %.0f B of heap, want ≤ 4096", per)
 	}
 }
