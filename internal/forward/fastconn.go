@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -64,7 +63,7 @@ func (d *fastDialer) dial(addr string, pooled bool) (net.Conn, error) {
 	c := &backendConn{Conn: nc, stats: d.stats, budget: d.budget, timeout: d.timeout}
 	c.local = connAddr{Addr: nc.LocalAddr(), c: c}
 	if c.io.Init(nc) {
-		c.raw, c.peekFD = c.io.RawConn(), c.peekFunc
+		c.peekFD = c.peekFunc
 	}
 	return c, nil
 }
@@ -133,10 +132,9 @@ type backendConn struct {
 
 	// The exchange's state (see exchange): only the request that holds
 	// the connection touches these; the pool's lock orders the holders.
-	used   bool // an exchange ended on it: it came back from the pool
-	writes int  // writes of the current request
-	early  bool // response bytes were readable while the request was written
-	raw    syscall.RawConn
+	used   bool                  // an exchange ended on it: it came back from the pool
+	writes int                   // writes of the current request
+	early  bool                  // response bytes were readable while the request was written
 	peekFD func(fd uintptr) bool // peekFunc, made once
 	peeked peekState
 
@@ -227,10 +225,11 @@ const (
 // socket has bytes or the backend's close to read: one recvfrom with
 // MSG_PEEK|MSG_DONTWAIT.
 func (c *backendConn) peek() peekState {
-	if c.raw == nil {
+	raw := c.io.RawConn()
+	if raw == nil {
 		return peekEmpty
 	}
-	if err := c.raw.Read(c.peekFD); err != nil {
+	if err := raw.Read(c.peekFD); err != nil {
 		return peekClosed
 	}
 	return c.peeked
@@ -262,7 +261,7 @@ func (c *backendConn) wrote() {
 // written buffer unchanged until that Read, and write nothing else before
 // it.
 func (c *backendConn) holdLastWrite() {
-	if c.raw != nil {
+	if c.io.RawConn() != nil {
 		c.hold = true
 	}
 }

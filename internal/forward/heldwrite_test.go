@@ -31,7 +31,7 @@ func heldPair(t *testing.T) (*backendConn, net.Conn) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
-	if c.raw == nil {
+	if c.io.RawConn() == nil {
 		t.Fatal("a TCP backend connection has no RawConn: nothing would be held")
 	}
 	return c, b

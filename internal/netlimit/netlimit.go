@@ -253,16 +253,8 @@ const (
 // server calls it at a connection's first request: Listener.Fresh counts
 // the connections it has not reached yet.
 func Started(c net.Conn) {
-	for c != nil {
-		if cc, ok := c.(*Conn); ok {
-			cc.started()
-			return
-		}
-		u, ok := c.(interface{ NetConn() net.Conn })
-		if !ok {
-			return
-		}
-		c = u.NetConn()
+	if cc := connOf(c); cc != nil {
+		cc.started()
 	}
 }
 

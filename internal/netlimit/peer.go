@@ -287,10 +287,17 @@ func under(c net.Conn) net.Conn {
 // without having read all of its request, a lingering one (Conn.Linger),
 // so the client reads the answer; c is the Conn or a wrapper of it.
 func Linger(c net.Conn) {
+	if v := connOf(c); v != nil {
+		v.Linger()
+	}
+}
+
+// connOf is the Conn c is or wraps; nil if none.
+func connOf(c net.Conn) *Conn {
 	for ; c != nil; c = under(c) {
 		if v, ok := c.(*Conn); ok {
-			v.Linger()
-			return
+			return v
 		}
 	}
+	return nil
 }
