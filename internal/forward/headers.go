@@ -1,11 +1,13 @@
 package forward
 
 import (
-	"github.com/leveeproxy/levee/internal/ascii"
 	"net"
 	"net/http"
 	"net/netip"
 	"strings"
+
+	"github.com/leveeproxy/levee/internal/ascii"
+	"github.com/leveeproxy/levee/internal/netlimit"
 
 	"github.com/valyala/fasthttp"
 )
@@ -60,6 +62,9 @@ func (t Trust) trustsFast(ctx *fasthttp.RequestCtx) bool {
 
 // fastPeer is the address of ctx's peer, invalid when it has none.
 func fastPeer(ctx *fasthttp.RequestCtx) netip.Addr {
+	if ip, ok := netlimit.PeerOf(ctx.Conn()); ok {
+		return ip
+	}
 	ip, _ := netip.AddrFromSlice(ctx.RemoteIP())
 	return ip.Unmap()
 }

@@ -95,20 +95,18 @@ func (l *Listener) Accept() (net.Conn, error) {
 		}
 		cc := Wrap(c)
 		cc.l = l
-		if l.perIP != nil {
-			if a, ok := peerAddr(c.RemoteAddr()); ok && (l.o.Exempt == nil || !l.o.Exempt(a)) {
-				cc.addr, cc.counted = a, true
-			}
+		if l.perIP != nil && cc.peer.IsValid() && (l.o.Exempt == nil || !l.o.Exempt(cc.peer)) {
+			cc.counted = true
 		}
 		l.mu.Lock()
-		if cc.counted && l.perIP[cc.addr] >= l.o.PerIP {
+		if cc.counted && l.perIP[cc.peer] >= l.o.PerIP {
 			l.mu.Unlock()
 			l.open.Add(-1)
 			l.refuse(c, ConnsPerIP)
 			continue
 		}
 		if cc.counted {
-			l.perIP[cc.addr]++
+			l.perIP[cc.peer]++
 		}
 		l.conns[cc] = struct{}{}
 		l.mu.Unlock()
@@ -205,10 +203,13 @@ type Conn struct {
 	net.Conn
 	once sync.Once
 	l    *Listener // nil for a Conn made by Wrap alone
-	ip   string    // the peer's address, formatted once per connection
-	// addr is the peer's address as l.perIP counts it (when counted).
-	addr    netip.Addr
-	counted bool
+	// peer is the peer's address (invalid for a peer not on TCP), read
+	// once per connection: a request reads it from here rather than down
+	// the chain of RemoteAddr, whose memory is cold on a server with many
+	// connections. ip is it formatted.
+	peer    netip.Addr
+	ip      string
+	counted bool // in l.perIP
 	linger  atomic.Bool
 	fresh   atomic.Bool // counted in l.fresh: see Started
 	io      sockio.Conn // the socket's reads and writes
@@ -222,7 +223,10 @@ func (c *Conn) Write(p []byte) (int, error) { return c.io.Write(p) }
 
 // Wrap makes c a Conn counted by no listener (Accept's, and tests').
 func Wrap(c net.Conn) *Conn {
-	cc := &Conn{Conn: c, ip: peerString(c.RemoteAddr())}
+	cc := &Conn{Conn: c}
+	if a, ok := peerAddr(c.RemoteAddr()); ok {
+		cc.peer, cc.ip = a, a.String()
+	}
 	cc.io.Init(c)
 	return cc
 }
@@ -230,6 +234,19 @@ func Wrap(c net.Conn) *Conn {
 // PeerIP is the peer's address without its port: a client key of "ip"
 // reads it per request without formatting (or allocating) it again.
 func (c *Conn) PeerIP() string { return c.ip }
+
+// Peer is the peer's address, invalid when it is not on TCP.
+func (c *Conn) Peer() netip.Addr { return c.peer }
+
+// PeerOf is the peer's address of c, a Conn or a wrapper of it (TLS),
+// read without a system call or a walk down RemoteAddr; false for another
+// connection.
+func PeerOf(c net.Conn) (netip.Addr, bool) {
+	if v := connOf(c); v != nil && v.peer.IsValid() {
+		return v.peer, true
+	}
+	return netip.Addr{}, false
+}
 
 // Linger makes Close end the connection gracefully, for a server that
 // answers and closes before it has read all the client sent (a refusal):
@@ -277,8 +294,8 @@ func (c *Conn) Close() error {
 			l.mu.Lock()
 			delete(l.conns, c)
 			if c.counted {
-				if l.perIP[c.addr]--; l.perIP[c.addr] <= 0 {
-					delete(l.perIP, c.addr)
+				if l.perIP[c.peer]--; l.perIP[c.peer] <= 0 {
+					delete(l.perIP, c.peer)
 				}
 			}
 			l.mu.Unlock()
@@ -316,14 +333,6 @@ func peerAddr(a net.Addr) (netip.Addr, bool) {
 		return ta.AddrPort().Addr().Unmap(), true
 	}
 	return netip.Addr{}, false
-}
-
-// peerString formats a TCP peer's address ("" for another kind).
-func peerString(a net.Addr) string {
-	if ta, ok := a.(*net.TCPAddr); ok {
-		return ta.AddrPort().Addr().Unmap().String()
-	}
-	return ""
 }
 
 // MinRate is server.min_rate: a transfer that has moved fewer than Rate

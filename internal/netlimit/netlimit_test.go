@@ -303,3 +303,50 @@ func TestFreshCountsConnectionsBeforeTheirFirstRequest(t *testing.T) {
 		t.Fatalf("Fresh = %d after a closed connection started, want 0", n)
 	}
 }
+
+// A request reads its peer's address from the Conn, through a TLS
+// wrapper too, as the kernel reported it at accept: an IPv4-mapped IPv6
+// address unmapped, the same address the per-IP count keys on.
+func TestPeerIsReadOnceAtAccept(t *testing.T) {
+	for _, tc := range []struct{ network, listen, dial, want string }{
+		{"tcp4", "127.0.0.1:0", "127.0.0.1", "127.0.0.1"},
+		{"tcp", "[::]:0", "127.0.0.1", "127.0.0.1"}, // accepted as ::ffff:127.0.0.1
+		{"tcp6", "[::1]:0", "::1", "::1"},
+	} {
+		raw, err := net.Listen(tc.network, tc.listen)
+		if err != nil {
+			t.Logf("%s %s: %v (skipped)", tc.network, tc.listen, err)
+			continue
+		}
+		ln := NewWith(raw, Options{Max: 10, PerIP: 10})
+		_, port, _ := net.SplitHostPort(raw.Addr().String())
+		c, err := net.Dial("tcp", net.JoinHostPort(tc.dial, port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, conn := range []net.Conn{s, tls.Server(s, &tls.Config{})} {
+			ip, ok := PeerOf(conn)
+			if !ok || ip.String() != tc.want || s.(*Conn).PeerIP() != tc.want {
+				t.Errorf("%s: PeerOf(%T) = %v, %v; PeerIP %q; want %s", tc.listen, conn, ip, ok, s.(*Conn).PeerIP(), tc.want)
+			}
+		}
+		ln.mu.Lock()
+		counted := ln.perIP[s.(*Conn).peer]
+		ln.mu.Unlock()
+		if counted != 1 {
+			t.Errorf("%s: perIP[%s] = %d, want 1", tc.listen, tc.want, counted)
+		}
+		c.Close()
+		s.Close()
+		ln.Close()
+	}
+	if _, ok := PeerOf(fakeNetConn{}); ok {
+		t.Error("PeerOf found a peer on a connection that is not a Conn")
+	}
+}
+
+type fakeNetConn struct{ net.Conn }
