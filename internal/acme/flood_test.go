@@ -27,13 +27,13 @@ func TestFloodSpendsNoBudget(t *testing.T) {
 	f := newFixture(t, config.ChallengeTLSALPN, shopApp)
 	const known = 10_000
 	var catalogAsked atomic.Int64
-	f.m.SetStored(func(_ context.Context, host string) (*config.App, error) {
+	f.m.SetStored(func(_ context.Context, host string) ([]string, *config.AppTLS, bool, error) {
 		catalogAsked.Add(1)
 		var i int
 		if n, err := fmt.Sscanf(host, "t%d.tenants.example.net", &i); n == 1 && err == nil && i < known {
-			return &config.App{Hosts: []string{host}, TLS: &config.AppTLS{Mode: config.AppTLSACME}}, nil
+			return []string{host}, &config.AppTLS{Mode: config.AppTLSACME}, true, nil
 		}
-		return nil, nil
+		return nil, nil, false, nil
 	})
 	budgets := config.DefaultTLS().ACME.Budgets
 	budgets.Orders = config.Budget{Max: 5, Per: config.Duration(time.Hour)}

@@ -17,9 +17,9 @@ import (
 )
 
 // StoredApp finds the catalog app claiming host (exactly or by a wildcard
-// covering it): its config, or nil for none. An error is the catalog's
-// (busy, unavailable, ctx ended).
-type StoredApp func(ctx context.Context, host string) (*config.App, error)
+// covering it): its hosts and its tls (nil: none), ok false for none. An
+// error is the catalog's (busy, unavailable, ctx ended).
+type StoredApp func(ctx context.Context, host string) (hosts []string, tls *config.AppTLS, ok bool, err error)
 
 // claims is the config file's apps by host pattern; immutable once built.
 type claims map[string]*config.App
@@ -65,20 +65,24 @@ func eligible(ctx context.Context, acfg *config.ACME, file claims, stored Stored
 		return false, false, nil
 	}
 	app, pattern := file.lookup(host)
-	if app == nil && stored != nil {
-		a, err := stored(ctx, host)
+	found := app != nil
+	var appTLS *config.AppTLS
+	if found {
+		appTLS = app.TLS
+	} else if stored != nil {
+		hosts, t, ok, err := stored(ctx, host)
 		if err != nil {
 			return false, false, err
 		}
-		if app = a; a != nil {
+		if found, appTLS = ok, t; ok {
 			pattern = "*" // a stored app's pattern: exact only if it lists host
-			if slices.ContainsFunc(a.Hosts, func(h string) bool { return catalog.CanonicalHost(h) == host }) {
+			if slices.ContainsFunc(hosts, func(h string) bool { return catalog.CanonicalHost(h) == host }) {
 				pattern = host
 			}
 		}
 	}
-	if app == nil || !acfg.Wants(app.TLS) {
-		return false, app != nil, nil
+	if !found || !acfg.Wants(appTLS) {
+		return false, found, nil
 	}
 	return pattern == host || acfg.WildcardSubdomains, true, nil
 }

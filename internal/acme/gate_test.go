@@ -20,12 +20,16 @@ func TestEligible(t *testing.T) {
 		"x.tenant.example.org": {Hosts: []string{"*.tenant.example.org"}, TLS: acmeTLS},
 	}
 	loads := 0
-	lookup := func(_ context.Context, host string) (*config.App, error) {
+	lookup := func(_ context.Context, host string) ([]string, *config.AppTLS, bool, error) {
 		loads++
 		if host == "down.example.org" {
-			return nil, errors.New("catalog unavailable")
+			return nil, nil, false, errors.New("catalog unavailable")
 		}
-		return stored[host], nil
+		a, ok := stored[host]
+		if !ok {
+			return nil, nil, false, nil
+		}
+		return a.Hosts, a.TLS, true, nil
 	}
 	steps := []struct {
 		host       string

@@ -60,7 +60,7 @@ func TestScale(t *testing.T) {
 }
 
 func testView(name string, clk clock.Clock, m *observe.Metrics) *View {
-	return &View{Name: name, Limiter: admit.NewLimiter(admit.Limits{Concurrency: 4}, clk), Limits: &config.Limits{},
+	return &View{Name: name, Limiter: admit.NewLimiter(admit.Limits{Concurrency: 4}, clk),
 		Metrics: m.App(name), Window: balance.NewWindow(time.Minute),
 		Set: balance.NewSet([]balance.Spec{{ID: "b1", Weight: 1}}, nil, clk.Now()), Alert: new(atomic.Bool)}
 }
@@ -166,11 +166,11 @@ func TestParked(t *testing.T) {
 	c := &config.App{}
 	c.Limits.Rate = config.Rate{Events: 1, Per: time.Hour}
 	c.Limits.Burst = 2
-	if got := Settled(c, now).Sub(now); got != 2*time.Hour {
-		t.Fatalf("Settled = %v after eviction; want 2h (a full bucket of 2 at 1/h)", got)
+	if got := Settle(c); got != 2*time.Hour {
+		t.Fatalf("Settle = %v after eviction; want 2h (a full bucket of 2 at 1/h)", got)
 	}
-	if got := Settled(nil, now).Sub(now); got != ParkMin {
-		t.Fatalf("Settled without rate limits = %v; want ParkMin", got)
+	if got := Settle(nil); got != ParkMin {
+		t.Fatalf("Settle without rate limits = %v; want ParkMin", got)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/leveeproxy/levee/internal/bandwidth"
-	"github.com/leveeproxy/levee/internal/limitsconf"
 	"github.com/leveeproxy/levee/internal/ratelimit"
 	"github.com/leveeproxy/levee/internal/topk"
 )
@@ -178,13 +177,13 @@ func importRate(st *ratelimit.LocalStore, rs *rateState, since time.Duration, no
 // whole burst spent then, refilling since. The bandwidth bucket, whose
 // burst is short, starts empty at now: stricter by what it refilled.
 func (a *App) startEmpty(at, now time.Time) {
-	ac, since := a.cfg, now.Sub(at)
+	since := now.Sub(at)
 	app, client := a.rates.Local()
 	if app != nil {
-		app.StartEmpty(now, depth(limitsconf.GCRA(ac.Limits.Rate, ac.Limits.Burst))-since)
+		app.StartEmpty(now, depth(a.rate)-since)
 	}
 	if client != nil {
-		client.StartEmpty(now, depth(limitsconf.GCRA(ac.Limits.Client.Rate, ac.Limits.Client.Burst))-since)
+		client.StartEmpty(now, depth(a.clientRate)-since)
 	}
 	a.bandwidth().StartEmpty(now)
 	a.guard.v.StartRateEmpty(at)

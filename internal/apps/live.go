@@ -12,7 +12,6 @@ import (
 	"github.com/leveeproxy/levee/internal/admit"
 	"github.com/leveeproxy/levee/internal/balance"
 	"github.com/leveeproxy/levee/internal/bandwidth"
-	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/forward"
 	"github.com/leveeproxy/levee/internal/limits"
 	"github.com/leveeproxy/levee/internal/observe"
@@ -28,8 +27,7 @@ type View struct {
 	Hosts   []string
 	Stored  bool // from the catalog, not the config file
 	Limiter *admit.Limiter
-	Conf    admit.Limits   // configured, before any scale
-	Limits  *config.Limits // the app config's
+	Conf    admit.Limits // configured, before any scale
 	Metrics *observe.AppMetrics
 	Top     *topk.ClientTop // nil when limits.client.top_k is 0
 	Guard   *protect.Guard  // nil when backend_limits is off
@@ -42,6 +40,9 @@ type View struct {
 	Adaptive *limits.Adaptive
 	// Bandwidth paces the app's bytes; nil when limits.bandwidth is off.
 	Bandwidth *bandwidth.Limiter
+	// Rate and ClientRate are limits.rate and limits.client.rate per
+	// second (0: off), copied: the view does not keep the app's config.
+	Rate, ClientRate float64
 }
 
 // ScaleView is the limit scale as the API shows it (the request path
@@ -119,7 +120,7 @@ func (vs *Views) summary(v *View, now time.Time, imbalance float64) AppSummary {
 	strict, over := vs.factors()
 	sum := AppSummary{Name: v.Name, Hosts: v.Hosts, Stored: v.Stored, InFlight: v.Limiter.InFlight(),
 		Queued: v.Limiter.Queued(), ConcurrencyLimit: v.Limiter.Limits().Concurrency,
-		RateLimit: v.Limits.Rate.PerSecond() * strict * over, LiveRates: v.Metrics.Live.Rates(now)}
+		RateLimit: v.Rate * strict * over, LiveRates: v.Metrics.Live.Rates(now)}
 	if sum.Hosts == nil {
 		sum.Hosts = []string{}
 	}
@@ -176,7 +177,7 @@ func (vs *Views) App(name string, now time.Time) (AppDetail, bool) {
 	d := AppDetail{AppSummary: vs.summary(v, now, imbalance), TopK: v.Top.K(), TopClients: []topk.Share{},
 		Backends: v.backendStats(shares), BackendLimits: v.poolStats()}
 	d.Configured = LimitView{Concurrency: v.Conf.Concurrency, QueueMaxLen: v.Conf.MaxLen, QueueWait: v.Conf.MaxWait,
-		Rate: v.Limits.Rate.PerSecond(), ClientRate: v.Limits.Client.Rate.PerSecond()}
+		Rate: v.Rate, ClientRate: v.ClientRate}
 	in := v.Limiter.Limits()
 	d.InForce = LimitView{Concurrency: in.Concurrency, QueueMaxLen: in.MaxLen, QueueWait: in.MaxWait,
 		Rate: d.Configured.Rate * strict * over, ClientRate: d.Configured.ClientRate * strict * over}
@@ -191,8 +192,8 @@ func (vs *Views) App(name string, now time.Time) (AppDetail, bool) {
 func (v *View) why(strict, over float64) []string {
 	why := []string{}
 	if v.Adaptive != nil {
-		why = append(why, fmt.Sprintf("concurrency is adaptive (gradient, %d to %d): it follows the backends' latency",
-			v.Limits.Concurrency.Min, v.Limits.Concurrency.Max))
+		c := v.Adaptive.Config() // limits.concurrency's min and max
+		why = append(why, fmt.Sprintf("concurrency is adaptive (gradient, %d to %d): it follows the backends' latency", c.Min, c.Max))
 	}
 	if strict < 1 {
 		why = append(why, fmt.Sprintf("this instance is unexpected (another levee holds the instance lock): limits × %.2f (instance.strict_fraction)", strict))

@@ -29,11 +29,11 @@ type parked[A any] struct {
 // still in flight on the evicted route.
 const ParkMin = time.Minute
 
-// Settled is when the state of stored app c, evicted at now, has settled:
-// every rate bucket (the app's, its clients', backend_limits') is full
-// again (burst × interval after the last request at the latest) and
+// Settle is how long the state of stored app c, evicted, takes to settle:
+// until every rate bucket (the app's, its clients', backend_limits') is
+// full again (burst × interval after the last request at the latest) and
 // ParkMin has passed.
-func Settled(c *config.App, now time.Time) time.Time {
+func Settle(c *config.App) time.Duration {
 	settle := ParkMin
 	if c != nil {
 		for _, lim := range []ratelimit.Limit{limitsconf.GCRA(c.Limits.Rate, c.Limits.Burst),
@@ -41,7 +41,7 @@ func Settled(c *config.App, now time.Time) time.Time {
 			settle = max(settle, time.Duration(lim.Burst)*lim.Interval) // a full bucket from empty; 0 when off
 		}
 	}
-	return now.Add(settle)
+	return settle
 }
 
 // Park keeps a's state under name until until. At most limit apps are

@@ -97,7 +97,7 @@ func (t *Table) takeOverLocked(a *App, fresh bool, now time.Time) {
 		a.guard.v.ChargeRate(now, int(min(p.backend, maxCharge)))
 		return
 	}
-	if fresh && !t.emptyAt.IsZero() && now.Before(Settled(a.cfg, t.emptyAt)) {
+	if fresh && !t.emptyAt.IsZero() && now.Before(t.emptyAt.Add(a.settle)) {
 		a.startEmpty(t.emptyAt, now)
 	}
 }

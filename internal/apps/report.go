@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/leveeproxy/levee/internal/admit"
-	"github.com/leveeproxy/levee/internal/limitsconf"
 	"github.com/leveeproxy/levee/internal/protect"
 	"github.com/leveeproxy/levee/internal/ratelimit"
 )
@@ -315,10 +314,9 @@ func (t *Table) reported(name string) (*App, *pendingApp) {
 // charge counts c, admitted by the levee that handed over, against a's
 // rate buckets at now.
 func (a *App) charge(c appCharges, now time.Time) {
-	ac := a.cfg
 	app, client := a.rates.Local()
-	chargeRate(app, c.Rate, limitsconf.GCRA(ac.Limits.Rate, ac.Limits.Burst), now)
-	chargeRate(client, c.Clients, limitsconf.GCRA(ac.Limits.Client.Rate, ac.Limits.Client.Burst), now)
+	chargeRate(app, c.Rate, a.rate, now)
+	chargeRate(client, c.Clients, a.clientRate, now)
 }
 
 func chargeRate(st *ratelimit.LocalStore, keys map[string]int, lim ratelimit.Limit, now time.Time) {

@@ -24,6 +24,7 @@ import (
 	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/leveeproxy/levee/internal/overload"
 	"github.com/leveeproxy/levee/internal/protect"
+	"github.com/leveeproxy/levee/internal/ratelimit"
 	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/spill"
 	"github.com/leveeproxy/levee/internal/topk"
@@ -102,7 +103,13 @@ type App struct {
 
 	limiter *admit.Limiter
 	conf    admit.Limits // as configured; the limiter holds them scaled
-	cfg     *config.App  // as last composed (the file's or the stored one)
+	// rate and clientRate (limits.rate, limits.client.rate; zero: off),
+	// settle (Settle) and imbalanceAlert (balance.imbalance_alert) are
+	// what the app reads of its config once composed, copied out: the
+	// config itself, some 650 B, is not kept for a few of its fields.
+	rate, clientRate ratelimit.Limit
+	settle           time.Duration
+	imbalanceAlert   float64
 	// conns are the shared connection pools of the app's backends, in the
 	// order of its last composed route's.
 	conns []*forward.Upstream
@@ -215,7 +222,9 @@ func (t *Table) Compose(name string, ac *config.App, trust forward.Trust, stored
 		a = &App{Name: name, limiter: admit.NewLimiter(lim, t.o.Clock), Metrics: t.o.Metrics.App(name), alert: new(atomic.Bool)}
 		t.apps[name] = a
 	}
-	a.cfg = ac
+	a.rate = limitsconf.GCRA(ac.Limits.Rate, ac.Limits.Burst)
+	a.clientRate = limitsconf.GCRA(ac.Limits.Client.Rate, ac.Limits.Client.Burst)
+	a.settle, a.imbalanceAlert = Settle(ac), ac.Balance.ImbalanceAlert
 	if stored {
 		a.stored = true
 		a.storedRefs++
@@ -267,8 +276,8 @@ func (t *Table) Compose(name string, ac *config.App, trust forward.Trust, stored
 		a.window.Observe(a.backends, now) // the window's first mark: shares count from here
 	}
 	rt.Gate = limits.Gate{
-		AppRate:    limits.NewRule(name, reply.Rate, limitsconf.GCRA(ac.Limits.Rate, ac.Limits.Burst)),
-		ClientRate: limits.NewRule(name+"-client", reply.ClientRate, limitsconf.GCRA(ac.Limits.Client.Rate, ac.Limits.Client.Burst)),
+		AppRate:    limits.NewRule(name, reply.Rate, a.rate),
+		ClientRate: limits.NewRule(name+"-client", reply.ClientRate, a.clientRate),
 		RateFactor: t.scale.RateFactor(),
 		ClientKey:  clientkey.New(ac.Limits.Client.Key),
 		Classes:    limitsconf.Classifier(ac.Limits.Priority),
@@ -287,8 +296,9 @@ func (t *Table) Compose(name string, ac *config.App, trust forward.Trust, stored
 	rt.Top = a.top.Apply(ac.Limits.Client.TopK, topk.NewClientTop, nil)
 	t.takeOverLocked(a, fresh, now)
 	t.views.Publish(&View{Name: name, Hosts: ac.Hosts, Stored: a.stored, Limiter: a.limiter,
-		Conf: a.conf, Limits: &ac.Limits, Metrics: a.Metrics, Top: rt.Top, Guard: rt.Guard, Window: a.window,
-		Set: a.backends, Alert: a.alert, Adaptive: a.adaptive, Bandwidth: bw, Conns: a.conns})
+		Conf: a.conf, Metrics: a.Metrics, Top: rt.Top, Guard: rt.Guard, Window: a.window,
+		Set: a.backends, Alert: a.alert, Adaptive: a.adaptive, Bandwidth: bw, Conns: a.conns,
+		Rate: ac.Limits.Rate.PerSecond(), ClientRate: ac.Limits.Client.Rate.PerSecond()})
 	return rt, retired
 }
 
@@ -335,7 +345,7 @@ func (t *Table) retire(a *App, park bool) []*forward.Upstream {
 	stopChecker(a.checker) // a recomposed app starts its checks again
 	a.checker = nil
 	if park {
-		t.parked.Park(a.Name, a, Settled(a.cfg, t.o.Clock.Now()), t.cfg.Catalog.Cache.MaxApps, (*App).forgetLimits)
+		t.parked.Park(a.Name, a, t.o.Clock.Now().Add(a.settle), t.cfg.Catalog.Cache.MaxApps, (*App).forgetLimits)
 	} else {
 		a.forgetLimits()
 	}

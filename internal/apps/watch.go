@@ -60,7 +60,7 @@ func (t *Table) CheckDistribution(now time.Time) {
 		for _, sh := range shares {
 			n += sh.Requests
 		}
-		threshold := a.cfg.Balance.ImbalanceAlert
+		threshold := a.imbalanceAlert
 		alert := n >= minAlertRequests && imb > threshold
 		if alert == a.alert.Load() {
 			continue

@@ -66,23 +66,26 @@ func (t Table) lookup(host string) (c *tls.Certificate, ok bool) {
 	return nil, false
 }
 
-// Cert is an app's certificate as its config holds it: what a stored
-// app's route keeps for the handshakes of its hosts.
+// Cert is what a stored app's route keeps for the handshakes of its
+// hosts: the app's hosts and tls, for its certificate and ACME's
+// eligibility. Not the app's config: every stored app would keep all of
+// it alive (some 650 B) for these two fields.
 type Cert struct {
-	cert *tls.Certificate // nil: the listener's
-	err  error            // a stored certificate that did not load
-	// Conf is the app's config, for ACME's eligibility.
-	Conf *config.App
+	hosts []string
+	tls   *config.AppTLS // nil: the listener's certificate
 }
 
-// NewCert loads ac's certificate; one that does not load fails the
-// handshakes of its hosts (Chooser.Certificate).
-func NewCert(ac *config.App) Cert {
-	if ac.TLS == nil {
-		return Cert{Conf: ac}
+// NewCert is ac's certificate, as validation loaded it; one that did not
+// load fails the handshakes of its hosts (Chooser.Certificate).
+func NewCert(ac *config.App) Cert { return Cert{hosts: ac.Hosts, tls: ac.TLS} }
+
+// certificate is c's certificate, nil for the listener's, or why a stored
+// one did not load.
+func (c *Cert) certificate() (*tls.Certificate, error) {
+	if c.tls == nil {
+		return nil, nil
 	}
-	c, err := ac.TLS.Certificate()
-	return Cert{cert: c, err: err, Conf: ac}
+	return c.tls.Certificate()
 }
 
 // errNoCertificate fails the handshake of a host whose stored certificate
@@ -150,11 +153,13 @@ func (c *Chooser) Certificate(hello *tls.ClientHelloInfo) (*tls.Certificate, err
 	}
 	app, rc, err := c.o.Stored(hello.Context(), host)
 	switch {
-	case err == nil && rc.err != nil:
-		c.errors.WithLabelValues(app).Inc()
-		return nil, errNoCertificate
 	case err == nil:
-		return rc.cert, nil
+		cert, err := rc.certificate()
+		if err != nil {
+			c.errors.WithLabelValues(app).Inc()
+			return nil, errNoCertificate
+		}
+		return cert, nil
 	case errors.Is(err, catalog.ErrBusy):
 		c.fallbacks.WithLabelValues(reply.CatalogBusy).Inc()
 	case errors.Is(err, catalog.ErrUnavailable):
@@ -166,18 +171,19 @@ func (c *Chooser) Certificate(hello *tls.ClientHelloInfo) (*tls.Certificate, err
 	return nil, nil
 }
 
-// StoredApp is the config of the catalog app claiming host, nil for none
-// (or without a catalog): ACME's eligibility of a stored app's names.
-func (c *Chooser) StoredApp(ctx context.Context, host string) (*config.App, error) {
+// StoredApp is the hosts and tls (nil: none) of the catalog app claiming
+// host, ok false for none (or without a catalog): ACME's eligibility of a
+// stored app's names (acme.StoredApp).
+func (c *Chooser) StoredApp(ctx context.Context, host string) (hosts []string, t *config.AppTLS, ok bool, err error) {
 	if c.o.Stored == nil {
-		return nil, nil
+		return nil, nil, false, nil
 	}
 	_, rc, err := c.o.Stored(ctx, host)
 	if errors.Is(err, catalog.ErrNotFound) {
-		return nil, nil
+		return nil, nil, false, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, false, err
 	}
-	return rc.Conf, nil
+	return rc.hosts, rc.tls, true, nil
 }
