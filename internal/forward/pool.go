@@ -149,8 +149,7 @@ func NewPool(o Options) *Pool {
 	if p.clk == nil {
 		p.clk = clock.Real{}
 	}
-	retries, exhausted := o.Metrics.RetryCounters()
-	p.retry = newRetryPolicy(o.Retry, len(o.Backends), retries, exhausted)
+	p.retry = newRetryPolicy(o.Retry, len(o.Backends), o.Metrics)
 	p.backends = make([]*backend, len(o.Backends))
 	for i, b := range o.Backends {
 		p.backends[i] = &backend{addr: b.Addr, requests: o.Metrics.BackendCounter(b.Addr),

@@ -18,13 +18,16 @@ type retryPolicy struct {
 	onConnect bool // retry connect errors
 	statuses  [3]bool
 	budget    *Budget // nil unless a request can be retried (attempts > 1, backends > 1)
+	// retries and exhausted are m's counters, made with the budget: only
+	// a retry within it or refused by it counts.
 	retries   *observe.Counter
 	exhausted *observe.Counter
 }
 
-// newRetryPolicy is r for a pool of n backends (one cannot retry).
-func newRetryPolicy(r config.Retry, n int, retries, exhausted *observe.Counter) retryPolicy {
-	rp := retryPolicy{attempts: max(r.Attempts, 1), retries: retries, exhausted: exhausted}
+// newRetryPolicy is r for a pool of n backends (one cannot retry), its
+// counters m's.
+func newRetryPolicy(r config.Retry, n int, m *observe.AppMetrics) retryPolicy {
+	rp := retryPolicy{attempts: max(r.Attempts, 1)}
 	for _, on := range r.On {
 		switch on {
 		case config.RetryConnect:
@@ -38,6 +41,7 @@ func newRetryPolicy(r config.Retry, n int, retries, exhausted *observe.Counter) 
 	}
 	if rp.attempts > 1 && n > 1 {
 		rp.budget = NewBudget(int(r.Budget), r.MinPerWindow)
+		rp.retries, rp.exhausted = m.RetryCounters()
 	}
 	return rp
 }
