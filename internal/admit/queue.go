@@ -24,10 +24,6 @@ const shortWaitFactor = 2
 type sched struct {
 	clk    clock.Clock
 	limits Limits
-	// patient: nothing is refused or dropped; a waiter waits until it is
-	// granted or gives up, and a client over its fair share waits while
-	// others are served (see NewPatient). Fixed at construction.
-	patient bool
 	// wake is called, with the lock held, once for every waiter granted a
 	// slot or dropped from the queue by someone else.
 	wake func(*waiter)
@@ -41,6 +37,12 @@ type sched struct {
 	clients map[string]*client
 	spare   []*client
 
+	// patient: nothing is refused or dropped; a waiter waits until it is
+	// granted or gives up, and a client over its fair share waits while
+	// others are served (see NewPatient). Fixed at construction; beside
+	// overloaded, so the two share a word (sched stays in the 240-byte
+	// size class).
+	patient    bool
 	overloaded bool
 	// aboveSince is when the oldest waiter was first seen older than the
 	// target in the current stretch; zero when it was last seen younger or
