@@ -93,8 +93,10 @@ type Ejector struct {
 	// first failure).
 	states atomic.Pointer[map[*balance.Backend]*ejectState]
 
-	mu      sync.Mutex        // serialises ejections, so the bound holds
-	retired map[string]uint64 // ejection totals of backends dropped by Retain; guarded by mu
+	mu sync.Mutex // serialises ejections, so the bound holds
+	// retired is the ejection totals of backends dropped by Retain, made
+	// on the first (most apps never drop one); guarded by mu.
+	retired map[string]uint64
 }
 
 type ejectState struct {
@@ -126,7 +128,7 @@ func NewEjector(cfg Ejection, opts EjectorOptions) (*Ejector, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	e := &Ejector{cfg: cfg, log: opts.Logger, onEject: opts.OnEject, retired: map[string]uint64{}}
+	e := &Ejector{cfg: cfg, log: opts.Logger, onEject: opts.OnEject}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
 	}
@@ -251,8 +253,10 @@ func (e *Ejector) backoff(level int) time.Duration {
 func (e *Ejector) Ejections() map[string]uint64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	out := maps.Clone(e.retired)
-	for _, st := range *e.states.Load() {
+	states := *e.states.Load()
+	out := make(map[string]uint64, len(e.retired)+len(states))
+	maps.Copy(out, e.retired)
+	for _, st := range states {
 		out[st.id] += st.total.Load()
 	}
 	return out
@@ -271,6 +275,9 @@ func (e *Ejector) Retain(set *balance.Set) {
 	m := maps.Clone(*e.states.Load())
 	for b, st := range m {
 		if !keep[b] {
+			if e.retired == nil {
+				e.retired = map[string]uint64{}
+			}
 			e.retired[st.id] += st.total.Load()
 			delete(m, b)
 		}
