@@ -88,7 +88,7 @@ func (a *App) export(now time.Time) appState {
 		}
 	}
 	as.Top = a.top.v.Snapshot(now)
-	if g := a.guard.v; g.Stats().Rate > 0 {
+	if g := a.backendGuard(); g.Stats().Rate > 0 {
 		as.Backend = new(g.RateAhead(now))
 	}
 	return as
@@ -155,9 +155,9 @@ func (a *App) takeOver(as *appState, v int, at, now time.Time) {
 	a.top.v.Restore(at, as.Top)
 	switch {
 	case v < 2: // a state without backend_limits.rate's bucket
-		a.guard.v.StartRateEmpty(at)
+		a.backendGuard().StartRateEmpty(at)
 	case as.Backend != nil:
-		a.guard.v.ResumeRate(now, *as.Backend-since)
+		a.backendGuard().ResumeRate(now, *as.Backend-since)
 	}
 }
 
@@ -186,7 +186,7 @@ func (a *App) startEmpty(at, now time.Time) {
 		client.StartEmpty(now, depth(a.clientRate)-since)
 	}
 	a.bandwidth().StartEmpty(now)
-	a.guard.v.StartRateEmpty(at)
+	a.backendGuard().StartRateEmpty(at)
 }
 
 // depth is how long an empty bucket of lim takes to fill.

@@ -191,7 +191,7 @@ func (t *Table) handover(name string) parts {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	a := t.apps[name]
-	p := parts{Bandwidth: a.bandwidth(), Adaptive: a.adaptive, Top: a.top.v, Limiter: a.limiter, Guard: a.guard.v}
+	p := parts{Bandwidth: a.bandwidth(), Adaptive: a.adaptive, Top: a.top.v, Limiter: a.limiter, Guard: a.backendGuard()}
 	p.AppRates, p.ClientRates = a.rates.Local()
 	return p
 }

@@ -94,7 +94,7 @@ func (t *Table) takeOverLocked(a *App, fresh bool, now time.Time) {
 		a.takeOver(&p.state, p.version, p.at, now)
 		a.charge(p.charges, now)
 		a.bandwidth().Charge(now, p.bytes)
-		a.guard.v.ChargeRate(now, int(min(p.backend, maxCharge)))
+		a.backendGuard().ChargeRate(now, int(min(p.backend, maxCharge)))
 		return
 	}
 	if fresh && !t.emptyAt.IsZero() && now.Before(t.emptyAt.Add(a.settle)) {

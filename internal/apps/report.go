@@ -181,7 +181,7 @@ type sent struct {
 func (t *Table) sentLocked() map[string]sent {
 	out := make(map[string]sent, len(t.apps))
 	for name, a := range t.apps {
-		n := sent{backend: a.guard.v.RateTaken()}
+		n := sent{backend: a.backendGuard().RateTaken()}
 		if bw := a.bandwidth(); bw != nil {
 			n.bytes = bw.Stats().Bytes
 		}
@@ -207,7 +207,7 @@ func (r *Reporter) Stop() {
 func (t *Table) inFlightLocked() map[string]slots {
 	out := make(map[string]slots, len(t.apps))
 	for name, a := range t.apps {
-		n := slots{App: a.limiter.InFlight(), Backend: a.guard.v.InFlight()}
+		n := slots{App: a.limiter.InFlight(), Backend: a.backendGuard().InFlight()}
 		if n.App > 0 || n.Backend > 0 {
 			out[name] = slots{App: max(n.App, 0), Backend: max(n.Backend, 0)}
 		}
@@ -289,7 +289,7 @@ func (t *Table) ApplyReport(b []byte) error {
 	}
 	for name, n := range rep.Backend {
 		if a, p := t.reported(name); a != nil {
-			a.guard.v.ChargeRate(now, int(min(n, maxCharge)))
+			a.backendGuard().ChargeRate(now, int(min(n, maxCharge)))
 		} else if p != nil {
 			p.backend += n
 		}
@@ -354,7 +354,7 @@ func (t *Table) holdLocked(inflight map[string]slots) {
 				l.Release()
 			}
 		})
-		h.guard.set(a.guard.v, want.Backend, (*protect.Guard).Hold, (*protect.Guard).Unhold)
+		h.guard.set(a.backendGuard(), want.Backend, (*protect.Guard).Hold, (*protect.Guard).Unhold)
 		if h.app.n == 0 && h.guard.n == 0 {
 			delete(t.held, name)
 		}

@@ -129,7 +129,10 @@ type App struct {
 	ejector Kept[config.Ejection, *health.Ejector]
 	bw      Kept[config.Bandwidth, *Paced]
 	top     Kept[int, *topk.ClientTop]
-	guard   Kept[GuardKey, *protect.Guard]
+	// guard is the backend_limits guard (nil while off). Not a Kept, as
+	// the checker: its 80-byte key would sit in every App, stored ones
+	// too; it is kept with the guard, on the heap only while it is on.
+	guard *keptGuard
 	// checker is the health checker (nil while checks are off). Not a
 	// Kept: its key, the settings and the leg, would sit in every App,
 	// stored ones too; it is kept with the checker, on the heap only
@@ -139,7 +142,7 @@ type App struct {
 	// counts the catalog's routes composed for it, the last of which
 	// releases it.
 	stored     bool
-	storedRefs int32 // int32 beside the bool: App stays in the 448-byte size class
+	storedRefs int32 // int32 beside the bool: App stays in the 352-byte size class
 }
 
 // Route is one app as composed for one config: what the request path runs.
@@ -290,8 +293,7 @@ func (t *Table) Compose(name string, ac *config.App, trust forward.Trust, stored
 		Clock:      t.o.Clock,
 	}
 	a.rates.Apply(&rt.Gate, t.cluster, name, ac.Limits.Client.MaxKeys)
-	rt.Guard = a.guard.Apply(GuardKey{Config: ac.BackendLimits, Wait: lim, Strict: t.scale.Strict()},
-		func(k GuardKey) *protect.Guard { return NewGuard(k, t.o.Clock) }, nil)
+	rt.Guard = t.applyGuard(a, GuardKey{Config: ac.BackendLimits, Wait: lim, Strict: t.scale.Strict()})
 	rt.Gate.ReadClient = rt.Guard != nil
 	rt.Top = a.top.Apply(ac.Limits.Client.TopK, topk.NewClientTop, nil)
 	t.takeOverLocked(a, fresh, now)
@@ -397,6 +399,35 @@ func (t *Table) applyBandwidth(a *App, cfg config.Bandwidth) *bandwidth.Limiter 
 	}
 	p.SetRate(t.scale.BandwidthRate(int64(cfg.Rate)))
 	return p.Limiter()
+}
+
+// keptGuard is an app's backend_limits guard with the key it was made
+// from.
+type keptGuard struct {
+	key GuardKey
+	g   *protect.Guard
+}
+
+// applyGuard makes, keeps or drops a's backend_limits guard for k, by
+// Kept's rule: the guard made from k is kept while k stays the same.
+func (t *Table) applyGuard(a *App, k GuardKey) *protect.Guard {
+	if a.guard != nil && a.guard.key == k {
+		return a.guard.g
+	}
+	a.guard = nil
+	g := NewGuard(k, t.o.Clock)
+	if g != nil {
+		a.guard = &keptGuard{key: k, g: g}
+	}
+	return g
+}
+
+// backendGuard is a's backend_limits guard, nil while off.
+func (a *App) backendGuard() *protect.Guard {
+	if a.guard == nil {
+		return nil
+	}
+	return a.guard.g
 }
 
 // outcomes is what the app's pool reports finished requests to.
