@@ -99,7 +99,9 @@ func (r *maxRing) max(now int64) uint64 {
 type Live struct {
 	rings    atomic.Pointer[liveRings] // nil until the first event
 	rejected reasonRings
-	shadowed reasonRings
+	// shadowed is nil until the first shadow refusal: most apps shadow no
+	// limit, and a reasonRings is 48 bytes.
+	shadowed atomic.Pointer[reasonRings]
 }
 
 type liveRings struct {
@@ -121,12 +123,16 @@ func (l *Live) read() *liveRings {
 }
 
 // write returns the rings, made on the first event.
-func (l *Live) write() *liveRings {
-	if r := l.rings.Load(); r != nil {
-		return r
+func (l *Live) write() *liveRings { return made(&l.rings) }
+
+// made returns p's value, made on the first call. Safe for concurrent
+// use: callers that race to make it all get the one that was stored.
+func made[T any](p *atomic.Pointer[T]) *T {
+	if v := p.Load(); v != nil {
+		return v
 	}
-	l.rings.CompareAndSwap(nil, new(liveRings))
-	return l.rings.Load()
+	p.CompareAndSwap(nil, new(T))
+	return p.Load()
 }
 
 // reasonRings is a secRing per reason, made on a reason's first event.
@@ -140,9 +146,13 @@ func (r *reasonRings) add(reason string, sec int64) {
 	v.(*secRing).add(sec, 1)
 }
 
-// rates is the per-second rate of each reason seen in the window.
+// rates is the per-second rate of each reason seen in the window; a nil
+// r has none.
 func (r *reasonRings) rates(now int64) map[string]float64 {
 	out := noRates
+	if r == nil {
+		return out
+	}
 	r.m.Range(func(k, v any) bool {
 		if n := v.(*secRing).sum(now); n > 0 {
 			if len(out) == 0 {
@@ -165,7 +175,7 @@ func (l *Live) Request(now time.Time) { l.write().requests.add(now.Unix(), 1) }
 func (l *Live) Rejected(reason string, now time.Time) { l.rejected.add(reason, now.Unix()) }
 
 // Shadowed counts one refusal a shadowed limit would have made.
-func (l *Live) Shadowed(reason string, now time.Time) { l.shadowed.add(reason, now.Unix()) }
+func (l *Live) Shadowed(reason string, now time.Time) { made(&l.shadowed).add(reason, now.Unix()) }
 
 // Waited records the queue wait d of a request admitted at now.
 func (l *Live) Waited(d time.Duration, now time.Time) {
@@ -204,7 +214,7 @@ func (l *Live) Rates(now time.Time) LiveRates {
 	r := LiveRates{
 		Requests: float64(rings.requests.sum(sec)) / LiveSeconds,
 		Rejected: l.rejected.rates(sec),
-		Shadowed: l.shadowed.rates(sec),
+		Shadowed: l.shadowed.Load().rates(sec),
 	}
 	n := rings.waits.sum(sec)
 	r.Queued = float64(n) / LiveSeconds

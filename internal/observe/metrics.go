@@ -6,6 +6,7 @@ package observe
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -207,8 +208,10 @@ type AppMetrics struct {
 	// Live is the app's recent traffic for the admin API. Requests are
 	// counted by the caller (Live.Request, with the time it has);
 	// refusals and queue waits by Rejected and QueueWait.
-	Live     Live
-	shadowed shadowCounts
+	Live Live
+	// shadowed caches the shadowCounter per reason (reason →
+	// *shadowCounter), made on the first: most apps shadow no limit.
+	shadowed atomic.Pointer[sync.Map]
 	// series are the series bound so far, for Forget.
 	series boundSeries
 }

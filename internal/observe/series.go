@@ -129,11 +129,7 @@ func (a *AppMetrics) codeCounter(code int) prometheus.Counter {
 			return p
 		}
 	}
-	more := c.more.Load()
-	if more == nil {
-		c.more.CompareAndSwap(nil, new(sync.Map))
-		more = c.more.Load()
-	}
+	more := made(&c.more)
 	if p, ok := more.Load(code); ok {
 		return p.(*codeCounter)
 	}

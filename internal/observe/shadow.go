@@ -1,7 +1,6 @@
 package observe
 
 import (
-	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,17 +23,13 @@ type shadowCounter struct {
 	n atomic.Uint64
 }
 
-// shadowCounts caches an app's shadowCounter per reason.
-type shadowCounts struct {
-	byReason sync.Map // reason → *shadowCounter
-}
-
 // Shadowed counts a request that a shadowed limit would have refused for
 // reason and let through.
 func (a *AppMetrics) Shadowed(reason string) {
-	c, ok := a.shadowed.byReason.Load(reason)
+	byReason := made(&a.shadowed)
+	c, ok := byReason.Load(reason)
 	if !ok {
-		c, _ = a.shadowed.byReason.LoadOrStore(reason,
+		c, _ = byReason.LoadOrStore(reason,
 			&shadowCounter{Counter: a.bindCounter(a.m.shadowed, reason)})
 	}
 	sc := c.(*shadowCounter)
@@ -46,8 +41,12 @@ func (a *AppMetrics) Shadowed(reason string) {
 // ShadowCounts returns how many requests each shadowed reason let through
 // since the app's metrics were made (nil: none).
 func (a *AppMetrics) ShadowCounts() map[string]uint64 {
+	byReason := a.shadowed.Load()
+	if byReason == nil {
+		return nil
+	}
 	var counts map[string]uint64
-	a.shadowed.byReason.Range(func(k, v any) bool {
+	byReason.Range(func(k, v any) bool {
 		if counts == nil {
 			counts = map[string]uint64{}
 		}
