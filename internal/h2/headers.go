@@ -411,8 +411,10 @@ func (c *conn) request(st *stream) (http.Handler, bool) {
 		}
 	}
 	// The handler's own copy, with the context (the copy is the only way
-	// to set it): rq stays the stream's.
-	st.req = st.rq.WithContext(&sc.ctx)
+	// to set it): rq stays the stream's. WithContext inlines, so its copy
+	// is not allocated: it lands in the scope.
+	sc.req = *st.rq.WithContext(&sc.ctx)
+	st.req = &sc.req
 	st.isHead = method == "HEAD"
 	if d := c.srv.WriteTimeout; d > 0 {
 		st.writeDeadline = timeNow().Add(d)

@@ -2,21 +2,26 @@ package h2
 
 import (
 	"context"
+	"net/http"
 	"slices"
 	"sync"
 	"time"
 )
 
 // scope is what one request allocates of its own: its ResponseWriter, its
-// context and its body, in one object. None of them is ever reused, so a
-// handler (or a goroutine it started) that keeps one past its return
-// finds it ended, never another request's; what the stream reuses (the
-// request's header map, URL, body buffer, and the rest of the stream) is
-// not reachable from here once the handler has returned.
+// context, its body and the handler's *http.Request, in one object. None
+// of them is ever reused, so a handler (or a goroutine it started) that
+// keeps one past its return finds it ended, never another request's; what
+// the stream reuses (the request's header map, URL, body buffer, and the
+// rest of the stream) is not reachable from here once the handler has
+// returned.
 type scope struct {
 	w    responseWriter
 	ctx  reqContext
 	body requestBody // the request's Body, if it has one
+	// req is the stream's request with ctx (http.Request.WithContext, the
+	// one way to set it), copied here rather than allocated on its own.
+	req http.Request
 }
 
 // reqContext is a request's context: the connection's values and
