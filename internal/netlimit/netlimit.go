@@ -235,9 +235,6 @@ func Wrap(c net.Conn) *Conn {
 // reads it per request without formatting (or allocating) it again.
 func (c *Conn) PeerIP() string { return c.ip }
 
-// Peer is the peer's address, invalid when it is not on TCP.
-func (c *Conn) Peer() netip.Addr { return c.peer }
-
 // PeerOf is the peer's address of c, a Conn or a wrapper of it (TLS),
 // read without a system call or a walk down RemoteAddr; false for another
 // connection.
