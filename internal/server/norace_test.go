@@ -189,22 +189,3 @@ func TestTracingUnsampledAllocatesNothing(t *testing.T) {
 	}
 	t.Logf("allocs per request: off %v served, %v refused; on (unsampled) %v, %v", offServed, offRefused, onServed, onRefused)
 }
-
-// TestH2RefusalAllocatesOnce bounds what an h2 request refused (rate)
-// allocates, in levee and h2rig's client together: one object, the
-// request's scope (its ResponseWriter, context and http.Request, never
-// reused, so a handler that keeps one finds its own). The handler's
-// http.Request was a second object until it moved into the scope.
-func TestH2RefusalAllocatesOnce(t *testing.T) {
-	r := newH2Rig(t, "limits: {rate: 1/m, burst: 1}")
-	r.get(t) // spends the burst
-	refused := func() {
-		if st, n := r.get(t); st == 0x88 || n == 0 {
-			t.Fatalf("status %#x, %d bytes: not refused", st, n)
-		}
-	}
-	refused()
-	if n := testing.AllocsPerRun(300, refused); n > 1 {
-		t.Errorf("%v allocations an h2 refusal, want at most 1", n)
-	}
-}
