@@ -84,7 +84,7 @@ mkdir -p "$tmp/nginx/logs"
 {
   nginx_conf_head crit 8192 "worker_rlimit_nofile 20000;"
   cat <<EOF
-  limit_req_zone \$server_name zone=refusal:1m rate=1r/s;
+  limit_req_zone \$server_port zone=refusal:1m rate=1r/s;
   upstream bench_backend { server 127.0.0.1:$BACKEND_PORT; keepalive 64; }
   server {
     listen 127.0.0.1:$NGINX_PORT;
