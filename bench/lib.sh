@@ -377,7 +377,8 @@ write_doc_section() {
   elif [[ -n $after ]]; then
     awk -v sec="$section" -v after="$after" '
       function emit(){ while ((getline l < sec) > 0) print l; print ""; done=1 }
-      /^## / && ingate && !done { emit() }
+      # before the next section: its heading, or the begin marker above it
+      (/^## / || /^<!-- bench\/.*:begin -->$/) && ingate && !done { emit() }
       $0 ~ after { ingate=1 }
       { print }
       END { if (!done) { print ""; emit() } }' "$doc" >"$tmp/doc.new"

@@ -87,20 +87,3 @@ func PeerIP(r *http.Request) string {
 	}
 	return r.RemoteAddr
 }
-
-// ConnPeerIP is the peer address a connection formatted once when it was
-// accepted (levee's listener conns offer PeerIP; TLS and peeked conns wrap
-// them), or "" when none does.
-func ConnPeerIP(c net.Conn) string {
-	for c != nil {
-		if p, ok := c.(interface{ PeerIP() string }); ok {
-			return p.PeerIP()
-		}
-		u, ok := c.(interface{ NetConn() net.Conn })
-		if !ok {
-			return ""
-		}
-		c = u.NetConn()
-	}
-	return ""
-}

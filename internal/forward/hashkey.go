@@ -5,13 +5,14 @@ import (
 
 	"github.com/leveeproxy/levee/internal/ascii"
 	"github.com/leveeproxy/levee/internal/clientkey"
+	"github.com/leveeproxy/levee/internal/netlimit"
 )
 
 // FastKey returns k's key of a fasthttp request as an ordinary string (it
 // copies: callers such as the limiter keep it beyond the request).
 func FastKey(k clientkey.Source, ctx *fasthttp.RequestCtx) string {
 	if k.Kind() == clientkey.IP {
-		if ip := clientkey.ConnPeerIP(ctx.Conn()); ip != "" {
+		if ip := netlimit.PeerIPOf(ctx.Conn()); ip != "" {
 			return ip
 		}
 		return ctx.RemoteIP().String()

@@ -245,6 +245,15 @@ func PeerOf(c net.Conn) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
+// PeerIPOf is PeerOf formatted (as at accept, so without allocating);
+// "" for another connection.
+func PeerIPOf(c net.Conn) string {
+	if v := connOf(c); v != nil {
+		return v.ip
+	}
+	return ""
+}
+
 // Linger makes Close end the connection gracefully, for a server that
 // answers and closes before it has read all the client sent (a refusal):
 // closing a socket with unread input makes the kernel send a reset, which

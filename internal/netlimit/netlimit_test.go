@@ -330,7 +330,7 @@ func TestPeerIsReadOnceAtAccept(t *testing.T) {
 		}
 		for _, conn := range []net.Conn{s, tls.Server(s, &tls.Config{})} {
 			ip, ok := PeerOf(conn)
-			if !ok || ip.String() != tc.want || s.(*Conn).PeerIP() != tc.want {
+			if !ok || ip.String() != tc.want || s.(*Conn).PeerIP() != tc.want || PeerIPOf(conn) != tc.want {
 				t.Errorf("%s: PeerOf(%T) = %v, %v; PeerIP %q; want %s", tc.listen, conn, ip, ok, s.(*Conn).PeerIP(), tc.want)
 			}
 		}
@@ -344,8 +344,8 @@ func TestPeerIsReadOnceAtAccept(t *testing.T) {
 		s.Close()
 		ln.Close()
 	}
-	if _, ok := PeerOf(fakeNetConn{}); ok {
-		t.Error("PeerOf found a peer on a connection that is not a Conn")
+	if _, ok := PeerOf(fakeNetConn{}); ok || PeerIPOf(fakeNetConn{}) != "" {
+		t.Error("PeerOf or PeerIPOf found a peer on a connection that is not a Conn")
 	}
 }
 

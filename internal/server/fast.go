@@ -190,7 +190,7 @@ func (e *fastExchange) TopKey(k clientkey.Source) string {
 			return b2s(v) // a view: the sketch copies a key only when it keeps it
 		}
 	}
-	if ip := clientkey.ConnPeerIP(e.c.Conn()); ip != "" {
+	if ip := netlimit.PeerIPOf(e.c.Conn()); ip != "" {
 		return ip // formatted once per connection
 	}
 	ip, ok := netip.AddrFromSlice(e.c.RemoteIP())
