@@ -29,6 +29,7 @@ type acmeRig struct {
 	pebble      *pebbletest.Pebble
 	roots       *x509.CertPool // Pebble's issued certificates'
 	tlsAddr     string         // the first instance's TLS listener
+	held        net.Listener   // tlsAddr, held until that instance binds it
 	acmeYAML    string         // the tls: section
 	listenerTLS string         // the listener's {cert, key}
 	tokenFile   string
@@ -43,14 +44,16 @@ func newACMERig(t *testing.T, catalogYAML, acmeExtra string) *acmeRig {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Held until levee binds it: Pebble picks its own ports by listening
+	// at port 0 and closing, and would be handed this one if it were free.
+	t.Cleanup(func() { ln.Close() })
 	addr := ln.Addr().String()
-	ln.Close() // levee binds it again below; Pebble only needs the port now
 	port, _ := strconv.Atoi(addr[strings.LastIndexByte(addr, ':')+1:])
 	p := pebbletest.Start(t, pebbletest.Options{TLS: port})
 	dir := t.TempDir()
 	keyFile := writeFile(t, filepath.Join(dir, "acme.key"), base64.StdEncoding.EncodeToString([]byte(strings.Repeat("k", 32))))
 	certFile, certKey := testcert.Files(t, "listener.invalid")
-	r := &acmeRig{pebble: p, roots: p.Root(t), tlsAddr: addr, catalogYAML: catalogYAML,
+	r := &acmeRig{pebble: p, roots: p.Root(t), tlsAddr: addr, held: ln, catalogYAML: catalogYAML,
 		tokenFile: writeFile(t, filepath.Join(dir, "admin.token"), rigToken)}
 	// first_wait: a bound for a failure, not a measure.
 	r.acmeYAML = fmt.Sprintf("tls:\n  acme: {ca: %q, ca_root: %s, key_file: %s, challenges: [tls-alpn-01], first_wait: 30s%s}\n",
@@ -73,6 +76,10 @@ func (r *acmeRig) start(t *testing.T, addr string) *acmeLevee {
 	t.Helper()
 	if addr == "" {
 		addr = "127.0.0.1:0"
+	}
+	if addr == r.tlsAddr && r.held != nil {
+		r.held.Close()
+		r.held = nil
 	}
 	cfg := fmt.Sprintf("listen: [{addr: %s, tls: %s}]\nadmin: {addr: 127.0.0.1:0, token_file: %s}\ncatalog: {%s}\n%s",
 		addr, r.listenerTLS, r.tokenFile, r.catalogYAML, r.acmeYAML)

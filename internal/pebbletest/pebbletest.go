@@ -67,7 +67,7 @@ func Start(t testing.TB, o Options) *Pebble {
 		}
 		return p
 	}
-	addr, mgmt := freeAddr(t), freeAddr(t)
+	addr, mgmt := freeAddrs(t)
 	cfg := map[string]any{"pebble": map[string]any{
 		"listenAddress": addr, "managementListenAddress": mgmt,
 		"certificate": write("cert.pem", certPEM), "privateKey": write("key.pem", keyPEM),
@@ -188,14 +188,20 @@ func fileExists(p string) bool {
 	return err == nil && fi.Mode().IsRegular()
 }
 
-func freeAddr(t testing.TB) string {
+// freeAddrs returns two distinct free ports' addresses: both are held
+// until both are picked, so the kernel cannot hand out one twice.
+func freeAddrs(t testing.TB) (string, string) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	var addrs [2]string
+	for i := range addrs {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		addrs[i] = ln.Addr().String()
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addrs[0], addrs[1]
 }
 
 // startDNS answers every A question with 127.0.0.1 (and every other with
