@@ -63,7 +63,10 @@ bench_need_tools() {
   for t in "$@"; do
     command -v "$t" >/dev/null 2>&1 && continue
     [[ ($t == nginx || $t == haproxy) && -x /usr/sbin/$t ]] && continue
-    need_pkgs+=("$t")
+    case $t in
+      h2load) need_pkgs+=(nghttp2-client) ;; # Debian's package name is not the command's
+      *) need_pkgs+=("$t") ;;
+    esac
   done
   if ((${#need_pkgs[@]})); then
     log "installing ${need_pkgs[*]} with apt-get (system services are not used)"
