@@ -259,6 +259,37 @@ http {
 EOF
 }
 
+# nginx_proxy_block KEEPALIVE PORT [TLS_PORT] — the rest of an nginx.conf after nginx_conf_head: one
+# server on PORT (and on TLS_PORT with ssl and http2, $tmp/cert.pem and key.pem) proxying every
+# request to the backend at BACKEND_PORT over HTTP/1.1, with KEEPALIVE idle connections kept
+nginx_proxy_block() {
+  cat <<EOF
+  upstream bench_backend {
+    server 127.0.0.1:$BACKEND_PORT;
+    keepalive $1;
+    keepalive_requests 1000000;
+  }
+  server {
+    listen 127.0.0.1:$2;
+EOF
+  if [[ -n ${3:-} ]]; then
+    cat <<EOF
+    listen 127.0.0.1:$3 ssl http2;
+    ssl_certificate $tmp/cert.pem;
+    ssl_certificate_key $tmp/key.pem;
+EOF
+  fi
+  cat <<'EOF'
+    location / {
+      proxy_pass http://bench_backend;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
+}
+EOF
+}
+
 # haproxy_cfg_head — global + defaults: one thread, keep-alive both sides, http-reuse always
 haproxy_cfg_head() {
   cat <<'EOF'

@@ -101,25 +101,7 @@ EOF
   mkdir -p "$tmp/nginx/logs"
   {
     nginx_conf_head warn 8192 "worker_rlimit_nofile 65536;"
-    cat <<EOF
-  upstream bench_backend {
-    server 127.0.0.1:$BACKEND_PORT;
-    keepalive 1024;
-    keepalive_requests 1000000;
-  }
-  server {
-    listen 127.0.0.1:$NGINX_PORT;
-    listen 127.0.0.1:$NGINX_TLS ssl http2;
-    ssl_certificate $tmp/cert.pem;
-    ssl_certificate_key $tmp/key.pem;
-    location / {
-      proxy_pass http://bench_backend;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-    }
-  }
-}
-EOF
+    nginx_proxy_block 1024 "$NGINX_PORT" "$NGINX_TLS"
   } >"$tmp/nginx.conf"
   nginx_check || { cat "$tmp/nginx-t.log" >&2; die "nginx config"; }
   nginx_start; PID[nginx]=${PIDS[-1]}

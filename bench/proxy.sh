@@ -89,22 +89,7 @@ NGINX_BIN=$(command -v nginx)
 mkdir -p "$tmp/nginx/logs"
 {
   nginx_conf_head warn 4096
-  cat <<EOF
-  upstream bench_backend {
-    server 127.0.0.1:$BACKEND_PORT;
-    keepalive 64;
-    keepalive_requests 1000000;
-  }
-  server {
-    listen 127.0.0.1:$NGINX_PORT;
-    location / {
-      proxy_pass http://bench_backend;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-    }
-  }
-}
-EOF
+  nginx_proxy_block 64 "$NGINX_PORT"
 } >"$tmp/nginx.conf"
 start_nginx_target
 
