@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -631,5 +632,56 @@ func TestLazyLoadRate(t *testing.T) {
 	clk.Advance(time.Nanosecond)
 	if _, err := l.Load(ctx, "h3.example", "/"); err != nil {
 		t.Fatalf("at the next interval: %v", err)
+	}
+}
+
+// goroutineStore is a memStore that records which goroutine ran each
+// ForHost.
+type goroutineStore struct {
+	*memStore
+	mu  sync.Mutex
+	ids map[string]int // goroutine ID → loads run on it
+}
+
+func (s *goroutineStore) ForHost(ctx context.Context, host string) ([]Record, error) {
+	var buf [64]byte
+	id, _, _ := strings.Cut(strings.TrimPrefix(string(buf[:runtime.Stack(buf[:], false)]), "goroutine "), " ")
+	s.mu.Lock()
+	s.ids[id]++
+	s.mu.Unlock()
+	return s.memStore.ForHost(ctx, host)
+}
+
+// TestLazyLoadsRunOnLongLivedWorkers: loads run on at most Concurrency
+// goroutines, each kept for the next load (a new one per load would grow
+// its stack again for SQLite's deep query), and Close ends them all.
+func TestLazyLoadsRunOnLongLivedWorkers(t *testing.T) {
+	leaktest.Check(t) // runs after newLazy's Close
+	st := &goroutineStore{memStore: newMemStore(), ids: map[string]int{}}
+	const n = 60
+	for i := range n {
+		st.put(fmt.Sprint("app", i), []string{fmt.Sprintf("app%d.example", i)})
+	}
+	l, _ := newLazy(t, st, LazyOptions[*val]{Concurrency: 2, MaxApps: 1000, Timeout: time.Minute})
+	ctx := context.Background()
+	for i := range n / 2 { // one at a time
+		if _, err := l.Load(ctx, fmt.Sprintf("app%d.example", i), "/"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(st.ids) > 2 {
+		t.Fatalf("%d loads one after another ran on %d goroutines, want at most Concurrency (2): %v", n/2, len(st.ids), st.ids)
+	}
+	var wg sync.WaitGroup
+	for i := n / 2; i < n; i++ { // at once: some refused (ErrBusy), the rest on the same workers
+		wg.Go(func() {
+			if _, err := l.Load(ctx, fmt.Sprintf("app%d.example", i), "/"); err != nil && !errors.Is(err, ErrBusy) {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if len(st.ids) > 2 {
+		t.Errorf("loads ran on %d goroutines, want at most Concurrency (2): %v", len(st.ids), st.ids)
 	}
 }
