@@ -9,6 +9,8 @@
 #   RUNS       [5]       cold waves per store, each against a fresh levee (an empty cache)
 #   COLD_HOSTS [5000]    distinct cold hosts per wave    COLD_RATE [600/s]  their rate
 #   FACTOR     [2]       the bar: hot p99 during the wave ÷ its p99 before
+#   LOADER     [""]      catalog.loader settings to try, a YAML flow map ("{concurrency: 2}");
+#                        "" is a new user's: the defaults
 #   PORT_BASE  [19240]   levee PORT_BASE, backend +1, admin +2, postgres +3
 #
 # Issue 19 point 6: "during 600 distinct cold hosts/s against a 200,000-app catalog, the hot host's
@@ -72,7 +74,7 @@ start_postgres() {
 
 body="$tmp/body.md"
 {
-  echo "\`levee serve\` (levee $LEVEE_REV, its default loader, no pinning) on a catalog of $APPS apps, a fresh"
+  echo "\`levee serve\` (levee $LEVEE_REV, ${LOADER:+catalog.loader }${LOADER:-its default loader}, no pinning) on a catalog of $APPS apps, a fresh"
   echo "process per run; \`levee drill cold-catalog\` beside it on the same CPUs: the hot host at 100/s for 5 s,"
   echo "then beside $COLD_HOSTS distinct cold hosts at $COLD_RATE. Latency from each request's intended send time."
   echo "$(nproc) CPUs, load average $(cut -d' ' -f1 /proc/loadavg) before the first run. \`bash bench/coldwave.sh\`."
@@ -85,12 +87,12 @@ for store in $STORES; do
   case $store in
     sqlite)
       "$tmp/levee" catalog import --db "$tmp/catalog.db" "$tmp/apps.jsonl" >&2
-      catalog="{sqlite: $tmp/catalog.db}" ;;
+      catalog="{sqlite: $tmp/catalog.db${LOADER:+, loader: $LOADER}}" ;;
     postgres)
       start_postgres
       log "importing into PostgreSQL"
       "$tmp/levee" catalog import --postgres "$PG_DSN" "$tmp/apps.jsonl" >&2
-      catalog="{postgres: \"$PG_DSN\"}" ;;
+      catalog="{postgres: \"$PG_DSN\"${LOADER:+, loader: $LOADER}}" ;;
     *) die "unknown store $store (sqlite or postgres)" ;;
   esac
   cat >"$tmp/levee.yaml" <<EOF
