@@ -151,7 +151,7 @@ if ((SYSCALLS)); then
   done
 fi
 
-declare -A U K
+declare -A U K T # per round lists of user and kernel µs; T: this round's total per proxy
 RA="" RB="" RBA=""
 printf '| round | A µs/req (user + kernel) | B µs/req | nginx µs/req | A ÷ nginx | B ÷ nginx | B ÷ A |\n|---:|---|---|---|---:|---:|---:|\n'
 for ((r = 1; r <= ROUNDS; r++)); do
@@ -159,13 +159,12 @@ for ((r = 1; r <= ROUNDS; r++)); do
   for who in A B nginx; do
     read -r u k n < <(measure "$who" "$secs")
     U[$who]+=" $u"; K[$who]+=" $k"
-    line+=" | $(fmt "$(awk -v u="$u" -v k="$k" 'BEGIN{print u+k}')" 1) ($(fmt "$u" 1) + $(fmt "$k" 1)), $((n / secs))/s"
-    eval "T_$who=\$(awk -v u=\"\$u\" -v k=\"\$k\" 'BEGIN{print u+k}')"
+    T[$who]=$(awk -v u="$u" -v k="$k" 'BEGIN{print u+k}')
+    line+=" | $(fmt "${T[$who]}" 1) ($(fmt "$u" 1) + $(fmt "$k" 1)), $((n / secs))/s"
   done
-  # shellcheck disable=SC2154  # T_A, T_B, T_nginx are set by the eval above
-  line+=" | $(ratio "$T_A" "$T_nginx") | $(ratio "$T_B" "$T_nginx") | $(ratio "$T_B" "$T_A") |"
-  echo "$line"
-  RA+=" $(ratio "$T_A" "$T_nginx")"; RB+=" $(ratio "$T_B" "$T_nginx")"; RBA+=" $(ratio "$T_B" "$T_A")"
+  a=$(ratio "${T[A]}" "${T[nginx]}"); b=$(ratio "${T[B]}" "${T[nginx]}"); ba=$(ratio "${T[B]}" "${T[A]}")
+  echo "$line | $a | $b | $ba |"
+  RA+=" $a"; RB+=" $b"; RBA+=" $ba"
 done
 echo
 echo "medians over $ROUNDS rounds (levee A ${REVS[A]}, B ${REVS[B]}; $PROTO, $CONNS connections, $PIN_MODE):"
