@@ -77,16 +77,7 @@ PIDS+=("$!")
 wait_http "http://127.0.0.1:$BACKEND_PORT/" 10 || die "backend not ready"
 declare -A PID
 for who in A B; do
-  cat >"$tmp/$who.yaml" <<EOF
-listen:
-  - 127.0.0.1:${PORT[$who]}
-  - {addr: 127.0.0.1:$((PORT[$who] + 100)), tls: {cert: $tmp/cert.pem, key: $tmp/key.pem}}
-admin: {addr: 127.0.0.1:${ADMIN[$who]}, pprof: true}
-apps:
-  bench:
-    hosts: [bench.local]
-    backends: [127.0.0.1:$BACKEND_PORT]
-EOF
+  levee_bench_yaml "$tmp/$who.yaml" "${PORT[$who]}" $((PORT[$who] + 100)) "${ADMIN[$who]}"
   GOMAXPROCS=1 "${ON_PROXY_CPU[@]}" "$tmp/levee-$who" serve --config "$tmp/$who.yaml" >"$tmp/$who.log" 2>&1 &
   PID[$who]=$!; PIDS+=("$!")
   wait_http "http://127.0.0.1:${ADMIN[$who]}/readyz" 10 || { tail "$tmp/$who.log" >&2; die "levee $who not ready"; }
@@ -102,8 +93,6 @@ wait_http "http://127.0.0.1:${PORT[nginx]}/" 10 || die "nginx not ready"
 PID[nginx]=$(pgrep -P "${PIDS[-1]}" | head -1) # the worker: the master only waits
 [[ -n ${PID[nginx]} ]] || die "no nginx worker"
 
-# ticks PID — "utime stime" of PID, in clock ticks
-ticks() { local s; s=$(cat "/proc/$1/stat"); s=${s##*) }; read -r -a f <<<"$s"; echo "${f[11]} ${f[12]}"; }
 HZ=$(getconf CLK_TCK)
 
 # load WHO SECONDS — answered responses of a run against WHO
@@ -124,7 +113,7 @@ load() {
 # measure WHO SECONDS — "user_us kernel_us requests": WHO's CPU per answered request over a run
 measure() {
   local who=$1 t0 t1 n
-  t0=$(ticks "${PID[$who]}"); n=$(load "$who" "$2"); t1=$(ticks "${PID[$who]}")
+  t0=$(proc_ticks "${PID[$who]}"); n=$(load "$who" "$2"); t1=$(proc_ticks "${PID[$who]}")
   awk -v a="$t0" -v b="$t1" -v n="$n" -v hz="$HZ" 'BEGIN { split(a, x, " "); split(b, y, " ")
     if (n <= 0) { print "nan nan 0"; exit }
     printf "%.2f %.2f %d\n", (y[1]-x[1]) * 1e6 / hz / n, (y[2]-x[2]) * 1e6 / hz / n, n }'

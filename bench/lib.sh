@@ -64,7 +64,9 @@ bench_need_tools() {
     command -v "$t" >/dev/null 2>&1 && continue
     [[ ($t == nginx || $t == haproxy) && -x /usr/sbin/$t ]] && continue
     case $t in
-      h2load) need_pkgs+=(nghttp2-client) ;; # Debian's package name is not the command's
+      # Debian's package names that are not the command's
+      h2load) need_pkgs+=(nghttp2-client) ;;
+      perf) need_pkgs+=(linux-perf) ;;
       *) need_pkgs+=("$t") ;;
     esac
   done
@@ -143,16 +145,23 @@ to_secs() {
     printf "%d\n", (n==int(n)) ? n : int(n)+1 }'
 }
 
+# proc_ticks PID — "utime stime" of PID alone, in clock ticks; nothing if it has exited
+proc_ticks() {
+  local stat rest; local -a f
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+  rest=${stat##*) }            # fields from 3 (state) on; comm may hold spaces
+  read -r -a f <<<"$rest"
+  echo "${f[11]} ${f[12]}"     # fields 14 utime, 15 stime
+}
+
 # cpu_ticks PID — utime+stime (clock ticks) of PID and all its descendants
 cpu_ticks() {
-  local total=0 p stat rest kids
-  local -a queue=("$1") f
+  local total=0 p u s kids
+  local -a queue=("$1")
   while ((${#queue[@]})); do
     p=${queue[0]}; queue=("${queue[@]:1}")
-    if stat=$(cat "/proc/$p/stat" 2>/dev/null); then
-      rest=${stat##*) }            # fields from 3 (state) on; comm may hold spaces
-      read -r -a f <<<"$rest"
-      total=$((total + f[11] + f[12]))   # fields 14 utime, 15 stime
+    if read -r u s < <(proc_ticks "$p") && [[ -n $u ]]; then
+      total=$((total + u + s))
     fi
     kids=$(pgrep -P "$p" 2>/dev/null || true)
     [[ -n $kids ]] && mapfile -t -O "${#queue[@]}" queue <<<"$kids"
@@ -214,6 +223,22 @@ start_levee() {
     kill -TERM "${PID[levee]}" 2>/dev/null || true
     NOTE[levee]="skipped: not ready"
   fi
+}
+
+# levee_bench_yaml FILE PORT TLS_PORT ADMIN_PORT — the config a new user writes for the bench's one
+# app: a plain listener on PORT and a TLS one on TLS_PORT ($tmp/cert.pem and key.pem), default
+# limits, app "bench" (Host bench.local) on the backend at BACKEND_PORT; admin with pprof on
+levee_bench_yaml() {
+  cat >"$1" <<EOF
+listen:
+  - 127.0.0.1:$2
+  - {addr: 127.0.0.1:$3, tls: {cert: $tmp/cert.pem, key: $tmp/key.pem}}
+admin: {addr: 127.0.0.1:$4, pprof: true}
+apps:
+  bench:
+    hosts: [bench.local]
+    backends: [127.0.0.1:$BACKEND_PORT]
+EOF
 }
 
 # peer_ratios TABLE_VALUES... — "levee ÷ nginx" and "levee ÷ haproxy" lines for the named columns:

@@ -85,16 +85,7 @@ start_all() {
   GOMAXPROCS=1 "${ON_BACKEND_CPU[@]}" "$tmp/backend" "${backend_flags[@]}" -listen "127.0.0.1:$BACKEND_PORT" >"$tmp/backend.log" 2>&1 &
   PIDS+=("$!")
   wait_http "http://127.0.0.1:$BACKEND_PORT/" 10 || die "backend not ready"
-  cat >"$tmp/levee.yaml" <<EOF
-listen:
-  - 127.0.0.1:$LEVEE_PORT
-  - {addr: 127.0.0.1:$LEVEE_TLS, tls: {cert: $tmp/cert.pem, key: $tmp/key.pem}}
-admin: {addr: 127.0.0.1:$LEVEE_ADMIN_PORT, pprof: true}
-apps:
-  bench:
-    hosts: [bench.local]
-    backends: [127.0.0.1:$BACKEND_PORT]
-EOF
+  levee_bench_yaml "$tmp/levee.yaml" "$LEVEE_PORT" "$LEVEE_TLS" "$LEVEE_ADMIN_PORT"
   GOMAXPROCS=1 "${ON_PROXY_CPU[@]}" "$tmp/levee" serve --config "$tmp/levee.yaml" >"$tmp/levee.log" 2>&1 &
   PID[levee]=$!; PIDS+=("${PID[levee]}")
   wait_http "http://127.0.0.1:$LEVEE_ADMIN_PORT/readyz" 10 || { tail "$tmp/levee.log" >&2; die "levee not ready"; }

@@ -122,7 +122,8 @@ type appRef[V any] struct {
 	pending int
 }
 
-// loadJob is one load for a worker (run).
+// loadJob is one load: its host key, its call, and the cache shards'
+// generations read when it started (run).
 type loadJob[V any] struct {
 	key       string
 	c         *loadCall[V]
@@ -355,14 +356,14 @@ func (l *Lazy[V]) start(j loadJob[V]) {
 	select {
 	case l.jobs <- j:
 	case <-l.bg.Done():
-		l.run(j.key, j.c, j.gen, j.ugen)
+		l.run(j)
 	}
 }
 
 // work runs j, then each load handed to it, until Close.
 func (l *Lazy[V]) work(j loadJob[V]) {
 	for {
-		l.run(j.key, j.c, j.gen, j.ugen)
+		l.run(j)
 		select {
 		case j = <-l.jobs:
 		case <-l.bg.Done():
@@ -373,7 +374,8 @@ func (l *Lazy[V]) work(j loadJob[V]) {
 
 // run is one load, owned by the Lazy (it outlives the request that
 // started it, so the requests that joined it still get its answer).
-func (l *Lazy[V]) run(key string, c *loadCall[V], gen, ugen uint64) {
+func (l *Lazy[V]) run(j loadJob[V]) {
+	key, c, gen, ugen := j.key, j.c, j.gen, j.ugen
 	defer c.cancel() // after done is closed (deferred calls run last first)
 	defer func() {
 		l.mu.Lock()

@@ -231,10 +231,6 @@ func Wrap(c net.Conn) *Conn {
 	return cc
 }
 
-// PeerIP is the peer's address without its port: a client key of "ip"
-// reads it per request without formatting (or allocating) it again.
-func (c *Conn) PeerIP() string { return c.ip }
-
 // PeerOf is the peer's address of c, a Conn or a wrapper of it (TLS),
 // read without a system call or a walk down RemoteAddr; false for another
 // connection.

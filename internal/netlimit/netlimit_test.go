@@ -330,8 +330,8 @@ func TestPeerIsReadOnceAtAccept(t *testing.T) {
 		}
 		for _, conn := range []net.Conn{s, tls.Server(s, &tls.Config{})} {
 			ip, ok := PeerOf(conn)
-			if !ok || ip.String() != tc.want || s.(*Conn).PeerIP() != tc.want || PeerIPOf(conn) != tc.want {
-				t.Errorf("%s: PeerOf(%T) = %v, %v; PeerIP %q; want %s", tc.listen, conn, ip, ok, s.(*Conn).PeerIP(), tc.want)
+			if !ok || ip.String() != tc.want || PeerIPOf(s) != tc.want || PeerIPOf(conn) != tc.want {
+				t.Errorf("%s: PeerOf(%T) = %v, %v; PeerIPOf %q, %q; want %s", tc.listen, conn, ip, ok, PeerIPOf(s), PeerIPOf(conn), tc.want)
 			}
 		}
 		ln.mu.Lock()
