@@ -308,25 +308,44 @@ func (c *conn) onSettings(fh frameHeader, p []byte) error {
 		}
 		return nil
 	}
+	// The ACK goes into the write buffer before a window opened here
+	// wakes a writer, so that a peer sees it ahead of the DATA the new
+	// settings let through, as it sees them from Go's server and nginx
+	// (h2spec 6.9.2/1 drops frames met while it waits for the ACK). The
+	// write lock is taken before c.mu, as every writer takes them.
+	c.lockWrite()
 	c.mu.Lock()
-	for ; len(p) > 0; p = p[6:] {
-		id, v := binary.BigEndian.Uint16(p), binary.BigEndian.Uint32(p[2:])
+	for q := p; len(q) > 0; q = q[6:] {
+		id, v := binary.BigEndian.Uint16(q), binary.BigEndian.Uint32(q[2:])
 		if f, ok := checkSetting(id, v, false); !ok {
 			c.mu.Unlock()
+			c.unlockWrite(time.Time{})
 			return connError{f.code, f.reason}
 		}
+		if id == settingInitialWindowSize {
+			// §6.9.2: the change applies to every stream's window, which
+			// may go negative; none may pass the maximum. Only this
+			// goroutine adds to windows, so what is checked here holds
+			// when it is applied below.
+			delta := int64(v) - c.peerWindow
+			for _, st := range c.streams {
+				if st.sendWindow+delta > maxWindow {
+					c.mu.Unlock()
+					c.unlockWrite(time.Time{})
+					return connError{ErrCodeFlowControl, "window overflow"}
+				}
+			}
+		}
+	}
+	c.wbuf = appendFrameHeader(c.wbuf, 0, frameSettings, flagAck, 0)
+	for ; len(p) > 0; p = p[6:] {
+		id, v := binary.BigEndian.Uint16(p), binary.BigEndian.Uint32(p[2:])
 		switch id {
 		case settingInitialWindowSize:
-			// §6.9.2: the change applies to every stream's window, which
-			// may go negative; none may pass the maximum.
 			delta := int64(v) - c.peerWindow
 			c.peerWindow = int64(v)
 			for _, st := range c.streams {
 				st.sendWindow += delta
-				if st.sendWindow > maxWindow {
-					c.mu.Unlock()
-					return connError{ErrCodeFlowControl, "window overflow"}
-				}
 				if delta > 0 {
 					st.wakeWriter()
 				}
@@ -336,8 +355,6 @@ func (c *conn) onSettings(fh frameHeader, p []byte) error {
 		}
 	}
 	c.mu.Unlock()
-	c.lockWrite()
-	c.wbuf = appendFrameHeader(c.wbuf, 0, frameSettings, flagAck, 0)
 	return c.unlockWriteLazy()
 }
 

@@ -794,3 +794,42 @@ func TestWriterLeftToFlushFlushes(t *testing.T) {
 		})
 	}
 }
+
+// TestSettingsAckBeforeTheDataItLetsThrough: a SETTINGS that opens the
+// streams' windows is acknowledged ahead of the DATA it lets through, so
+// that a peer waiting for the ACK (h2spec 6.9.2/1) does not meet the DATA
+// first. Many streams wait at once, so that, were the writers woken before
+// the ACK is written, one of them would win the race for the write lock.
+func TestSettingsAckBeforeTheDataItLetsThrough(t *testing.T) {
+	const streams, rounds = 40, 5
+	addr := serve(t, &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write(bytes.Repeat([]byte("x"), rounds))
+	})})
+	rc := dialRaw(t, addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	for i := range streams {
+		rc.get(uint32(2*i+1), "/", true)
+	}
+	// Each handler sends its HEADERS before it waits for a window.
+	for seen := 0; seen < streams; {
+		switch f := rc.read().(type) {
+		case *http2.MetaHeadersFrame:
+			seen++
+		case *http2.DataFrame:
+			t.Fatalf("DATA on stream %d within a window of 0", f.StreamID)
+		}
+	}
+	for r := 1; r <= rounds; r++ {
+		rc.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: uint32(r)})
+		for acked, data := false, 0; data < streams; {
+			switch f := rc.read().(type) {
+			case *http2.SettingsFrame:
+				acked = acked || f.IsAck()
+			case *http2.DataFrame:
+				if !acked {
+					t.Fatalf("round %d: DATA on stream %d ahead of the SETTINGS ACK", r, f.StreamID)
+				}
+				data++
+			}
+		}
+	}
+}
