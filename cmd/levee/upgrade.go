@@ -194,19 +194,23 @@ const reportEvery = 10 * time.Millisecond
 
 // report sends the new levee what this one admits and has in flight,
 // until this one's Serve has returned (nothing in flight then), and
-// closes the control socket.
+// closes the control socket. The first report goes at once: the new levee
+// holds every slot for this one until it comes (apps.Table.ImportState),
+// and each report seals this one's limits at the counts it sends.
 func (u *upgrader) report(child *upgrade.Child, rep *apps.Reporter) {
 	defer child.Close()
 	defer rep.Stop()
 	t := time.NewTicker(reportEvery)
 	defer t.Stop()
-	for {
-		select {
-		case <-rep.Wake():
-		case <-t.C:
-		case <-u.drained:
-			_ = child.Report(rep.Take())
-			return
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-rep.Wake():
+			case <-t.C:
+			case <-u.drained:
+				_ = child.Report(rep.Take())
+				return
+			}
 		}
 		if err := child.Report(rep.Take()); err != nil {
 			u.log.Warn("upgrade: cannot report to the new levee; it counts this one's requests until this one exits", "err", err)

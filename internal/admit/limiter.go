@@ -129,6 +129,11 @@ func (l *Limiter) AcquireWait(ctx context.Context, t Ticket) (time.Duration, err
 		l.mu.Unlock()
 		return 0, nil
 	}
+	if l.s.sealed {
+		l.s.forget(c)
+		l.mu.Unlock()
+		return 0, ErrSealed
+	}
 	now := l.clk.Now()
 	if dl, ok := ctx.Deadline(); ok && !dl.After(now) {
 		// ctx.Err() may still be nil: its timer fires a little after the deadline.

@@ -44,6 +44,10 @@ type sched struct {
 	// size class).
 	patient    bool
 	overloaded bool
+	// sealed: admissions stop at ceiling as well as at the concurrency
+	// (Limiter.Seal); an int32, to share the word too.
+	sealed  bool
+	ceiling int32
 	// aboveSince is when the oldest waiter was first seen older than the
 	// target in the current stretch; zero when it was last seen younger or
 	// the queue was empty.
@@ -135,6 +139,15 @@ func (s *sched) shortWait() time.Duration {
 	return min(s.limits.MaxWait, shortWaitFactor*s.target())
 }
 
+// room is how many slots may be held: the concurrency, or below it the
+// ceiling of a sealed limiter.
+func (s *sched) room() int {
+	if s.sealed {
+		return min(s.limits.Concurrency, int(s.ceiling))
+	}
+	return s.limits.Concurrency
+}
+
 // share is the fair share of slots per active client.
 func (s *sched) share() int {
 	return max(1, s.limits.Concurrency/max(1, len(s.clients)))
@@ -176,7 +189,7 @@ func (s *sched) forget(c *client) {
 
 // tryTake takes a free slot for c if one is free and nobody waits.
 func (s *sched) tryTake(c *client) bool {
-	if s.inflight >= s.limits.Concurrency || s.queued > 0 {
+	if s.inflight >= s.room() || s.queued > 0 {
 		return false
 	}
 	s.inflight++
@@ -417,7 +430,7 @@ func (s *sched) release(c *client) {
 		c.held--
 		s.forget(c)
 	}
-	if s.queued > 0 && s.inflight <= s.limits.Concurrency && s.grantNext() {
+	if s.queued > 0 && s.inflight <= s.room() && s.grantNext() {
 		return // the slot passes on; inflight is unchanged
 	}
 	s.inflight--
@@ -427,7 +440,7 @@ func (s *sched) release(c *client) {
 // setLimits changes the limits and admits waiters into any new room.
 func (s *sched) setLimits(l Limits) {
 	s.limits = sanitize(l)
-	for s.queued > 0 && s.inflight < s.limits.Concurrency && s.grantNext() {
+	for s.queued > 0 && s.inflight < s.room() && s.grantNext() {
 		s.inflight++
 		s.inflightGauge.Add(1)
 	}

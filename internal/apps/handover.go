@@ -61,13 +61,15 @@ type rateState struct {
 }
 
 // ExportState returns the limits' state of every app, for the levee that
-// takes over from this one (ImportState). Call it once this one admits no
-// more requests, so that nothing it admits is missing from the state.
+// takes over from this one (ImportState). Call it after Report, so that
+// what this one admits after the export is reported. It does not seal the
+// limiters: this levee serves on until the new one does, and the new one
+// holds every slot until the first report (ImportState).
 func (t *Table) ExportState() []byte {
 	now := t.o.Clock.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	st := handoverState{Version: StateVersion, Apps: make(map[string]appState, len(t.apps)), InFlight: t.inFlightLocked()}
+	st := handoverState{Version: StateVersion, Apps: make(map[string]appState, len(t.apps)), InFlight: t.inFlightLocked(false)}
 	for name, a := range t.apps {
 		st.Apps[name] = a.export(now)
 	}
@@ -134,8 +136,25 @@ func (t *Table) ImportState(b []byte) error {
 			t.pend(name, as, st.Version, now)
 		}
 	}
-	t.holdLocked(st.InFlight)
+	t.holdLocked(wholeLimits(t.apps, st.InFlight))
 	return nil
+}
+
+// wholeLimits is, for each app, its whole concurrency and its whole
+// backend_limits.inflight, or more if that many are in flight: what a
+// new levee holds for the old one until its first report. The old levee
+// serves on until this one does, admitting what it will, and seals its
+// limits at the counts of that first report, sent once its drain began
+// (admit.Limiter.Seal): until then no count it sent bounds what it has in
+// flight. The new levee thus admits nothing of its own until that report,
+// a moment after it began to serve.
+func wholeLimits(apps map[string]*App, inflight map[string]slots) map[string]slots {
+	out := make(map[string]slots, len(apps))
+	for name, a := range apps {
+		n := inflight[name]
+		out[name] = slots{App: max(n.App, a.limiter.Limits().Concurrency), Backend: max(n.Backend, a.backendGuard().Stats().InflightLimit)}
+	}
+	return out
 }
 
 // takeOver continues a's limits at now from as, of state version v,

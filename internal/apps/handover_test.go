@@ -1,6 +1,7 @@
 package apps
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -63,11 +64,12 @@ func TestStateHandover(t *testing.T) {
 	if app, cl := remaining(t, next, "client-1", clk.Now()); app != 1 || cl != 4 {
 		t.Errorf("after the handover the app's bucket has %d, client-1's %d; want 1 and 4", app, cl)
 	}
-	if got := next.handover("a").Limiter.InFlight(); got != 2 {
-		t.Errorf("new levee holds %d slots for the old one's requests, want 2", got)
+	// Until the old one's first report, every slot: it serves on meanwhile.
+	if got := next.handover("a").Limiter.InFlight(); got != 3 {
+		t.Errorf("new levee holds %d slots for the old one before its first report, want all 3", got)
 	}
-	if got := next.handover("a").Guard.InFlight(); got != 1 {
-		t.Errorf("new levee holds %d backend slots for the old one's requests, want 1", got)
+	if got := next.handover("a").Guard.InFlight(); got != 2 {
+		t.Errorf("new levee holds %d backend slots for the old one before its first report, want both", got)
 	}
 	if top := next.handover("a").Top.Top(clk.Now()); len(top.Requests) != 1 || top.Requests[0].Key != "client-1" {
 		t.Errorf("new levee's top clients: %+v, want client-1 carried over", top)
@@ -83,11 +85,13 @@ func TestStateHandover(t *testing.T) {
 	if app, _ := remaining(t, next, "client-1", clk.Now()); app != 0 {
 		t.Errorf("after the report the app's bucket has %d, want 0 (the old one's admission charged)", app)
 	}
-	if got := next.handover("a").Limiter.InFlight(); got != 1 {
-		t.Errorf("new levee holds %d slots after the report, want 1", got)
+	// The report's ceilings: what the old one has in flight, and a slack
+	// (admit.Limiter.Seal), within each limit.
+	if got := next.handover("a").Limiter.InFlight(); got != 2 {
+		t.Errorf("new levee holds %d slots after the report, want 2: the old one's 1 and 1 of slack", got)
 	}
-	if got := next.handover("a").Guard.InFlight(); got != 1 {
-		t.Errorf("new levee holds %d backend slots after the report, want 1", got)
+	if got := next.handover("a").Guard.InFlight(); got != 2 {
+		t.Errorf("new levee holds %d backend slots after the report, want 2: the old one's 1 and 1 of slack", got)
 	}
 	next.ReleaseHeld()
 	if got := next.handover("a").Limiter.InFlight() + next.handover("a").Guard.InFlight(); got != 0 {
@@ -285,8 +289,22 @@ func TestThreeGenerationsPassOnTheOldestsReports(t *testing.T) {
 	if err := third.ImportState(second.ExportState()); err != nil {
 		t.Fatal(err)
 	}
-	if app, be := inFlight(third); app != 3 || be != 1 {
-		t.Fatalf("the third holds %d slots (%d at the backends) after its handover; want 3 (1): the first's two and the second's one", app, be)
+	// Before any report, each holds every slot for the one before it: the
+	// second its 3 (2) for the first, the third those and the second's own.
+	if app, be := inFlight(third); app != 4 || be != 2 {
+		t.Fatalf("the third holds %d slots (%d at the backends) after its handover; want 4 (2): the second's 3 (2) held for the first and its own one", app, be)
+	}
+	if err := second.ApplyReport(rep1.Take()); err != nil {
+		t.Fatal(err)
+	}
+	if err := third.ApplyReport(rep2.Take()); err != nil {
+		t.Fatal(err)
+	}
+	// The reports' ceilings (admit.Limiter.Seal): the first's 2 (1) in
+	// flight and 1 of slack, within the limits, 3 (2); the second's 4 (2)
+	// with them.
+	if app, be := inFlight(third); app != 4 || be != 2 {
+		t.Fatalf("the third holds %d slots (%d at the backends) after the first reports; want 4 (2)", app, be)
 	}
 	// The first admits one more on a connection it holds, and reports.
 	first.handover("a").AppRates.AllowAt(limits.AppKey, lim, clk.Now(), 1)
@@ -310,8 +328,10 @@ func TestThreeGenerationsPassOnTheOldestsReports(t *testing.T) {
 	if err := third.ApplyReport(rep2.Take()); err != nil {
 		t.Fatal(err)
 	}
-	if app, be := inFlight(third); app != 1 || be != 0 {
-		t.Errorf("the third holds %d slots (%d at the backends) once the first's requests ended; want 1 (0): the second's", app, be)
+	// The first's ceilings fall to its slack, 1 (1); the second's to its
+	// 2 (1) in flight and a slack: 3 (2).
+	if app, be := inFlight(third); app != 3 || be != 2 {
+		t.Errorf("the third holds %d slots (%d at the backends) once the first's requests ended; want 3 (2)", app, be)
 	}
 	rep1.Stop()
 	second.ReleaseHeld()
@@ -319,8 +339,120 @@ func TestThreeGenerationsPassOnTheOldestsReports(t *testing.T) {
 	if err := third.ApplyReport(rep2.Take()); err != nil {
 		t.Fatal(err)
 	}
+	if app, be := inFlight(third); app != 1 || be != 1 {
+		t.Errorf("the third holds %d slots (%d at the backends) once both drained; want the second's slack, 1 (1)", app, be)
+	}
 	rep2.Stop()
+	third.ReleaseHeld() // the second exited
 	if app, be := inFlight(third); app != 0 || be != 0 {
-		t.Errorf("the third holds %d slots (%d at the backends) once both drained; want 0", app, be)
+		t.Errorf("the third holds %d slots (%d at the backends) once the second exited; want 0", app, be)
+	}
+}
+
+// Across a handover the two levees never exceed a concurrency together:
+// the new one holds every slot until the old one's first report, and from
+// that report on the old one admits, on the connections it still holds,
+// only into slots it has freed since (the rest get admit.ErrSealed), so
+// what the new one holds for it never falls below what it has in flight,
+// whatever arrives at either between reports. Stop lifts the seal.
+func TestHandedOverLeveeAdmitsOnlyWithinWhatItReported(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	old, next := loaded(t, clk, handoverConfig), loaded(t, clk, handoverConfig)
+	// A context whose deadline is the fake clock's now: a request that
+	// finds no free slot is told so at once (DeadlineExceeded), not queued.
+	now, cancel := context.WithDeadline(t.Context(), clk.Now())
+	defer cancel()
+	free := func(l *admit.Limiter) bool {
+		t.Helper()
+		switch err := l.Acquire(now); err {
+		case nil:
+			return true
+		case context.DeadlineExceeded, admit.ErrSealed:
+			return false
+		default:
+			t.Fatalf("Acquire = %v", err)
+			return false
+		}
+	}
+	var rep *Reporter
+	report := func() {
+		t.Helper()
+		if err := next.ApplyReport(rep.Take()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ol, og, nl := old.handover("a").Limiter, old.handover("a").Guard, next.handover("a").Limiter
+	if !free(ol) { // the old one has 1 of its 3 slots in flight,
+		t.Fatal("no slot before the handover")
+	}
+	s, err := og.Enter(now, "c", clk.Now()) // at the backends, of 2
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep = old.Report()
+	if err := next.ImportState(old.ExportState()); err != nil {
+		t.Fatal(err)
+	}
+	// Until the old one's first report, the new one holds every slot for
+	// it, and the old one admits as before.
+	if free(nl) {
+		t.Fatal("the new levee admitted before the old one's first report")
+	}
+	if !free(ol) {
+		t.Fatal("the old levee did not admit before its first report")
+	}
+	ol.Release()
+	// The first report seals the old one's limits at 1 in flight and 1 of
+	// slack: 2 of 3, and 2 of 2 at the backends.
+	report()
+	if !free(nl) || free(nl) {
+		t.Fatal("the new levee did not admit exactly the 1 slot the old one's ceiling leaves")
+	}
+	if !free(ol) {
+		t.Fatal("the old levee did not admit within its slack")
+	}
+	if err := ol.Acquire(now); err != admit.ErrSealed {
+		t.Fatalf("the old levee's third request: Acquire = %v, want ErrSealed: 3 and the new one's 1 are past a concurrency of 3", err)
+	}
+	s2, err := og.Enter(now, "c", clk.Now())
+	if err != nil {
+		t.Fatalf("the old levee's backend slot within its slack: Enter = %v", err)
+	}
+	if _, err := og.Enter(now, "c", clk.Now()); err != admit.ErrSealed {
+		t.Fatalf("the old levee's backend slot past its ceiling: Enter = %v, want ErrSealed", err)
+	}
+	ol.Release() // one ends; another arrives on a held connection
+	if !free(ol) {
+		t.Fatal("the old levee did not admit into the slot it freed")
+	}
+	report() // 2 in flight: the ceiling stays 2, never 3
+	if free(nl) {
+		t.Fatal("the new levee admitted past the 2 slots still held for the old one")
+	}
+	// Both of the old one's end, and it reports: its ceiling falls to the
+	// slack, and the new one has the rest.
+	ol.Release()
+	ol.Release()
+	s.Release()
+	s2.Release()
+	report()
+	if !free(nl) || free(nl) {
+		t.Fatal("the new levee does not have the 2 of 3 slots the old one's slack leaves")
+	}
+	if !free(ol) || free(ol) {
+		t.Fatal("the old levee does not have exactly its slack")
+	}
+	ol.Release()
+	// Had the upgrade failed here, the old one's limits are its own again.
+	rep.Stop()
+	for range 3 {
+		if !free(ol) {
+			t.Fatal("Stop did not lift the seal")
+		}
+	}
+	for range 2 {
+		if _, err := og.Enter(now, "c", clk.Now()); err != nil {
+			t.Fatalf("Stop did not lift the backend slots' seal: Enter = %v", err)
+		}
 	}
 }

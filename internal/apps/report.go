@@ -145,7 +145,7 @@ func (r *Reporter) Take() []byte {
 	defer r.mu.Unlock()
 	rep := report{Version: StateVersion, Charges: r.charges}
 	r.t.mu.Lock()
-	rep.InFlight = r.t.inFlightLocked()
+	rep.InFlight = r.t.inFlightLocked(true)
 	now := r.t.sentLocked()
 	r.t.mu.Unlock()
 	rep.Bytes, rep.Backend = map[string]int64{}, map[string]int64{}
@@ -190,12 +190,17 @@ func (t *Table) sentLocked() map[string]sent {
 	return out
 }
 
-// Stop stops collecting, and relaying.
+// Stop stops collecting, and relaying, and lifts the limits' seals: the
+// upgrade failed and this levee serves on alone, or it has drained.
 func (r *Reporter) Stop() {
 	for _, st := range r.stores {
 		st.Observe(nil)
 	}
-	r.t.reporter.CompareAndSwap(r, nil)
+	if r.t.reporter.CompareAndSwap(r, nil) {
+		r.t.mu.Lock()
+		r.t.unsealLocked()
+		r.t.mu.Unlock()
+	}
 }
 
 // inFlightLocked is every app's requests in flight now, on its
@@ -203,16 +208,35 @@ func (r *Reporter) Stop() {
 // those it holds for the levee it took over from, which may still be
 // draining when this one hands over in its turn (three generations
 // alive). The levee taking over holds them all, until the reports say
-// they ended. Callers hold t.mu.
-func (t *Table) inFlightLocked() map[string]slots {
+// they ended. With seal (a report, once this levee has handed over),
+// each limiter is sealed and what is reported is its ceiling
+// (admit.Limiter.Seal: the count, a slack, never rising): this levee
+// admits no more than the new one holds for it, so the two never exceed
+// a limit together, whatever arrives at either between reports.
+// Callers hold t.mu.
+func (t *Table) inFlightLocked(seal bool) map[string]slots {
 	out := make(map[string]slots, len(t.apps))
 	for name, a := range t.apps {
-		n := slots{App: a.limiter.InFlight(), Backend: a.backendGuard().InFlight()}
+		var n slots
+		if seal {
+			n = slots{App: a.limiter.Seal(), Backend: a.backendGuard().Seal()}
+		} else {
+			n = slots{App: a.limiter.InFlight(), Backend: a.backendGuard().InFlight()}
+		}
 		if n.App > 0 || n.Backend > 0 {
 			out[name] = slots{App: max(n.App, 0), Backend: max(n.Backend, 0)}
 		}
 	}
 	return out
+}
+
+// unsealLocked lifts every app's seal: the upgrade failed, or this levee
+// stopped reporting. Callers hold t.mu.
+func (t *Table) unsealLocked() {
+	for _, a := range t.apps {
+		a.limiter.Unseal()
+		a.backendGuard().Unseal()
+	}
 }
 
 // slots are an app's requests in flight: those holding its concurrency's

@@ -80,6 +80,13 @@ type Refusal struct {
 	Shadow     ShadowSet          // when let through: what shadowed limits would have refused
 }
 
+// Sealed is the refusal of a request that found no slot at a sealed
+// limiter (admit.ErrSealed): this levee has handed over to a new one. Its
+// Code is 0, as for a request whose client left: the server answers it as
+// one that came once the drain began (draining.go), which sends its
+// client to the levee that serves now.
+var Sealed = Refusal{Reason: reply.Draining}
+
 // Answer is the reply of ref.
 func (ref *Refusal) Answer() *reply.Reply {
 	if ref.Reply != nil {
@@ -238,6 +245,9 @@ func (g *Gate) Admit(ctx context.Context, t admit.Ticket, tr *trace.Request) (ad
 		}
 		if errors.Is(err, context.DeadlineExceeded) {
 			return nil, g.DeadlinePassed(), false // the request's deadline, not its client's going
+		}
+		if err == admit.ErrSealed {
+			return nil, Sealed, false
 		}
 		return nil, Refusal{}, false
 	}

@@ -17,6 +17,22 @@ func (g *Guard) InFlight() int {
 	return g.slots.InFlight()
 }
 
+// Seal is admit.Limiter's Seal for the backend slots: it returns the
+// requests holding them now, and admits no more than that until Unseal.
+func (g *Guard) Seal() int {
+	if g == nil || g.slots == nil {
+		return 0
+	}
+	return g.slots.Seal()
+}
+
+// Unseal lifts Seal's ceiling.
+func (g *Guard) Unseal() {
+	if g != nil && g.slots != nil {
+		g.slots.Unseal()
+	}
+}
+
 // Hold counts n requests another levee has at the backends as holding
 // slots here, over the limit if need be; Unhold gives them back.
 func (g *Guard) Hold(n int) {

@@ -285,6 +285,9 @@ func (s *Server) enter(ctx context.Context, rt *route, path, client string, now 
 func (rt *route) refuseGuard(err error) limits.Refusal {
 	rej, ok := limits.AsRejection(err)
 	if !ok {
+		if err == admit.ErrSealed {
+			return limits.Sealed
+		}
 		return limits.Refusal{}
 	}
 	rt.app.Metrics.Rejected(string(rej.Reason))

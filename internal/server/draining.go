@@ -28,11 +28,24 @@ var drainingRefusal = limits.Refusal{Code: reply.For(reply.Draining).Status, Rea
 // closed unanswered: nothing was sent, so its client sends it again on a
 // new connection by itself (Go's and browsers' do, for an idempotent
 // request), to the levee that serves now, rather than seeing a 503.
+//
+// A request a sealed limiter turned away (limits.Sealed: this levee has
+// handed over, and drains) is answered as one that came once the drain had
+// begun: the levee that serves now has its slots.
 func (s *Server) unanswered(ref limits.Refusal, live, reused bool) limits.Refusal {
-	if ref.Code == 0 && s.draining.Load() && (live || !reused) {
+	if ref.Code != 0 {
+		return ref
+	}
+	if ref.Reason == limits.Sealed.Reason {
+		if reused {
+			return limits.Refusal{}
+		}
 		return drainingRefusal
 	}
-	return ref
+	if s.draining.Load() && (live || !reused) {
+		return drainingRefusal
+	}
+	return limits.Refusal{}
 }
 
 // AwaitFirstRequests waits, until ctx ends, for every open client

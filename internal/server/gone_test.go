@@ -430,3 +430,34 @@ func TestH2DrainingRefusesTheStream(t *testing.T) {
 		}
 	}
 }
+
+// TestUnanswered: a request whose admission ended without a refusal is
+// answered by the drain's rules (draining.go), and one a sealed limiter
+// turned away (limits.Sealed: this levee handed over) as one that came
+// once the drain had begun, whether or not the drain has begun yet: a
+// reused connection is closed unanswered (its client sends the request
+// again, to the levee that serves now), a first request is answered 503.
+func TestUnanswered(t *testing.T) {
+	rate := limits.Refusal{Code: http.StatusTooManyRequests, Reason: reply.Rate}
+	for _, tc := range []struct {
+		name                  string
+		ref                   limits.Refusal
+		draining, live, reuse bool
+		want                  limits.Refusal
+	}{
+		{"a refusal", rate, true, true, true, rate},
+		{"client left", limits.Refusal{}, false, true, true, limits.Refusal{}},
+		{"wait ended by the drain", limits.Refusal{}, true, true, true, drainingRefusal},
+		{"reused, came in the drain", limits.Refusal{}, true, false, true, limits.Refusal{}},
+		{"first request, came in the drain", limits.Refusal{}, true, false, false, drainingRefusal},
+		{"sealed, reused", limits.Sealed, false, true, true, limits.Refusal{}},
+		{"sealed, reused, draining", limits.Sealed, true, true, true, limits.Refusal{}},
+		{"sealed, first request", limits.Sealed, false, true, false, drainingRefusal},
+	} {
+		s := new(Server)
+		s.draining.Store(tc.draining)
+		if got := s.unanswered(tc.ref, tc.live, tc.reuse); got != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
