@@ -25,22 +25,26 @@ func (l *Limiter) Hold(n int) {
 // sealed it has handed over and drains; the one that serves now takes it.
 var ErrSealed = errors.New("admit: sealed: this levee has handed over")
 
-// Seal sets, and returns, a ceiling on the slots held: those held now
-// plus a slack (an eighth of the concurrency, at least 1), within the
+// Seal sets, and returns, a ceiling on the slots held: those held now,
+// plus with slack an eighth of the concurrency (at least 1), within the
 // concurrency, and never above the ceiling of an earlier Seal. Until
 // Unseal, a request is admitted only below it; an arrival that finds no
 // slot there gets ErrSealed at once, unqueued (waiters queued before still
 // take the slots freed). The levee an upgrade replaces seals its limiters
 // each time it reports to the new one, which holds as many slots as the
 // ceiling says: as a ceiling only falls, the two together stay within the
-// concurrency whatever either admits between reports, and the slack lets
-// the old levee answer the requests it had read but not yet admitted
-// (HTTP/2 streams that came before its GOAWAY) rather than turn them away.
-func (l *Limiter) Seal() int {
+// concurrency whatever either admits between reports. The slack, in the
+// first reports, lets the old levee answer the requests it had read but
+// not yet admitted (HTTP/2 streams that came before its GOAWAY) rather
+// than turn them away.
+func (l *Limiter) Seal(slack bool) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := l.s
-	c := min(s.inflight+sealSlack(s.limits.Concurrency), max(s.inflight, s.limits.Concurrency))
+	c := s.inflight
+	if slack {
+		c = min(c+sealSlack(s.limits.Concurrency), max(c, s.limits.Concurrency))
+	}
 	if s.sealed {
 		c = min(c, int(s.ceiling))
 	}

@@ -33,7 +33,7 @@ func TestHoldCountsAgainstTheLimit(t *testing.T) {
 }
 
 // A sealed limiter admits below its ceiling only (the slots held at the
-// seal and a slack of an eighth of the concurrency, at least 1), refuses
+// seal, and with slack an eighth of the concurrency, at least 1), refuses
 // the others at once (ErrSealed), and never raises the ceiling when
 // sealed again; Unseal lifts it.
 func TestSealKeepsTheCountFromRising(t *testing.T) {
@@ -53,7 +53,7 @@ func TestSealKeepsTheCountFromRising(t *testing.T) {
 		}
 	}
 	acquire(2)
-	if got := l.Seal(); got != 3 {
+	if got := l.Seal(true); got != 3 {
 		t.Fatalf("Seal = %d, want the 2 held and 1 of slack", got)
 	}
 	acquire(1)
@@ -66,7 +66,7 @@ func TestSealKeepsTheCountFromRising(t *testing.T) {
 	release(1)
 	acquire(1) // into the slot freed below the ceiling
 	release(2)
-	if got := l.Seal(); got != 2 {
+	if got := l.Seal(true); got != 2 {
 		t.Fatalf("Seal with 1 held = %d, want 2", got)
 	}
 	acquire(1)
@@ -74,18 +74,22 @@ func TestSealKeepsTheCountFromRising(t *testing.T) {
 		t.Fatalf("Acquire at the lowered ceiling = %v, want ErrSealed", err)
 	}
 	release(2)
-	if got := l.Seal(); got != 1 {
+	if got := l.Seal(true); got != 1 {
 		t.Fatalf("Seal with none held = %d, want the slack, 1", got)
 	}
 	acquire(1)
-	if got := l.Seal(); got != 1 {
+	if got := l.Seal(true); got != 1 {
 		t.Fatalf("Seal with 1 held = %d, want 1: a ceiling never rises", got)
 	}
+	l.Release()
+	if got := l.Seal(false); got != 0 {
+		t.Fatalf("Seal without slack, none held = %d, want 0", got)
+	}
 	if err := l.Acquire(ctx); err != ErrSealed {
-		t.Fatalf("Acquire at the ceiling = %v, want ErrSealed", err)
+		t.Fatalf("Acquire at a ceiling of 0 = %v, want ErrSealed", err)
 	}
 	l.Unseal()
-	acquire(3)
+	acquire(4)
 	if got := l.InFlight(); got != 4 {
 		t.Fatalf("InFlight = %d after Unseal, want the concurrency, 4", got)
 	}
@@ -97,13 +101,13 @@ func TestSealKeepsTheCountFromRising(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := big.Seal(); got != 64 {
+	if got := big.Seal(true); got != 64 {
 		t.Fatalf("Seal of 64 with 60 held = %d, want the concurrency, 64", got)
 	}
 	for range 50 {
 		big.Release()
 	}
-	if got := big.Seal(); got != 18 {
+	if got := big.Seal(true); got != 18 {
 		t.Fatalf("Seal of 64 with 10 held = %d, want 10 and a slack of 8", got)
 	}
 }
@@ -125,7 +129,7 @@ func TestSealPassesFreedSlotsToWaiters(t *testing.T) {
 	for l.Queued() < 2 {
 		time.Sleep(time.Millisecond)
 	}
-	if c := l.Seal(); c != 2 {
+	if c := l.Seal(true); c != 2 {
 		t.Fatalf("Seal = %d, want the concurrency, 2", c)
 	}
 	l.Release()
@@ -141,7 +145,7 @@ func TestSealPassesFreedSlotsToWaiters(t *testing.T) {
 	}
 	l.Release()
 	l.Release()
-	if c := l.Seal(); c != 1 {
+	if c := l.Seal(true); c != 1 {
 		t.Fatalf("Seal with none held = %d, want the slack, 1", c)
 	}
 	l.Unseal()

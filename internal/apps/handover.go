@@ -69,7 +69,7 @@ func (t *Table) ExportState() []byte {
 	now := t.o.Clock.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	st := handoverState{Version: StateVersion, Apps: make(map[string]appState, len(t.apps)), InFlight: t.inFlightLocked(false)}
+	st := handoverState{Version: StateVersion, Apps: make(map[string]appState, len(t.apps)), InFlight: t.inFlightLocked(false, false)}
 	for name, a := range t.apps {
 		st.Apps[name] = a.export(now)
 	}

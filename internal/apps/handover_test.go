@@ -352,9 +352,10 @@ func TestThreeGenerationsPassOnTheOldestsReports(t *testing.T) {
 // Across a handover the two levees never exceed a concurrency together:
 // the new one holds every slot until the old one's first report, and from
 // that report on the old one admits, on the connections it still holds,
-// only into slots it has freed since (the rest get admit.ErrSealed), so
-// what the new one holds for it never falls below what it has in flight,
-// whatever arrives at either between reports. Stop lifts the seal.
+// only below the ceiling it reported (what it had in flight and, for a
+// second, a slack; the rest get admit.ErrSealed), so what the new one
+// holds for it never falls below what it has in flight, whatever arrives
+// at either between reports. Stop lifts the seal.
 func TestHandedOverLeveeAdmitsOnlyWithinWhatItReported(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
 	old, next := loaded(t, clk, handoverConfig), loaded(t, clk, handoverConfig)
@@ -443,6 +444,17 @@ func TestHandedOverLeveeAdmitsOnlyWithinWhatItReported(t *testing.T) {
 		t.Fatal("the old levee does not have exactly its slack")
 	}
 	ol.Release()
+	// A second after the first report, the slack goes: the old one's
+	// ceiling falls to what it has in flight, none, and the new one has
+	// every slot.
+	clk.Advance(sealGrace)
+	report()
+	if !free(nl) || free(nl) {
+		t.Fatal("the new levee does not have all 3 slots once the old one's slack went")
+	}
+	if free(ol) {
+		t.Fatal("the old levee admitted past a ceiling of 0")
+	}
 	// Had the upgrade failed here, the old one's limits are its own again.
 	rep.Stop()
 	for range 3 {

@@ -44,7 +44,16 @@ type Reporter struct {
 	// the last Take (ApplyReport): bytes and backend_limits.rate's
 	// admissions, passed on with this one's own.
 	relayed map[string]sent
+	first   time.Time // the first Take's
 }
+
+// sealGrace is how long after its first report a levee that handed over
+// keeps a slack in its limits' ceilings (admit.Limiter.Seal) for the
+// requests it had read and not yet admitted when the new one began to
+// serve: they reach admission within milliseconds (a second on a loaded
+// machine); past it, the ceilings fall to what is in flight, and the new
+// levee has every other slot while the old one drains.
+const sealGrace = time.Second
 
 // Report starts collecting every rate admission of the table's apps,
 // from now on. Call it before ExportState, so that nothing admitted after
@@ -144,12 +153,16 @@ func (r *Reporter) Take() []byte {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rep := report{Version: StateVersion, Charges: r.charges}
+	now := r.t.o.Clock.Now()
+	if r.first.IsZero() {
+		r.first = now
+	}
 	r.t.mu.Lock()
-	rep.InFlight = r.t.inFlightLocked(true)
-	now := r.t.sentLocked()
+	rep.InFlight = r.t.inFlightLocked(true, now.Sub(r.first) < sealGrace)
+	taken := r.t.sentLocked()
 	r.t.mu.Unlock()
 	rep.Bytes, rep.Backend = map[string]int64{}, map[string]int64{}
-	for name, n := range now {
+	for name, n := range taken {
 		if d := n.bytes - r.sent[name].bytes; d > 0 {
 			rep.Bytes[name] = d
 		}
@@ -165,7 +178,7 @@ func (r *Reporter) Take() []byte {
 			rep.Backend[name] += int64(min(n.backend, math.MaxInt64))
 		}
 	}
-	r.sent = now
+	r.sent = taken
 	r.charges, r.relayed = map[string]appCharges{}, map[string]sent{}
 	return encode(rep)
 }
@@ -210,16 +223,17 @@ func (r *Reporter) Stop() {
 // alive). The levee taking over holds them all, until the reports say
 // they ended. With seal (a report, once this levee has handed over),
 // each limiter is sealed and what is reported is its ceiling
-// (admit.Limiter.Seal: the count, a slack, never rising): this levee
+// (admit.Limiter.Seal: the count, with slack a little more, never
+// rising): this levee
 // admits no more than the new one holds for it, so the two never exceed
 // a limit together, whatever arrives at either between reports.
 // Callers hold t.mu.
-func (t *Table) inFlightLocked(seal bool) map[string]slots {
+func (t *Table) inFlightLocked(seal, slack bool) map[string]slots {
 	out := make(map[string]slots, len(t.apps))
 	for name, a := range t.apps {
 		var n slots
 		if seal {
-			n = slots{App: a.limiter.Seal(), Backend: a.backendGuard().Seal()}
+			n = slots{App: a.limiter.Seal(slack), Backend: a.backendGuard().Seal(slack)}
 		} else {
 			n = slots{App: a.limiter.InFlight(), Backend: a.backendGuard().InFlight()}
 		}

@@ -18,7 +18,7 @@ func TestAdmitAtASealedLimiter(t *testing.T) {
 	if !ok {
 		t.Fatalf("Admit = %+v", ref)
 	}
-	l.Seal()
+	l.Seal(true)
 	if _, ref, ok := g.Admit(context.Background(), admit.Ticket{}, nil); ok || ref != Sealed {
 		t.Fatalf("Admit at a full sealed limiter = %+v, %v; want Sealed", ref, ok)
 	}

@@ -18,12 +18,12 @@ func (g *Guard) InFlight() int {
 }
 
 // Seal is admit.Limiter's Seal for the backend slots: it returns the
-// requests holding them now, and admits no more than that until Unseal.
-func (g *Guard) Seal() int {
+// ceiling it sets on them, until Unseal.
+func (g *Guard) Seal(slack bool) int {
 	if g == nil || g.slots == nil {
 		return 0
 	}
-	return g.slots.Seal()
+	return g.slots.Seal(slack)
 }
 
 // Unseal lifts Seal's ceiling.
