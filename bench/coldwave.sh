@@ -12,6 +12,8 @@
 #   LOADER     [""]      catalog.loader settings to try, a YAML flow map ("{concurrency: 2}");
 #                        "" is a new user's: the defaults
 #   PORT_BASE  [19240]   levee PORT_BASE, backend +1, admin +2, postgres +3
+#   PROFILE    [""]      a directory: each run's 5 s CPU profile of levee from the wave's start
+#                        (the admin's /debug/pprof/profile), as STORE-RUN.pprof
 #
 # Issue 19 point 6: "during 600 distinct cold hosts/s against a 200,000-app catalog, the hot host's
 # p99 stays within 2x of its p99 alone in 5 runs of 5, with no pinning". A new user's setup: levee
@@ -109,7 +111,15 @@ EOF
     log "$store run $run"
     c0=$(cpu_ticks "$lpid")
     # The wave starts after the drill's 5 s of the hot host alone; levee's CPU is read around it.
-    (sleep 5; cpu_ticks "$lpid" >"$tmp/c.wave") &
+    (
+      sleep 5
+      cpu_ticks "$lpid" >"$tmp/c.wave"
+      if [[ -n ${PROFILE:-} ]]; then
+        mkdir -p "$PROFILE"
+        curl -fsS -m 15 -o "$PROFILE/$store-$run.pprof" "http://127.0.0.1:$ADMIN_PORT/debug/pprof/profile?seconds=5" ||
+          echo "coldwave: no profile of $store run $run" >&2
+      fi
+    ) &
     spid=$!
     "$tmp/levee" drill cold-catalog --target "http://127.0.0.1:$LEVEE_PORT" --hot-host hot.bench --duration 10s \
       --cold-domain cold.bench --cold-hosts "$COLD_HOSTS" --cold-rate "$COLD_RATE" --json >"$tmp/drill.json" 2>"$tmp/drill.err" || true
