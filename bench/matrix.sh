@@ -5,6 +5,8 @@
 #   --write   also replace the "matrix.sh" section of docs/benchmarks.md (only if levee ran)
 # Environment (defaults in brackets):
 #   DURATION [5s]   load per point and peer       WARMUP [2s]  a warm-up round (at least 2s)
+#   ROUNDS [3]      rounds per point: the peers in turn, round after round; each figure is the
+#                   median of its rounds, each ratio the median of the rounds' own ratios
 #   WARMUP_ROUNDS [5]  warm-up rounds at most: they repeat until one opens no backend connection
 #   CONNS [64 256 1024]  client connections       PROTOS [h1 h1tls h2tls]
 #   PINS [alone shared]  alone: the proxy alone on CPU 0, backend + load on CPU 1;
@@ -36,9 +38,15 @@
 # The table gives levee ÷ nginx and levee ÷ haproxy; the summary the WORST ratio over all points
 # (the lowest throughput or goodput ratio, the highest CPU or p99 ratio), never the best. Run it
 # alone on the machine.
-# Runtime at defaults: 2 pinnings × 3 protocols × 3 sizes × 3 peers × 6 s ≈ 6 min, the h2c leg's
-# 2 × 3 × 6 s, plus the overload's 2 × 2 rates × 4 targets × 3 rounds × ~7 s ≈ 6 min, plus builds. One round of the
-# overload is not a figure: a single round gave 0.06 and 0.72 at one point an hour apart.
+# Rounds: this host's speed swings by a third from one minute to the next, so one run per peer and
+# point compares the minutes, not the proxies (nginx once read 13,488 req/s at a point where
+# haproxy read 28,487 a few seconds later). Each point runs ROUNDS rounds of every peer in turn
+# (the warm-up in the first only: the pools stay warm), and a ratio is the median of the rounds'
+# ratios, each taken between runs seconds apart.
+# Runtime at defaults: 2 pinnings × 3 protocols × 3 sizes × 3 rounds × 3 peers × 6 s ≈ 17 min, the
+# h2c leg's 2 × 3 × 3 × 6 s, plus the overload's 2 × 2 rates × 4 targets × 3 rounds × ~7 s ≈ 6 min,
+# plus builds and warm-ups: about half an hour. One round of the overload is not a figure either: a
+# single round gave 0.06 and 0.72 at one point an hour apart.
 set -euo pipefail
 
 BENCH_NAME=matrix.sh
@@ -49,6 +57,8 @@ bench_parse_args 30 "$@"
 DURATION=${DURATION:-5s}
 WARMUP=${WARMUP:-2s}
 WARMUP_ROUNDS=${WARMUP_ROUNDS:-5}
+ROUNDS=${ROUNDS:-3}
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer"
 (( $(to_secs "$DURATION") >= 2 && $(to_secs "$WARMUP") >= 2 )) || die "DURATION and WARMUP must be at least 2s (dials are counted from 1 s in)"
 [[ $WARMUP_ROUNDS =~ ^[1-9][0-9]*$ ]] || die "WARMUP_ROUNDS must be a positive integer"
 read -r -a CONN_LIST <<<"${CONNS:-64 256 1024}"
@@ -196,7 +206,7 @@ load() {
 
 CLK_TCK=$(getconf CLK_TCK)
 declare -A PID
-results="$tmp/results.tsv"   # pin proto conns peer rps cpu_us p99 dials_per_k errors cpu_use
+results="$tmp/results.tsv"   # pin proto conns peer rps cpu_us p99 dials_per_k errors cpu_use round
 : >"$results"
 for pin in "${PIN_LIST[@]}"; do
   PIN_MODE=$pin
@@ -210,9 +220,10 @@ for pin in "${PIN_LIST[@]}"; do
         peers+=("$peer")
         if ((H2C)) && [[ $proto == h1 && $peer == levee ]]; then peers+=(levee-h2c); fi
       done
+      for ((round = 1; round <= ROUNDS; round++)); do
       for peer in "${peers[@]}"; do
-        out="$tmp/$pin-$proto-$n-$peer"
-        warm_up "$peer" "$proto" "$n" "$out.warm"
+        out="$tmp/$pin-$proto-$n-$peer-$round"
+        ((round > 1)) || warm_up "$peer" "$proto" "$n" "$out.warm"
         c0=$(cpu_ticks "${PID[$peer]}")
         t0=$(date +%s.%N)
         load "$peer" "$proto" "$n" "$DURATION" "$out" >"$out.sum" &
@@ -228,13 +239,14 @@ for pin in "${PIN_LIST[@]}"; do
         read -r reqs p99 errs answered <"$out.sum"
         awk -v pin="$pin" -v proto="$proto" -v n="$n" -v peer="$peer" -v reqs="$reqs" -v p99="$p99" \
             -v errs="$errs" -v answered="${answered:-0}" -v dc=$((c1 - c0)) -v hz="$CLK_TCK" -v db=$((b1 - b0 - 1)) -v t0="$t0" -v t1="$t1" \
-            -v d="$(to_secs "$DURATION")" 'BEGIN {
+            -v d="$(to_secs "$DURATION")" -v round="$round" 'BEGIN {
           if (db < 0) db = 0
           counted = answered * (d - 1) / d  # the requests of the window dials are counted in
           # cpu_use: the share of a core the proxy used over the run
-          if (reqs > 0) printf "%s\t%s\t%s\t%s\t%.0f\t%.1f\t%s\t%.2f\t%d\t%.2f\n", pin, proto, n, peer, reqs/(t1-t0), dc/hz*1e6/answered, p99, db*1000/counted, errs, dc/hz/(t1-t0)
-          else printf "%s\t%s\t%s\t%s\tnan\tnan\tnan\tnan\t%d\tnan\n", pin, proto, n, peer, errs }' >>"$results"
+          if (reqs > 0) printf "%s\t%s\t%s\t%s\t%.0f\t%.1f\t%s\t%.2f\t%d\t%.2f\t%d\n", pin, proto, n, peer, reqs/(t1-t0), dc/hz*1e6/answered, p99, db*1000/counted, errs, dc/hz/(t1-t0), round
+          else printf "%s\t%s\t%s\t%s\tnan\tnan\tnan\tnan\t%d\tnan\t%d\n", pin, proto, n, peer, errs, round }' >>"$results"
         log "$(tail -1 "$results")"
+      done
       done
     done
   done
@@ -262,23 +274,47 @@ done
 bench_versions
 H2LOAD_VER=$(h2load --version 2>&1 | awk 'NR==1{print $2}')
 table="$tmp/table.md"
-awk -F'\t' '
-  { k=$1 FS $2 FS $3; keys[k]=1; order[++n]=k
-    rps[k,$4]=$5; cpu[k,$4]=$6; p99[k,$4]=$7; dials[k,$4]=$8; err[k,$4]+=$9 }
-  function r(a,b){ return (b+0==0 || a=="nan" || b=="nan") ? "n/a" : sprintf("%.2f", a/b) }
+# Medians over a point's rounds: each figure of a peer, and each ratio of the rounds' own ratios
+# (the peers' runs of one round are seconds apart). med() takes a space-separated list; "nan"
+# and empty entries are skipped.
+MEDIAN_AWK='
+  function med(list,   x, a, m, c, i, j, t) {
+    m = split(list, x, " "); c = 0
+    for (i = 1; i <= m; i++) if (x[i] != "nan" && x[i] != "") a[++c] = x[i] + 0
+    if (c == 0) return "nan"
+    for (i = 2; i <= c; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
+    return (c % 2) ? a[(c + 1) / 2] : (a[c / 2] + a[c / 2 + 1]) / 2
+  }
+  function fmt(v, f) { return v == "nan" ? "nan" : sprintf(f, v) }
+  # ratios(k, a, b, field): the median over k'"'"'s rounds of field a ÷ field b, "n/a" without one
+  function ratios(k, a, b, field,   r, l, x, y) {
+    l = ""
+    for (r = 1; r <= rounds[k]; r++) { x = field[k, r, a]; y = field[k, r, b]
+      if (x != "" && y != "" && x != "nan" && y != "nan" && y + 0 != 0) l = l " " (x / y) }
+    x = med(l)
+    return x == "nan" ? "n/a" : sprintf("%.2f", x)
+  }'
+awk -F'\t' "$MEDIAN_AWK"'
+  { k=$1 FS $2 FS $3; if (!(k in seen)) { seen[k]=1; order[++n]=k }
+    if ($11 + 0 > rounds[k]) rounds[k] = $11 + 0
+    rps[k,$4]=rps[k,$4] " " $5; cpu[k,$4]=cpu[k,$4] " " $6; p99[k,$4]=p99[k,$4] " " $7; dials[k,$4]=dials[k,$4] " " $8
+    err[k,$4]+=$9; R[k,$11,$4]=$5; C[k,$11,$4]=$6 }
+  function m(v, f) { return fmt(med(v), f) }
   END {
     print "| pinning | protocol | conns | req/s levee / nginx / haproxy | levee ÷ nginx | levee ÷ haproxy | CPU µs/req levee / nginx / haproxy | CPU levee ÷ nginx | p99 ms levee / nginx / haproxy | dials per 1,000 req levee / nginx / haproxy | errors |"
     print "|---|---|---:|---|---:|---:|---|---:|---|---|---:|"
     worst_rps=1e9; worst_cpu=0
-    for (i=1; i<=n; i++) { k=order[i]; if (seen[k]++) continue
+    for (i=1; i<=n; i++) { k=order[i]
       split(k, f, FS)
-      rn=r(rps[k,"levee"], rps[k,"nginx"]); rh=r(rps[k,"levee"], rps[k,"haproxy"]); cn=r(cpu[k,"levee"], cpu[k,"nginx"])
+      rn=ratios(k, "levee", "nginx", R); rh=ratios(k, "levee", "haproxy", R); cn=ratios(k, "levee", "nginx", C)
       if (rn != "n/a" && rn+0 < worst_rps) { worst_rps=rn+0; wr=k }
       if (rh != "n/a" && rh+0 < worst_rps) { worst_rps=rh+0; wr=k " (haproxy)" }
       if (cn != "n/a" && cn+0 > worst_cpu) { worst_cpu=cn+0; wc=k }
       printf "| %s | %s | %s | %s / %s / %s | %s | %s | %s / %s / %s | %s | %s / %s / %s | %s / %s / %s | %d |\n", f[1], f[2], f[3],
-        rps[k,"levee"], rps[k,"nginx"], rps[k,"haproxy"], rn, rh, cpu[k,"levee"], cpu[k,"nginx"], cpu[k,"haproxy"], cn,
-        p99[k,"levee"], p99[k,"nginx"], p99[k,"haproxy"], dials[k,"levee"], dials[k,"nginx"], dials[k,"haproxy"],
+        m(rps[k,"levee"], "%.0f"), m(rps[k,"nginx"], "%.0f"), m(rps[k,"haproxy"], "%.0f"), rn, rh,
+        m(cpu[k,"levee"], "%.1f"), m(cpu[k,"nginx"], "%.1f"), m(cpu[k,"haproxy"], "%.1f"), cn,
+        m(p99[k,"levee"], "%.3f"), m(p99[k,"nginx"], "%.3f"), m(p99[k,"haproxy"], "%.3f"),
+        m(dials[k,"levee"], "%.2f"), m(dials[k,"nginx"], "%.2f"), m(dials[k,"haproxy"], "%.2f"),
         err[k,"levee"]+err[k,"nginx"]+err[k,"haproxy"]
     }
     gsub(FS, " ", wr); gsub(FS, " ", wc)
@@ -286,10 +322,12 @@ awk -F'\t' '
   }' "$results" >"$table"
 # levee's h2c leg beside its HTTP/1.1 leg: the same HTTP/1.1 clients, the same backend
 if grep -q $'\tlevee-h2c\t' "$results"; then
-  awk -F'\t' '
+  awk -F'\t' "$MEDIAN_AWK"'
     $2 == "h1" && ($4 == "levee" || $4 == "levee-h2c") { k=$1 FS $3; if (!(k in seen)) { seen[k]=1; order[++n]=k }
-      rps[k,$4]=$5; cpu[k,$4]=$6; p99[k,$4]=$7; dials[k,$4]=$8; err[k,$4]=$9; use[k,$4]=$10 }
-    function r(a,b){ return (b+0==0 || a=="nan" || b=="nan" || a=="") ? "n/a" : sprintf("%.2f", a/b) }
+      if ($11 + 0 > rounds[k]) rounds[k] = $11 + 0
+      rps[k,$4]=rps[k,$4] " " $5; cpu[k,$4]=cpu[k,$4] " " $6; p99[k,$4]=p99[k,$4] " " $7; dials[k,$4]=dials[k,$4] " " $8
+      err[k,$4]+=$9; use[k,$4]=use[k,$4] " " $10; C[k,$11,$4]=$6 }
+    function m(v, f) { return fmt(med(v), f) }
     END {
       print ""
       print "levee'"'"'s leg to the backend, h2c beside HTTP/1.1 (HTTP/1.1 clients, the same backend; issue 21: CPU at most 1.2x):"
@@ -297,11 +335,12 @@ if grep -q $'\tlevee-h2c\t' "$results"; then
       print "| pinning | conns | req/s h2c leg / HTTP/1.1 leg | CPU µs/req h2c leg / HTTP/1.1 leg | CPU h2c ÷ HTTP/1.1 | levee'"'"'s CPU use h2c / HTTP/1.1 | p99 ms h2c / HTTP/1.1 | dials per 1,000 req h2c / HTTP/1.1 | errors h2c / HTTP/1.1 |"
       print "|---|---:|---|---|---:|---|---|---|---|"
       worst=0
-      for (i=1; i<=n; i++) { k=order[i]; split(k, f, FS); c=r(cpu[k,"levee-h2c"], cpu[k,"levee"])
+      for (i=1; i<=n; i++) { k=order[i]; split(k, f, FS); c=ratios(k, "levee-h2c", "levee", C)
         if (c != "n/a" && c+0 > worst) { worst=c+0; w=f[1] " " f[2] " conns" }
-        printf "| %s | %s | %s / %s | %s / %s | %s | %s / %s | %s / %s | %s / %s | %d / %d |\n", f[1], f[2], rps[k,"levee-h2c"], rps[k,"levee"],
-          cpu[k,"levee-h2c"], cpu[k,"levee"], c, use[k,"levee-h2c"], use[k,"levee"], p99[k,"levee-h2c"], p99[k,"levee"],
-          dials[k,"levee-h2c"], dials[k,"levee"], err[k,"levee-h2c"], err[k,"levee"]
+        printf "| %s | %s | %s / %s | %s / %s | %s | %s / %s | %s / %s | %s / %s | %d / %d |\n", f[1], f[2],
+          m(rps[k,"levee-h2c"], "%.0f"), m(rps[k,"levee"], "%.0f"), m(cpu[k,"levee-h2c"], "%.1f"), m(cpu[k,"levee"], "%.1f"), c,
+          m(use[k,"levee-h2c"], "%.2f"), m(use[k,"levee"], "%.2f"), m(p99[k,"levee-h2c"], "%.3f"), m(p99[k,"levee"], "%.3f"),
+          m(dials[k,"levee-h2c"], "%.2f"), m(dials[k,"levee"], "%.2f"), err[k,"levee-h2c"], err[k,"levee"]
       }
       printf "\n- worst CPU per request, h2c leg ÷ HTTP/1.1 leg: **%.2f** (%s)\n", worst, w
       print "- levee'"'"'s CPU use is the share of its core it used over the run: a leg that is not saturated"
@@ -330,9 +369,9 @@ if [[ -s $overload ]]; then
     }' "$overload" >>"$table"
 fi
 
-CMD="DURATION=$DURATION bash bench/matrix.sh"
+CMD="DURATION=$DURATION ROUNDS=$ROUNDS bash bench/matrix.sh"
 {
-  echo "Operating-point matrix — $DURATION per point and peer after warm-up rounds of $WARMUP until one opens no backend connection (at most $WARMUP_ROUNDS); wrk -t1 (HTTP/1.1), h2load -t1 -m1 (h2); 100-byte answers"
+  echo "Operating-point matrix — $ROUNDS rounds of $DURATION per point and peer (medians; ratios: medians of each round's) after warm-up rounds of $WARMUP until one opens no backend connection (at most $WARMUP_ROUNDS); wrk -t1 (HTTP/1.1), h2load -t1 -m1 (h2); 100-byte answers"
   echo "machine: $(nproc) CPUs, ${CPU_MODEL:-unknown CPU}; levee $LEVEE_REV ($GO_VER), nginx $NGINX_VER, haproxy $HAPROXY_VER, wrk $WRK_VER, h2load $H2LOAD_VER"
   echo
   cat "$table"
@@ -348,6 +387,7 @@ if ((WRITE)); then
     echo "- versions: levee $LEVEE_REV ($GO_VER), nginx $NGINX_VER, haproxy $HAPROXY_VER, wrk $WRK_VER, h2load $H2LOAD_VER"
     echo "- setup: one worker thread per proxy; levee's config as a new user writes it (default limits), nginx upstream keepalive 1024, haproxy http-reuse always; ECDSA P-256 certificate; pinning alone: proxy on CPU 0, backend + load on CPU 1; shared: proxy + backend on CPU 0, load on CPU 1"
     echo "- figures: 2xx responses/s over the run (refusals are not counted as throughput); proxy CPU per answered request from /proc; p99 (h2load's from its per-request log); backend dials per 1,000 requests from the backend's accepted connections"
+    echo "- rounds: $ROUNDS per point, the peers in turn; each figure is the median of its rounds, and each ratio the median of the rounds' own ratios (runs seconds apart), so that the host's swings from minute to minute fall out"
     echo
     cat "$table"
   } >"$tmp/section.body"
