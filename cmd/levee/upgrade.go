@@ -196,7 +196,7 @@ const reportEvery = 10 * time.Millisecond
 // until this one's Serve has returned (nothing in flight then), and
 // closes the control socket. The first report goes at once: the new levee
 // holds every slot for this one until it comes (apps.Table.ImportState),
-// and each report seals this one's limits at the counts it sends.
+// and each report seals this one's limits at the ceilings it sends.
 func (u *upgrader) report(child *upgrade.Child, rep *apps.Reporter) {
 	defer child.Close()
 	defer rep.Stop()

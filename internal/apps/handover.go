@@ -144,10 +144,10 @@ func (t *Table) ImportState(b []byte) error {
 // backend_limits.inflight, or more if that many are in flight: what a
 // new levee holds for the old one until its first report. The old levee
 // serves on until this one does, admitting what it will, and seals its
-// limits at the counts of that first report, sent once its drain began
-// (admit.Limiter.Seal): until then no count it sent bounds what it has in
-// flight. The new levee thus admits nothing of its own until that report,
-// a moment after it began to serve.
+// limits at the ceilings of that first report, sent as soon as this one
+// serves (admit.Limiter.Seal): until then no count it sent bounds what it
+// has in flight. The new levee thus admits nothing of its own until that
+// report, a moment after it began to serve.
 func wholeLimits(apps map[string]*App, inflight map[string]slots) map[string]slots {
 	out := make(map[string]slots, len(apps))
 	for name, a := range apps {

@@ -224,10 +224,9 @@ func (r *Reporter) Stop() {
 // they ended. With seal (a report, once this levee has handed over),
 // each limiter is sealed and what is reported is its ceiling
 // (admit.Limiter.Seal: the count, with slack a little more, never
-// rising): this levee
-// admits no more than the new one holds for it, so the two never exceed
-// a limit together, whatever arrives at either between reports.
-// Callers hold t.mu.
+// rising): this levee admits no more than the new one holds for it, so
+// the two never exceed a limit together, whatever arrives at either
+// between reports. Callers hold t.mu.
 func (t *Table) inFlightLocked(seal, slack bool) map[string]slots {
 	out := make(map[string]slots, len(t.apps))
 	for name, a := range t.apps {
