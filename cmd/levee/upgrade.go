@@ -202,19 +202,17 @@ func (u *upgrader) report(child *upgrade.Child, rep *apps.Reporter) {
 	defer rep.Stop()
 	t := time.NewTicker(reportEvery)
 	defer t.Stop()
-	for first := true; ; first = false {
-		if !first {
-			select {
-			case <-rep.Wake():
-			case <-t.C:
-			case <-u.drained:
-				_ = child.Report(rep.Take())
-				return
-			}
-		}
+	for {
 		if err := child.Report(rep.Take()); err != nil {
 			u.log.Warn("upgrade: cannot report to the new levee; it counts this one's requests until this one exits", "err", err)
 			<-u.drained
+			return
+		}
+		select {
+		case <-rep.Wake():
+		case <-t.C:
+		case <-u.drained:
+			_ = child.Report(rep.Take())
 			return
 		}
 	}
