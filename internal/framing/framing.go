@@ -67,6 +67,24 @@ func validHost[T string | []byte](h T) bool { return onlyOf(&hostByte, h) }
 
 func token[T string | []byte](s T) bool { return onlyOf(&tokenByte, s) }
 
+// The rules below, exported for a parser that reads a request head before
+// fasthttp does (internal/h1loop) and must never pass what Fast refuses:
+// one implementation of each rule, for both.
+
+// ValidHost reports whether h is a Host value Fast accepts: a non-empty
+// host[:port] of hostByte's bytes.
+func ValidHost(h []byte) bool { return validHost(h) }
+
+// TokenByte reports whether c is a tchar (RFC 9110 §5.6.2), a byte of a
+// method or a field name.
+func TokenByte(c byte) bool { return tokenByte[c] }
+
+// Twin reports whether name is s (a field name in lower case, with
+// hyphens) spelled with an underscore for some hyphen, any case:
+// Twin("Content_Length", "content-length") is true, and Fast refuses such
+// a twin of a framing field.
+func Twin(name []byte, s string) bool { return twin(name, s) }
+
 // onlyOf reports whether s is non-empty and all its bytes are in set.
 func onlyOf[T string | []byte](set *[256]bool, s T) bool {
 	if len(s) == 0 {
