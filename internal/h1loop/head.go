@@ -1,8 +1,3 @@
-// Package h1loop is levee's event-loop HTTP/1.1 front, being built: it
-// reads client bytes in an epoll loop (Linux) and serves the common request
-// itself, handing anything else, with the bytes already read, to fasthttp's
-// server and levee's full rules (package framing). Its head parser,
-// ParseHead, builds on every OS.
 package h1loop
 
 import (
@@ -34,7 +29,8 @@ type Head struct {
 	// Close: the connection ends after this request: "Connection: close",
 	// or HTTP/1.0 without "Connection: keep-alive".
 	Close  bool
-	Len    int // bytes of the head, request line to the empty line's CRLF included
+	Len    int    // bytes of the head, request line to the empty line's CRLF included
+	Raw    []byte // the head as sent: the buffer's first Len bytes
 	NField int
 	// Field holds every header field in order as sent, Host included, in
 	// Field[:NField].
@@ -113,6 +109,9 @@ func ParseHead(b []byte, max int, h *Head) Result {
 	r := parse(b, h)
 	if r == NeedMore && full {
 		return NotSimple
+	}
+	if r == Simple {
+		h.Raw = b[:h.Len]
 	}
 	return r
 }

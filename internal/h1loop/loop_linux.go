@@ -1,0 +1,899 @@
+package h1loop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+// Supported reports whether this system has the loop.
+const Supported = true
+
+// A Conn's state, read and changed atomically: the loop and the holder of
+// a request hand the connection to each other through it.
+const (
+	stLoop     uint32 = iota // the loop reads and answers it
+	stHeld                   // a holder has it (Hold); the loop reads nothing
+	stDisarmed               // held, and the loop has stopped watching it for reads
+	stLinger                 // answered and shut for writing: the loop discards what still comes
+	stClosed
+)
+
+// Conn is one client connection of the loop. Its methods say who may
+// call them: the loop (inside Handler.Request) or the holder of a held
+// request.
+type Conn struct {
+	l     *loop
+	fd    int
+	peer  netip.AddrPort
+	state atomic.Uint32
+	// gone is set by the loop when the client closed its side or the
+	// connection failed while a request was held.
+	gone atomic.Bool
+	// idleAt is when a holder released the connection (unix nanos): the
+	// loop's idle deadline runs from it.
+	idleAt atomic.Int64
+	entry  entry
+	// in holds bytes read and not yet consumed: a partial head, or what a
+	// client sent behind a held request. nil when there are none.
+	in []byte
+	// out holds what the loop could not write at once; closing: close once
+	// it is written.
+	out     []byte
+	closing bool
+	// linger: closing is a lingering close (see Release); lingered counts
+	// the bytes discarded.
+	linger   bool
+	lingered int
+	// killed: Kill asked for it to be closed.
+	killed atomic.Bool
+	// writable is signalled by the loop when a holder waits to write.
+	wmu      sync.Mutex
+	writable chan struct{}
+	wantOut  atomic.Bool
+	// rearm: the holder changed what the loop watches (waitWritable), so
+	// Release has the loop set it again.
+	rearm bool
+	// Requests is how many requests the connection has begun.
+	Requests uint64
+	// Value is the handler's, for its own state of the connection.
+	Value any
+}
+
+// Peer is the client's address.
+func (c *Conn) Peer() netip.AddrPort { return c.peer }
+
+// Gone reports whether the client is known to have left (its side closed,
+// or the connection failed) while a request was held.
+func (c *Conn) Gone() bool { return c.gone.Load() }
+
+// Server serves HTTP/1.1 connections on event loops.
+type Server struct {
+	o     Options
+	mu    sync.Mutex
+	loops []*loop
+	done  chan struct{}
+	once  sync.Once
+	// draining: Shutdown has begun; a connection closes once idle.
+	draining atomic.Bool
+	open     atomic.Int64 // connections the loops have (held ones too)
+}
+
+// New returns a server; it starts nothing.
+func New(o Options) (*Server, error) {
+	if o.Handler == nil {
+		return nil, errors.New("h1loop: no handler")
+	}
+	if o.MaxHead <= 0 {
+		o.MaxHead = 8 << 10
+	}
+	if o.HeadTimeout <= 0 {
+		o.HeadTimeout = 10 * time.Second
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = 120 * time.Second
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = 5 * time.Minute
+	}
+	if o.Tick <= 0 {
+		o.Tick = 100 * time.Millisecond
+	}
+	if o.Loops <= 0 {
+		o.Loops = 1
+	}
+	return &Server{o: o, done: make(chan struct{})}, nil
+}
+
+// Serve accepts connections on ln and serves them until Close; it
+// returns ErrClosed then. ln stays open: the caller closes it.
+func (s *Server) Serve(ln *net.TCPListener) error {
+	lf, err := ln.File() // a descriptor of our own, in blocking mode
+	if err != nil {
+		return fmt.Errorf("h1loop: %w", err)
+	}
+	lfd := int(lf.Fd())
+	if err := syscall.SetNonblock(lfd, true); err != nil {
+		lf.Close()
+		return fmt.Errorf("h1loop: %w", err)
+	}
+	s.mu.Lock()
+	select {
+	case <-s.done:
+		s.mu.Unlock()
+		lf.Close()
+		return ErrClosed
+	default:
+	}
+	loops := make([]*loop, s.o.Loops)
+	for i := range loops {
+		if loops[i], err = newLoop(s, lfd); err != nil {
+			for _, l := range loops[:i] {
+				l.release()
+			}
+			s.mu.Unlock()
+			lf.Close()
+			return err
+		}
+	}
+	s.loops = loops
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, l := range loops {
+		wg.Go(l.run)
+	}
+	wg.Wait()
+	s.mu.Lock()
+	for _, l := range loops {
+		l.release()
+	}
+	s.loops = nil
+	s.mu.Unlock()
+	lf.Close()
+	return ErrClosed
+}
+
+// Close stops every loop and closes the connections they hold; a held
+// connection closes when its holder releases it. It returns at once;
+// Serve returns once the loops have stopped.
+func (s *Server) Close() error {
+	s.once.Do(func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		close(s.done)
+		for _, l := range s.loops {
+			l.wake() // under mu: Serve releases the loops under it too
+		}
+	})
+	return nil
+}
+
+// Open is the number of connections the loops have, held ones included.
+func (s *Server) Open() int64 { return s.open.Load() }
+
+// Shutdown stops accepting, closes the idle connections and each other
+// one once its request is answered, and waits until none is left or ctx
+// ends (its error then); the loops then stop and Serve returns. A
+// connection whose head is coming in is read to its end (HeadTimeout
+// bounds it) and answered. Close ends what is left.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.draining.Store(true)
+	loops := s.loops
+	for _, l := range loops {
+		l.ctl(syscall.EPOLL_CTL_DEL, l.lfd, 0) // accept no more
+		l.wake()                               // and close the idle ones
+	}
+	s.mu.Unlock()
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for s.open.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return s.Close()
+}
+
+// loop is one event loop: an epoll set of connections, parked in the
+// runtime's netpoller (the set's descriptor is itself pollable), so a
+// loop holds no thread while it waits and shares its P with the
+// goroutines that forward.
+type loop struct {
+	s     *Server
+	ep    int      // the epoll set
+	epf   *os.File // ep, in the netpoller
+	evfd  int      // eventfd: wakes the loop for posted work
+	lfd   int      // the listener
+	conns []*Conn  // by descriptor
+	wheel *wheel
+	start time.Time
+	buf   []byte // one read buffer for every connection
+	head  Head
+	evs   []syscall.EpollEvent
+
+	pmu     sync.Mutex
+	posted  []*Conn // released connections the loop must look at
+	stopped bool    // the loop has stopped: Release closes for itself
+}
+
+func newLoop(s *Server, lfd int) (*loop, error) {
+	ep, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("h1loop: epoll: %w", err)
+	}
+	evfd, _, errno := syscall.RawSyscall(syscall.SYS_EVENTFD2, 0, syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if errno != 0 {
+		syscall.Close(ep)
+		return nil, fmt.Errorf("h1loop: eventfd: %w", errno)
+	}
+	l := &loop{s: s, ep: ep, evfd: int(evfd), lfd: lfd, start: time.Now(),
+		buf: make([]byte, 64<<10), evs: make([]syscall.EpollEvent, 256)}
+	l.wheel = newWheel(1024, 0)
+	// Every loop accepts; EPOLLEXCLUSIVE wakes one of them per connection.
+	if err := l.ctl(syscall.EPOLL_CTL_ADD, lfd, syscall.EPOLLIN|epollExclusive); err != nil {
+		l.release()
+		return nil, err
+	}
+	if err := l.ctl(syscall.EPOLL_CTL_ADD, l.evfd, syscall.EPOLLIN); err != nil {
+		l.release()
+		return nil, err
+	}
+	if err := syscall.SetNonblock(ep, true); err != nil {
+		l.release()
+		return nil, fmt.Errorf("h1loop: %w", err)
+	}
+	l.epf = os.NewFile(uintptr(ep), "h1loop-epoll")
+	return l, nil
+}
+
+const epollExclusive = 1 << 28
+
+func (l *loop) ctl(op, fd int, events uint32) error {
+	if err := syscall.EpollCtl(l.ep, op, fd, &syscall.EpollEvent{Events: events, Fd: int32(fd)}); err != nil {
+		return fmt.Errorf("h1loop: epoll_ctl: %w", err)
+	}
+	return nil
+}
+
+// release closes the loop's descriptors and every connection it still
+// has. A held connection's socket is shut down, so its holder's writes
+// fail, and closed by its Release.
+func (l *loop) release() {
+	l.pmu.Lock()
+	l.stopped = true
+	posted := l.posted
+	l.posted = nil
+	l.pmu.Unlock()
+	for _, c := range posted {
+		if c.state.Swap(stClosed) != stClosed {
+			syscall.Close(c.fd)
+		}
+	}
+	for _, c := range l.conns {
+		if c == nil {
+			continue
+		}
+		if c.state.CompareAndSwap(stHeld, stClosed) || c.state.CompareAndSwap(stDisarmed, stClosed) {
+			syscall.Shutdown(c.fd, syscall.SHUT_RDWR)
+			continue
+		}
+		l.close(c)
+	}
+	if l.epf != nil {
+		l.epf.Close()
+	} else {
+		syscall.Close(l.ep)
+	}
+	syscall.Close(l.evfd)
+}
+
+// wake makes the loop look at its posted work (and at Close).
+func (l *loop) wake() {
+	one := uint64(1)
+	syscall.RawSyscall(syscall.SYS_WRITE, uintptr(l.evfd), uintptr(unsafe.Pointer(&one)), 8)
+}
+
+// tick is the loop's clock in ticks.
+func (l *loop) tick(now time.Time) int64 { return int64(now.Sub(l.start)/l.s.o.Tick) + 1 }
+
+func (l *loop) ticks(d time.Duration) int64 { return int64((d + l.s.o.Tick - 1) / l.s.o.Tick) }
+
+// run is the loop: wait in the netpoller until the set has events, take
+// them without blocking until there are none, expire the deadlines.
+func (l *loop) run() {
+	rc, err := l.epf.SyscallConn()
+	if err != nil {
+		return
+	}
+	nextTick := time.Time{}
+	for {
+		select {
+		case <-l.s.done:
+			return
+		default:
+		}
+		now := time.Now()
+		if t := l.start.Add(time.Duration(l.tick(now)) * l.s.o.Tick); !t.Equal(nextTick) {
+			nextTick = t
+			l.epf.SetReadDeadline(t)
+		}
+		// f returns true once it has handled a batch: the deadline and the
+		// done channel are looked at between batches.
+		err := rc.Read(func(uintptr) bool {
+			n, _, errno := syscall.RawSyscall6(syscall.SYS_EPOLL_WAIT, uintptr(l.ep),
+				uintptr(unsafe.Pointer(&l.evs[0])), uintptr(len(l.evs)), 0, 0, 0)
+			if errno != 0 || n == 0 {
+				return false // park until the set is readable
+			}
+			l.handle(l.evs[:n])
+			return true
+		})
+		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			return
+		}
+		l.wheel.expire(l.tick(time.Now()), l.expire)
+	}
+}
+
+// handle serves one batch of events.
+func (l *loop) handle(evs []syscall.EpollEvent) {
+	for i := range evs {
+		fd := int(evs[i].Fd)
+		switch {
+		case fd == l.lfd:
+			l.accept()
+		case fd == l.evfd:
+			l.drainPosted()
+		case fd < len(l.conns) && l.conns[fd] != nil:
+			l.event(l.conns[fd], evs[i].Events)
+		}
+	}
+}
+
+// maxAcceptBatch bounds the connections taken at one readiness of the
+// listener, so a flood of them cannot starve the requests of the others.
+const maxAcceptBatch = 64
+
+func (l *loop) accept() {
+	for range maxAcceptBatch {
+		nfd, sa, err := syscall.Accept4(l.lfd, syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC)
+		if err != nil {
+			return // EAGAIN, or another loop took it
+		}
+		syscall.SetsockoptInt(nfd, syscall.IPPROTO_TCP, syscall.TCP_NODELAY, 1)
+		c := &Conn{l: l, fd: nfd, peer: addrPort(sa)}
+		c.entry.owner = c
+		if nfd >= len(l.conns) {
+			l.conns = append(l.conns, make([]*Conn, nfd+1-len(l.conns)+64)...)
+		}
+		if !l.s.o.Handler.Accepted(c) {
+			// Refused: the handler answers it on the socket.
+			l.s.o.Handler.Handoff(c, os.NewFile(uintptr(nfd), "h1loop-conn"), nil)
+			continue
+		}
+		l.s.open.Add(1)
+		l.conns[nfd] = c
+		if l.ctl(syscall.EPOLL_CTL_ADD, nfd, syscall.EPOLLIN|syscall.EPOLLRDHUP) != nil {
+			l.close(c)
+			continue
+		}
+		l.wheel.set(&c.entry, l.tick(time.Now())+l.ticks(l.s.o.IdleTimeout))
+	}
+}
+
+func addrPort(sa syscall.Sockaddr) netip.AddrPort {
+	switch a := sa.(type) {
+	case *syscall.SockaddrInet4:
+		return netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(a.Port))
+	case *syscall.SockaddrInet6:
+		return netip.AddrPortFrom(netip.AddrFrom16(a.Addr), uint16(a.Port))
+	}
+	return netip.AddrPort{}
+}
+
+// event serves one readiness of c.
+func (l *loop) event(c *Conn, ev uint32) {
+	switch c.state.Load() {
+	case stHeld, stDisarmed:
+		l.heldEvent(c, ev)
+		return
+	case stClosed:
+		return
+	case stLinger:
+		l.discard(c)
+		return
+	}
+	if ev&syscall.EPOLLOUT != 0 && len(c.out) > 0 {
+		if !l.flush(c) {
+			return
+		}
+	}
+	if len(c.out) > 0 || c.closing {
+		if ev&(syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
+			l.close(c)
+		}
+		return // reads wait for the answer to be written
+	}
+	if ev&(syscall.EPOLLIN|syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
+		l.read(c)
+	}
+}
+
+// heldEvent: the client sent more, closed its side, or failed while its
+// request is held. The loop stops watching it (level-triggered, it would
+// fire again and again) and the holder's Release looks at it again.
+func (l *loop) heldEvent(c *Conn, ev uint32) {
+	if ev&syscall.EPOLLOUT != 0 && c.wantOut.Load() {
+		c.wantOut.Store(false)
+		select {
+		case c.writable <- struct{}{}:
+		default:
+		}
+	}
+	if ev&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
+		c.gone.Store(true)
+	}
+	if ev&(syscall.EPOLLIN|syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) == 0 {
+		return
+	}
+	if c.state.CompareAndSwap(stHeld, stDisarmed) {
+		l.ctl(syscall.EPOLL_CTL_DEL, c.fd, 0)
+		return
+	}
+	if c.state.Load() == stLoop { // released meanwhile: serve it now
+		l.event(c, ev)
+	}
+}
+
+// read reads c once and serves the requests in what came.
+func (l *loop) read(c *Conn) {
+	var data []byte
+	if c.in != nil {
+		if len(c.in) == cap(c.in) {
+			l.handoff(c, nil) // a head longer than MaxHead: the full engine refuses it
+			return
+		}
+		n, errno := sysRead(c.fd, c.in[len(c.in):cap(c.in)])
+		if errno == syscall.EAGAIN {
+			return
+		}
+		if errno != 0 || n == 0 {
+			l.close(c)
+			return
+		}
+		c.in = c.in[:len(c.in)+n]
+		data = c.in
+	} else {
+		n, errno := sysRead(c.fd, l.buf)
+		if errno == syscall.EAGAIN {
+			return
+		}
+		if errno != 0 || n == 0 {
+			l.close(c)
+			return
+		}
+		data = l.buf[:n]
+	}
+	l.serve(c, data)
+}
+
+// serve serves the requests at the start of data, read from c.
+func (l *loop) serve(c *Conn, data []byte) {
+	o := &l.s.o
+	for len(data) > 0 {
+		h := &l.head
+		switch ParseHead(data, o.MaxHead, h) {
+		case NeedMore:
+			l.keep(c, data, o.MaxHead)
+			l.wheel.set(&c.entry, l.tick(time.Now())+l.ticks(o.HeadTimeout))
+			return
+		case NotSimple:
+			l.handoff(c, data)
+			return
+		}
+		// What came behind the head is c's before the handler sees the
+		// request, and the connection is held while it does: a holder may
+		// release it before Request returns.
+		l.keep(c, data[h.Len:], 0)
+		c.Requests++
+		c.state.Store(stHeld)
+		v := l.s.o.Handler.Request(c, h)
+		if v == Held {
+			return
+		}
+		c.state.Store(stLoop)
+		if v == Close || c.closing {
+			l.closeAfterOut(c, true)
+			return
+		}
+		if len(c.out) > 0 {
+			return // what the client sent behind waits until the answer is out
+		}
+		data, c.in = c.in, nil
+	}
+	c.in = nil
+	l.idle(c)
+}
+
+// keep makes data (a view of the loop's buffer or of c.in) c's unread
+// bytes, in a buffer of its own of at least size bytes.
+func (l *loop) keep(c *Conn, data []byte, size int) {
+	if len(data) == 0 {
+		c.in = nil
+		return
+	}
+	if c.in != nil && unsafe.SliceData(data) == unsafe.SliceData(c.in) && cap(c.in) >= size {
+		c.in = c.in[:len(data)]
+		return
+	}
+	in := make([]byte, len(data), max(size, len(data)))
+	copy(in, data)
+	c.in = in
+}
+
+// handoff gives c's socket and unread bytes to the handler.
+func (l *loop) handoff(c *Conn, data []byte) {
+	if data == nil {
+		data = c.in
+	}
+	in := append([]byte(nil), data...)
+	l.forget(c)
+	f := os.NewFile(uintptr(c.fd), "h1loop-conn")
+	l.s.o.Handler.Handoff(c, f, in)
+}
+
+// forget takes c out of the loop without closing its socket.
+func (l *loop) forget(c *Conn) {
+	l.s.open.Add(-1)
+	l.ctl(syscall.EPOLL_CTL_DEL, c.fd, 0)
+	l.wheel.remove(&c.entry)
+	l.conns[c.fd] = nil
+	c.state.Store(stClosed)
+	c.in, c.out = nil, nil
+}
+
+// close closes c's socket (in the loop).
+func (l *loop) close(c *Conn) {
+	if l.conns[c.fd] != c {
+		return
+	}
+	c.state.Store(stClosed)
+	l.s.open.Add(-1)
+	l.wheel.remove(&c.entry)
+	l.conns[c.fd] = nil
+	syscall.Close(c.fd) // leaves the epoll set with it
+	c.in, c.out = nil, nil
+	l.s.o.Handler.Closed(c)
+}
+
+// expire: a connection's deadline passed.
+func (l *loop) expire(owner any) {
+	c := owner.(*Conn)
+	switch c.state.Load() {
+	case stHeld, stDisarmed:
+		// The holder keeps its own time; look again later.
+		l.wheel.set(&c.entry, l.wheel.now+l.ticks(min(l.s.o.HeadTimeout, l.s.o.IdleTimeout)))
+		return
+	}
+	if at := c.idleAt.Swap(0); at != 0 && c.state.Load() == stLoop {
+		// Released since the deadline was set: idle from then.
+		due := l.tick(time.Unix(0, at)) + l.ticks(l.s.o.IdleTimeout)
+		if due > l.wheel.now {
+			l.wheel.set(&c.entry, due)
+			return
+		}
+	}
+	l.close(c)
+}
+
+// Answer writes p to c in the loop (inside Handler.Request). What the
+// socket does not take at once is written as it drains, and nothing more
+// is read from c until then.
+func (c *Conn) Answer(p []byte) {
+	l := c.l
+	if len(c.out) == 0 {
+		n, errno := sysWrite(c.fd, p)
+		if errno == 0 && n == len(p) {
+			return
+		}
+		if errno != 0 && errno != syscall.EAGAIN {
+			c.closing = true
+			return
+		}
+		if n > 0 {
+			p = p[n:]
+		}
+		// Only writability until it is out: level-triggered, an unread
+		// request would wake the loop again and again.
+		l.ctl(syscall.EPOLL_CTL_MOD, c.fd, syscall.EPOLLOUT)
+		l.wheel.set(&c.entry, l.tick(time.Now())+l.ticks(l.s.o.WriteTimeout))
+	}
+	c.out = append(c.out, p...)
+}
+
+// flush writes c.out as far as the socket takes it; false if c closed.
+func (l *loop) flush(c *Conn) bool {
+	n, errno := sysWrite(c.fd, c.out)
+	if errno != 0 && errno != syscall.EAGAIN {
+		l.close(c)
+		return false
+	}
+	c.out = c.out[:copy(c.out, c.out[max(n, 0):])]
+	if len(c.out) > 0 {
+		return true
+	}
+	c.out = nil
+	if c.closing {
+		l.closeAfterOut(c, c.linger)
+		return false
+	}
+	l.ctl(syscall.EPOLL_CTL_MOD, c.fd, syscall.EPOLLIN|syscall.EPOLLRDHUP)
+	if len(c.in) > 0 {
+		// Requests that came behind the answer.
+		in := c.in
+		c.in = nil
+		l.serve(c, in)
+		return c.state.Load() == stLoop && l.conns[c.fd] == c
+	}
+	l.idle(c)
+	return c.state.Load() == stLoop
+}
+
+// idle: c waits for its next request; draining, it closes instead.
+func (l *loop) idle(c *Conn) {
+	if l.s.draining.Load() || c.killed.Load() {
+		l.close(c)
+		return
+	}
+	l.wheel.set(&c.entry, l.tick(time.Now())+l.ticks(l.s.o.IdleTimeout))
+}
+
+// LingerTime and LingerBytes bound a lingering close: what a client still
+// sends after its answer is read and discarded for at most this long and
+// this much, so that closing with its bytes unread (the kernel answers
+// them with a reset, which can destroy the answer before the client reads
+// it) waits for the client's own close instead.
+const (
+	LingerTime  = time.Second
+	LingerBytes = 1 << 20
+)
+
+// closeAfterOut closes c once what it has to write is out; linger: shut
+// for writing then, and discard what still comes (LingerTime).
+func (l *loop) closeAfterOut(c *Conn, linger bool) {
+	c.closing, c.linger = true, linger
+	if len(c.out) > 0 {
+		return // flush comes back here
+	}
+	if !linger || syscall.Shutdown(c.fd, syscall.SHUT_WR) != nil {
+		l.close(c)
+		return
+	}
+	c.in = nil
+	c.state.Store(stLinger)
+	l.ctl(syscall.EPOLL_CTL_MOD, c.fd, syscall.EPOLLIN|syscall.EPOLLRDHUP)
+	l.wheel.set(&c.entry, l.tick(time.Now())+l.ticks(LingerTime))
+}
+
+// discard reads and drops what a lingering connection's client sends,
+// until it closes or sends too much.
+func (l *loop) discard(c *Conn) {
+	n, errno := sysRead(c.fd, l.buf)
+	if errno == syscall.EAGAIN {
+		return
+	}
+	if c.lingered += max(n, 0); errno != 0 || n == 0 || c.lingered >= LingerBytes {
+		l.close(c)
+	}
+}
+
+// Write writes p to c, for the holder of a held request: all of it, or an
+// error once deadline passes (zero: none) or the socket fails.
+func (c *Conn) Write(p []byte, deadline time.Time) (int, error) {
+	written := 0
+	for len(p) > 0 {
+		n, errno := sysWrite(c.fd, p)
+		if n > 0 {
+			written += n
+			p = p[n:]
+			continue
+		}
+		if errno != syscall.EAGAIN {
+			if errno == 0 {
+				errno = syscall.EIO
+			}
+			return written, errno
+		}
+		if err := c.waitWritable(deadline); err != nil {
+			return written, err
+		}
+	}
+	return written, nil
+}
+
+// waitWritable waits, for the holder, until the loop sees c writable.
+func (c *Conn) waitWritable(deadline time.Time) error {
+	c.wmu.Lock()
+	if c.writable == nil {
+		c.writable = make(chan struct{}, 1)
+	}
+	c.wmu.Unlock()
+	c.rearm = true
+	c.wantOut.Store(true)
+	ev := &syscall.EpollEvent{Events: syscall.EPOLLOUT | syscall.EPOLLONESHOT, Fd: int32(c.fd)}
+	err := syscall.EpollCtl(c.l.ep, syscall.EPOLL_CTL_MOD, c.fd, ev)
+	if err == syscall.ENOENT { // the loop stopped watching it (heldEvent)
+		err = syscall.EpollCtl(c.l.ep, syscall.EPOLL_CTL_ADD, c.fd, ev)
+	}
+	if err != nil {
+		return err
+	}
+	var timeout <-chan time.Time
+	if !deadline.IsZero() {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case <-c.writable:
+		return nil
+	case <-timeout:
+		return os.ErrDeadlineExceeded
+	}
+}
+
+// ReleaseMode is how Release ends a hold.
+type ReleaseMode uint8
+
+const (
+	Keep   ReleaseMode = iota // the connection waits for its next request
+	Drop                      // it closes
+	Linger                    // it closes lingering (LingerTime)
+)
+
+// Release gives a held connection back to the loop (for the holder, once
+// the answer is written). The holder must not use c afterwards.
+func (c *Conn) Release(m ReleaseMode) {
+	l := c.l
+	c.idleAt.Store(time.Now().UnixNano())
+	if m == Keep && !c.rearm && len(c.in) == 0 && !l.s.draining.Load() && c.state.CompareAndSwap(stHeld, stLoop) {
+		return // still watched: the client's next request wakes the loop
+	}
+	if m != Keep {
+		c.closing, c.linger = true, m == Linger
+	}
+	l.pmu.Lock()
+	if l.stopped {
+		l.pmu.Unlock()
+		syscall.Close(c.fd) // release shut it down and left it to us
+		return
+	}
+	l.posted = append(l.posted, c)
+	first := len(l.posted) == 1
+	l.pmu.Unlock()
+	if first {
+		l.wake()
+	}
+}
+
+// drainPosted takes back the connections released with work for the loop.
+func (l *loop) drainPosted() {
+	var n [8]byte
+	sysRead(l.evfd, n[:])
+	l.pmu.Lock()
+	posted := l.posted
+	l.posted = nil
+	l.pmu.Unlock()
+	for _, c := range posted {
+		st := c.state.Load()
+		if st == stClosed || l.conns[c.fd] != c {
+			continue
+		}
+		if st == stLinger || (st == stLoop && c.killed.Load()) {
+			l.close(c)
+			continue
+		}
+		c.state.Store(stLoop)
+		c.wantOut.Store(false)
+		if c.gone.Load() || c.killed.Load() {
+			l.close(c)
+			continue
+		}
+		if c.closing {
+			l.closeAfterOut(c, c.linger)
+			continue
+		}
+		if st == stDisarmed || c.rearm {
+			c.rearm = false
+			if l.ctl(syscall.EPOLL_CTL_MOD, c.fd, syscall.EPOLLIN|syscall.EPOLLRDHUP) != nil &&
+				l.ctl(syscall.EPOLL_CTL_ADD, c.fd, syscall.EPOLLIN|syscall.EPOLLRDHUP) != nil {
+				l.close(c)
+				continue
+			}
+		}
+		if len(c.in) > 0 {
+			in := c.in
+			c.in = nil
+			l.serve(c, in)
+		} else {
+			l.idle(c)
+		}
+	}
+	if l.s.draining.Load() {
+		// Shutdown: close the connections that wait for a request. One
+		// that has not sent its first has FreshGrace to send it: no client
+		// sends a connection's first request again when it is closed
+		// unanswered.
+		now := l.tick(time.Now())
+		for _, c := range l.conns {
+			if c == nil || c.state.Load() != stLoop || len(c.in) > 0 || len(c.out) > 0 {
+				continue
+			}
+			if c.Requests > 0 {
+				l.close(c)
+			} else if due := now + l.ticks(FreshGrace); c.entry.due == 0 || due < c.entry.due {
+				l.wheel.set(&c.entry, due)
+			}
+		}
+	}
+}
+
+// FreshGrace is how long Shutdown waits for the first request of a
+// connection that has not sent one, as fasthttp's does.
+const FreshGrace = 5 * time.Second
+
+// Kill closes c from any goroutine: at once if the loop has it, when its
+// holder releases it if held (its socket is shut down, so the holder's
+// writes fail).
+func (c *Conn) Kill() {
+	if c.killed.Swap(true) {
+		return
+	}
+	switch c.state.Load() {
+	case stHeld, stDisarmed:
+		syscall.Shutdown(c.fd, syscall.SHUT_RDWR)
+		return // Release posts it, and the loop closes it then
+	case stClosed:
+		return
+	}
+	l := c.l
+	l.pmu.Lock()
+	if l.stopped {
+		l.pmu.Unlock()
+		return // release closed it
+	}
+	l.posted = append(l.posted, c)
+	first := len(l.posted) == 1
+	l.pmu.Unlock()
+	if first {
+		l.wake()
+	}
+}
+
+func sysRead(fd int, p []byte) (int, syscall.Errno) {
+	n, _, errno := syscall.RawSyscall(syscall.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
+	return int(n), errno
+}
+
+func sysWrite(fd int, p []byte) (int, syscall.Errno) {
+	n, _, errno := syscall.RawSyscall(syscall.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(n), 0
+}
+
+// Control calls f with c's socket descriptor, for the holder of a held
+// request (while held, the descriptor stays c's).
+func (c *Conn) Control(f func(fd uintptr)) { f(uintptr(c.fd)) }

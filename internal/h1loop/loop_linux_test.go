@@ -1,0 +1,471 @@
+package h1loop
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leveeproxy/levee/internal/leaktest"
+)
+
+// testHandler answers by the request's path: /hold/... is held and
+// answered from a goroutine after holdFor, /close is answered with
+// Connection: close, anything else is answered in the loop.
+type testHandler struct {
+	holdFor  time.Duration
+	body     []byte // the answer's body (default "ok")
+	closed   atomic.Int64
+	accepted atomic.Int64
+	gone     atomic.Int64 // held requests whose client was gone when answered
+	refuse   bool         // Accepted says no
+	handoffs chan handoff
+}
+
+type handoff struct {
+	f  *os.File
+	in []byte
+}
+
+func (h *testHandler) answer(path []byte, close bool) []byte {
+	body := h.body
+	if body == nil {
+		body = []byte("ok")
+	}
+	conn := ""
+	if close {
+		conn = "Connection: close\r\n"
+	}
+	return fmt.Appendf(nil, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nX-Path: %s\r\n%s\r\n%s", len(body), path, conn, body)
+}
+
+func (h *testHandler) Accepted(c *Conn) bool { h.accepted.Add(1); return !h.refuse }
+func (h *testHandler) Closed(c *Conn)        { h.closed.Add(1) }
+
+func (h *testHandler) Request(c *Conn, hd *Head) Verdict {
+	switch p := string(hd.Path); {
+	case strings.HasPrefix(p, "/hold"):
+		ans := h.answer(hd.Path, false)
+		go func() {
+			time.Sleep(h.holdFor)
+			if c.Gone() {
+				h.gone.Add(1)
+			}
+			_, err := c.Write(ans, time.Now().Add(5*time.Second))
+			mode := Keep
+			if err != nil {
+				mode = Drop
+			}
+			c.Release(mode)
+		}()
+		return Held
+	case p == "/close":
+		c.Answer(h.answer(hd.Path, true))
+		return Close
+	default:
+		c.Answer(h.answer(hd.Path, hd.Close))
+		if hd.Close {
+			return Close
+		}
+		return Answered
+	}
+}
+
+func (h *testHandler) Handoff(c *Conn, f *os.File, in []byte) {
+	if h.handoffs != nil {
+		h.handoffs <- handoff{f, in}
+		return
+	}
+	f.Close()
+}
+
+// start serves h on a loopback listener until the test ends.
+func start(t *testing.T, h Handler, o Options) (*Server, string) {
+	t.Helper()
+	leaktest.Check(t)
+	o.Handler = h
+	if o.Tick == 0 {
+		o.Tick = 10 * time.Millisecond
+	}
+	s, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ln) }()
+	t.Cleanup(func() {
+		s.Close()
+		if err := <-done; !errors.Is(err, ErrClosed) {
+			t.Errorf("Serve: %v, want ErrClosed", err)
+		}
+		ln.Close()
+	})
+	return s, ln.Addr().String()
+}
+
+func dial(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	return c, bufio.NewReader(c)
+}
+
+func get(path string) string { return "GET " + path + " HTTP/1.1\r\nHost: a.test\r\n\r\n" }
+
+// readAnswer reads one response and returns its X-Path and body.
+func readAnswer(t *testing.T, br *bufio.Reader) (string, string) {
+	t.Helper()
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("reading a response: %v", err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("reading a body: %v", err)
+	}
+	return resp.Header.Get("X-Path"), string(b)
+}
+
+func TestAnswersInTheLoopInOrder(t *testing.T) {
+	_, addr := start(t, &testHandler{}, Options{})
+	c, br := dial(t, addr)
+	for i := range 3 {
+		io.WriteString(c, get(fmt.Sprintf("/a%d", i)))
+		if p, _ := readAnswer(t, br); p != fmt.Sprintf("/a%d", i) {
+			t.Fatalf("answer %d is for %q", i, p)
+		}
+	}
+	// Pipelined, a head split across writes, and a held request among
+	// answered ones: answers come in the requests' order.
+	io.WriteString(c, get("/p1")+get("/hold/p2")+get("/p3")+"GET /p4 HTTP/1.1\r\nHo")
+	time.Sleep(20 * time.Millisecond)
+	io.WriteString(c, "st: a.test\r\n\r\n")
+	for _, want := range []string{"/p1", "/hold/p2", "/p3", "/p4"} {
+		if p, _ := readAnswer(t, br); p != want {
+			t.Fatalf("answer is for %q, want %q", p, want)
+		}
+	}
+}
+
+func TestHeldRequestsOnManyConnections(t *testing.T) {
+	h := &testHandler{holdFor: time.Millisecond}
+	_, addr := start(t, h, Options{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 100)
+	for i := range 100 {
+		wg.Go(func() {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			br := bufio.NewReader(c)
+			for j := range 20 {
+				path := fmt.Sprintf("/x%d-%d", i, j)
+				if j%2 == 0 {
+					path = "/hold" + path
+				}
+				io.WriteString(c, get(path))
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					errs <- err
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				if got := resp.Header.Get("X-Path"); got != path {
+					errs <- fmt.Errorf("answer for %q, want %q", got, path)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	leaktest.WaitFor(t, 5*time.Second, "every connection closed", func() bool { return h.closed.Load() == 100 })
+}
+
+func TestCloseAnswersThenCloses(t *testing.T) {
+	_, addr := start(t, &testHandler{}, Options{})
+	c, br := dial(t, addr)
+	io.WriteString(c, get("/close")+get("/never"))
+	if p, _ := readAnswer(t, br); p != "/close" {
+		t.Fatalf("answer for %q", p)
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("after Connection: close, read %v, want EOF", err)
+	}
+	// HTTP/1.0 without keep-alive closes too.
+	c2, br2 := dial(t, addr)
+	io.WriteString(c2, "GET /ten HTTP/1.0\r\nHost: a.test\r\n\r\n")
+	readAnswer(t, br2)
+	if _, err := br2.ReadByte(); err != io.EOF {
+		t.Fatalf("after an HTTP/1.0 request, read %v, want EOF", err)
+	}
+}
+
+func TestHandsOffWhatIsNotSimple(t *testing.T) {
+	h := &testHandler{handoffs: make(chan handoff, 1)}
+	_, addr := start(t, h, Options{})
+	c, br := dial(t, addr)
+	post := "POST /up HTTP/1.1\r\nHost: a.test\r\nContent-Length: 5\r\n\r\nhello"
+	io.WriteString(c, get("/first")+post)
+	if p, _ := readAnswer(t, br); p != "/first" {
+		t.Fatalf("answer for %q", p)
+	}
+	var ho handoff
+	select {
+	case ho = <-h.handoffs:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no handoff")
+	}
+	defer ho.f.Close()
+	// The engine that takes over has every byte after the first request,
+	// and the socket.
+	if !strings.HasPrefix(post, string(ho.in)) || len(ho.in) == 0 {
+		t.Fatalf("handed off %q, want a prefix of %q", ho.in, post)
+	}
+	fc, err := net.FileConn(ho.f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fc.Close()
+	io.WriteString(fc, "HTTP/1.1 204 No Content\r\nX-Path: /up\r\n\r\n")
+	if p, _ := readAnswer(t, br); p != "/up" {
+		t.Fatalf("answer for %q", p)
+	}
+}
+
+func TestHandsOffAHeadTooLong(t *testing.T) {
+	h := &testHandler{handoffs: make(chan handoff, 1)}
+	_, addr := start(t, h, Options{MaxHead: 256})
+	c, _ := dial(t, addr)
+	long := "GET / HTTP/1.1\r\nHost: a.test\r\nX-Long: " + strings.Repeat("a", 300) + "\r\n\r\n"
+	io.WriteString(c, long[:100])
+	time.Sleep(20 * time.Millisecond)
+	io.WriteString(c, long[100:])
+	select {
+	case ho := <-h.handoffs:
+		ho.f.Close()
+		if !strings.HasPrefix(long, string(ho.in)) || len(ho.in) < 256 {
+			t.Fatalf("handed off %d bytes, want the first 256 at least of the head", len(ho.in))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no handoff")
+	}
+}
+
+func TestTimeouts(t *testing.T) {
+	h := &testHandler{}
+	_, addr := start(t, h, Options{IdleTimeout: 50 * time.Millisecond, HeadTimeout: 50 * time.Millisecond})
+	idle, br := dial(t, addr)
+	io.WriteString(idle, get("/one"))
+	readAnswer(t, br)
+	partial, pbr := dial(t, addr)
+	io.WriteString(partial, "GET / HTTP/1.1\r\n")
+	silent, sbr := dial(t, addr)
+	for _, r := range []*bufio.Reader{br, pbr, sbr} {
+		if _, err := r.ReadByte(); err != io.EOF {
+			t.Fatalf("read %v, want EOF once the timeout passed", err)
+		}
+	}
+	_ = silent
+	leaktest.WaitFor(t, 5*time.Second, "the three closed", func() bool { return h.closed.Load() == 3 })
+}
+
+func TestIdleTimeoutRunsFromTheRelease(t *testing.T) {
+	h := &testHandler{holdFor: 150 * time.Millisecond}
+	_, addr := start(t, h, Options{IdleTimeout: 100 * time.Millisecond, HeadTimeout: 100 * time.Millisecond})
+	c, br := dial(t, addr)
+	io.WriteString(c, get("/hold/slow"))
+	if p, _ := readAnswer(t, br); p != "/hold/slow" {
+		t.Fatalf("answer for %q", p)
+	}
+	// Held longer than the idle timeout, then released: still open.
+	io.WriteString(c, get("/after"))
+	if p, _ := readAnswer(t, br); p != "/after" {
+		t.Fatalf("answer for %q", p)
+	}
+}
+
+func TestHolderSeesTheClientGone(t *testing.T) {
+	h := &testHandler{holdFor: 100 * time.Millisecond}
+	_, addr := start(t, h, Options{})
+	c, _ := dial(t, addr)
+	io.WriteString(c, get("/hold/x"))
+	time.Sleep(20 * time.Millisecond)
+	c.Close()
+	leaktest.WaitFor(t, 5*time.Second, "the holder saw the client gone", func() bool { return h.gone.Load() == 1 })
+	leaktest.WaitFor(t, 5*time.Second, "closed", func() bool { return h.closed.Load() == 1 })
+}
+
+// A client that reads slowly: answers larger than the socket takes are
+// written as it drains, in the loop and by a holder.
+func TestLargeAnswersToASlowReader(t *testing.T) {
+	h := &testHandler{body: bytes.Repeat([]byte("z"), 8<<20)}
+	_, addr := start(t, h, Options{})
+	for _, path := range []string{"/big", "/hold/big"} {
+		c, br := dial(t, addr)
+		io.WriteString(c, get(path)+get("/next"))
+		time.Sleep(50 * time.Millisecond)
+		p, body := readAnswer(t, br)
+		if p != path || len(body) != len(h.body) {
+			t.Fatalf("answer for %q with %d bytes, want %q with %d", p, len(body), path, len(h.body))
+		}
+		if p, _ := readAnswer(t, br); p != "/next" {
+			t.Fatalf("then an answer for %q", p)
+		}
+	}
+}
+
+func TestRefusedAtAccept(t *testing.T) {
+	h := &testHandler{refuse: true}
+	_, addr := start(t, h, Options{})
+	_, br := dial(t, addr)
+	if _, err := br.ReadByte(); err == nil {
+		t.Fatal("read a byte from a connection the handler refused")
+	}
+	if h.accepted.Load() != 1 || h.closed.Load() != 0 {
+		t.Fatalf("accepted %d closed %d, want 1 and 0 (Closed is for accepted connections)", h.accepted.Load(), h.closed.Load())
+	}
+}
+
+func TestCloseWithAHeldRequest(t *testing.T) {
+	h := &testHandler{holdFor: 200 * time.Millisecond}
+	s, addr := start(t, h, Options{})
+	c, br := dial(t, addr)
+	idle, ibr := dial(t, addr)
+	io.WriteString(idle, get("/a"))
+	readAnswer(t, ibr)
+	io.WriteString(c, get("/hold/x"))
+	time.Sleep(50 * time.Millisecond)
+	s.Close()
+	if _, err := ibr.ReadByte(); err == nil {
+		t.Fatal("an idle connection stayed open after Close")
+	}
+	if _, err := br.ReadByte(); err == nil {
+		t.Fatal("read an answer after Close shut the held connection down")
+	}
+}
+
+func TestShutdownAnswersWhatIsHeldAndClosesTheRest(t *testing.T) {
+	h := &testHandler{holdFor: 100 * time.Millisecond}
+	s, addr := start(t, h, Options{})
+	idle, ibr := dial(t, addr)
+	io.WriteString(idle, get("/a"))
+	readAnswer(t, ibr)
+	busy, bbr := dial(t, addr)
+	io.WriteString(busy, get("/hold/b"))
+	time.Sleep(20 * time.Millisecond)
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		done <- s.Shutdown(ctx)
+	}()
+	if _, err := ibr.ReadByte(); err != io.EOF {
+		t.Fatalf("idle connection: read %v, want EOF at Shutdown", err)
+	}
+	if p, _ := readAnswer(t, bbr); p != "/hold/b" {
+		t.Fatalf("held request answered for %q", p)
+	}
+	if _, err := bbr.ReadByte(); err != io.EOF {
+		t.Fatalf("after its answer: read %v, want EOF", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if _, err := net.Dial("tcp", addr); err == nil {
+		// The listener is the caller's and still open; the loops do not
+		// accept from it any more, so the kernel's backlog holds it.
+		t.Log("dial after Shutdown connected to the caller's listener (expected)")
+	}
+	_ = busy
+}
+
+func TestShutdownGivesUpAtItsContext(t *testing.T) {
+	h := &testHandler{holdFor: 300 * time.Millisecond}
+	s, addr := start(t, h, Options{})
+	c, _ := dial(t, addr)
+	io.WriteString(c, get("/hold/slow"))
+	time.Sleep(20 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := s.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown: %v, want the context's deadline", err)
+	}
+	if s.Open() != 1 {
+		t.Fatalf("%d open, want the held one", s.Open())
+	}
+}
+
+func TestKill(t *testing.T) {
+	h := &testHandler{holdFor: 100 * time.Millisecond}
+	conns := make(chan *Conn, 2)
+	_, addr := start(t, &killHandler{testHandler: h, conns: conns}, Options{})
+	idle, ibr := dial(t, addr)
+	io.WriteString(idle, get("/a"))
+	readAnswer(t, ibr)
+	(<-conns).Kill()
+	if _, err := ibr.ReadByte(); err != io.EOF {
+		t.Fatalf("killed idle connection: read %v, want EOF", err)
+	}
+	held, hbr := dial(t, addr)
+	io.WriteString(held, get("/hold/x"))
+	(<-conns).Kill()
+	if _, err := hbr.ReadByte(); err == nil {
+		t.Fatal("a killed held connection was answered")
+	}
+	leaktest.WaitFor(t, 5*time.Second, "both closed", func() bool { return h.closed.Load() == 2 })
+}
+
+// killHandler passes each request's connection to the test.
+type killHandler struct {
+	*testHandler
+	conns chan *Conn
+}
+
+func (k *killHandler) Request(c *Conn, hd *Head) Verdict {
+	v := k.testHandler.Request(c, hd)
+	k.conns <- c
+	return v
+}
+
+// A client that sends more behind a request answered with a close still
+// reads its answer: the loop lingers rather than resetting.
+func TestCloseLingers(t *testing.T) {
+	_, addr := start(t, &testHandler{}, Options{})
+	c, br := dial(t, addr)
+	// Bytes behind the request that the loop does not read (past its
+	// buffer): closed with them unread, the socket would send a reset.
+	c.Write(append([]byte(get("/close")), bytes.Repeat([]byte("x"), 256<<10)...))
+	time.Sleep(20 * time.Millisecond)
+	if p, _ := readAnswer(t, br); p != "/close" {
+		t.Fatalf("answer for %q", p)
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("read %v, want EOF (a reset would be an error)", err)
+	}
+}

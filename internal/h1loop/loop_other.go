@@ -1,0 +1,48 @@
+//go:build !linux
+
+package h1loop
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"time"
+)
+
+// Supported reports whether this system has the loop.
+const Supported = false
+
+var errUnsupported = errors.New("h1loop: event loops need linux")
+
+// Conn is one client connection of the loop (linux only).
+type Conn struct {
+	Requests uint64
+	Value    any
+}
+
+func (c *Conn) Peer() netip.AddrPort                            { return netip.AddrPort{} }
+func (c *Conn) Gone() bool                                      { return true }
+func (c *Conn) Answer(p []byte)                                 {}
+func (c *Conn) Write(p []byte, deadline time.Time) (int, error) { return 0, errUnsupported }
+func (c *Conn) Release(closeConn bool)                          {}
+
+// Server serves HTTP/1.1 connections on event loops (linux only).
+type Server struct{}
+
+// New reports that the loop is not supported here.
+func New(o Options) (*Server, error) { return nil, errUnsupported }
+
+func (s *Server) Serve(ln *net.TCPListener) error    { return errUnsupported }
+func (s *Server) Close() error                       { return nil }
+func (s *Server) Open() int64                        { return 0 }
+func (s *Server) Shutdown(ctx context.Context) error { return nil }
+
+// ReleaseMode is how Release ends a hold.
+type ReleaseMode uint8
+
+const (
+	Keep ReleaseMode = iota
+	Drop
+	Linger
+)
