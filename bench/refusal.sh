@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/refusal.sh — what one refusal costs: CPU and system calls per 429, levee beside nginx and
-# haproxy refusing the same way, and two floors: fasthttp refusing with levee's settings and none
-# of its steps (bench/bareproxy -refuse), and an epoll loop in Go (bench/refusalfloor).
+# haproxy refusing the same way, and three floors: fasthttp refusing with levee's settings and none
+# of its steps (bench/bareproxy -refuse), levee's event loop doing the same (internal/h1loop,
+# bench/bareproxy -refuse -loop), and an epoll loop in Go with nothing else (bench/refusalfloor).
 #
 # Usage:  bash bench/refusal.sh [--write]
 #   --write   also replace the "refusal.sh" section of docs/benchmarks.md (only if levee ran)
@@ -17,7 +18,7 @@
 # wrk -t1 keeps each connection busy; CPU per refusal is the target's utime+stime from /proc over
 # the run ÷ its answers, system calls per refusal `perf stat -e raw_syscalls:sys_enter` where perf
 # works. The floors answer without a backend; the proxies have one (bench/backend) for their first
-# request. Runtime: 5 targets × 2 points × 3 rounds × ~6 s ≈ 3 min.
+# request. Runtime: 6 targets × 2 points × 3 rounds × ~6 s ≈ 4 min.
 set -euo pipefail
 
 BENCH_NAME=refusal.sh
@@ -31,13 +32,14 @@ ROUNDS=${ROUNDS:-3}
 BACKEND_PORT=${BACKEND_PORT:-9131}
 PORT_BASE=${PORT_BASE:-18380}
 NGINX_PORT=$PORT_BASE HAPROXY_PORT=$((PORT_BASE + 1)) LEVEE_PORT=$((PORT_BASE + 2))
-BARE_PORT=$((PORT_BASE + 3)) FLOOR_PORT=$((PORT_BASE + 4)) LEVEE_ADMIN_PORT=$((PORT_BASE + 12))
+BARE_PORT=$((PORT_BASE + 3)) FLOOR_PORT=$((PORT_BASE + 4)) LOOP_PORT=$((PORT_BASE + 5))
+LEVEE_ADMIN_PORT=$((PORT_BASE + 12))
 
 bench_init levee-refusal
 bench_need_tools wrk nginx haproxy curl
 bench_pinning "proxy on CPU $PROXY_CPU alone; backend + wrk on CPU $LOAD_CPU"
 check_ports "refusal bench (set PORT_BASE)" "$BACKEND_PORT" "$NGINX_PORT" "$HAPROXY_PORT" "$LEVEE_PORT" \
-  "$BARE_PORT" "$FLOOR_PORT" "$LEVEE_ADMIN_PORT"
+  "$BARE_PORT" "$FLOOR_PORT" "$LOOP_PORT" "$LEVEE_ADMIN_PORT"
 
 log "building bench/backend, bench/bareproxy and bench/refusalfloor"
 build_bench backend
@@ -128,6 +130,9 @@ fi
 GOMAXPROCS=1 "${ON_PROXY_CPU[@]}" "$tmp/bareproxy" -refuse -listen "127.0.0.1:$BARE_PORT" >"$tmp/bare.log" 2>&1 &
 PID[fasthttp-bare]=$!; PIDS+=($!)
 add_target fasthttp-bare "$BARE_PORT"
+GOMAXPROCS=1 "${ON_PROXY_CPU[@]}" "$tmp/bareproxy" -refuse -loop -listen "127.0.0.1:$LOOP_PORT" >"$tmp/loop.log" 2>&1 &
+PID[h1loop-bare]=$!; PIDS+=($!)
+add_target h1loop-bare "$LOOP_PORT"
 GOMAXPROCS=1 "${ON_PROXY_CPU[@]}" "$tmp/refusalfloor" -listen "127.0.0.1:$FLOOR_PORT" >"$tmp/floor.log" 2>&1 &
 PID[epoll-floor]=$!; PIDS+=($!)
 add_target epoll-floor "$FLOOR_PORT"
@@ -177,7 +182,7 @@ body="$tmp/body.md"
   echo
   echo "- command: \`bash bench/refusal.sh\`; $DATE; ${CPU_MODEL:-unknown CPU}; levee ${LEVEE_REV:-?} ($GO_VER), nginx $NGINX_VER, haproxy $HAPROXY_VER"
   echo "- every request past the first answered 429 (levee \`rate: 1/s\`, nginx \`limit_req\`, haproxy a stick table); wrk -t1, $DURATION per run, medians of $ROUNDS interleaved rounds; pinning: $PIN_DESC"
-  echo "- floors: \`fasthttp-bare\` is bench/bareproxy -refuse (fasthttp with levee's timeouts and read buffer, none of its steps), \`epoll-floor\` bench/refusalfloor (one Go goroutine on an epoll loop, nothing per connection)"
+  echo "- floors: \`fasthttp-bare\` is bench/bareproxy -refuse (fasthttp with levee's timeouts and read buffer, none of its steps), \`h1loop-bare\` bench/bareproxy -refuse -loop (levee's event loop, internal/h1loop, none of its steps), \`epoll-floor\` bench/refusalfloor (one Go goroutine on an epoll loop, nothing per connection)"
   echo
   echo "| conns | target | 429s/s | CPU µs per 429 | ÷ nginx | system calls per 429 |"
   echo "|---:|---|---:|---:|---:|---:|"
@@ -188,7 +193,7 @@ body="$tmp/body.md"
       echo "| $CONNS | $t | $(fmt "$(med "${ANS[$t,$CONNS]}")" 0) | $(fmt "$cpu" 1) | $(ratio "$cpu" "$ngx") | $(fmt "$(med "${SYS[$t,$CONNS]}")" 2) |"
     done
   done
-  for t in levee nginx haproxy fasthttp-bare epoll-floor; do
+  for t in levee nginx haproxy fasthttp-bare h1loop-bare epoll-floor; do
     [[ -n ${NOTE[$t]:-} ]] && echo "- $t: ${NOTE[$t]}"
   done
   echo
