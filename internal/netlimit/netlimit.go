@@ -88,33 +88,48 @@ func (l *Listener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		if l.open.Add(1) > int64(l.o.Max) {
-			l.open.Add(-1)
-			l.refuse(c, MaxConns)
+		cc, reason := l.Adopt(c)
+		if reason != "" {
+			l.Refuse(c, reason)
 			continue
 		}
-		cc := Wrap(c)
-		cc.l = l
-		if l.perIP != nil && cc.peer.IsValid() && (l.o.Exempt == nil || !l.o.Exempt(cc.peer)) {
-			cc.counted = true
-		}
-		l.mu.Lock()
-		if cc.counted && l.perIP[cc.peer] >= l.o.PerIP {
-			l.mu.Unlock()
-			l.open.Add(-1)
-			l.refuse(c, ConnsPerIP)
-			continue
-		}
-		if cc.counted {
-			l.perIP[cc.peer]++
-		}
-		l.conns[cc] = struct{}{}
-		l.mu.Unlock()
-		cc.fresh.Store(true)
-		l.fresh.Add(1)
 		return cc, nil
 	}
 }
+
+// Adopt counts c, accepted from l's socket by someone else (the event
+// loop accepts its own), as Accept counts what it returns; reason is why
+// c is not within the bounds ("" when counted). A refused c is the
+// caller's, to Refuse.
+func (l *Listener) Adopt(c net.Conn) (*Conn, string) {
+	if l.open.Add(1) > int64(l.o.Max) {
+		l.open.Add(-1)
+		return nil, MaxConns
+	}
+	cc := Wrap(c)
+	cc.l = l
+	if l.perIP != nil && cc.peer.IsValid() && (l.o.Exempt == nil || !l.o.Exempt(cc.peer)) {
+		cc.counted = true
+	}
+	l.mu.Lock()
+	if cc.counted && l.perIP[cc.peer] >= l.o.PerIP {
+		l.mu.Unlock()
+		l.open.Add(-1)
+		return nil, ConnsPerIP
+	}
+	if cc.counted {
+		l.perIP[cc.peer]++
+	}
+	l.conns[cc] = struct{}{}
+	l.mu.Unlock()
+	cc.fresh.Store(true)
+	l.fresh.Add(1)
+	return cc, ""
+}
+
+// Refuse closes c, refused by Adopt for reason, as Accept closes the
+// connections beyond its bounds (refuse).
+func (l *Listener) Refuse(c net.Conn, reason string) { l.refuse(c, reason) }
 
 // refuse closes c, refused for reason. With a Refusal it answers first,
 // on a goroutine of its own (at most maxAnswering at once, beyond which a
@@ -249,6 +264,21 @@ func PeerIPOf(c net.Conn) string {
 	}
 	return ""
 }
+
+// Rebind puts nc under c in place of the connection it had: for a
+// connection whose socket passes from one engine to another (the event
+// loop hands one to fasthttp), so that it stays counted as one. No other
+// goroutine may use c meanwhile.
+func (c *Conn) Rebind(nc net.Conn) {
+	c.Conn = nc
+	c.io = sockio.Conn{}
+	c.io.Init(nc)
+}
+
+// TakeLinger reports whether Linger was asked for, and clears it: for an
+// engine that closes lingering itself (the event loop), so that Close
+// does not.
+func (c *Conn) TakeLinger() bool { return c.linger.Swap(false) }
 
 // Linger makes Close end the connection gracefully, for a server that
 // answers and closes before it has read all the client sent (a refusal):

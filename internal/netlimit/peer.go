@@ -252,14 +252,16 @@ func (w *PeerWatch) loop() {
 	}
 }
 
-// rawConn finds the TCP socket under a connection, through levee's
-// wrappers and TLS; nil when there is none or the OS has no probe.
+// rawConn finds the socket under a connection, through levee's wrappers
+// and TLS; nil when there is none or the OS has no probe.
 func rawConn(c net.Conn) syscall.RawConn {
 	if !canProbe {
 		return nil
 	}
 	for ; c != nil; c = under(c) {
-		if v, ok := c.(*net.TCPConn); ok {
+		// A *net.TCPConn, or a socket another engine holds (the event
+		// loop's) that gives its descriptor the same way.
+		if v, ok := c.(syscall.Conn); ok {
 			raw, err := v.SyscallConn()
 			if err != nil {
 				return nil
