@@ -62,8 +62,50 @@ func byteSet(chars string) (t [256]bool) {
 }
 
 // validHost reports whether h is a non-empty host[:port] (RFC 9110 §7.2,
-// RFC 3986 §3.2.2).
-func validHost[T string | []byte](h T) bool { return onlyOf(&hostByte, h) }
+// RFC 3986 §3.2.2): a name or IPv4 address, or an IP literal in brackets,
+// then at most a port of digits. Of hostByte's bytes alone, "a.test:x",
+// "a:b:c" or "]" would pass, and fasthttp's URI, which cannot parse them,
+// gives such a request the path "/" whatever its target: it would route
+// on "/" (the catalog strips what follows the colon), past the limits of
+// the path it asks for, and reach the backend with its own.
+func validHost[T string | []byte](h T) bool {
+	if !onlyOf(&hostByte, h) {
+		return false
+	}
+	i := 0
+	if h[0] == '[' {
+		for i = 1; i < len(h) && h[i] != ']'; i++ {
+			if c := h[i]; c != ':' && c != '.' && !isHex(c) {
+				return false // IPv6 only (no IPvFuture, no zone)
+			}
+		}
+		if i == len(h) || i == 1 {
+			return false
+		}
+		i++ // past ']'
+	} else {
+		for ; i < len(h) && h[i] != ':'; i++ {
+			if h[i] == '[' || h[i] == ']' {
+				return false
+			}
+		}
+		if i == 0 {
+			return false // a port without a host
+		}
+	}
+	if i == len(h) {
+		return true
+	}
+	if h[i] != ':' {
+		return false
+	}
+	for i++; i < len(h); i++ {
+		if h[i] < '0' || h[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
 
 func token[T string | []byte](s T) bool { return onlyOf(&tokenByte, s) }
 
@@ -119,3 +161,5 @@ func twin(name []byte, s string) bool {
 	}
 	return under
 }
+
+func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }

@@ -47,6 +47,21 @@ func TestFast(t *testing.T) {
 		{"GET ftp://a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n", ptr(BadTarget)},
 		{"GET http://a.test/x HTTP/1.1\r\nHost: b.test\r\n\r\n", nil},
 		{"GET / HTTP/1.1\r\nHost: a\"b\r\n\r\n", ptr(BadHost)},
+		// A host fasthttp's URI cannot parse would route on "/" whatever
+		// the target.
+		{"GET /api HTTP/1.1\r\nHost: a.test:x\r\n\r\n", ptr(BadHost)},
+		{"GET /api HTTP/1.1\r\nHost: a:b:c\r\n\r\n", ptr(BadHost)},
+		{"GET /api HTTP/1.1\r\nHost: ]\r\n\r\n", ptr(BadHost)},
+		{"GET /api HTTP/1.1\r\nHost: :80\r\n\r\n", ptr(BadHost)},
+		{"GET /api HTTP/1.1\r\nHost: [::1\r\n\r\n", ptr(BadHost)},
+		{"GET /api HTTP/1.1\r\nHost: [x]\r\n\r\n", ptr(BadHost)},
+		{"GET /api HTTP/1.1\r\nHost: a]b\r\n\r\n", ptr(BadHost)},
+		{"GET /api HTTP/1.1\r\nHost: [::1]x\r\n\r\n", ptr(BadHost)},
+		{"GET /api HTTP/1.1\r\nHost: a.test:8080\r\n\r\n", nil},
+		{"GET /api HTTP/1.1\r\nHost: 10.0.0.1:80\r\n\r\n", nil},
+		{"GET /api HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n", nil},
+		{"GET /api HTTP/1.1\r\nHost: [::1]\r\n\r\n", nil},
+		{"GET http://a.test:x/api HTTP/1.1\r\nHost: a.test\r\n\r\n", ptr(BadHost)},
 	} {
 		got := Fast(read(t, tc.raw))
 		switch {
