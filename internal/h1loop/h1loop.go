@@ -66,6 +66,11 @@ type Options struct {
 	// IdleTimeout the wait for the next request (120 s); WriteTimeout
 	// writing what the loop could not write at once (5 min).
 	HeadTimeout, IdleTimeout, WriteTimeout time.Duration
+	// OnHeadTimeout, if set, is called in the loop when a head's first
+	// bytes came but not the rest within HeadTimeout; what it returns is
+	// written (as far as the socket takes it at once) before the
+	// connection closes lingering.
+	OnHeadTimeout func(c *Conn) []byte
 	// Tick is the timeouts' granularity (100 ms).
 	Tick time.Duration
 	// Loops is how many loops share the listener (1).

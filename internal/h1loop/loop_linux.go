@@ -458,6 +458,9 @@ func (l *loop) heldEvent(c *Conn, ev uint32) {
 
 // read reads c once and serves the requests in what came.
 func (l *loop) read(c *Conn) {
+	if c.idleAt.Load() != 0 {
+		c.idleAt.Store(0) // the loop has it: its deadlines are the loop's again
+	}
 	var data []byte
 	if c.in != nil {
 		if len(c.in) == cap(c.in) {
@@ -591,6 +594,15 @@ func (l *loop) expire(owner any) {
 		due := l.tick(time.Unix(0, at)) + l.ticks(l.s.o.IdleTimeout)
 		if due > l.wheel.now {
 			l.wheel.set(&c.entry, due)
+			return
+		}
+	}
+	if len(c.in) > 0 && len(c.out) == 0 && c.state.Load() == stLoop && l.s.o.OnHeadTimeout != nil {
+		// A head that did not come in time is answered, as the full
+		// engine answers one (408), then closed lingering.
+		if ans := l.s.o.OnHeadTimeout(c); len(ans) > 0 {
+			sysWrite(c.fd, ans)
+			l.closeAfterOut(c, true)
 			return
 		}
 	}

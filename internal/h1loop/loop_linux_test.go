@@ -295,6 +295,26 @@ func TestTimeouts(t *testing.T) {
 	leaktest.WaitFor(t, 5*time.Second, "the three closed", func() bool { return h.closed.Load() == 3 })
 }
 
+func TestHeadTimeoutIsAnswered(t *testing.T) {
+	h := &testHandler{}
+	answer := "HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+	_, addr := start(t, h, Options{HeadTimeout: 50 * time.Millisecond, IdleTimeout: time.Minute,
+		OnHeadTimeout: func(*Conn) []byte { return []byte(answer) }})
+	c, br := dial(t, addr)
+	// Released by a holder, then a head that never ends: its deadline is
+	// the head's, not the idle one the release set.
+	io.WriteString(c, get("/hold/a"))
+	readAnswer(t, br)
+	io.WriteString(c, "GET / HTTP/1.1\r\n")
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusRequestTimeout {
+		t.Fatalf("got %v, %v; want the 408", resp, err)
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("after the 408: read %v, want EOF", err)
+	}
+}
+
 func TestIdleTimeoutRunsFromTheRelease(t *testing.T) {
 	h := &testHandler{holdFor: 150 * time.Millisecond}
 	_, addr := start(t, h, Options{IdleTimeout: 100 * time.Millisecond, HeadTimeout: 100 * time.Millisecond})
