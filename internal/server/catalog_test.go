@@ -114,6 +114,7 @@ type gatedStore struct {
 	gate    chan struct{}
 	started chan string
 	queries atomic.Int64
+	mu      sync.Mutex // guards gate
 }
 
 func (g *gatedStore) ForHost(ctx context.Context, host string) ([]catalog.Record, error) {
@@ -121,9 +122,12 @@ func (g *gatedStore) ForHost(ctx context.Context, host string) ([]catalog.Record
 	if g.pass.Load() {
 		return g.Store.ForHost(ctx, host)
 	}
+	g.mu.Lock() // the test swaps gate; what orders the two is a socket, unseen by -race
+	gate := g.gate
+	g.mu.Unlock()
 	g.started <- host
 	select {
-	case <-g.gate:
+	case <-gate:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -148,7 +152,9 @@ func TestCatalogBusyAnswers503AtOnce(t *testing.T) {
 		return d
 	}()
 	<-g.started
-	g.gate = make(chan struct{}) // the proxy reads gate only inside ForHost, after started
+	g.mu.Lock()
+	g.gate = make(chan struct{})
+	g.mu.Unlock()
 
 	var wg sync.WaitGroup
 	wg.Go(func() {
