@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -144,6 +145,9 @@ func (s *Server) validate(errs *Errors) {
 	}
 	within(errs, "server.max_conns", s.MaxConns, 1, 10_000_000)
 	within(errs, "server.max_conns_per_ip", s.MaxConnsPerIP, 1, 10_000_000)
+	if s.EventLoop && runtime.GOOS != "linux" {
+		errs.add("server.event_loop", "needs linux (this is %s)", runtime.GOOS)
+	}
 	if s.MinRate < 0 || s.MinRate > 1<<30 {
 		errs.add("server.min_rate", "must be off or 1B/s..1GiB/s (got %d)", s.MinRate)
 	}

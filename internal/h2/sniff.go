@@ -96,6 +96,19 @@ type replayConn struct {
 	head []byte
 }
 
+// Replay is c with head, bytes already read of it, read first: for a
+// connection an engine looked at before it hands it to another (the
+// sniff here; the event loop's hand-off to fasthttp).
+func Replay(c net.Conn, head []byte) net.Conn { return &replayConn{Conn: c, head: head} }
+
+// CloseWrite half-closes the connection underneath, for a lingering close.
+func (c *replayConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
+}
+
 // NetConn is the connection underneath, as *tls.Conn offers it.
 func (c *replayConn) NetConn() net.Conn { return c.Conn }
 

@@ -218,7 +218,12 @@ func (e *fastExchange) gone() {
 	e.c.Hijack(func(net.Conn) {})
 }
 
-func (e *fastExchange) reused() bool { return e.c.ConnRequestNum() > 1 }
+func (e *fastExchange) reused() bool {
+	if r, ok := e.c.Conn().(*loopReq); ok {
+		return r.sock.c.Requests > 1 // fasthttp serves it as a connection of one request
+	}
+	return e.c.ConnRequestNum() > 1
+}
 
 // readBody reads up to request_buffer of the body into e.body; the rest,
 // if any, streams later from e.paced, which keeps timing the client.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/leveeproxy/levee/internal/clock"
 	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/h1loop"
 	"github.com/leveeproxy/levee/internal/testlog"
 )
 
@@ -106,6 +107,9 @@ func mustParse(t testing.TB, yamlCfg string) *config.Config {
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, yamlCfg)
 	}
+	if testLoop() && !strings.Contains(yamlCfg, "event_loop:") {
+		cfg.Server.EventLoop = true
+	}
 	if testH2C() && !strings.Contains(yamlCfg, "h2c:") {
 		for i, l := range cfg.Listen {
 			if l.TLS == nil {
@@ -125,11 +129,18 @@ const protoEnv = "LEVEE_TEST_PROTO"
 
 func testH2C() bool { return os.Getenv(protoEnv) == "h2c" }
 
+// testLoop: protoEnv is h1loop, and the plain listeners of test proxies
+// serve HTTP/1.1 from event loops (server.event_loop).
+func testLoop() bool { return os.Getenv(protoEnv) == "h1loop" }
+
 // testProto names the protocol of the run, for labels that must differ
 // between runs (cluster key prefixes).
 func testProto() string {
 	if testH2C() {
 		return "h2c"
+	}
+	if testLoop() {
+		return "h1loop"
 	}
 	return "http1"
 }
@@ -143,9 +154,13 @@ func skipOnH2C(t *testing.T, why string) {
 }
 
 // TestMain runs the tests over HTTP/1.1 (served by fasthttp), then runs
-// this same test binary again over h2c (served by net/http's HTTP/2), so
-// that `go test ./...` covers both engines.
+// this same test binary again over h2c (levee's HTTP/2 server) and over
+// HTTP/1.1 from the event loops (linux), so that `go test ./...` covers
+// every engine.
 func TestMain(m *testing.M) {
+	if testLoop() {
+		os.Exit(m.Run())
+	}
 	if testH2C() {
 		tr := http.DefaultTransport.(*http.Transport)
 		tr.Protocols = new(http.Protocols)
@@ -158,19 +173,25 @@ func TestMain(m *testing.M) {
 		// theirs): running it again would double its time, not its reach.
 		os.Exit(code)
 	}
-	fmt.Fprintf(os.Stderr, "=== protocol h2c: %s=h2c %s\n", protoEnv, os.Args[0])
 	// Benchmarks name their protocols and ran already: only tests run again,
 	// and without the profiles, which the child would overwrite.
 	args := slices.DeleteFunc(slices.Clone(os.Args[1:]), func(a string) bool {
 		return slices.ContainsFunc([]string{"cpuprofile", "memprofile", "blockprofile", "mutexprofile", "trace"},
 			func(f string) bool { return strings.HasPrefix(a, "-test."+f+"=") })
 	})
-	cmd := exec.Command(os.Args[0], append(args, "-test.bench=^$")...)
-	cmd.Env = append(os.Environ(), protoEnv+"=h2c")
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	if err := cmd.Run(); err != nil {
-		fmt.Fprintf(os.Stderr, "--- FAIL: protocol h2c: %v\n", err)
-		code = max(code, 1)
+	runs := []string{"h2c"}
+	if h1loop.Supported {
+		runs = append(runs, "h1loop") // HTTP/1.1 from the event loops (server.event_loop)
+	}
+	for _, proto := range runs {
+		fmt.Fprintf(os.Stderr, "=== protocol %s: %s=%s %s\n", proto, protoEnv, proto, os.Args[0])
+		cmd := exec.Command(os.Args[0], append(args, "-test.bench=^$")...)
+		cmd.Env = append(os.Environ(), protoEnv+"="+proto)
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintf(os.Stderr, "--- FAIL: protocol %s: %v\n", proto, err)
+			code = max(code, 1)
+		}
 	}
 	os.Exit(code)
 }

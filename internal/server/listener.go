@@ -35,7 +35,10 @@ type listener struct {
 	// directly, with nothing in between). HTTP/2 connections are served
 	// by the goroutine that sorted them (sort).
 	h1q *connQueue
-	tls *tls.Config
+	// loop serves the connections instead of fasthttp's accept loop
+	// (server.event_loop; nil: off); fasthttp serves its requests.
+	loop *loopEngine
+	tls  *tls.Config
 	// guard bounds the floods of each HTTP/2 connection (h2guard).
 	guard *h2guard.Options
 	// hello bounds the handshake and the preface, per connection.
@@ -75,6 +78,12 @@ func (s *Server) newListener(cfg *config.Config, i int, ln net.Listener) (*liste
 		o.Refusal = reply.Raw // a plain listener can say why
 	}
 	l.ln = netlimit.NewWith(ln, o)
+	if cfg.Server.EventLoop && lc.TLS == nil && !lc.H2C {
+		var err error
+		if l.loop, err = s.newLoopEngine(cfg, l, ln); err != nil {
+			return nil, fmt.Errorf("server: listen %s: %w", lc.Addr, err)
+		}
+	}
 	if lc.TLS != nil || lc.H2C {
 		l.h2 = s.h2Server(cfg)
 		l.h1q = newConnQueue(ln.Addr())
@@ -122,6 +131,12 @@ func h2ConnContext(ctx context.Context, c net.Conn) context.Context {
 // serve runs the listener's engines until they are shut down; it returns
 // the first engine error other than a normal close.
 func (l *listener) serve() error {
+	if l.loop != nil {
+		if err := l.loop.serve(); err != nil {
+			return err
+		}
+		return http.ErrServerClosed
+	}
 	if l.h2 == nil {
 		return serveErr(l.h1.Serve(l.ln))
 	}
@@ -237,6 +252,9 @@ func answerDraining(c net.Conn) {
 
 // close stops accepting: the socket and fasthttp's queue.
 func (l *listener) close() {
+	if l.loop != nil {
+		l.loop.close() // the loops accept from a descriptor of their own
+	}
 	l.ln.Close()
 	if l.h1q != nil {
 		l.h1q.Close()
@@ -246,6 +264,11 @@ func (l *listener) close() {
 // shutdown stops accepting and waits, until ctx ends, for the requests in
 // flight on both engines.
 func (l *listener) shutdown(ctx context.Context) error {
+	if l.loop != nil {
+		err := l.loop.shutdown(ctx)
+		l.ln.Close()
+		return err
+	}
 	if l.h1q != nil {
 		l.close() // the socket is the sorter's; fasthttp closes its queue again
 	}
@@ -268,6 +291,9 @@ func (l *listener) shutdown(ctx context.Context) error {
 func (l *listener) closeAll() {
 	if l.h2 != nil {
 		l.h2.Close()
+	}
+	if l.loop != nil {
+		l.loop.close()
 	}
 	l.ln.CloseAll() // fasthttp leaves them running
 }

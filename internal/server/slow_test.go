@@ -337,6 +337,33 @@ func TestSlowBodyStartIsCutAtMinRate(t *testing.T) {
 	}
 }
 
+// A head that does not come within read_header_timeout is answered 408
+// request-timeout and counted, on every HTTP/1.1 engine (the event loop's
+// timer wheel as fasthttp's read deadline).
+func TestSlowHeadIsAnswered408(t *testing.T) {
+	be := newLengthBackend(t, 0)
+	p := startProxy(t, oneSlot(be.addr(), "")+"server: {read_header_timeout: 200ms}\n")
+	c := dialProxy(t, p)
+	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: photos.test\r\n") // and no more
+	c.SetReadDeadline(time.Now().Add(guard))
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled head: %v", err)
+	}
+	readAll(t, resp)
+	if resp.StatusCode != http.StatusRequestTimeout || resp.Header.Get(reply.Reject) != reply.RequestTimeout {
+		t.Fatalf("stalled head answered %d %s=%q; want 408 %s", resp.StatusCode, reply.Reject,
+			resp.Header.Get(reply.Reject), reply.RequestTimeout)
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("after the 408: %v, want the connection closed", err)
+	}
+	if got := p.metric("levee_rejected_total", map[string]string{"app": "", "reason": reply.RequestTimeout}); got != 1 {
+		t.Errorf("levee_rejected_total{reason=request-timeout} = %v, want 1", got)
+	}
+}
+
 // Over HTTP/2 a client that gives no flow-control window reads nothing: the
 // held response still frees the slot.
 func TestSlowReaderHoldsNoSlotOverH2(t *testing.T) {
