@@ -6,6 +6,8 @@
 #   note), not a figure of the docs.
 # Environment (defaults in brackets):
 #   A [HEAD]  B [.]   the builds: a commit (anything git rev-parse takes), or "." for the working tree
+#   A_SERVER, B_SERVER [none]  a server: block (YAML flow) for A's or B's config, to compare two
+#                     settings of one build: A=. B=. B_SERVER='{event_loop: true}'
 #   PROTO [h1]        h1 (wrk), h1tls (wrk over TLS) or h2tls (h2load -m1)
 #   CONNS [1024]      client connections       ROUNDS [5]  rounds of A, B, nginx in turn
 #   DURATION [4s]     load per build and round (after one warm-up round of 2s each)
@@ -77,7 +79,8 @@ PIDS+=("$!")
 wait_http "http://127.0.0.1:$BACKEND_PORT/" 10 || die "backend not ready"
 declare -A PID
 for who in A B; do
-  levee_bench_yaml "$tmp/$who.yaml" "${PORT[$who]}" $((PORT[$who] + 100)) "${ADMIN[$who]}"
+  server=A_SERVER; [[ $who == B ]] && server=B_SERVER
+  levee_bench_yaml "$tmp/$who.yaml" "${PORT[$who]}" $((PORT[$who] + 100)) "${ADMIN[$who]}" "${!server:-}"
   GOMAXPROCS=1 "${ON_PROXY_CPU[@]}" "$tmp/levee-$who" serve --config "$tmp/$who.yaml" >"$tmp/$who.log" 2>&1 &
   PID[$who]=$!; PIDS+=("$!")
   wait_http "http://127.0.0.1:${ADMIN[$who]}/readyz" 10 || { tail "$tmp/$who.log" >&2; die "levee $who not ready"; }

@@ -200,7 +200,8 @@ build_levee() {
 # defaults, as a new user's config has them) on one plain listener LEVEE_PORT, as a new user
 # writes it (HTTP/1.1 is served by fasthttp), admin LEVEE_ADMIN_PORT with admin.pprof on (so a
 # profile can be taken during a run, docs/benchmarks.md; idle, it costs nothing). Sets URL/HOSTHDR/PID of
-# target levee, or NOTE[levee].
+# target levee, or NOTE[levee]. LEVEE_SERVER, if set, is a server: block (YAML flow) for it, e.g.
+# LEVEE_SERVER='{event_loop: true}'.
 start_levee() {
   if ! build_levee; then NOTE[levee]="skipped: does not build"; return 0; fi
   {
@@ -211,6 +212,7 @@ start_levee() {
     echo "    hosts: [bench.local]"
     echo "    backends: [127.0.0.1:$BACKEND_PORT]"
     if [[ -n $1 ]]; then echo "    limits:"; echo "$1"; fi
+    if [[ -n ${LEVEE_SERVER:-} ]]; then echo "server: $LEVEE_SERVER"; fi
   } >"$tmp/levee.yaml"
   GOMAXPROCS=1 "${ON_PROXY_CPU[@]}" "$tmp/levee" serve --config "$tmp/levee.yaml" >"$tmp/levee.log" 2>&1 &
   PID[levee]=$!; PIDS+=("${PID[levee]}")
@@ -225,7 +227,7 @@ start_levee() {
   fi
 }
 
-# levee_bench_yaml FILE PORT TLS_PORT ADMIN_PORT — the config a new user writes for the bench's one
+# levee_bench_yaml FILE PORT TLS_PORT ADMIN_PORT [SERVER] — the config a new user writes for the bench's one
 # app: a plain listener on PORT and a TLS one on TLS_PORT ($tmp/cert.pem and key.pem), default
 # limits, app "bench" (Host bench.local) on the backend at BACKEND_PORT; admin with pprof on
 levee_bench_yaml() {
@@ -239,6 +241,7 @@ apps:
     hosts: [bench.local]
     backends: [127.0.0.1:$BACKEND_PORT]
 EOF
+  if [[ -n ${5:-} ]]; then echo "server: $5" >>"$1"; fi
 }
 
 # peer_ratios TABLE_VALUES... — "levee ÷ nginx" and "levee ÷ haproxy" lines for the named columns:
