@@ -131,8 +131,8 @@ func TestUpgradeOpenLoop(t *testing.T) {
 		fmt.Sprintf("    limits: {concurrency: %d, queue: {max_len: %d, max_wait: 50ms}}\n", conc, 4*conc), limit)
 	u := startUpgradableWith(t, func(lock string) string {
 		cfg := upgradeConfig(backend, lock, extra)
-		bounded := strings.Replace(cfg, "server: {drain_timeout: 5s}",
-			fmt.Sprintf("server: {drain_timeout: 5s, max_conns_per_ip: %d}", perIP), 1)
+		bounded := strings.Replace(cfg, "drain_timeout: 5s",
+			fmt.Sprintf("drain_timeout: 5s, max_conns_per_ip: %d", perIP), 1)
 		if bounded == cfg {
 			t.Fatalf("no server line to raise max_conns_per_ip in:\n%s", cfg)
 		}

@@ -53,12 +53,22 @@ func upgradeConfig(backend, lock, extra string) string {
 	return fmt.Sprintf(`%s
 admin: {addr: 127.0.0.1:0, token_file: %s}
 instance: {lock: %s}
-server: {drain_timeout: 5s}
+server: {%sdrain_timeout: 5s}
 apps:
   a:
     hosts: [a.test]
     backends: [%s]
-%s`, listenLine(), upgradeTokenFile(lock), lock, backend, extra)
+%s`, listenLine(), upgradeTokenFile(lock), lock, loopServer(), backend, extra)
+}
+
+// loopServer is the server key that puts the proxy listener on the event
+// loops when protoEnv is h1loop (LEVEE_TEST_PROTO=h1loop go test -run
+// Upgrade ./cmd/levee: the handover with the loops' accepting paused).
+func loopServer() string {
+	if os.Getenv(protoEnv) == "h1loop" {
+		return "event_loop: true, "
+	}
+	return ""
 }
 
 // upgradeTokenFile is the admin token's file, beside the lock.

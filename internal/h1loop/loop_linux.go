@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // Supported reports whether this system has the loop.
@@ -84,6 +86,10 @@ type Server struct {
 	once  sync.Once
 	// draining: Shutdown has begun; a connection closes once idle.
 	draining atomic.Bool
+	// acceptMu is held for reading by a loop while it accepts; paused
+	// (under it) is PauseAccept's.
+	acceptMu sync.RWMutex
+	paused   bool
 	open     atomic.Int64 // connections the loops have (held ones too)
 }
 
@@ -176,6 +182,41 @@ func (s *Server) Close() error {
 	return nil
 }
 
+// PauseAccept stops the loops' accepting, and returns once none accepts:
+// new connections wait in the socket's backlog (for a process the socket
+// is handed to, in an upgrade). Safe from any goroutine.
+func (s *Server) PauseAccept() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.acceptMu.Lock() // waits out an accept under way
+	defer s.acceptMu.Unlock()
+	if s.paused {
+		return
+	}
+	s.paused = true
+	for _, l := range s.loops {
+		l.ctl(syscall.EPOLL_CTL_DEL, l.lfd, 0)
+	}
+}
+
+// ResumeAccept undoes PauseAccept (not after Shutdown).
+func (s *Server) ResumeAccept() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.acceptMu.Lock()
+	defer s.acceptMu.Unlock()
+	if !s.paused {
+		return
+	}
+	s.paused = false
+	if s.draining.Load() {
+		return
+	}
+	for _, l := range s.loops {
+		l.ctl(syscall.EPOLL_CTL_ADD, l.lfd, syscall.EPOLLIN|epollExclusive)
+	}
+}
+
 // Open is the number of connections the loops have, held ones included.
 func (s *Server) Open() int64 { return s.open.Load() }
 
@@ -241,9 +282,14 @@ func newLoop(s *Server, lfd int) (*loop, error) {
 		buf: make([]byte, 64<<10), evs: make([]syscall.EpollEvent, 256)}
 	l.wheel = newWheel(1024, 0)
 	// Every loop accepts; EPOLLEXCLUSIVE wakes one of them per connection.
-	if err := l.ctl(syscall.EPOLL_CTL_ADD, lfd, syscall.EPOLLIN|epollExclusive); err != nil {
-		l.release()
-		return nil, err
+	s.acceptMu.RLock()
+	paused := s.paused
+	s.acceptMu.RUnlock()
+	if !paused {
+		if err := l.ctl(syscall.EPOLL_CTL_ADD, lfd, syscall.EPOLLIN|epollExclusive); err != nil {
+			l.release()
+			return nil, err
+		}
 	}
 	if err := l.ctl(syscall.EPOLL_CTL_ADD, l.evfd, syscall.EPOLLIN); err != nil {
 		l.release()
@@ -361,35 +407,49 @@ func (l *loop) handle(evs []syscall.EpollEvent) {
 	}
 }
 
-// maxAcceptBatch bounds the connections taken at one readiness of the
-// listener, so a flood of them cannot starve the requests of the others.
-const maxAcceptBatch = 64
-
+// accept takes one connection per readiness of the listener: the socket
+// may be in blocking mode, which belongs to its open file description,
+// shared with every copy (an upgrade's os/exec puts its copies, and with
+// them this one, in blocking mode until the new process has started), and
+// a second accept4 with nothing waiting would then block the loop. One
+// connection is always waiting when the level-triggered set reports the
+// socket readable to the one loop that accepts from it; more waiting make
+// the next epoll_wait report it again.
 func (l *loop) accept() {
-	for range maxAcceptBatch {
-		nfd, sa, err := syscall.Accept4(l.lfd, syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC)
-		if err != nil {
-			return // EAGAIN, or another loop took it
-		}
-		syscall.SetsockoptInt(nfd, syscall.IPPROTO_TCP, syscall.TCP_NODELAY, 1)
-		c := &Conn{l: l, fd: nfd, peer: addrPort(sa)}
-		c.entry.owner = c
-		if nfd >= len(l.conns) {
-			l.conns = append(l.conns, make([]*Conn, nfd+1-len(l.conns)+64)...)
-		}
-		if !l.s.o.Handler.Accepted(c) {
-			// Refused: the handler answers it on the socket.
-			l.s.o.Handler.Handoff(c, os.NewFile(uintptr(nfd), "h1loop-conn"), nil)
-			continue
-		}
-		l.s.open.Add(1)
-		l.conns[nfd] = c
-		if l.ctl(syscall.EPOLL_CTL_ADD, nfd, syscall.EPOLLIN|syscall.EPOLLRDHUP) != nil {
-			l.close(c)
-			continue
-		}
-		l.wheel.set(&c.entry, l.tick(time.Now())+l.ticks(l.s.o.IdleTimeout))
+	l.s.acceptMu.RLock()
+	defer l.s.acceptMu.RUnlock()
+	if l.s.paused {
+		return // an event from before the pause
 	}
+	if l.s.o.Loops > 1 {
+		// Another loop, woken for the same connection, may have taken it.
+		pfd := []unix.PollFd{{Fd: int32(l.lfd), Events: unix.POLLIN}}
+		if n, err := unix.Poll(pfd, 0); err != nil || n == 0 {
+			return
+		}
+	}
+	nfd, sa, err := syscall.Accept4(l.lfd, syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC)
+	if err != nil {
+		return // EAGAIN, or another loop took it
+	}
+	syscall.SetsockoptInt(nfd, syscall.IPPROTO_TCP, syscall.TCP_NODELAY, 1)
+	c := &Conn{l: l, fd: nfd, peer: addrPort(sa)}
+	c.entry.owner = c
+	if nfd >= len(l.conns) {
+		l.conns = append(l.conns, make([]*Conn, nfd+1-len(l.conns)+64)...)
+	}
+	if !l.s.o.Handler.Accepted(c) {
+		// Refused: the handler answers it on the socket.
+		l.s.o.Handler.Handoff(c, os.NewFile(uintptr(nfd), "h1loop-conn"), nil)
+		return
+	}
+	l.s.open.Add(1)
+	l.conns[nfd] = c
+	if l.ctl(syscall.EPOLL_CTL_ADD, nfd, syscall.EPOLLIN|syscall.EPOLLRDHUP) != nil {
+		l.close(c)
+		return
+	}
+	l.wheel.set(&c.entry, l.tick(time.Now())+l.ticks(l.s.o.IdleTimeout))
 }
 
 func addrPort(sa syscall.Sockaddr) netip.AddrPort {

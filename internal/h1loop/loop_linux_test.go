@@ -13,8 +13,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/leveeproxy/levee/internal/leaktest"
 )
@@ -487,5 +490,84 @@ func TestCloseLingers(t *testing.T) {
 	}
 	if _, err := br.ReadByte(); err != io.EOF {
 		t.Fatalf("read %v, want EOF (a reset would be an error)", err)
+	}
+}
+
+// While accepting is paused, a new connection waits in the backlog (its
+// request unanswered); resumed, it is accepted and answered.
+func TestPauseAccept(t *testing.T) {
+	h := &testHandler{}
+	s, addr := start(t, h, Options{})
+	before, bbr := dial(t, addr)
+	leaktest.WaitFor(t, 5*time.Second, "the first connection accepted", func() bool { return h.accepted.Load() == 1 })
+	s.PauseAccept()
+	c, br := dial(t, addr) // the kernel completes it: the backlog
+	io.WriteString(c, get("/waits"))
+	c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if _, err := br.ReadByte(); err == nil {
+		t.Fatal("answered while accepting was paused")
+	}
+	// Connections already accepted are served meanwhile.
+	io.WriteString(before, get("/before"))
+	if p, _ := readAnswer(t, bbr); p != "/before" {
+		t.Fatalf("answer for %q", p)
+	}
+	if h.accepted.Load() != 1 {
+		t.Fatalf("%d accepted while paused, want 1 (before the pause)", h.accepted.Load())
+	}
+	s.ResumeAccept()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if p, _ := readAnswer(t, br); p != "/waits" {
+		t.Fatalf("answer for %q", p)
+	}
+}
+
+// An upgrade's os/exec puts the listening socket, shared by every copy, in
+// blocking mode for a while: the loop must not block in accept4 then.
+func TestAcceptsFromASocketInBlockingMode(t *testing.T) {
+	h := &testHandler{}
+	o := Options{Handler: h, Tick: 10 * time.Millisecond}
+	s, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ln) }()
+	defer func() {
+		s.Close()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Error("Serve did not return: a loop is stuck (in accept4?)")
+		}
+	}()
+	addr := ln.Addr().String()
+	c1, br1 := dial(t, addr)
+	c1.SetDeadline(time.Now().Add(2 * time.Second))
+	io.WriteString(c1, get("/one"))
+	readAnswer(t, br1)
+	f, err := ln.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl, _ := unix.FcntlInt(f.Fd(), syscall.F_GETFL, 0) // Fd, as os/exec: the socket is in blocking mode from here
+	if fl&syscall.O_NONBLOCK != 0 {
+		t.Fatal("the socket is still non-blocking")
+	}
+	defer f.Close()
+	c2, br2 := dial(t, addr)
+	c2.SetDeadline(time.Now().Add(2 * time.Second))
+	io.WriteString(c2, get("/two"))
+	if p, _ := readAnswer(t, br2); p != "/two" {
+		t.Fatalf("answer for %q", p)
+	}
+	io.WriteString(c1, get("/three"))
+	if p, _ := readAnswer(t, br1); p != "/three" {
+		t.Fatalf("answer for %q", p)
 	}
 }

@@ -83,6 +83,9 @@ func (s *Server) newListener(cfg *config.Config, i int, ln net.Listener) (*liste
 		if l.loop, err = s.newLoopEngine(cfg, l, ln); err != nil {
 			return nil, fmt.Errorf("server: listen %s: %w", lc.Addr, err)
 		}
+		if l.loop == nil {
+			s.log.Warn("server.event_loop: the listener is not a TCP socket; fasthttp serves it", "listen", lc.Addr)
+		}
 	}
 	if lc.TLS != nil || lc.H2C {
 		l.h2 = s.h2Server(cfg)

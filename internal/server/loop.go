@@ -41,7 +41,16 @@ type loopEngine struct {
 // newLoopEngine makes the loops of l, served from tcp; nil when ln is not
 // a TCP listener or the system has no loop.
 func (s *Server) newLoopEngine(cfg *config.Config, l *listener, ln net.Listener) (*loopEngine, error) {
+	// The socket, bare, or under the upgrade's gate, whose pause then
+	// pauses the loops' accepting too.
 	tcp, ok := ln.(*net.TCPListener)
+	gate, gated := ln.(interface {
+		Listener() *net.TCPListener
+		Attach(pause, resume func())
+	})
+	if gated {
+		tcp, ok = gate.Listener(), true
+	}
 	if !ok || !h1loop.Supported {
 		return nil, nil
 	}
@@ -58,6 +67,9 @@ func (s *Server) newLoopEngine(cfg *config.Config, l *listener, ln net.Listener)
 		return nil, err
 	}
 	e.srv = srv
+	if gated {
+		gate.Attach(srv.PauseAccept, srv.ResumeAccept)
+	}
 	return e, nil
 }
 

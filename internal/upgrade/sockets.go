@@ -154,7 +154,11 @@ type Gate struct {
 	// wakes are the local addresses of pause's own connections, which
 	// Accept closes instead of returning.
 	wakes map[string]bool
+	// attached are the engines that accept from the socket themselves.
+	attached []attached
 }
+
+type attached struct{ pause, resume func() }
 
 func newGate(ln *net.TCPListener) *Gate {
 	return &Gate{ln: ln, closed: make(chan struct{})}
@@ -214,6 +218,9 @@ func (g *Gate) pause() {
 		g.paused = true
 		g.resumed = make(chan struct{})
 		_ = g.ln.SetDeadline(time.Unix(1, 0))
+		for _, a := range g.attached {
+			a.pause() // returns once that engine accepts no more
+		}
 	}
 	g.mu.Unlock()
 	done := make(chan struct{})
@@ -269,6 +276,25 @@ func (g *Gate) resume() {
 		g.paused = false
 		_ = g.ln.SetDeadline(time.Time{})
 		close(g.resumed)
+		for _, a := range g.attached {
+			a.resume()
+		}
+	}
+}
+
+// Listener is the socket, for an engine that accepts from it itself (the
+// event loop), which Attaches its pause to the gate's.
+func (g *Gate) Listener() *net.TCPListener { return g.ln }
+
+// Attach makes the gate's pause and resume stop and restart an engine
+// that accepts from the socket itself: pause must return once that engine
+// accepts no more. Attached to a paused gate, it is paused at once.
+func (g *Gate) Attach(pause, resume func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.attached = append(g.attached, attached{pause, resume})
+	if g.paused {
+		pause()
 	}
 }
 

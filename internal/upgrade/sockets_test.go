@@ -2,6 +2,7 @@ package upgrade
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -60,6 +61,32 @@ func TestGatePauseResumeClose(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close did not end a paused Accept")
+	}
+}
+
+// An engine that accepts from the socket itself (the event loop) is
+// paused and resumed with the gate, and paused at once when attached to a
+// paused gate.
+func TestGateAttach(t *testing.T) {
+	var s Sockets
+	ln, err := s.Listen("proxy test", "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	g := ln.(*Gate)
+	if g.Listener() == nil || g.Listener().Addr().String() != ln.Addr().String() {
+		t.Fatal("Listener is not the gate's socket")
+	}
+	var log []string
+	g.Attach(func() { log = append(log, "pause 1") }, func() { log = append(log, "resume 1") })
+	s.Pause()
+	s.Pause() // once
+	g.Attach(func() { log = append(log, "pause 2") }, func() { log = append(log, "resume 2") })
+	s.Resume()
+	want := []string{"pause 1", "pause 2", "resume 1", "resume 2"}
+	if fmt.Sprint(log) != fmt.Sprint(want) {
+		t.Fatalf("calls %v, want %v", log, want)
 	}
 }
 
