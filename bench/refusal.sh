@@ -180,7 +180,7 @@ body="$tmp/body.md"
 {
   echo "## What a refusal costs (bench/refusal.sh)"
   echo
-  echo "- command: \`bash bench/refusal.sh\`; $DATE; ${CPU_MODEL:-unknown CPU}; levee ${LEVEE_REV:-?} ($GO_VER), nginx $NGINX_VER, haproxy $HAPROXY_VER"
+  echo "- command: \`${LEVEE_SERVER:+LEVEE_SERVER='$LEVEE_SERVER' }bash bench/refusal.sh\`; $DATE; ${CPU_MODEL:-unknown CPU}; levee ${LEVEE_REV:-?} ($GO_VER), nginx $NGINX_VER, haproxy $HAPROXY_VER"
   echo "- every request past the first answered 429 (levee \`rate: 1/s\`, nginx \`limit_req\`, haproxy a stick table); wrk -t1, $DURATION per run, medians of $ROUNDS interleaved rounds; pinning: $PIN_DESC"
   echo "- floors: \`fasthttp-bare\` is bench/bareproxy -refuse (fasthttp with levee's timeouts and read buffer, none of its steps), \`h1loop-bare\` bench/bareproxy -refuse -loop (levee's event loop, internal/h1loop, none of its steps), \`epoll-floor\` bench/refusalfloor (one Go goroutine on an epoll loop, nothing per connection)"
   echo
