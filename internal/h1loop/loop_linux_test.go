@@ -95,6 +95,13 @@ func (h *testHandler) Handoff(c *Conn, f *os.File, in []byte) {
 // start serves h on a loopback listener until the test ends.
 func start(t *testing.T, h Handler, o Options) (*Server, string) {
 	t.Helper()
+	s, ln := startOn(t, h, o)
+	return s, ln.Addr().String()
+}
+
+// startOn is start, with the listener.
+func startOn(t *testing.T, h Handler, o Options) (*Server, *net.TCPListener) {
+	t.Helper()
 	leaktest.Check(t)
 	o.Handler = h
 	if o.Tick == 0 {
@@ -112,12 +119,17 @@ func start(t *testing.T, h Handler, o Options) (*Server, string) {
 	go func() { done <- s.Serve(ln) }()
 	t.Cleanup(func() {
 		s.Close()
-		if err := <-done; !errors.Is(err, ErrClosed) {
-			t.Errorf("Serve: %v, want ErrClosed", err)
+		select {
+		case err := <-done:
+			if !errors.Is(err, ErrClosed) {
+				t.Errorf("Serve: %v, want ErrClosed", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Error("Serve did not return after Close: a loop is stuck")
 		}
 		ln.Close()
 	})
-	return s, ln.Addr().String()
+	return s, ln
 }
 
 func dial(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
@@ -145,6 +157,14 @@ func readAnswer(t *testing.T, br *bufio.Reader) (string, string) {
 		t.Fatalf("reading a body: %v", err)
 	}
 	return resp.Header.Get("X-Path"), string(b)
+}
+
+// wantAnswer reads one response and fails unless it answers path.
+func wantAnswer(t *testing.T, br *bufio.Reader, path string) {
+	t.Helper()
+	if p, _ := readAnswer(t, br); p != path {
+		t.Fatalf("answer for %q, want %q", p, path)
+	}
 }
 
 func TestAnswersInTheLoopInOrder(t *testing.T) {
@@ -214,9 +234,7 @@ func TestCloseAnswersThenCloses(t *testing.T) {
 	_, addr := start(t, &testHandler{}, Options{})
 	c, br := dial(t, addr)
 	io.WriteString(c, get("/close")+get("/never"))
-	if p, _ := readAnswer(t, br); p != "/close" {
-		t.Fatalf("answer for %q", p)
-	}
+	wantAnswer(t, br, "/close")
 	if _, err := br.ReadByte(); err != io.EOF {
 		t.Fatalf("after Connection: close, read %v, want EOF", err)
 	}
@@ -235,9 +253,7 @@ func TestHandsOffWhatIsNotSimple(t *testing.T) {
 	c, br := dial(t, addr)
 	post := "POST /up HTTP/1.1\r\nHost: a.test\r\nContent-Length: 5\r\n\r\nhello"
 	io.WriteString(c, get("/first")+post)
-	if p, _ := readAnswer(t, br); p != "/first" {
-		t.Fatalf("answer for %q", p)
-	}
+	wantAnswer(t, br, "/first")
 	var ho handoff
 	select {
 	case ho = <-h.handoffs:
@@ -256,9 +272,7 @@ func TestHandsOffWhatIsNotSimple(t *testing.T) {
 	}
 	defer fc.Close()
 	io.WriteString(fc, "HTTP/1.1 204 No Content\r\nX-Path: /up\r\n\r\n")
-	if p, _ := readAnswer(t, br); p != "/up" {
-		t.Fatalf("answer for %q", p)
-	}
+	wantAnswer(t, br, "/up")
 }
 
 func TestHandsOffAHeadTooLong(t *testing.T) {
@@ -323,14 +337,10 @@ func TestIdleTimeoutRunsFromTheRelease(t *testing.T) {
 	_, addr := start(t, h, Options{IdleTimeout: 100 * time.Millisecond, HeadTimeout: 100 * time.Millisecond})
 	c, br := dial(t, addr)
 	io.WriteString(c, get("/hold/slow"))
-	if p, _ := readAnswer(t, br); p != "/hold/slow" {
-		t.Fatalf("answer for %q", p)
-	}
+	wantAnswer(t, br, "/hold/slow")
 	// Held longer than the idle timeout, then released: still open.
 	io.WriteString(c, get("/after"))
-	if p, _ := readAnswer(t, br); p != "/after" {
-		t.Fatalf("answer for %q", p)
-	}
+	wantAnswer(t, br, "/after")
 }
 
 func TestHolderSeesTheClientGone(t *testing.T) {
@@ -485,9 +495,7 @@ func TestCloseLingers(t *testing.T) {
 	// buffer): closed with them unread, the socket would send a reset.
 	c.Write(append([]byte(get("/close")), bytes.Repeat([]byte("x"), 256<<10)...))
 	time.Sleep(20 * time.Millisecond)
-	if p, _ := readAnswer(t, br); p != "/close" {
-		t.Fatalf("answer for %q", p)
-	}
+	wantAnswer(t, br, "/close")
 	if _, err := br.ReadByte(); err != io.EOF {
 		t.Fatalf("read %v, want EOF (a reset would be an error)", err)
 	}
@@ -509,43 +517,19 @@ func TestPauseAccept(t *testing.T) {
 	}
 	// Connections already accepted are served meanwhile.
 	io.WriteString(before, get("/before"))
-	if p, _ := readAnswer(t, bbr); p != "/before" {
-		t.Fatalf("answer for %q", p)
-	}
+	wantAnswer(t, bbr, "/before")
 	if h.accepted.Load() != 1 {
 		t.Fatalf("%d accepted while paused, want 1 (before the pause)", h.accepted.Load())
 	}
 	s.ResumeAccept()
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if p, _ := readAnswer(t, br); p != "/waits" {
-		t.Fatalf("answer for %q", p)
-	}
+	wantAnswer(t, br, "/waits")
 }
 
 // An upgrade's os/exec puts the listening socket, shared by every copy, in
 // blocking mode for a while: the loop must not block in accept4 then.
 func TestAcceptsFromASocketInBlockingMode(t *testing.T) {
-	h := &testHandler{}
-	o := Options{Handler: h, Tick: 10 * time.Millisecond}
-	s, err := New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ln) }()
-	defer func() {
-		s.Close()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			t.Error("Serve did not return: a loop is stuck (in accept4?)")
-		}
-	}()
+	_, ln := startOn(t, &testHandler{}, Options{})
 	addr := ln.Addr().String()
 	c1, br1 := dial(t, addr)
 	c1.SetDeadline(time.Now().Add(2 * time.Second))
@@ -563,11 +547,7 @@ func TestAcceptsFromASocketInBlockingMode(t *testing.T) {
 	c2, br2 := dial(t, addr)
 	c2.SetDeadline(time.Now().Add(2 * time.Second))
 	io.WriteString(c2, get("/two"))
-	if p, _ := readAnswer(t, br2); p != "/two" {
-		t.Fatalf("answer for %q", p)
-	}
+	wantAnswer(t, br2, "/two")
 	io.WriteString(c1, get("/three"))
-	if p, _ := readAnswer(t, br1); p != "/three" {
-		t.Fatalf("answer for %q", p)
-	}
+	wantAnswer(t, br1, "/three")
 }
