@@ -17,6 +17,8 @@
 #   H2C [1]   1: with HTTP/1.1 clients, also load a second levee (PORT_BASE+3, admin +13) whose leg
 #             to the same backend is h2c (bench/backend -h2c), compared with levee's own HTTP/1.1
 #             leg at the same point, by CPU per request (issue 21: at most 1.2x)
+#   LEVEE_SERVER [none]  a server: block (YAML flow) for levee's config, e.g. '{event_loop: true}'
+#             (the overload's levee takes it too: lib.sh's start_levee)
 #
 # The points: protocol (HTTP/1.1, HTTP/1.1 over TLS, h2 over TLS) × client connections × pinning.
 # At each, the same backend (bench/backend, 100-byte answers, GOMAXPROCS=1) is loaded through levee,
@@ -95,7 +97,7 @@ start_all() {
   GOMAXPROCS=1 "${ON_BACKEND_CPU[@]}" "$tmp/backend" "${backend_flags[@]}" -listen "127.0.0.1:$BACKEND_PORT" >"$tmp/backend.log" 2>&1 &
   PIDS+=("$!")
   wait_http "http://127.0.0.1:$BACKEND_PORT/" 10 || die "backend not ready"
-  levee_bench_yaml "$tmp/levee.yaml" "$LEVEE_PORT" "$LEVEE_TLS" "$LEVEE_ADMIN_PORT"
+  levee_bench_yaml "$tmp/levee.yaml" "$LEVEE_PORT" "$LEVEE_TLS" "$LEVEE_ADMIN_PORT" "${LEVEE_SERVER:-}"
   GOMAXPROCS=1 "${ON_PROXY_CPU[@]}" "$tmp/levee" serve --config "$tmp/levee.yaml" >"$tmp/levee.log" 2>&1 &
   PID[levee]=$!; PIDS+=("${PID[levee]}")
   wait_http "http://127.0.0.1:$LEVEE_ADMIN_PORT/readyz" 10 || { tail "$tmp/levee.log" >&2; die "levee not ready"; }
