@@ -358,28 +358,9 @@ func (s *seen) connection(name, value []byte) bool {
 }
 
 // simpleHost reports whether h is a Host value in the subset: valid by
-// framing's rules, and a reg-name or IPv4 address with an optional port of
-// digits. framing admits the brackets and colons of an IP literal anywhere
-// in a Host; fasthttp's URI refuses one it cannot parse ("]", "a:b:c",
-// "a:x"), and then has "/" for the path of any target. An IP literal, rare
-// in a Host, is the full engine's to read.
-func simpleHost(h []byte) bool {
-	if !framing.ValidHost(h) {
-		return false
-	}
-	port := false
-	for _, c := range h {
-		switch {
-		case c == ':' && !port:
-			port = true
-		case c == ':' || c == '[' || c == ']':
-			return false
-		case port && (c < '0' || c > '9'):
-			return false
-		}
-	}
-	return true
-}
+// framing's rules (a name or IP literal, at most a port of digits), and
+// not an IP literal, which, rare in a Host, is the full engine's to read.
+func simpleHost(h []byte) bool { return framing.ValidHost(h) && h[0] != '[' }
 
 // normalPath reports whether p, a path starting with '/', is one fasthttp's
 // URI leaves as it is, so that its Path (which routes the request) is p: no
