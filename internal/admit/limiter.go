@@ -123,23 +123,52 @@ func (l *Limiter) AcquireWait(ctx context.Context, t Ticket) (time.Duration, err
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
+	dl, _ := ctx.Deadline()
+	p, err := l.begin(t, dl)
+	if err != nil {
+		return 0, err
+	}
+	return p.Wait(ctx)
+}
+
+// Pending is an admission begun where the caller may not wait (Begin): a
+// slot taken, or a place in the queue. It ends in one Wait, after which
+// the caller holds the slot as after AcquireFor if Wait returns nil, or in
+// one Cancel.
+type Pending struct {
+	l       *Limiter
+	w       *waiter // nil: the slot is taken
+	since   time.Time
+	maxWait time.Duration
+}
+
+// Begin is AcquireFor up to its wait, which it leaves to Wait: it takes a
+// free slot, or queues t, or refuses it (a *Rejection, or ErrSealed), and
+// never blocks. For a caller that must not wait (the event loop) and hands
+// the wait, if any, to a goroutine. It reads no context: a caller with a
+// deadline that may have passed uses AcquireFor.
+func (l *Limiter) Begin(t Ticket) (Pending, error) { return l.begin(t, time.Time{}) }
+
+// begin is Begin; dl (zero: none) is the caller's deadline, which refuses
+// a request that would queue past it.
+func (l *Limiter) begin(t Ticket, dl time.Time) (Pending, error) {
 	l.mu.Lock()
 	c := l.s.client(t.Client)
 	if l.s.tryTake(c) {
 		l.mu.Unlock()
-		return 0, nil
+		return Pending{l: l}, nil
 	}
 	if l.s.sealed {
 		l.s.forget(c)
 		l.mu.Unlock()
-		return 0, ErrSealed
+		return Pending{}, ErrSealed
 	}
 	now := l.clk.Now()
-	if dl, ok := ctx.Deadline(); ok && !dl.After(now) {
+	if !dl.IsZero() && !dl.After(now) {
 		// ctx.Err() may still be nil: its timer fires a little after the deadline.
 		l.s.forget(c)
 		l.mu.Unlock()
-		return 0, context.DeadlineExceeded
+		return Pending{}, context.DeadlineExceeded
 	}
 	w := waiterPool.Get().(*waiter)
 	w.rank, w.cl = t.Class.rank(), c
@@ -149,21 +178,54 @@ func (l *Limiter) AcquireWait(ctx context.Context, t Ticket) (time.Duration, err
 		l.mu.Unlock()
 		w.cl = nil
 		waiterPool.Put(w)
-		return 0, rej
+		return Pending{}, rej
 	}
 	l.mu.Unlock()
+	return Pending{l: l, w: w, since: now, maxWait: maxWait}, nil
+}
+
+// Queued reports whether p waits in the queue (else its slot is taken).
+func (p Pending) Queued() bool { return p.w != nil }
+
+// Wait ends p: for a place in the queue, it waits until the slot is
+// granted, the request is dropped, the queue's bound passes (from Wait's
+// call) or ctx ends, and returns how long the request waited since it
+// queued, as AcquireWait does; for a slot taken, it returns at once.
+func (p Pending) Wait(ctx context.Context) (time.Duration, error) {
+	if p.w == nil {
+		return 0, nil
+	}
+	l, maxWait := p.l, p.maxWait
 	// A deadline before the queue's own bound is the wait's: its end is
 	// the request's (context.DeadlineExceeded), not queue-timeout. So a
 	// context needs no timer of its own for it (only Deadline is read).
 	byDeadline := false
-	if dl, ok := ctx.Deadline(); ok && (l.s.patient || dl.Sub(now) < maxWait) {
-		maxWait, byDeadline = dl.Sub(now), true
+	if dl, ok := ctx.Deadline(); ok && (l.s.patient || dl.Sub(p.since) < maxWait) {
+		maxWait, byDeadline = dl.Sub(p.since), true
 	}
-	if err := l.wait(ctx, w, maxWait, byDeadline); err != nil {
+	if err := l.wait(ctx, p.w, maxWait, byDeadline); err != nil {
 		return 0, err
 	}
-	return l.clk.Now().Sub(now), nil
+	return l.clk.Now().Sub(p.since), nil
 }
+
+// Cancel ends p without a slot for t, the Ticket it began with: the slot
+// taken is released, the place in the queue left (a slot granted to it
+// meanwhile passes on).
+func (p Pending) Cancel(t Ticket) {
+	if p.w == nil {
+		p.l.ReleaseFor(t)
+		return
+	}
+	p.l.wait(cancelled, p.w, 0, false)
+}
+
+// cancelled is a context that has ended: a wait on it only settles.
+var cancelled = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
 
 // wait blocks a queued w until it is granted or dropped, maxWait passes or
 // ctx ends, and returns the outcome; byDeadline: maxWait is ctx's deadline.

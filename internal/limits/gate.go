@@ -138,6 +138,12 @@ func Check[R Request](g *Gate, r R, now time.Time, tr *trace.Request) (p Passed,
 	return p, nil, Refusal{}, true
 }
 
+// Local reports whether Check decides in process, without a wait: each of
+// the gate's rate rules keeps its buckets here (a cluster store may wait
+// on Redis). Ground for running Check where nothing may block (the
+// event loop).
+func (g *Gate) Local() bool { return g.AppRate.local() && g.ClientRate.local() }
+
 // NeedsClient reports whether a limit of the gate reads the client key.
 func (g *Gate) NeedsClient() bool {
 	return g.ReadClient || g.ClientRate != nil || g.FairShare || g.Classes.NeedsClient()
@@ -238,18 +244,34 @@ func (g *Gate) Ticket(path, client string) admit.Ticket {
 // (Code 0: no one to answer). On the common path it allocates nothing.
 func (g *Gate) Admit(ctx context.Context, t admit.Ticket, tr *trace.Request) (admit.Releaser, Refusal, bool) {
 	waited, err := g.Limiter.AcquireWait(ctx, t)
+	return g.admitted(t, waited, err, tr)
+}
+
+// Begin is Admit up to its wait in the queue, for a caller that must not
+// wait (the event loop): it takes a free slot or a place in the queue
+// (admit.Limiter.Begin), to be ended by Finish or p.Cancel(t). ok false:
+// refused, counted, and ref says what to answer (Code 0: sealed, see
+// Sealed).
+func (g *Gate) Begin(t admit.Ticket) (p admit.Pending, ref Refusal, ok bool) {
+	p, err := g.Limiter.Begin(t)
 	if err != nil {
-		if rej, ok := AsRejection(err); ok {
-			g.Count.Rejected(string(rej.Reason))
-			return nil, Refusal{Code: http.StatusServiceUnavailable, Reason: string(rej.Reason), RetryAfter: rej.RetryAfter}, false
-		}
-		if errors.Is(err, context.DeadlineExceeded) {
-			return nil, g.DeadlinePassed(), false // the request's deadline, not its client's going
-		}
-		if err == admit.ErrSealed {
-			return nil, Sealed, false
-		}
-		return nil, Refusal{}, false
+		return p, g.refusal(err), false
+	}
+	return p, Refusal{}, true
+}
+
+// Finish is Admit from where Begin left it: the wait in the queue, if
+// any, until ctx ends, then the slot.
+func (g *Gate) Finish(ctx context.Context, t admit.Ticket, p admit.Pending, tr *trace.Request) (admit.Releaser, Refusal, bool) {
+	waited, err := p.Wait(ctx)
+	return g.admitted(t, waited, err, tr)
+}
+
+// admitted is Admit's answer once the limiter's is known: err its
+// refusal, else the slot of t, which waited for it in the queue.
+func (g *Gate) admitted(t admit.Ticket, waited time.Duration, err error, tr *trace.Request) (admit.Releaser, Refusal, bool) {
+	if err != nil {
+		return nil, g.refusal(err), false
 	}
 	if waited > 0 {
 		g.Count.QueueWait(waited)
@@ -264,6 +286,21 @@ func (g *Gate) Admit(ctx context.Context, t admit.Ticket, tr *trace.Request) (ad
 		return &ticketSlot{l: g.Limiter, t: t}, Refusal{}, true
 	}
 	return g.Limiter, Refusal{}, true // no allocation on the common path
+}
+
+// refusal is the answer to the limiter's err, counted.
+func (g *Gate) refusal(err error) Refusal {
+	if rej, ok := AsRejection(err); ok {
+		g.Count.Rejected(string(rej.Reason))
+		return Refusal{Code: http.StatusServiceUnavailable, Reason: string(rej.Reason), RetryAfter: rej.RetryAfter}
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return g.DeadlinePassed() // the request's deadline, not its client's going
+	}
+	if err == admit.ErrSealed {
+		return Sealed
+	}
+	return Refusal{}
 }
 
 // AsRejection finds the *admit.Rejection in err. Acquire returns it

@@ -34,6 +34,15 @@ type Rule struct {
 	headers atomic.Pointer[httpValues]
 }
 
+// local: r is off, or decides in process (Gate.Local).
+func (r *Rule) local() bool {
+	if r == nil {
+		return true
+	}
+	_, ok := r.Store.(*ratelimit.LocalStore)
+	return ok
+}
+
 // httpValues are a rule's RateLimit fields as net/http header values.
 type httpValues struct{ policy, rateLimit []string }
 
