@@ -3,6 +3,7 @@ package h1loop
 import (
 	"bytes"
 	"encoding/binary"
+	"iter"
 	"math/bits"
 
 	"github.com/leveeproxy/levee/internal/ascii"
@@ -39,6 +40,18 @@ type Head struct {
 
 // Fields is h's header fields, in order as sent.
 func (h *Head) Fields() []Field { return h.Field[:h.NField] }
+
+// All yields h's header fields, name and value, in order as sent: as
+// fasthttp's RequestHeader.AllInOrder yields the same head's.
+func (h *Head) All() iter.Seq2[[]byte, []byte] {
+	return func(yield func([]byte, []byte) bool) {
+		for i := range h.NField {
+			if f := &h.Field[i]; !yield(f.Name, f.Value) {
+				return
+			}
+		}
+	}
+}
 
 // Get is the value of h's first field named name (any case), or nil.
 func (h *Head) Get(name string) []byte {

@@ -41,6 +41,9 @@ func (s AccessSample) Take() bool {
 	return s.threshold != 0 && s.Pick(rand.Uint64())
 }
 
+// On reports whether the sample takes any request.
+func (s AccessSample) On() bool { return s.all || s.threshold != 0 }
+
 // Pick is Take with the random draw given, for deterministic tests.
 func (s AccessSample) Pick(r uint64) bool { return s.all || r < s.threshold }
 

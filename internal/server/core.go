@@ -27,14 +27,8 @@ const StatusClientClosed = limits.StatusClientClosed
 // adapter implements it on a pointer type, so serve is compiled once per
 // engine and calls the adapter directly: nothing is boxed or allocated.
 type exchange interface {
-	// Path, Target, Headers, ContentLength and ClientKey are what the
-	// limits read (limits.Request).
-	limits.Request
-	host() string
-	// TopKey is who the request is for the top clients: the client key if
-	// it is a header the request has, else the peer's address. A view, valid
-	// until the request is observed.
-	TopKey(k clientkey.Source) string
+	checked
+	accounted
 	// ctx ends when the client has gone or the server shuts down.
 	ctx() context.Context
 	// waitCtx is ctx with the deadline at, for the wait in the queue
@@ -49,10 +43,6 @@ type exchange interface {
 	// clientTimeout is the client's own deadline, from now: gRPC's
 	// grpc-timeout, or the header named (canonical; "": none).
 	clientTimeout(header string) (time.Duration, bool)
-	// refuse answers a refusal; refuseShape a shape violation found before
-	// the body was read (the engine drains or closes for the unread body).
-	refuse(ref limits.Refusal)
-	refuseShape(v *shape.Violation)
 	// gone records that there is no one to answer.
 	gone()
 	// reused: the request is not its connection's first, so a client
@@ -62,21 +52,6 @@ type exchange interface {
 	// answer; it releases slot exactly once, with the status sent, perhaps
 	// after it returns (a streamed body's end).
 	forward(rt *route, sh *limits.PathShape, slot admit.Releaser, out toBackend)
-	// status is the code to record once the request is done: what was sent,
-	// 101 for an upgrade, 499 when the client left first.
-	status() int
-	// rejected reports whether the answer carries Levee-Reject;
-	// rejectReason is its value (for the logs only: it may allocate).
-	rejected() bool
-	// bytes is the request's and the response's body bytes, as far as
-	// known once the request is done (a body streamed without a length
-	// counts as levee has passed it on); items its batch items.
-	bytes() uint64
-	items() uint64
-	rejectReason() string
-	// method and remote are for the access log only.
-	method() string
-	remote() string
 	// traceState is the request's trace state, held by the exchange;
 	// incomingTrace reads the client's trace context; describe
 	// adds the span's tracestate and returns what else it records of the
@@ -84,6 +59,42 @@ type exchange interface {
 	traceState() *trace.Request
 	incomingTrace() trace.Incoming
 	describe(sp *trace.Span) trace.HTTPServer
+}
+
+// checked is what check needs of a request: what the limits read of its
+// head (Path, Target, Headers, ContentLength and ClientKey:
+// limits.Request), and its refusals.
+type checked interface {
+	limits.Request
+	// refuse answers a refusal; refuseShape a shape violation found before
+	// the body was read (the engine drains or closes for the unread body).
+	refuse(ref limits.Refusal)
+	refuseShape(v *shape.Violation)
+}
+
+// accounted is what account reads of a request once it is done.
+type accounted interface {
+	host() string
+	Path() string
+	// TopKey is who the request is for the top clients: the client key if
+	// it is a header the request has, else the peer's address. A view, valid
+	// until the request is observed.
+	TopKey(k clientkey.Source) string
+	// status is the code to record once the request is done: what was sent,
+	// 101 for an upgrade, 499 when the client left first.
+	status() int
+	// rejected reports whether the answer carries Levee-Reject;
+	// rejectReason is its value (for the logs only: it may allocate).
+	rejected() bool
+	rejectReason() string
+	// bytes is the request's and the response's body bytes, as far as
+	// known once the request is done (a body streamed without a length
+	// counts as levee has passed it on); items its batch items.
+	bytes() uint64
+	items() uint64
+	// method and remote are for the access log only.
+	method() string
+	remote() string
 }
 
 // serve is the request path, for both engines: route, shape, rate, admit,
@@ -115,20 +126,36 @@ func serve[E exchange](s *Server, e E) {
 	start := s.clk.Now()
 	tr := beginTrace(snap, e, start)
 	// Deferred: a request whose handler panics is still accounted for.
-	defer account(s, snap, rt, e, start)
+	defer finish(s, snap, rt, e, start)
+	p, ok := check(rt, e, start, tr)
+	if ok {
+		pass(s, rt, e, start, tr, p, nil)
+	}
+}
+
+// check applies the limits known from e's head (limits.Check), and
+// answers a refusal.
+func check[E checked](rt *route, e E, start time.Time, tr *trace.Request) (limits.Passed, bool) {
 	p, v, ref, ok := limits.Check(&rt.Gate, e, start, tr)
 	switch {
 	case v != nil:
 		e.refuseShape(v)
-		return
 	case !ok:
 		e.refuse(ref)
-		return
 	}
-	sh, client := p.Shape, p.Client
+	return p, ok
+}
+
+// pass is the request path once check let e through: read the body
+// ahead, admit, protect, forward. adm is the admission the event loop
+// began (nil: none).
+func pass[E exchange](s *Server, rt *route, e E, start time.Time, tr *trace.Request, p limits.Passed, adm *admission) {
+	defer adm.cancel() // if it was not used: refused before it
+	sh, client, path := p.Shape, p.Client, e.Path()
 	// The body is read before the request takes a slot, so that a slow
 	// client holds a buffer and its connection, never the backend's slot.
-	if ref, ok = e.readBody(s, rt, sh); !ok {
+	ref, ok := e.readBody(s, rt, sh)
+	if !ok {
 		if ref.Code == 0 {
 			e.gone()
 		} else {
@@ -158,7 +185,7 @@ func serve[E exchange](s *Server, e E) {
 		// in the queue is refused once admitted, below.)
 		ctx = e.waitCtx(out.deadline)
 	}
-	slot, ref, ok := s.enter(ctx, rt, path, client, start, tr)
+	slot, ref, ok := s.enter(ctx, rt, path, client, start, tr, adm)
 	if !ok {
 		if ref = s.unanswered(ref, live, e.reused()); ref.Code == 0 {
 			e.gone()
@@ -189,12 +216,21 @@ type toBackend struct {
 // noRoute is the refusal of a request no app claims.
 var noRoute = limits.Refusal{Code: http.StatusNotFound, Reason: reply.NoRoute}
 
+// finish accounts for a routed request once it is done, and ends its
+// trace.
+func finish[E exchange](s *Server, snap *snapshot, rt *route, e E, start time.Time) {
+	code, end := account(s, snap, rt, e, start)
+	endTrace(snap, rt, e, code, end)
+}
+
 // account counts a routed request once it is done: metrics, the top
-// clients, the access log (sampled), a refusal's debug line (rate-limited).
-// A request neither log takes allocates nothing here.
-func account[E exchange](s *Server, snap *snapshot, rt *route, e E, start time.Time) {
-	end := s.clk.Now()
-	code, took := e.status(), end.Sub(start)
+// clients, the access log (sampled), a refusal's debug line (rate-limited),
+// and returns its status and when it ended. A request neither log takes
+// allocates nothing here.
+func account[E accounted](s *Server, snap *snapshot, rt *route, e E, start time.Time) (code int, end time.Time) {
+	end = s.clk.Now()
+	code = e.status()
+	took := end.Sub(start)
 	rt.app.Metrics.Observe(code, took.Seconds())
 	rejected := e.rejected()
 	rt.app.Metrics.Live.Request(end)
@@ -222,7 +258,7 @@ func account[E exchange](s *Server, snap *snapshot, rt *route, e E, start time.T
 			l.Log("reason", reason, "status", code, "remote", e.remote())
 		}
 	}
-	endTrace(snap, rt, e, code, end)
+	return code, end
 }
 
 // aheadLimit is how much of a body to read before admission: the route's
@@ -262,12 +298,21 @@ func (s *Server) bodyRefusal(rt *route, sh *limits.PathShape, declared int64, go
 }
 
 // enter is the path between the body's read and forward: admission with
-// the request's ticket, then backend_limits. ok means the caller holds a
-// slot and must release it once the response is done; otherwise the
-// refusal says what to answer (code 0: no one to answer). now is when the
-// request arrived; tr records the stages (nil: not traced).
-func (s *Server) enter(ctx context.Context, rt *route, path, client string, now time.Time, tr *trace.Request) (admit.Releaser, limits.Refusal, bool) {
-	slot, ref, ok := rt.Admit(ctx, rt.Ticket(path, client), tr)
+// the request's ticket (or the end of the one adm began), then
+// backend_limits. ok means the caller holds a slot and must release it
+// once the response is done; otherwise the refusal says what to answer
+// (code 0: no one to answer). now is when the request arrived; tr records
+// the stages (nil: not traced).
+func (s *Server) enter(ctx context.Context, rt *route, path, client string, now time.Time, tr *trace.Request, adm *admission) (admit.Releaser, limits.Refusal, bool) {
+	var slot admit.Releaser
+	var ref limits.Refusal
+	var ok bool
+	if adm.begun() {
+		adm.used = true
+		slot, ref, ok = rt.Finish(ctx, adm.t, adm.p, tr)
+	} else {
+		slot, ref, ok = rt.Admit(ctx, rt.Ticket(path, client), tr)
+	}
 	if !ok || rt.guard == nil {
 		return slot, ref, ok
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"iter"
 	"math"
 	"net"
 	"net/netip"
@@ -129,7 +130,11 @@ func (s *Server) serveFast(ctx *fasthttp.RequestCtx) {
 	e.c, e.left = ctx, false
 	e.pc.Bind(ctx, &s.peers)
 	e.whole, e.paced.R, e.nItems = false, nil, 0
-	serve(s, e)
+	if r, ok := ctx.Conn().(*loopReq); ok && r.pre.rt != nil {
+		servePassed(s, e, &r.pre) // routed and checked in the event loop
+	} else {
+		serve(s, e)
+	}
 	if ctx.Request.Header.ContentLength() == -1 && !e.chunk.done {
 		// A chunked body levee did not read to its end (refused before
 		// it was read, or answered early) is not left to fasthttp's
@@ -173,7 +178,7 @@ func (e *fastExchange) Target() string { return b2s(e.c.Request.Header.RequestUR
 func (e *fastExchange) method() string { return string(e.c.Request.Header.Method()) }
 func (e *fastExchange) remote() string { return e.c.RemoteAddr().String() }
 
-func (e *fastExchange) Headers() (int, int) { return fastHeaderSize(&e.c.Request.Header) }
+func (e *fastExchange) Headers() (int, int) { return headerSize(e.c.Request.Header.AllInOrder()) }
 
 func (e *fastExchange) ContentLength() int64 {
 	if n := e.c.Request.Header.ContentLength(); n >= 0 {
@@ -204,7 +209,7 @@ func (e *fastExchange) TopKey(k clientkey.Source) string {
 // the client closes its connection (see netlimit.PeerCtx).
 func (e *fastExchange) ctx() context.Context { return &e.pc }
 
-func (e *fastExchange) refuse(ref limits.Refusal) { refuseFast(e.c, &ref) }
+func (e *fastExchange) refuse(ref limits.Refusal) { fillRefusal(&e.c.Response, &ref) }
 
 func (e *fastExchange) refuseShape(v *shape.Violation) { fastreply.Violation(e.c, v, false) }
 
@@ -345,10 +350,13 @@ func (e *fastExchange) describe(sp *trace.Span) trace.HTTPServer {
 // (the catalog lookup does not keep it).
 func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
-// fastHeaderSize counts a fasthttp request's header fields and their bytes
-// (names and values, Host included), as shape.HeaderSize does for net/http.
-func fastHeaderSize(h *fasthttp.RequestHeader) (count, size int) {
-	for k, v := range h.All() {
+// headerSize counts a request's header fields as sent and their bytes
+// (names and values, Host included), as shape.HeaderSize does for
+// net/http: over fasthttp's fields as sent (AllInOrder; All would count a
+// Connection an HTTP/1.0 client did not send, and cookies rewritten) or
+// the event loop's, which are the same (h1loop's differential fuzz).
+func headerSize(fields iter.Seq2[[]byte, []byte]) (count, size int) {
+	for k, v := range fields {
 		count++
 		size += len(k) + len(v)
 	}

@@ -7,12 +7,13 @@ import (
 	"github.com/leveeproxy/levee/internal/reply/fastreply"
 )
 
-// refuseFast answers ref on a fasthttp response, RateLimit fields
-// included, as limits.Refusal.HTTP does on net/http. It lives with the
-// engine adapter so that the gate links no fasthttp.
-func refuseFast(ctx *fasthttp.RequestCtx, ref *limits.Refusal) {
-	fastreply.Write(ctx, ref.Answer(), ref.RetryAfter)
+// fillRefusal writes ref on a fasthttp response, RateLimit fields
+// included, as limits.Refusal.HTTP does on net/http: the request's own
+// (fastExchange) or the event loop's, which serializes it itself. It
+// lives with the engine adapters so that the gate links no fasthttp.
+func fillRefusal(resp *fasthttp.Response, ref *limits.Refusal) {
+	fastreply.Fill(resp, ref.Answer(), ref.RetryAfter)
 	if ref.Rate != nil {
-		fastreply.RateLimit(&ctx.Response.Header, ref.Rate.Policy, ref.Decision)
+		fastreply.RateLimit(&resp.Header, ref.Rate.Policy, ref.Decision)
 	}
 }

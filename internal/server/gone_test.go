@@ -348,7 +348,7 @@ func admitAtOnce(t *testing.T, limits string) float64 {
 	e.pc.Bind(ctx, &s.peers)
 	now := time.Now()
 	allocs := testing.AllocsPerRun(100, func() {
-		slot, _, ok := s.enter(e.ctx(), rt, "/", "", now, nil)
+		slot, _, ok := s.enter(e.ctx(), rt, "/", "", now, nil, nil)
 		if !ok {
 			t.Fatal("refused with a free slot")
 		}

@@ -26,6 +26,7 @@ import (
 // loop does not take as simple hands its connection to that same server
 // for the rest of its life.
 type loopEngine struct {
+	s       *Server
 	l       *listener
 	tcp     *net.TCPListener
 	srv     *h1loop.Server
@@ -55,7 +56,7 @@ func (s *Server) newLoopEngine(cfg *config.Config, l *listener, ln net.Listener)
 		return nil, nil
 	}
 	sc := cfg.Server
-	e := &loopEngine{l: l, tcp: tcp, local: ln.Addr(), idle: newConnQueue(ln.Addr())}
+	e := &loopEngine{s: s, l: l, tcp: tcp, local: ln.Addr(), idle: newConnQueue(ln.Addr())}
 	srv, err := h1loop.New(h1loop.Options{Handler: e, MaxHead: int(sc.MaxHeaderBytes),
 		HeadTimeout: sc.ReadHeaderTimeout.D(), IdleTimeout: sc.IdleTimeout.D(), WriteTimeout: sc.WriteTimeout.D(),
 		OnHeadTimeout: func(*h1loop.Conn) []byte {
@@ -204,11 +205,17 @@ func (e *loopEngine) Handoff(c *h1loop.Conn, f *os.File, in []byte) {
 	}()
 }
 
-// Request hands one request to a pooled goroutine, which serves it on
+// Request answers in the loop a request that route or check refuses
+// (front), and hands any other to a pooled goroutine, which serves it on
 // fasthttp as a connection of one request.
 func (e *loopEngine) Request(c *h1loop.Conn, h *h1loop.Head) h1loop.Verdict {
+	sock := c.Value.(*loopSocket)
+	var pre checkedReq
+	if v, answered := e.front(c, sock, h, &pre); answered {
+		return v
+	}
 	r := loopReqs.Get().(*loopReq)
-	r.e, r.sock, r.off, r.next = e, c.Value.(*loopSocket), 0, false
+	r.e, r.sock, r.off, r.next, r.pre = e, sock, 0, false, pre
 	r.head = append(r.head[:0], h.Raw...)
 	r.refs.Store(2) // the worker's ServeConn and fasthttp's Close
 	r.closed.Store(false)
@@ -225,6 +232,8 @@ type loopReq struct {
 	head []byte
 	off  int
 	next bool // fasthttp read past the head: it would keep the connection
+	// pre is where the loop left the request (front): rt nil, nowhere.
+	pre checkedReq
 	// refs counts the two that let go of it: serve and the first Close.
 	refs   atomic.Int32
 	closed atomic.Bool
@@ -266,6 +275,9 @@ func (r *loopReq) NetConn() net.Conn { return r.sock.nc }
 // the connection back, kept if fasthttp would keep it.
 func (r *loopReq) serve() {
 	r.e.l.h1.ServeConn(r)
+	// The admission the loop began ends in enter; should fasthttp not have
+	// come so far, what it holds is given back here.
+	r.pre.adm.cancel()
 	mode := h1loop.Keep
 	switch {
 	case !r.next && r.sock.nc.TakeLinger():
@@ -279,7 +291,7 @@ func (r *loopReq) serve() {
 
 func (r *loopReq) done() {
 	if r.refs.Add(-1) == 0 {
-		r.e, r.sock = nil, nil
+		r.e, r.sock, r.pre = nil, nil, checkedReq{}
 		loopReqs.Put(r)
 	}
 }
@@ -292,6 +304,8 @@ type loopWorkers struct {
 	mu     sync.Mutex
 	idle   []*loopWorker
 	closed bool
+	// spawned counts the workers started.
+	spawned atomic.Uint64
 }
 
 type loopWorker struct {
@@ -314,6 +328,7 @@ func (p *loopWorkers) submit(r *loopReq) {
 	p.mu.Unlock()
 	w := &loopWorker{reqs: make(chan *loopReq, 1)}
 	w.reqs <- r
+	p.spawned.Add(1)
 	go p.run(w)
 }
 

@@ -23,7 +23,12 @@ var (
 // retryAfter (0: the reply's own, if any) as Retry-After. It allocates
 // nothing.
 func Write(ctx *fasthttp.RequestCtx, r *reply.Reply, retryAfter time.Duration) {
-	resp := &ctx.Response
+	Fill(&ctx.Response, r, retryAfter)
+}
+
+// Fill is Write on a response of its own (the event loop's, which
+// serializes it itself).
+func Fill(resp *fasthttp.Response, r *reply.Reply, retryAfter time.Duration) {
 	resp.Reset()
 	resp.SetStatusCode(r.Status)
 	h := &resp.Header
@@ -43,7 +48,11 @@ func Write(ctx *fasthttp.RequestCtx, r *reply.Reply, retryAfter time.Duration) {
 // Violation answers a shape violation, as reply.ViolationHTTP does. It
 // allocates nothing. closeConn: part of the body was read.
 func Violation(ctx *fasthttp.RequestCtx, v *shape.Violation, closeConn bool) {
-	resp := &ctx.Response
+	FillViolation(&ctx.Response, v, closeConn)
+}
+
+// FillViolation is Violation on a response of its own.
+func FillViolation(resp *fasthttp.Response, v *shape.Violation, closeConn bool) {
 	resp.Reset()
 	resp.SetStatusCode(v.Status)
 	h := &resp.Header
