@@ -551,3 +551,103 @@ func TestAcceptsFromASocketInBlockingMode(t *testing.T) {
 	io.WriteString(c1, get("/three"))
 	wantAnswer(t, br1, "/three")
 }
+
+// TestManyLoops: loops that share one listener (EPOLLEXCLUSIVE, a poll
+// before accept4) serve every connection to its end, answered in a loop
+// or held, pause and resume accepting together, and shut down together.
+func TestManyLoops(t *testing.T) {
+	h := &loopsHandler{testHandler: testHandler{holdFor: time.Millisecond}}
+	s, addr := start(t, h, Options{Loops: 3})
+	serveMany := func(conns int) {
+		t.Helper()
+		var wg sync.WaitGroup
+		errs := make(chan error, conns)
+		for i := range conns {
+			wg.Go(func() {
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					errs <- err
+					return
+				}
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				br := bufio.NewReader(c)
+				for j := range 10 {
+					path := fmt.Sprintf("/x%d-%d", i, j)
+					if j%3 == 0 {
+						path = "/hold" + path
+					}
+					io.WriteString(c, get(path))
+					resp, err := http.ReadResponse(br, nil)
+					if err != nil {
+						errs <- err
+						return
+					}
+					io.Copy(io.Discard, resp.Body)
+					if got := resp.Header.Get("X-Path"); got != path {
+						errs <- fmt.Errorf("answer for %q, want %q", got, path)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+	}
+	serveMany(60)
+	s.PauseAccept()
+	c, err := net.Dial("tcp", addr) // into the backlog: no loop takes it
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	time.Sleep(50 * time.Millisecond)
+	if n := h.accepted.Load(); n != 60 {
+		t.Fatalf("%d connections accepted while paused, want the 60 before", n)
+	}
+	s.ResumeAccept()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(c, get("/after"))
+	wantAnswer(t, bufio.NewReader(c), "/after")
+	c.Close()
+	serveMany(30)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if got := h.closed.Load(); got != 91 {
+		t.Fatalf("%d connections closed, want 91", got)
+	}
+	t.Logf("connections per loop: %v", h.perLoop())
+}
+
+// loopsHandler is testHandler, counting the connections each loop accepts.
+type loopsHandler struct {
+	testHandler
+	mu    sync.Mutex
+	loops map[*loop]int
+}
+
+func (h *loopsHandler) Accepted(c *Conn) bool {
+	h.mu.Lock()
+	if h.loops == nil {
+		h.loops = map[*loop]int{}
+	}
+	h.loops[c.l]++
+	h.mu.Unlock()
+	return h.testHandler.Accepted(c)
+}
+
+func (h *loopsHandler) perLoop() []int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var n []int
+	for _, v := range h.loops {
+		n = append(n, v)
+	}
+	return n
+}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -57,7 +58,9 @@ func (s *Server) newLoopEngine(cfg *config.Config, l *listener, ln net.Listener)
 	}
 	sc := cfg.Server
 	e := &loopEngine{s: s, l: l, tcp: tcp, local: ln.Addr(), idle: newConnQueue(ln.Addr())}
-	srv, err := h1loop.New(h1loop.Options{Handler: e, MaxHead: int(sc.MaxHeaderBytes),
+	// One loop per P: each reads, parses and refuses on whichever P the
+	// runtime gives it, as the goroutines of the other engine do.
+	srv, err := h1loop.New(h1loop.Options{Handler: e, MaxHead: int(sc.MaxHeaderBytes), Loops: runtime.GOMAXPROCS(0),
 		HeadTimeout: sc.ReadHeaderTimeout.D(), IdleTimeout: sc.IdleTimeout.D(), WriteTimeout: sc.WriteTimeout.D(),
 		OnHeadTimeout: func(*h1loop.Conn) []byte {
 			// As fastParseError answers a head that did not come in time.
