@@ -191,9 +191,17 @@ func TestAnswersInTheLoopInOrder(t *testing.T) {
 func TestHeldRequestsOnManyConnections(t *testing.T) {
 	h := &testHandler{holdFor: time.Millisecond}
 	_, addr := start(t, h, Options{})
+	serveMany(t, addr, 100, 20, 2)
+	leaktest.WaitFor(t, 5*time.Second, "every connection closed", func() bool { return h.closed.Load() == 100 })
+}
+
+// serveMany sends reqs requests on each of conns connections at once,
+// every holdEvery-th of them held, and wants each answered in order.
+func serveMany(t *testing.T, addr string, conns, reqs, holdEvery int) {
+	t.Helper()
 	var wg sync.WaitGroup
-	errs := make(chan error, 100)
-	for i := range 100 {
+	errs := make(chan error, conns)
+	for i := range conns {
 		wg.Go(func() {
 			c, err := net.Dial("tcp", addr)
 			if err != nil {
@@ -203,9 +211,9 @@ func TestHeldRequestsOnManyConnections(t *testing.T) {
 			defer c.Close()
 			c.SetDeadline(time.Now().Add(10 * time.Second))
 			br := bufio.NewReader(c)
-			for j := range 20 {
+			for j := range reqs {
 				path := fmt.Sprintf("/x%d-%d", i, j)
-				if j%2 == 0 {
+				if j%holdEvery == 0 {
 					path = "/hold" + path
 				}
 				io.WriteString(c, get(path))
@@ -227,7 +235,6 @@ func TestHeldRequestsOnManyConnections(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	leaktest.WaitFor(t, 5*time.Second, "every connection closed", func() bool { return h.closed.Load() == 100 })
 }
 
 func TestCloseAnswersThenCloses(t *testing.T) {
@@ -558,46 +565,7 @@ func TestAcceptsFromASocketInBlockingMode(t *testing.T) {
 func TestManyLoops(t *testing.T) {
 	h := &loopsHandler{testHandler: testHandler{holdFor: time.Millisecond}}
 	s, addr := start(t, h, Options{Loops: 3})
-	serveMany := func(conns int) {
-		t.Helper()
-		var wg sync.WaitGroup
-		errs := make(chan error, conns)
-		for i := range conns {
-			wg.Go(func() {
-				c, err := net.Dial("tcp", addr)
-				if err != nil {
-					errs <- err
-					return
-				}
-				defer c.Close()
-				c.SetDeadline(time.Now().Add(10 * time.Second))
-				br := bufio.NewReader(c)
-				for j := range 10 {
-					path := fmt.Sprintf("/x%d-%d", i, j)
-					if j%3 == 0 {
-						path = "/hold" + path
-					}
-					io.WriteString(c, get(path))
-					resp, err := http.ReadResponse(br, nil)
-					if err != nil {
-						errs <- err
-						return
-					}
-					io.Copy(io.Discard, resp.Body)
-					if got := resp.Header.Get("X-Path"); got != path {
-						errs <- fmt.Errorf("answer for %q, want %q", got, path)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Fatal(err)
-		}
-	}
-	serveMany(60)
+	serveMany(t, addr, 60, 10, 3)
 	s.PauseAccept()
 	c, err := net.Dial("tcp", addr) // into the backlog: no loop takes it
 	if err != nil {
@@ -613,7 +581,7 @@ func TestManyLoops(t *testing.T) {
 	io.WriteString(c, get("/after"))
 	wantAnswer(t, bufio.NewReader(c), "/after")
 	c.Close()
-	serveMany(30)
+	serveMany(t, addr, 30, 10, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := s.Shutdown(ctx); err != nil {
