@@ -7,7 +7,7 @@
 # Environment (defaults in brackets):
 #   A [HEAD]  B [.]   the builds: a commit (anything git rev-parse takes), or "." for the working tree
 #   A_SERVER, B_SERVER [none]  a server: block (YAML flow) for A's or B's config, to compare two
-#                     settings of one build: A=. B=. B_SERVER='{event_loop: true}'
+#                     settings of one build: A=. B=. B_SERVER='{event_loop: false}'
 #   PROTO [h1]        h1 (wrk), h1tls (wrk over TLS) or h2tls (h2load -m1)
 #   CONNS [1024]      client connections       ROUNDS [5]  rounds of A, B, nginx in turn
 #   DURATION [4s]     load per build and round (after one warm-up round of 2s each)

@@ -299,7 +299,7 @@ if ((WRITE)); then
       echo "- machine: $(nproc) CPUs, ${CPU_MODEL:-unknown CPU}, $(uname -sr); ${IDLE_BEFORE}% CPU idle just before the runs, load average $LOADAVG"
       echo "- load: wrk -t1 -c$CONNS -d$DURATION per target and scenario after a $WARMUP warm-up; shares are each backend's count of answered requests over the timed run (\`bench/backend -count\`, read from \`/__count\` before and after)"
       echo "- backends: 4 × \`bench/backend\` (GOMAXPROCS=1 each); scenario A: all four \`-delay $FAST_DELAY\`; scenario B: b1 \`-delay $SLOW_DELAY\`, b2–b4 \`-delay $FAST_DELAY\`"
-      echo "- targets: levee (GOMAXPROCS=1, one plain listener as a new user writes it: HTTP/1.1 on fasthttp, one process, app \`p2c\` with \`balance: p2c\` and app \`rr\` with \`balance: round_robin\`, by Host); nginx (worker_processes 1) upstream round robin and \`least_conn\`; haproxy (nbthread 1) \`balance roundrobin\` and \`balance leastconn\`; keep-alive to the backends everywhere (nginx \`keepalive 64\` + HTTP/1.1, haproxy \`http-reuse always\`); pinning: $PIN_TXT"
+      echo "- targets: levee (GOMAXPROCS=1, one plain listener as a new user writes it: HTTP/1.1 on the event loops, one process, app \`p2c\` with \`balance: p2c\` and app \`rr\` with \`balance: round_robin\`, by Host); nginx (worker_processes 1) upstream round robin and \`least_conn\`; haproxy (nbthread 1) \`balance roundrobin\` and \`balance leastconn\`; keep-alive to the backends everywhere (nginx \`keepalive 64\` + HTTP/1.1, haproxy \`http-reuse always\`); pinning: $PIN_TXT"
       echo "- versions: levee $LEVEE_REV ($GO_VER), nginx $NGINX_VER, haproxy $HAPROXY_VER, wrk $WRK_VER"
       echo
       cat "$table"

@@ -198,10 +198,10 @@ build_levee() {
 # start_levee LIMITS_YAML — build levee and run one process (GOMAXPROCS=1, proxy CPU) with app
 # "bench" (Host bench.local, the one backend, LIMITS_YAML under limits:, none when empty: the
 # defaults, as a new user's config has them) on one plain listener LEVEE_PORT, as a new user
-# writes it (HTTP/1.1 is served by fasthttp), admin LEVEE_ADMIN_PORT with admin.pprof on (so a
+# writes it (HTTP/1.1 on the event loops), admin LEVEE_ADMIN_PORT with admin.pprof on (so a
 # profile can be taken during a run, docs/benchmarks.md; idle, it costs nothing). Sets URL/HOSTHDR/PID of
 # target levee, or NOTE[levee]. LEVEE_SERVER, if set, is a server: block (YAML flow) for it, e.g.
-# LEVEE_SERVER='{event_loop: true}'.
+# LEVEE_SERVER='{event_loop: false}' (fasthttp's goroutine per connection).
 start_levee() {
   if ! build_levee; then NOTE[levee]="skipped: does not build"; return 0; fi
   {

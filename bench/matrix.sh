@@ -17,7 +17,7 @@
 #   H2C [1]   1: with HTTP/1.1 clients, also load a second levee (PORT_BASE+3, admin +13) whose leg
 #             to the same backend is h2c (bench/backend -h2c), compared with levee's own HTTP/1.1
 #             leg at the same point, by CPU per request (issue 21: at most 1.2x)
-#   LEVEE_SERVER [none]  a server: block (YAML flow) for levee's config, e.g. '{event_loop: true}'
+#   LEVEE_SERVER [none]  a server: block (YAML flow) for levee's config, e.g. '{event_loop: false}'
 #             (the overload's levee takes it too: lib.sh's start_levee)
 #
 # The points: protocol (HTTP/1.1, HTTP/1.1 over TLS, h2 over TLS) × client connections × pinning.

@@ -21,7 +21,7 @@
 #   backend  bench/backend -capacity 32 -delay 5ms, GOMAXPROCS=1: at most 32 requests at once, the
 #            rest WAIT for a slot (and are served even if their client has left), like a thread pool
 #   levee    GOMAXPROCS=1; app limits {concurrency: 32, queue: {max_wait: 10ms, max_len: 64}};
-#            one plain listener 18282, as a new user writes it (HTTP/1.1 on fasthttp)
+#            one plain listener 18282, as a new user writes it (HTTP/1.1 on the event loops)
 #   nginx    worker_processes 1; limit_conn 32 per server (503) + limit_req (429), proxy_next_upstream off
 #   haproxy  nbthread 1; server maxconn 32 + timeout queue 10ms (503)
 #   loadgen  bench/loadgen: open loop, constant rate, latency from the intended send time (no
@@ -295,7 +295,7 @@ if ((WRITE)); then
       echo "- machine: $(nproc) CPUs, ${CPU_MODEL:-unknown CPU}, $(uname -sr); before the runs ${IDLE}% CPU idle, load average $LOADAVG$BUSY_NOTE"
       echo "- backend: \`bench/backend -capacity $CAPACITY -delay $DELAY\` (GOMAXPROCS=1): at most $CAPACITY requests at once, $DELAY each, = **$CAP_RPS req/s nominal capacity** (Go timer overshoot, ~0.4 ms per 5 ms sleep here, puts the real ceiling near 5,900 req/s); requests beyond capacity wait for a slot and are served even after their client gave up"
       echo "- load: \`bench/loadgen\`, open loop at a constant rate, latency from each request's intended send time (no coordinated omission), at most $CONNS keep-alive connections, timeout $TIMEOUT per request from its intended send time; $DURATION per run, baseline (0.5x) $BASE_DURATION; $ROUNDS round(s), medians shown"
-      echo "- protections: levee \`limits: {concurrency: $CAPACITY, queue: {max_wait: 10ms, max_len: 64}}\` (GOMAXPROCS=1, one plain listener: HTTP/1.1 on fasthttp); nginx $NGINX_DESC (worker_processes 1); haproxy server \`maxconn $CAPACITY\` + \`timeout queue 10ms\` (nbthread 1); direct = loadgen straight to the backend"
+      echo "- protections: levee \`limits: {concurrency: $CAPACITY, queue: {max_wait: 10ms, max_len: 64}}\` (GOMAXPROCS=1, one plain listener: HTTP/1.1 on the event loops); nginx $NGINX_DESC (worker_processes 1); haproxy server \`maxconn $CAPACITY\` + \`timeout queue 10ms\` (nbthread 1); direct = loadgen straight to the backend"
       echo "- pinning: $PIN_DESC"
       echo "- generator calibration (loadgen at $MAX_RATE/s for $CAL_DURATION against nginx \`return 200\` on CPU $PROXY_CPU): $CAL_NOTE"
       echo "- versions: levee $LEVEE_REV ($GO_VER), nginx $NGINX_VER, haproxy $HAPROXY_VER"

@@ -15,7 +15,7 @@
 #   nginx    worker_processes 1, upstream keepalive 64, HTTP/1.1  127.0.0.1:18080
 #   haproxy  nbthread 1, http-reuse always, http-keep-alive       127.0.0.1:18081
 #   levee    GOMAXPROCS=1, a config as a new user writes it: one plain listener (HTTP/1.1 on
-#            fasthttp), default limits (skipped, with a message, if it does not build or get ready)
+#            the event loops), default limits (skipped, with a message, if it does not build or get ready)
 #                                                                 127.0.0.1:18082, admin :18092
 #   fasthttp-bare  bench/bareproxy, GOMAXPROCS=1: fasthttp's own proxy idiom, none of levee's
 #            steps: the floor of levee's path; levee ÷ it is levee's own share  127.0.0.1:18084

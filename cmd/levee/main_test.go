@@ -65,7 +65,7 @@ func buildAndRun(m *testing.M) int {
 	code := m.Run()
 	pg.Close()
 	if os.Getenv(protoEnv) != "" {
-		return code // a run of one protocol (h2c, or h1loop: see loopServer)
+		return code // a run of one protocol (h2c, or fasthttp: see engineServer)
 	}
 	// Again over h2c on the proxy listener (serve, reload and drain tests).
 	fmt.Fprintf(os.Stderr, "=== protocol h2c: %s=h2c %s\n", protoEnv, os.Args[0])

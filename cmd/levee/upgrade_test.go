@@ -58,15 +58,16 @@ apps:
   a:
     hosts: [a.test]
     backends: [%s]
-%s`, listenLine(), upgradeTokenFile(lock), lock, loopServer(), backend, extra)
+%s`, listenLine(), upgradeTokenFile(lock), lock, engineServer(), backend, extra)
 }
 
-// loopServer is the server key that puts the proxy listener on the event
-// loops when protoEnv is h1loop (LEVEE_TEST_PROTO=h1loop go test -run
-// Upgrade ./cmd/levee: the handover with the loops' accepting paused).
-func loopServer() string {
-	if os.Getenv(protoEnv) == "h1loop" {
-		return "event_loop: true, "
+// engineServer is the server key that puts the proxy listener on
+// fasthttp's goroutine per connection when protoEnv is fasthttp
+// (LEVEE_TEST_PROTO=fasthttp go test -run Upgrade ./cmd/levee); by
+// default it is on the event loops, whose accepting the handover pauses.
+func engineServer() string {
+	if os.Getenv(protoEnv) == "fasthttp" {
+		return "event_loop: false, "
 	}
 	return ""
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"runtime"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -95,7 +96,7 @@ type Server struct {
 	MaxConnsPerIP int `yaml:"max_conns_per_ip"`
 	// EventLoop serves the HTTP/1.1 connections of plain listeners
 	// (without h2c) from event loops (internal/h1loop) rather than a
-	// goroutine each; linux only. Experimental: off by default.
+	// goroutine each; linux only, and on by default there.
 	EventLoop bool `yaml:"event_loop"`
 	// MinRate is the fewest bytes a second a client may send a request body
 	// or read a response at, once MinRateGrace has passed; slower clients
@@ -434,16 +435,18 @@ type Queue struct {
 
 // Defaults. Each is documented in docs/config.md; change both together.
 const (
-	DefaultListen                = "127.0.0.1:8080"
-	DefaultAdmin                 = "127.0.0.1:9901"
-	DefaultReadHeaderTimeout     = 10 * time.Second
-	DefaultReadTimeout           = 5 * time.Minute
-	DefaultWriteTimeout          = 5 * time.Minute
-	DefaultIdleTimeout           = 120 * time.Second
-	DefaultMaxHeaderBytes        = 64 << 10
-	DefaultMaxConns              = 10000
-	DefaultDrainTimeout          = 30 * time.Second
-	DefaultMaxConnsPerIP         = 4096
+	DefaultListen            = "127.0.0.1:8080"
+	DefaultAdmin             = "127.0.0.1:9901"
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultReadTimeout       = 5 * time.Minute
+	DefaultWriteTimeout      = 5 * time.Minute
+	DefaultIdleTimeout       = 120 * time.Second
+	DefaultMaxHeaderBytes    = 64 << 10
+	DefaultMaxConns          = 10000
+	DefaultDrainTimeout      = 30 * time.Second
+	DefaultMaxConnsPerIP     = 4096
+	// DefaultEventLoop: the event loops where there are any (linux).
+	DefaultEventLoop             = runtime.GOOS == "linux"
 	DefaultMinRate               = 1 << 10
 	DefaultMinRateGrace          = 10 * time.Second
 	DefaultBufferMemory          = 256 << 20
@@ -514,6 +517,7 @@ func Default() Config {
 			MaxConns:          DefaultMaxConns,
 			DrainTimeout:      Duration(DefaultDrainTimeout),
 			MaxConnsPerIP:     DefaultMaxConnsPerIP,
+			EventLoop:         DefaultEventLoop,
 			MinRate:           DefaultMinRate,
 			MinRateGrace:      Duration(DefaultMinRateGrace),
 			BufferMemory:      DefaultBufferMemory,

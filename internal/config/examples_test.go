@@ -47,6 +47,9 @@ func TestExamplesParse(t *testing.T) {
 // and that every value it sets is the default.
 func TestFullExampleIsTheDefaults(t *testing.T) {
 	path := filepath.Join(examplesDir, "full.yaml")
+	if !DefaultEventLoop {
+		t.Skip("full.yaml holds linux's defaults (server.event_loop)")
+	}
 	cfg, err := Load(path)
 	if err != nil {
 		t.Fatal(err)

@@ -29,6 +29,9 @@ func render(src []byte) []byte {
 		}
 		return b.Bytes()
 	}
+	if !DefaultEventLoop && !cfg.Server.EventLoop {
+		cfg.Server.EventLoop = true // the goldens hold linux's default
+	}
 	out, err := yaml.Marshal(cfg)
 	if err != nil {
 		return []byte("marshal: " + err.Error() + "\n")

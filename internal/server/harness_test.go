@@ -107,8 +107,10 @@ func mustParse(t testing.TB, yamlCfg string) *config.Config {
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, yamlCfg)
 	}
-	if testLoop() && !strings.Contains(yamlCfg, "event_loop:") {
-		cfg.Server.EventLoop = true
+	if !strings.Contains(yamlCfg, "event_loop:") {
+		// The default run is fasthttp's engine; the h1loop run the loops'
+		// (the default on linux).
+		cfg.Server.EventLoop = testLoop()
 	}
 	if testH2C() && !strings.Contains(yamlCfg, "h2c:") {
 		for i, l := range cfg.Listen {
