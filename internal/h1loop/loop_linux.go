@@ -87,9 +87,11 @@ type Server struct {
 	// draining: Shutdown has begun; a connection closes once idle.
 	draining atomic.Bool
 	// acceptMu is held for reading by a loop while it accepts; paused
-	// (under it) is PauseAccept's.
+	// (under it) is PauseAccept's, and lf the listener's descriptor the
+	// loops accept from (nil once Shutdown or Serve's end closed it).
 	acceptMu sync.RWMutex
 	paused   bool
+	lf       *os.File
 	open     atomic.Int64 // connections the loops have (held ones too)
 }
 
@@ -151,6 +153,9 @@ func (s *Server) Serve(ln *net.TCPListener) error {
 		}
 	}
 	s.loops = loops
+	s.acceptMu.Lock()
+	s.lf = lf
+	s.acceptMu.Unlock()
 	s.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, l := range loops {
@@ -163,8 +168,20 @@ func (s *Server) Serve(ln *net.TCPListener) error {
 	}
 	s.loops = nil
 	s.mu.Unlock()
-	lf.Close()
+	s.closeListener()
 	return ErrClosed
+}
+
+// closeListener closes the loops' descriptor of the listener, once no
+// loop accepts: the caller's listener closing then closes the socket, and
+// no connection waits in its backlog for loops that will not take it.
+func (s *Server) closeListener() {
+	s.acceptMu.Lock()
+	defer s.acceptMu.Unlock()
+	if s.lf != nil {
+		s.lf.Close()
+		s.lf = nil
+	}
 }
 
 // Close stops every loop and closes the connections they hold; a held
@@ -220,8 +237,9 @@ func (s *Server) ResumeAccept() {
 // Open is the number of connections the loops have, held ones included.
 func (s *Server) Open() int64 { return s.open.Load() }
 
-// Shutdown stops accepting, closes the idle connections and each other
-// one once its request is answered, and waits until none is left or ctx
+// Shutdown stops accepting (and closes the loops' descriptor of the
+// listener: the caller's closing it then closes the socket), closes the
+// idle connections and each other one once its request is answered, and waits until none is left or ctx
 // ends (its error then); the loops then stop and Serve returns. A
 // connection whose head is coming in is read to its end (HeadTimeout
 // bounds it) and answered. Close ends what is left.
@@ -234,6 +252,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		l.wake()                               // and close the idle ones
 	}
 	s.mu.Unlock()
+	s.closeListener()
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
 	for s.open.Load() > 0 {
@@ -418,8 +437,8 @@ func (l *loop) handle(evs []syscall.EpollEvent) {
 func (l *loop) accept() {
 	l.s.acceptMu.RLock()
 	defer l.s.acceptMu.RUnlock()
-	if l.s.paused {
-		return // an event from before the pause
+	if l.s.paused || l.s.lf == nil {
+		return // an event from before the pause, or the shutdown
 	}
 	if l.s.o.Loops > 1 {
 		// Another loop, woken for the same connection, may have taken it.

@@ -268,9 +268,11 @@ func (l *listener) close() {
 // flight on both engines.
 func (l *listener) shutdown(ctx context.Context) error {
 	if l.loop != nil {
-		err := l.loop.shutdown(ctx)
+		// The socket closes now, as fasthttp's Shutdown closes it: a client
+		// that connects during the drain is refused, not left in a backlog
+		// that no loop takes from.
 		l.ln.Close()
-		return err
+		return l.loop.shutdown(ctx)
 	}
 	if l.h1q != nil {
 		l.close() // the socket is the sorter's; fasthttp closes its queue again
