@@ -416,15 +416,7 @@ func TestShutdownAnswersWhatIsHeldAndClosesTheRest(t *testing.T) {
 	idle, ibr := dial(t, addr)
 	io.WriteString(idle, get("/a"))
 	readAnswer(t, ibr)
-	busy, bbr := dial(t, addr)
-	io.WriteString(busy, get("/hold/b"))
-	time.Sleep(20 * time.Millisecond)
-	done := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		done <- s.Shutdown(ctx)
-	}()
+	bbr, done := shutdownWhileHeld(t, s, addr)
 	if _, err := ibr.ReadByte(); err != io.EOF {
 		t.Fatalf("idle connection: read %v, want EOF at Shutdown", err)
 	}
@@ -437,7 +429,22 @@ func TestShutdownAnswersWhatIsHeldAndClosesTheRest(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Shutdown: %v", err)
 	}
-	_ = busy
+}
+
+// shutdownWhileHeld sends /hold/b on a connection of its own and, while
+// it is held, begins s's Shutdown, whose result comes on done.
+func shutdownWhileHeld(t *testing.T, s *Server, addr string) (br *bufio.Reader, done chan error) {
+	t.Helper()
+	busy, br := dial(t, addr)
+	io.WriteString(busy, get("/hold/b"))
+	time.Sleep(20 * time.Millisecond)
+	done = make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		done <- s.Shutdown(ctx)
+	}()
+	return br, done
 }
 
 // TestShutdownLetsTheSocketClose: once Shutdown has begun, the loops
@@ -448,15 +455,7 @@ func TestShutdownLetsTheSocketClose(t *testing.T) {
 	h := &testHandler{holdFor: 300 * time.Millisecond}
 	s, ln := startOn(t, h, Options{})
 	addr := ln.Addr().String()
-	busy, bbr := dial(t, addr)
-	io.WriteString(busy, get("/hold/b"))
-	time.Sleep(20 * time.Millisecond)
-	done := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		done <- s.Shutdown(ctx)
-	}()
+	bbr, done := shutdownWhileHeld(t, s, addr)
 	leaktest.WaitFor(t, 5*time.Second, "the loops' listener closed", func() bool {
 		s.acceptMu.RLock()
 		defer s.acceptMu.RUnlock()
