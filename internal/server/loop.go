@@ -20,12 +20,13 @@ import (
 )
 
 // loopEngine serves a plain listener's HTTP/1.1 connections from event
-// loops (server.event_loop, package h1loop). The loops read and parse;
-// each request is served by the listener's fasthttp server, on a pooled
-// goroutine, as a connection of one request (loopReq): so every rule,
-// limit and answer is the fasthttp engine's, written once. A request the
-// loop does not take as simple hands its connection to that same server
-// for the rest of its life.
+// loops (server.event_loop, package h1loop). The loops read and parse,
+// and run the steps that never wait, refusing there (front,
+// loopfront.go); a request they let through is served by the listener's
+// fasthttp server, on a pooled goroutine, as a connection of one request
+// (loopReq), from where the loop left it. A request the loop does not
+// take as simple hands its connection to that same server for the rest
+// of its life.
 type loopEngine struct {
 	s       *Server
 	l       *listener
@@ -208,9 +209,9 @@ func (e *loopEngine) Handoff(c *h1loop.Conn, f *os.File, in []byte) {
 	}()
 }
 
-// Request answers in the loop a request that route or check refuses
-// (front), and hands any other to a pooled goroutine, which serves it on
-// fasthttp as a connection of one request.
+// Request answers in the loop a request that route, check or admission
+// refuses (front), and hands any other to a pooled goroutine, which
+// serves it on fasthttp as a connection of one request.
 func (e *loopEngine) Request(c *h1loop.Conn, h *h1loop.Head) h1loop.Verdict {
 	sock := c.Value.(*loopSocket)
 	var pre checkedReq
