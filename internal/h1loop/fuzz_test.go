@@ -160,7 +160,7 @@ func agree(t *testing.T, b []byte, max int, h *Head) {
 		proto = "HTTP/1.0"
 	}
 	length := -2 // fasthttp's no framing field: no body on a request
-	if h.Get("Content-Length") != nil {
+	if h.Length {
 		length = 0
 	}
 	for _, c := range []struct {

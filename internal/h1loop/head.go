@@ -29,7 +29,10 @@ type Head struct {
 	HTTP10 bool   // "HTTP/1.0" (else "HTTP/1.1")
 	// Close: the connection ends after this request: "Connection: close",
 	// or HTTP/1.0 without "Connection: keep-alive".
-	Close  bool
+	Close bool
+	// Length: the head has its one "Content-Length: 0". fasthttp reads
+	// that as a length of 0, and no such field as -1 (no body either way).
+	Length bool
 	Len    int    // bytes of the head, request line to the empty line's CRLF included
 	Raw    []byte // the head as sent: the buffer's first Len bytes
 	NField int
@@ -51,16 +54,6 @@ func (h *Head) All() iter.Seq2[[]byte, []byte] {
 			}
 		}
 	}
-}
-
-// Get is the value of h's first field named name (any case), or nil.
-func (h *Head) Get(name string) []byte {
-	for i := range h.NField {
-		if f := &h.Field[i]; ascii.EqualFold(f.Name, name) {
-			return f.Value
-		}
-	}
-	return nil
 }
 
 // Result is what ParseHead made of a buffer.
@@ -177,6 +170,7 @@ func parse(b []byte, h *Head) Result {
 	}
 	h.Host = s.host
 	h.Close = s.close || h.HTTP10 && !s.keepAlive
+	h.Length = s.length
 	h.Len = i
 	h.NField = n
 	return Simple

@@ -22,6 +22,7 @@ var accepted = []struct {
 	host   string
 	http10 bool
 	close  bool
+	length bool     // "Content-Length: 0"
 	fields []string // "Name: value"
 }{
 	{name: "curl", head: curlHead,
@@ -47,12 +48,12 @@ var accepted = []struct {
 		method: "GET", target: "/", path: "/", host: "a.test", http10: true, close: true,
 		fields: []string{"Host: a.test", "Connection: close"}},
 	{name: "Content-Length 0", head: "POST /api?x=1 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nContent-Length: 0\r\n\r\n",
-		method: "POST", target: "/api?x=1", path: "/api", host: "127.0.0.1:8080",
+		method: "POST", target: "/api?x=1", path: "/api", host: "127.0.0.1:8080", length: true,
 		fields: []string{"Host: 127.0.0.1:8080", "Content-Length: 0"}},
 	{name: "other methods", head: "OPTIONS /o HTTP/1.1\r\nHost: a\r\n\r\n",
 		method: "OPTIONS", target: "/o", path: "/o", host: "a", fields: []string{"Host: a"}},
 	{name: "PUT", head: "PUT /p HTTP/1.1\r\nHost: a\r\ncontent-length: 0\r\n\r\n",
-		method: "PUT", target: "/p", path: "/p", host: "a", fields: []string{"Host: a", "content-length: 0"}},
+		method: "PUT", target: "/p", path: "/p", host: "a", length: true, fields: []string{"Host: a", "content-length: 0"}},
 	{name: "PATCH", head: "PATCH /p HTTP/1.1\r\nHost: a\r\n\r\n",
 		method: "PATCH", target: "/p", path: "/p", host: "a", fields: []string{"Host: a"}},
 	{name: "values trimmed", head: "GET / HTTP/1.1\r\nHost:a\r\nX-A:  one two \t\r\nX-B:\r\nX-C: \t \r\nX-D:\tq\t\r\n\r\n",
@@ -120,10 +121,10 @@ func TestParseHeadAccepts(t *testing.T) {
 			if r := ParseHead([]byte(tc.head+tc.tail), 1<<16, &h); r != Simple {
 				t.Fatalf("%v, want Simple: %q", r, tc.head)
 			}
-			got := fmt.Sprintf("%s %s %s host=%s http10=%v close=%v len=%d",
-				h.Method, h.Target, h.Path, h.Host, h.HTTP10, h.Close, h.Len)
-			want := fmt.Sprintf("%s %s %s host=%s http10=%v close=%v len=%d",
-				tc.method, tc.target, tc.path, tc.host, tc.http10, tc.close, len(tc.head))
+			got := fmt.Sprintf("%s %s %s host=%s http10=%v close=%v length=%v len=%d",
+				h.Method, h.Target, h.Path, h.Host, h.HTTP10, h.Close, h.Length, h.Len)
+			want := fmt.Sprintf("%s %s %s host=%s http10=%v close=%v length=%v len=%d",
+				tc.method, tc.target, tc.path, tc.host, tc.http10, tc.close, tc.length, len(tc.head))
 			if got != want {
 				t.Errorf("read\n%s\nwant\n%s", got, want)
 			}
@@ -291,23 +292,6 @@ func TestParseHeadMax(t *testing.T) {
 	}
 	if r := ParseHead(nil, 1, &h); r != NeedMore {
 		t.Errorf("no bytes: %v, want NeedMore", r)
-	}
-}
-
-func TestHeadGet(t *testing.T) {
-	var h Head
-	if r := ParseHead([]byte(browserHead), 1<<16, &h); r != Simple {
-		t.Fatal(r)
-	}
-	for name, want := range map[string]string{
-		"cookie": "session=4f2a9c; theme=dark", "ACCEPT-ENCODING": "gzip, deflate, br, zstd", "Host": "www.example.com",
-	} {
-		if got := h.Get(name); string(got) != want {
-			t.Errorf("Get(%q) = %q, want %q", name, got, want)
-		}
-	}
-	if got := h.Get("Content-Length"); got != nil {
-		t.Errorf("Get of an absent field: %q", got)
 	}
 }
 

@@ -22,15 +22,15 @@ import (
 // The event loop runs the steps of serve that never wait itself: the
 // route from the catalog in memory, the limits of the head (check) and
 // the start of admission: a free slot, a refusal or a place in the queue
-// (Gate.Begin). A request they refuse is answered in the loop, with one write and no
-// goroutine: under overload refusals are most of the traffic, and on a
-// core shared with the backend what each costs is the backend's. A
-// request they let through goes on at pass, on a worker (servePassed).
-// Whatever could wait (a route the lazy catalog must load, a rate shared
-// through Redis, an access log's write), or is not every request's (a
-// trace, an ACME challenge, a cookie's client key, the drain), goes to
-// the worker whole, and serve runs there as on fasthttp. The wait in the
-// admission queue is the worker's too (Gate.Finish).
+// (Gate.Begin). A request they refuse is answered in the loop, with one
+// write and no goroutine: under overload refusals are most of the
+// traffic, and on a core shared with the backend what each costs is the
+// backend's. A request they let through goes on at pass, on a worker
+// (servePassed). Whatever could wait (a route the lazy catalog must load,
+// a rate shared through Redis, an access log's write), or is not every
+// request's (a trace, an ACME challenge, the drain), goes to the worker
+// whole, and serve runs there as on fasthttp. The wait in the admission
+// queue is the worker's too (Gate.Finish).
 
 // checkedReq is a request the loop routed, checked and began to admit:
 // where serve resumes.
@@ -86,7 +86,7 @@ func (e *loopEngine) front(c *h1loop.Conn, sock *loopSocket, h *h1loop.Head, r *
 	if !ok && s.lazy != nil {
 		return 0, false // the store may know it
 	}
-	if ok && !(rt.Local() && rt.ClientKey.Kind() != clientkey.Cookie) {
+	if ok && !rt.inLoop {
 		return 0, false
 	}
 	if c.Requests == 1 {
@@ -133,7 +133,6 @@ type loopHead struct {
 	left bool // closed unanswered: status 499, as fastExchange.gone
 	resp fasthttp.Response
 	out  []byte
-	ip   [64]byte // the peer's address written out, for TopKey's view
 }
 
 var loopHeads = sync.Pool{New: func() any { return new(loopHead) }}
@@ -157,14 +156,14 @@ func (x *loopHead) remote() string      { return x.sock.remote.String() }
 // ContentLength is as fastExchange's reads fasthttp's: a simple head has
 // no body, and says so with Content-Length: 0 or with nothing (-1).
 func (x *loopHead) ContentLength() int64 {
-	if x.h.Get("Content-Length") != nil {
+	if x.h.Length {
 		return 0
 	}
 	return -1
 }
 
-// ClientKey is as forward.FastKey reads it (a cookie's never comes here:
-// front leaves such routes to the worker).
+// ClientKey is as forward.FastKey reads it (a limit's key is the peer's
+// address or a header: config.Validate refuses a cookie).
 func (x *loopHead) ClientKey(k clientkey.Source) string {
 	switch k.Kind() {
 	case clientkey.IP:
@@ -181,10 +180,7 @@ func (x *loopHead) TopKey(k clientkey.Source) string {
 			return b2s(v)
 		}
 	}
-	if ip := netlimit.PeerIPOf(x.sock.nc); ip != "" {
-		return ip
-	}
-	return b2s(x.sock.remote.AddrPort().Addr().Unmap().AppendTo(x.ip[:0]))
+	return netlimit.PeerIPOf(x.sock.nc)
 }
 
 func (x *loopHead) refuse(ref limits.Refusal)      { fillRefusal(&x.resp, &ref) }

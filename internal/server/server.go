@@ -141,6 +141,9 @@ type route struct {
 	guard *protect.Guard  // backend_limits; nil when off
 	body  bodyRead        // how the request body is read before admission
 	cert  sni.Cert        // apps.NAME.tls, for the TLS listeners' SNI
+	// inLoop: the event loop may run the route's first steps
+	// (loopEngine.front): its rates are decided in process, without a wait.
+	inLoop bool
 }
 
 // bodyRead is how a route reads a request body ahead of admission:
@@ -278,7 +281,8 @@ func (s *Server) applyLocked(cfg *config.Config) {
 func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, trust forward.Trust, stored bool) (*route, []*forward.Upstream) {
 	c, retired := s.apps.Compose(name, ac, trust, stored)
 	return &route{Gate: c.Gate, app: c.App, pool: c.Pool, top: c.Top, guard: c.Guard, cert: sni.NewCert(ac),
-		body: bodyRead{ahead: int64(ac.Limits.RequestBuffer)}}, retired
+		body:   bodyRead{ahead: int64(ac.Limits.RequestBuffer)},
+		inLoop: c.Gate.Local()}, retired
 }
 
 // Listen binds every configured listener. It returns an error, and binds
