@@ -78,8 +78,8 @@ func serve(ctx context.Context, src source, stdout, stderr io.Writer, onStart ..
 		return err
 	}
 	defer guard.release()
-	opts := server.Options{Logger: log, LogLevel: level, LogOutput: out,
-		AccessLog: slog.NewJSONHandler(out, nil), Listen: h.proxyListen}
+	// The access log is the server's JSON lines into out (Options.AccessLog).
+	opts := server.Options{Logger: log, LogLevel: level, LogOutput: out, Listen: h.proxyListen}
 	st, closeStore, err := openServeCatalog(ctx, cfg.Catalog, log)
 	if err != nil {
 		return err

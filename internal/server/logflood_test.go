@@ -144,7 +144,7 @@ func testFailureFlood(t *testing.T, floodCalls int) {
 	out.Start()
 	handler := slog.NewJSONHandler(out, nil)
 	s := New(mustParse(t, floodConfig(deadAddr(t), "{sample: 0.001}")), Options{Logger: slog.New(handler),
-		AccessLog: handler, LogOutput: out})
+		LogOutput: out})
 	const workers = 32
 	goroutines, threads := runtime.NumGoroutine(), osThreads()
 	p := watchPeaks()
@@ -299,7 +299,7 @@ func TestBlockedLogOutputDoesNotStallRequests(t *testing.T) {
 	out.Start()
 	handler := slog.NewJSONHandler(out, nil)
 	s := New(mustParse(t, floodConfig(deadAddr(t), "true")), Options{Logger: slog.New(handler),
-		AccessLog: handler, LogOutput: out})
+		LogOutput: out})
 	const workers, calls = 32, 20_000
 	goroutines, threads := runtime.NumGoroutine(), osThreads()
 	p := watchPeaks()

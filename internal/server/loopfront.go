@@ -27,10 +27,10 @@ import (
 // traffic, and on a core shared with the backend what each costs is the
 // backend's. A request they let through goes on at pass, on a worker
 // (servePassed). Whatever could wait (a route the lazy catalog must load,
-// a rate shared through Redis, an access log's write), or is not every
-// request's (a trace, an ACME challenge, the drain), goes to the worker
-// whole, and serve runs there as on fasthttp. The wait in the admission
-// queue is the worker's too (Gate.Finish).
+// a rate shared through Redis, a write to an access log of the caller's),
+// or is not every request's (a trace, an ACME challenge, the drain), goes
+// to the worker whole, and serve runs there as on fasthttp. The wait in
+// the admission queue is the worker's too (Gate.Finish).
 
 // checkedReq is a request the loop routed, checked and began to admit:
 // where serve resumes.
@@ -76,9 +76,10 @@ func servePassed[E exchange](s *Server, e E, r *checkedReq) {
 func (e *loopEngine) front(c *h1loop.Conn, sock *loopSocket, h *h1loop.Head, r *checkedReq) (v h1loop.Verdict, answered bool) {
 	s := e.s
 	snap := s.current.Load()
-	// A log write may block, and the loop must not: with an access log,
+	// A log write may block, and the loop must not: with an access log
+	// other than the one into the bounded queue (Options.AccessLog),
 	// requests go to the worker. So do a trace's, the drain's and ACME's.
-	if snap.tracer != nil || snap.access.On() || s.draining.Load() ||
+	if snap.tracer != nil || snap.access.On() && !s.accessQueued || s.draining.Load() ||
 		s.acme != nil && bytes.HasPrefix(h.Path, acmeChallengePath) {
 		return 0, false
 	}

@@ -3,10 +3,13 @@ package server
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +20,8 @@ import (
 	"github.com/leveeproxy/levee/internal/clock"
 	"github.com/leveeproxy/levee/internal/h1loop"
 	"github.com/leveeproxy/levee/internal/netlimit"
+	"github.com/leveeproxy/levee/internal/observe"
+	"github.com/leveeproxy/levee/internal/testlog"
 )
 
 // loopVariants are the ways a simple request may ask for its answer: each
@@ -170,6 +175,60 @@ apps:
 	}
 	if got := p.metric("levee_requests_total", map[string]string{"app": "a", "code": "429"}); got != 20 {
 		t.Errorf("429s counted: %v, want 20", got)
+	}
+}
+
+// TestLoopLogsWhatItRefuses: with the access log into the bounded log
+// queue (levee serve's), the loop still answers its refusals itself, and
+// each has its line. With a handler of the caller's, whose write may
+// block, they go to a worker.
+func TestLoopLogsWhatItRefuses(t *testing.T) {
+	if !h1loop.Supported {
+		t.Skip("no event loop on this system")
+	}
+	skipOnH2C(t, "raw HTTP/1.1 bytes")
+	const cfg = `server: {event_loop: true}
+log: {access: true}
+apps:
+  a:
+    hosts: [a.test]
+    backends: [127.0.0.1:9]
+    limits: {url_length: 10}
+`
+	reqs := []string{"GET /a-long-path HTTP/1.1\r\nHost: a.test\r\n\r\n", "GET /x HTTP/1.1\r\nHost: nobody.test\r\n\r\n"}
+	for _, queued := range []bool{true, false} {
+		var lines testlog.Buffer
+		out := observe.NewLogWriter(&lines, observe.DefaultLogWriterLimits)
+		out.Start()
+		o := Options{LogOutput: out}
+		if !queued {
+			o.AccessLog = slog.NewJSONHandler(&lines, nil)
+		}
+		p := startProxyOptions(t, cfg, o)
+		for range 5 {
+			for _, req := range reqs {
+				exchangeRaw(t, p, []byte(req), 1)
+			}
+		}
+		p.Stop()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := out.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		workers := p.srv.listeners[0].loop.workers.spawned.Load()
+		if queued && workers != 0 || !queued && workers == 0 {
+			t.Errorf("queued %v: %d workers", queued, workers)
+		}
+		log := lines.String()
+		for _, want := range []string{
+			`"msg":"access","app":"a","method":"GET","host":"a.test","path":"/a-long-path","status":414,`,
+			`"reject":"url-length"`,
+		} {
+			if n := strings.Count(log, want); n != 5 {
+				t.Errorf("queued %v: %d lines with %s, want 5:\n%s", queued, n, want, log)
+			}
+		}
 	}
 }
 

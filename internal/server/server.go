@@ -46,7 +46,10 @@ type Options struct {
 	// no catalog.
 	Catalog catalog.Store
 	// AccessLog is where log.access lines go (a JSON handler: one object
-	// per line); nil: Logger's handler.
+	// per line); nil: a JSON handler over LogOutput if set, else Logger's
+	// handler. Only that first never blocks by construction, so only with
+	// it do the event loops write the lines of the requests they answer
+	// (loopEngine.front); with another, such requests go to a worker.
 	AccessLog slog.Handler
 	// LogOutput, when set, is the bounded writer behind the loggers, owned
 	// by the caller; its drops are exported as levee_log_dropped_total.
@@ -69,6 +72,9 @@ type Server struct {
 	metrics *observe.Metrics
 	errlog  *observe.ErrorLog
 	access  *observe.AccessLog
+	// accessQueued: the access log writes into LogOutput's bounded queue,
+	// which never blocks (it drops, counted, when full).
+	accessQueued bool
 	// unrouted counts requests no app claims, under app="".
 	unrouted *observe.AppMetrics
 	// peers watches the clients of waiting fasthttp requests (netlimit.PeerCtx).
@@ -179,7 +185,11 @@ func New(cfg *config.Config, o Options) *Server {
 	s.metrics = observe.NewMetrics(s)
 	s.metrics.SetClock(s.clk)
 	s.errlog = s.metrics.ErrorLog(s.log, errorLimits(cfg.Log))
-	if o.AccessLog == nil {
+	switch {
+	case o.AccessLog != nil:
+	case o.LogOutput != nil:
+		o.AccessLog, s.accessQueued = slog.NewJSONHandler(o.LogOutput, nil), true
+	default:
 		o.AccessLog = o.Logger.Handler()
 	}
 	s.access = observe.NewAccessLog(o.AccessLog)
