@@ -16,7 +16,6 @@ import (
 
 	"github.com/leveeproxy/levee/internal/admit"
 	"github.com/leveeproxy/levee/internal/apps"
-	"github.com/leveeproxy/levee/internal/ascii"
 	"github.com/leveeproxy/levee/internal/clientkey"
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/deadline"
@@ -308,18 +307,8 @@ func (e *fastExchange) traceState() *trace.Request { return &e.tr }
 
 func (e *fastExchange) incomingTrace() trace.Incoming {
 	// Gathered in the exchange: a local captured by the loop would escape.
-	in := &e.in
-	*in = trace.Incoming{}
-	for k, v := range e.c.Request.Header.All() {
-		switch {
-		case ascii.EqualFold(k, "traceparent"):
-			in.Count++
-			in.Traceparent = b2s(v)
-		case ascii.EqualFold(k, "tracestate"):
-			in.State.Add(v)
-		}
-	}
-	return *in
+	incomingOf(&e.in, e.c.Request.Header.All())
+	return e.in
 }
 
 func (e *fastExchange) describe(sp *trace.Span) trace.HTTPServer {
@@ -336,13 +325,7 @@ func (e *fastExchange) describe(sp *trace.Span) trace.HTTPServer {
 	if ip, ok := netip.AddrFromSlice(e.c.RemoteIP()); ok {
 		v.Client = b2s(ip.Unmap().AppendTo(e.ip[:0]))
 	}
-	if !e.tr.DropTracestate() {
-		for k, val := range h.All() {
-			if ascii.EqualFold(k, "tracestate") {
-				sp.AddTraceState(b2s(val))
-			}
-		}
-	}
+	addTraceStates(sp, &e.tr, h.All())
 	return v
 }
 

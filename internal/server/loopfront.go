@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/leveeproxy/levee/internal/admit"
+	"github.com/leveeproxy/levee/internal/ascii"
 	"github.com/leveeproxy/levee/internal/clientkey"
 	"github.com/leveeproxy/levee/internal/forward"
 	"github.com/leveeproxy/levee/internal/h1loop"
@@ -17,6 +18,7 @@ import (
 	"github.com/leveeproxy/levee/internal/reply"
 	"github.com/leveeproxy/levee/internal/reply/fastreply"
 	"github.com/leveeproxy/levee/internal/shape"
+	"github.com/leveeproxy/levee/internal/trace"
 )
 
 // The event loop runs the steps of serve that never wait itself: the
@@ -28,9 +30,11 @@ import (
 // backend's. A request they let through goes on at pass, on a worker
 // (servePassed). Whatever could wait (a route the lazy catalog must load,
 // a rate shared through Redis, a write to an access log of the caller's),
-// or is not every request's (a trace, an ACME challenge, the drain), goes
-// to the worker whole, and serve runs there as on fasthttp. The wait in
-// the admission queue is the worker's too (Gate.Finish).
+// or is not every request's (an ACME challenge, the drain), goes to the
+// worker whole, and serve runs there as on fasthttp. The wait in the
+// admission queue is the worker's too (Gate.Finish). A trace begins in
+// the loop, and goes on with the request (checkedReq.tr); its export is
+// the exporter's queue's, which never blocks.
 
 // checkedReq is a request the loop routed, checked and began to admit:
 // where serve resumes.
@@ -40,6 +44,7 @@ type checkedReq struct {
 	start time.Time
 	p     limits.Passed
 	adm   admission
+	tr    trace.Request // begun in the loop, with the stages it marked
 }
 
 // admission is an admission the loop began (limits.Gate.Begin) for t: a
@@ -64,7 +69,7 @@ func (a *admission) cancel() {
 
 // servePassed is serve from pass on, for a request the loop checked.
 func servePassed[E exchange](s *Server, e E, r *checkedReq) {
-	tr := beginTrace(r.snap, e, r.start) // off (front): resets e's state
+	tr := resumeTrace(r.snap, e, &r.tr, r.start)
 	defer finish(s, r.snap, r.rt, e, r.start)
 	pass(s, r.rt, e, r.start, tr, r.p, &r.adm)
 }
@@ -78,8 +83,8 @@ func (e *loopEngine) front(c *h1loop.Conn, sock *loopSocket, h *h1loop.Head, r *
 	snap := s.current.Load()
 	// A log write may block, and the loop must not: with an access log
 	// other than the one into the bounded queue (Options.AccessLog),
-	// requests go to the worker. So do a trace's, the drain's and ACME's.
-	if snap.tracer != nil || snap.access.On() && !s.accessQueued || s.draining.Load() ||
+	// requests go to the worker. So do the drain's and ACME's.
+	if snap.access.On() && !s.accessQueued || s.draining.Load() ||
 		s.acme != nil && bytes.HasPrefix(h.Path, acmeChallengePath) {
 		return 0, false
 	}
@@ -103,7 +108,8 @@ func (e *loopEngine) front(c *h1loop.Conn, sock *loopSocket, h *h1loop.Head, r *
 		return x.answer(c), true
 	}
 	start := s.clk.Now()
-	p, ok := check(rt, x, start, nil)
+	tr := beginTrace(snap, x, start)
+	p, ok := check(rt, x, start, tr)
 	if ok {
 		// The admission, as far as it goes without a wait: a slot, a
 		// refusal, or a place in the queue, whose wait the worker does.
@@ -111,6 +117,9 @@ func (e *loopEngine) front(c *h1loop.Conn, sock *loopSocket, h *h1loop.Head, r *
 		var ref limits.Refusal
 		if adm.p, ref, ok = rt.Begin(adm.t); ok {
 			*r = checkedReq{snap: snap, rt: rt, start: start, p: p, adm: adm}
+			if tr != nil {
+				r.tr = *tr
+			}
 			return 0, false
 		}
 		if ref = s.unanswered(ref, true, c.Requests > 1); ref.Code == 0 {
@@ -119,7 +128,8 @@ func (e *loopEngine) front(c *h1loop.Conn, sock *loopSocket, h *h1loop.Head, r *
 			x.refuse(ref)
 		}
 	}
-	account(s, snap, rt, x, start)
+	code, end := account(s, snap, rt, x, start)
+	endTrace(snap, rt, x, code, end)
 	if x.left {
 		return h1loop.Close, true
 	}
@@ -134,6 +144,9 @@ type loopHead struct {
 	left bool // closed unanswered: status 499, as fastExchange.gone
 	resp fasthttp.Response
 	out  []byte
+	tr   trace.Request
+	in   trace.Incoming
+	ip   [64]byte // the peer's address written out, for describe's view
 }
 
 var loopHeads = sync.Pool{New: func() any { return new(loopHead) }}
@@ -182,6 +195,30 @@ func (x *loopHead) TopKey(k clientkey.Source) string {
 		}
 	}
 	return netlimit.PeerIPOf(x.sock.nc)
+}
+
+func (x *loopHead) traceState() *trace.Request { return &x.tr }
+
+func (x *loopHead) incomingTrace() trace.Incoming {
+	incomingOf(&x.in, x.h.All())
+	return x.in
+}
+
+// describe is as fastExchange's reads the same request.
+func (x *loopHead) describe(sp *trace.Span) trace.HTTPServer {
+	v := trace.HTTPServer{Method: b2s(x.h.Method), Path: x.Path(), Scheme: "http", Host: x.host(),
+		Proto: "1.1", Reject: b2s(x.resp.Header.Peek(reply.Reject)), Error: b2s(x.resp.Header.Peek(reply.Error)),
+		Client: b2s(x.sock.remote.AddrPort().Addr().Unmap().AppendTo(x.ip[:0]))}
+	if x.h.HTTP10 {
+		v.Proto = "1.0"
+	}
+	for k, val := range x.h.All() {
+		if ascii.EqualFold(k, "user-agent") {
+			v.UserAgent = b2s(val) // the last, as fasthttp keeps it
+		}
+	}
+	addTraceStates(sp, &x.tr, x.h.All())
+	return v
 }
 
 func (x *loopHead) refuse(ref limits.Refusal)      { fillRefusal(&x.resp, &ref) }

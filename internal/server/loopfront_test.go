@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/hex"
 	"io"
 	"log/slog"
 	"net"
@@ -228,6 +229,45 @@ apps:
 			if n := strings.Count(log, want); n != 5 {
 				t.Errorf("queued %v: %d lines with %s, want 5:\n%s", queued, n, want, log)
 			}
+		}
+	}
+}
+
+// TestLoopTracesWhatItRefuses: with tracing on, the loop still answers
+// its refusals itself, and each has its span, as fasthttp's would.
+func TestLoopTracesWhatItRefuses(t *testing.T) {
+	if !testLoop() {
+		t.Skip("the event loops' run")
+	}
+	p, rc, _ := tracedProxy(t, "sample_ratio: 1, refusals_per_second: 100", "    limits: {url_length: 4}\n")
+	for range 5 {
+		if code := tracedGet(t, p, "Traceparent", clientTP).StatusCode; code != http.StatusRequestURITooLong {
+			t.Fatalf("status %d, want 414", code)
+		}
+	}
+	if n := p.srv.listeners[0].loop.workers.spawned.Load(); n != 0 {
+		t.Fatalf("%d workers served traced refusals", n)
+	}
+	p.Stop()
+	spans := rc.got(t)
+	if len(spans) != 5 {
+		t.Fatalf("%d spans, want 5", len(spans))
+	}
+	for _, sp := range spans {
+		a := attrs(sp)
+		for k, v := range map[string]string{"http.request.method": "GET", "url.path": "/pics/1", "url.scheme": "http",
+			"server.address": "photos.test", "server.port": "8080", "network.protocol.version": "1.1",
+			"client.address": "127.0.0.1", "user_agent.original": "tracetest/1", "http.response.status_code": "414",
+			"levee.app": "photos", "levee.reject": "url-length"} {
+			if a[k] != v {
+				t.Errorf("%s = %q, want %q (all: %v)", k, a[k], v, a)
+			}
+		}
+		if hex.EncodeToString(sp.TraceId) != "4bf92f3577b34da6a3ce929d0e0e4736" || hex.EncodeToString(sp.ParentSpanId) != "00f067aa0ba902b7" {
+			t.Errorf("span %x parent %x: not the client's trace", sp.TraceId, sp.ParentSpanId)
+		}
+		if got := strings.Join(eventNames(sp), ","); got != "shape" {
+			t.Errorf("events %s, want shape", got)
 		}
 	}
 }

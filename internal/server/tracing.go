@@ -1,8 +1,10 @@
 package server
 
 import (
+	"iter"
 	"time"
 
+	"github.com/leveeproxy/levee/internal/ascii"
 	"github.com/leveeproxy/levee/internal/config"
 	"github.com/leveeproxy/levee/internal/trace"
 )
@@ -30,10 +32,59 @@ func (s *Server) applyTracing(cfg config.Tracing) *tracer {
 	return &tracer{sampler: trace.NewSampler(cfg.SampleRatio), refusals: refusals, export: s.exporter}
 }
 
+// tracedReq is what the trace of a request reads of it (exchange's
+// traceState, incomingTrace and describe; rejected).
+type tracedReq interface {
+	traceState() *trace.Request
+	incomingTrace() trace.Incoming
+	describe(sp *trace.Span) trace.HTTPServer
+	rejected() bool
+}
+
+// resumeTrace is beginTrace for a request whose trace the event loop
+// began (front): its state, with the stages the loop marked, goes on in
+// e. nil when tracing is off.
+func resumeTrace[E tracedReq](snap *snapshot, e E, from *trace.Request, now time.Time) *trace.Request {
+	if snap.tracer == nil || !from.On() {
+		return beginTrace(snap, e, now)
+	}
+	r := e.traceState()
+	*r = *from
+	return r
+}
+
+// incomingOf gathers into in the trace context of an HTTP/1.1 request's
+// fields (views: valid while they are).
+func incomingOf(in *trace.Incoming, fields iter.Seq2[[]byte, []byte]) {
+	*in = trace.Incoming{}
+	for k, v := range fields {
+		switch {
+		case ascii.EqualFold(k, "traceparent"):
+			in.Count++
+			in.Traceparent = b2s(v)
+		case ascii.EqualFold(k, "tracestate"):
+			in.State.Add(v)
+		}
+	}
+}
+
+// addTraceStates adds the tracestate fields of an HTTP/1.1 request to
+// sp, unless r dropped them.
+func addTraceStates(sp *trace.Span, r *trace.Request, fields iter.Seq2[[]byte, []byte]) {
+	if r.DropTracestate() {
+		return
+	}
+	for k, v := range fields {
+		if ascii.EqualFold(k, "tracestate") {
+			sp.AddTraceState(b2s(v))
+		}
+	}
+}
+
 // beginTrace starts the trace state of a routed request that arrived at
 // now; nil when tracing is off (every trace.Request method is then a no-op,
 // and the engine passes the client's trace headers on as sent).
-func beginTrace[E exchange](snap *snapshot, e E, now time.Time) *trace.Request {
+func beginTrace[E tracedReq](snap *snapshot, e E, now time.Time) *trace.Request {
 	r := e.traceState()
 	if snap.tracer == nil {
 		r.Reset()
@@ -47,7 +98,7 @@ func beginTrace[E exchange](snap *snapshot, e E, now time.Time) *trace.Request {
 
 // endTrace exports the span of a request that ended at end with code, if
 // it is sampled, or refused while the refusal bucket has a token.
-func endTrace[E exchange](snap *snapshot, rt *route, e E, code int, end time.Time) {
+func endTrace[E tracedReq](snap *snapshot, rt *route, e E, code int, end time.Time) {
 	r := e.traceState()
 	if snap.tracer == nil || !r.On() || !r.Export(e.rejected(), end, snap.tracer.refusals) {
 		return
