@@ -52,13 +52,7 @@ type exchange interface {
 	// answer; it releases slot exactly once, with the status sent, perhaps
 	// after it returns (a streamed body's end).
 	forward(rt *route, sh *limits.PathShape, slot admit.Releaser, out toBackend)
-	// traceState is the request's trace state, held by the exchange;
-	// incomingTrace reads the client's trace context; describe
-	// adds the span's tracestate and returns what else it records of the
-	// request (tracing.go).
-	traceState() *trace.Request
-	incomingTrace() trace.Incoming
-	describe(sp *trace.Span) trace.HTTPServer
+	tracedReq
 }
 
 // checked is what check needs of a request: what the limits read of its

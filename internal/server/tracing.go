@@ -32,9 +32,12 @@ func (s *Server) applyTracing(cfg config.Tracing) *tracer {
 	return &tracer{sampler: trace.NewSampler(cfg.SampleRatio), refusals: refusals, export: s.exporter}
 }
 
-// tracedReq is what the trace of a request reads of it (exchange's
-// traceState, incomingTrace and describe; rejected).
+// tracedReq is what the trace of a request reads of it: an exchange's,
+// or a request the event loop answers (loopHead).
 type tracedReq interface {
+	// traceState is the request's trace state, held by the exchange;
+	// incomingTrace reads the client's trace context; describe adds the
+	// span's tracestate and returns what else it records of the request.
 	traceState() *trace.Request
 	incomingTrace() trace.Incoming
 	describe(sp *trace.Span) trace.HTTPServer
