@@ -111,10 +111,14 @@ func TestDialBudgetBoundsARedialWave(t *testing.T) {
 		wg.Wait()
 	}
 	burst := time.Now()
-	run() // the burst: wave connections at once
+	run() // the burst: up to wave connections at once
 	srv.CloseClientConnections()
 	hc.CloseIdleConnections() // what levee finds on its next look anyway
 	mu.Lock()
+	// On a loaded machine a request of the burst may start after another
+	// ended and take its connection: the burst's tokens it did not spend
+	// are still there for the next wave.
+	unspent := wave - len(conns)
 	clear(conns)
 	mu.Unlock()
 	start := time.Now()
@@ -125,8 +129,9 @@ func TestDialBudgetBoundsARedialWave(t *testing.T) {
 	mu.Unlock()
 	// The budget refills from the burst on: the time the first wave took
 	// (longer on a loaded machine) is dials' worth too.
-	if bound := 1 + int(time.Since(burst)/(50*time.Millisecond)); dials > bound {
-		t.Errorf("%d dials in %v after the drop, %v after the burst: the budget allows %d", dials, elapsed, time.Since(burst), bound)
+	if bound := unspent + 1 + int(time.Since(burst)/(50*time.Millisecond)); dials > bound {
+		t.Errorf("%d dials in %v after the drop, %v after the burst (%d of its tokens unspent): the budget allows %d",
+			dials, elapsed, time.Since(burst), unspent, bound)
 	}
 	t.Logf("%d requests after the drop, %d dials in %v", wave, dials, elapsed)
 }
