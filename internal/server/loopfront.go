@@ -69,7 +69,7 @@ func (a *admission) cancel() {
 
 // servePassed is serve from pass on, for a request the loop checked.
 func servePassed[E exchange](s *Server, e E, r *checkedReq) {
-	tr := resumeTrace(r.snap, e, &r.tr, r.start)
+	tr := resumeTrace(e, &r.tr)
 	defer finish(s, r.snap, r.rt, e, r.start)
 	pass(s, r.rt, e, r.start, tr, r.p, &r.adm)
 }
@@ -116,10 +116,7 @@ func (e *loopEngine) front(c *h1loop.Conn, sock *loopSocket, h *h1loop.Head, r *
 		adm := admission{t: rt.Ticket(x.Path(), p.Client)}
 		var ref limits.Refusal
 		if adm.p, ref, ok = rt.Begin(adm.t); ok {
-			*r = checkedReq{snap: snap, rt: rt, start: start, p: p, adm: adm}
-			if tr != nil {
-				r.tr = *tr
-			}
+			*r = checkedReq{snap: snap, rt: rt, start: start, p: p, adm: adm, tr: x.tr}
 			return 0, false
 		}
 		if ref = s.unanswered(ref, true, c.Requests > 1); ref.Code == 0 {
@@ -146,7 +143,6 @@ type loopHead struct {
 	out  []byte
 	tr   trace.Request
 	in   trace.Incoming
-	ip   [64]byte // the peer's address written out, for describe's view
 }
 
 var loopHeads = sync.Pool{New: func() any { return new(loopHead) }}
@@ -208,7 +204,7 @@ func (x *loopHead) incomingTrace() trace.Incoming {
 func (x *loopHead) describe(sp *trace.Span) trace.HTTPServer {
 	v := trace.HTTPServer{Method: b2s(x.h.Method), Path: x.Path(), Scheme: "http", Host: x.host(),
 		Proto: "1.1", Reject: b2s(x.resp.Header.Peek(reply.Reject)), Error: b2s(x.resp.Header.Peek(reply.Error)),
-		Client: b2s(x.sock.remote.AddrPort().Addr().Unmap().AppendTo(x.ip[:0]))}
+		Client: netlimit.PeerIPOf(x.sock.nc)}
 	if x.h.HTTP10 {
 		v.Proto = "1.0"
 	}

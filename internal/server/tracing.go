@@ -45,14 +45,15 @@ type tracedReq interface {
 }
 
 // resumeTrace is beginTrace for a request whose trace the event loop
-// began (front): its state, with the stages the loop marked, goes on in
-// e. nil when tracing is off.
-func resumeTrace[E tracedReq](snap *snapshot, e E, from *trace.Request, now time.Time) *trace.Request {
-	if snap.tracer == nil || !from.On() {
-		return beginTrace(snap, e, now)
-	}
+// began (front) with the same snapshot: its state, with the stages the
+// loop marked, goes on in e. nil when tracing is off (from is then off
+// too, and e's state is reset with it).
+func resumeTrace[E tracedReq](e E, from *trace.Request) *trace.Request {
 	r := e.traceState()
 	*r = *from
+	if !r.On() {
+		return nil
+	}
 	return r
 }
 
