@@ -19,6 +19,9 @@
 #                                                                 127.0.0.1:18082, admin :18092
 #   fasthttp-bare  bench/bareproxy, GOMAXPROCS=1: fasthttp's own proxy idiom, none of levee's
 #            steps: the floor of levee's path; levee ÷ it is levee's own share  127.0.0.1:18084
+#   epoll-forward  bench/forwardfloor: one goroutine on one epoll loop holding the clients' and
+#            the backend connections' sockets, none of levee's steps: the floor of a request
+#            forwarded from an event loop, with no goroutine woken per request  127.0.0.1:18086
 # Fairness: every proxy gets ONE worker thread, keep-alive to the backend, no access log, and
 # client-side keep-alive without a per-connection request cap (nginx keepalive_requests raised).
 # CPU pinning (when taskset exists and nproc >= 2), PIN_MODE=alone: every proxy on CPU 0; backend
@@ -46,6 +49,7 @@ NGINX_PORT=18080
 HAPROXY_PORT=18081
 LEVEE_PORT=18082
 BARE_PORT=18084
+FLOOR_PORT=18086
 LEVEE_ADMIN_PORT=18092
 
 bench_init levee-bench
@@ -57,7 +61,7 @@ bench_pinning "proxies on CPU $PROXY_CPU, backend + wrk on CPU $LOAD_CPU"
 rounds() { awk -v l="$1" 'BEGIN{ n=split(l,a," "); for(i=1;i<=n;i++) printf "%s%.0f", (i>1?" / ":""), a[i]; print "" }'; }
 
 # ---------------------------------------------------------------- ports
-check_ports backend "$BACKEND_PORT" "$NGINX_PORT" "$HAPROXY_PORT" "$LEVEE_PORT" "$BARE_PORT" "$LEVEE_ADMIN_PORT"
+check_ports backend "$BACKEND_PORT" "$NGINX_PORT" "$HAPROXY_PORT" "$LEVEE_PORT" "$BARE_PORT" "$FLOOR_PORT" "$LEVEE_ADMIN_PORT"
 
 # ---------------------------------------------------------------- backend
 log "building bench/backend"
@@ -84,6 +88,18 @@ else
   NOTE[fasthttp-bare]="skipped: not ready"
 fi
 
+# ---------------------------------------------------------------- epoll forward floor
+# The floor of a request forwarded from an event loop (what issue 19's structural step aims at):
+# the backend's sockets in the clients' loop, nothing woken or parked per request.
+build_bench forwardfloor
+GOMAXPROCS=1 "${ON_PROXY_CPU[@]}" "$tmp/forwardfloor" -listen "127.0.0.1:$FLOOR_PORT" -backend "127.0.0.1:$BACKEND_PORT" >"$tmp/floor.log" 2>&1 &
+PID[epoll-forward]=$!; PIDS+=("${PID[epoll-forward]}")
+if wait_http "http://127.0.0.1:$FLOOR_PORT/" 10; then
+  URL[epoll-forward]="http://127.0.0.1:$FLOOR_PORT/"; HOSTHDR[epoll-forward]=""
+else
+  NOTE[epoll-forward]="skipped: not ready"
+fi
+
 # ---------------------------------------------------------------- nginx
 NGINX_BIN=$(command -v nginx)
 mkdir -p "$tmp/nginx/logs"
@@ -100,6 +116,7 @@ start_haproxy_target
 
 [[ -n ${URL[levee]:-} ]] && TARGETS+=(levee)
 [[ -n ${URL[fasthttp-bare]:-} ]] && TARGETS+=(fasthttp-bare)
+[[ -n ${URL[epoll-forward]:-} ]] && TARGETS+=(epoll-forward)
 
 # ---------------------------------------------------------------- load
 # parse_wrk FILE -> "rps p50_ms p99_ms requests errors"
@@ -144,7 +161,7 @@ table="$tmp/table.md"
 {
   echo "| target | req/s (median) | req/s vs direct | p50 ms | p50 vs direct | p99 ms | p99 vs direct | proxy CPU µs/req | errors | req/s per round |"
   echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"
-  for t in direct levee fasthttp-bare nginx haproxy; do
+  for t in direct levee fasthttp-bare epoll-forward nginx haproxy; do
     if [[ -z ${RPS[$t]:-} ]]; then
       [[ $t == direct ]] && continue
       echo "| $t | ${NOTE[$t]:-skipped} | | | | | | | | |"; continue
@@ -154,7 +171,7 @@ table="$tmp/table.md"
     echo "| $t | $(fmt "$rps" 0) | $(ratio "$rps" "$d_rps") | $(fmt "$p50" 3) | $(ratio "$p50" "$d_p50") | $(fmt "$p99" 3) | $(ratio "$p99" "$d_p99") | $cpu | ${ERR[$t]:-0} | $(rounds "${RPS[$t]}") |"
   done
   echo
-  PEER_EXTRA=fasthttp-bare peer_ratios "req/s" RPS "p99" P99 "CPU per request" CPU
+  PEER_EXTRA="fasthttp-bare epoll-forward" peer_ratios "req/s" RPS "p99" P99 "CPU per request" CPU
 } >"$table"
 
 bench_versions
