@@ -95,7 +95,7 @@ func TestDialBudgetBoundsARedialWave(t *testing.T) {
 	u := config.Default().Upstream
 	u.MaxConnsPerBackend = wave
 	u.DialRate = config.Rate{Events: 20, Per: time.Second} // 50ms a dial past the burst
-	hc := NewFastClient(strings.TrimPrefix(srv.URL, "http://"), u, nil)
+	hc, _, pool := newFastClient(strings.TrimPrefix(srv.URL, "http://"), u, nil, nil)
 	run := func() {
 		var wg sync.WaitGroup
 		for range wave {
@@ -113,7 +113,7 @@ func TestDialBudgetBoundsARedialWave(t *testing.T) {
 	burst := time.Now()
 	run() // the burst: up to wave connections at once
 	srv.CloseClientConnections()
-	hc.CloseIdleConnections() // what levee finds on its next look anyway
+	pool.closeIdle() // what levee finds on its next look anyway
 	mu.Lock()
 	// On a loaded machine a request of the burst may start after another
 	// ended and take its connection: the burst's tokens it did not spend

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"errors"
 	"io"
-	"net"
 	"sync/atomic"
 	"time"
 
@@ -13,9 +12,9 @@ import (
 	"github.com/leveeproxy/levee/internal/chunked"
 )
 
-// exchange is the fasthttp engine's RoundTripper: fasthttp's HostClient
-// keeps the pool (max_conns_per_backend, the wait for a connection, the
-// idle timeout) and exchange does the request on a connection, so that a
+// exchange is the fasthttp engine's RoundTripper: levee's pool (h1Pool)
+// keeps the connections (max_conns_per_backend, the wait for one, the idle
+// timeout) and exchange does the request on a connection, so that a
 // connection goes back to the pool only after a clean exchange
 // (docs/http.md, "Backend connections"):
 //
@@ -33,30 +32,20 @@ import (
 // body as a request (a request smuggled in it), or a body on a HEAD, 204
 // or 304 response.
 //
-// HostClient's pooled connection type is unexported, so exchange is generic
-// over it (CC), with the HostClient's methods that take one.
-type exchange[CC interface{ Conn() net.Conn }] struct {
-	unclean     *Unclean
-	watches     *watches      // the net/http engine's request contexts
-	wait        time.Duration // the longest wait for a connection (response_header_timeout)
-	reuse       bool          // max_idle_per_backend > 0
-	addr        string
-	acquireConn func(timeout time.Duration, connClose bool) (CC, error)
-	closeConn   func(CC)
-	releaseConn func(CC)
+// HostClient drives the exchange (Do) and lends it its buffers.
+type exchange struct {
+	unclean *Unclean
+	watches *watches      // the net/http engine's request contexts
+	wait    time.Duration // the longest wait for a connection (response_header_timeout)
+	reuse   bool          // max_idle_per_backend > 0
+	addr    string
+	pool    *h1Pool
 }
 
-// newExchange is the exchange of hc, a client of backend addr.
-func newExchange[CC interface{ Conn() net.Conn }](addr string, unclean *Unclean, w *watches, wait time.Duration, reuse bool,
-	acquire func(time.Duration, bool) (CC, error), closeConn, releaseConn func(CC)) *exchange[CC] {
-	return &exchange[CC]{unclean: unclean, watches: w, wait: wait, reuse: reuse, addr: addr, acquireConn: acquire,
-		closeConn: closeConn, releaseConn: releaseConn}
-}
-
-// close closes c (held as cc), ending its request's watch.
-func (x *exchange[CC]) close(cc CC, c *backendConn) {
+// close closes c, ending its request's watch.
+func (x *exchange) close(c *backendConn) {
 	c.unwatch()
-	x.closeConn(cc)
+	x.pool.closeConn(c)
 }
 
 // Reasons a backend connection is closed after an exchange that did not
@@ -129,7 +118,7 @@ var errTooManyInterim = errors.New("forward: backend sent more than 8 interim (1
 
 // RoundTrip is fasthttp.RoundTripper's: retry tells HostClient.Do it may
 // try again (its RetryIfErr decides), as fasthttp's own transport does.
-func (x *exchange[CC]) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) (retry bool, err error) {
+func (x *exchange) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) (retry bool, err error) {
 	skipBody := resp.SkipBody || req.Header.IsHead()
 	if !x.reuse {
 		// No reuse (max_idle_per_backend 0): the backend closes after
@@ -137,13 +126,13 @@ func (x *exchange[CC]) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request,
 		// its connection idle. Here, for both engines' requests.
 		req.Header.SetConnectionClose()
 	}
-	cc, c, err := x.acquire(req)
+	c, err := x.acquire()
 	if err != nil {
 		return false, err
 	}
 	if ctx := x.watches.of(req); ctx != nil {
 		if err := ctx.Err(); err != nil {
-			x.closeConn(cc)
+			x.pool.closeConn(c)
 			return false, err
 		}
 		c.watch(ctx)
@@ -166,7 +155,7 @@ func (x *exchange[CC]) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request,
 		if isTimeout(err) {
 			err = fasthttp.ErrTimeout
 		}
-		x.close(cc, c)
+		x.close(c)
 		return true, err
 	}
 	var deadline time.Time
@@ -176,7 +165,7 @@ func (x *exchange[CC]) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request,
 	if err := c.SetReadDeadline(deadline); err != nil {
 		c.dropHeld()
 		hc.ReleaseWriter(bw)
-		x.close(cc, c)
+		x.close(c)
 		return true, err
 	}
 	resp.Header.DisableNormalizing()
@@ -189,16 +178,16 @@ func (x *exchange[CC]) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request,
 		if errors.Is(err, errUnaskedSwitch) {
 			x.unclean.add(iSwitch, x.addr)
 		}
-		x.close(cc, c)
+		x.close(c)
 		return !refusedHead(err), err
 	}
 	keep := !req.ConnectionClose() && !resp.ConnectionClose()
 	code := resp.StatusCode()
 	if skipBody || code == fasthttp.StatusNoContent || code == fasthttp.StatusNotModified {
-		x.release(hc, cc, c, br, keep, iBodiless)
+		x.release(hc, c, br, keep, iBodiless)
 		return false, nil
 	}
-	b := &h1Body[CC]{x: x, hc: hc, cc: cc, held: true, c: c, keep: keep}
+	b := &h1Body{x: x, hc: hc, held: true, c: c, keep: keep}
 	n := b.frame.init(resp, br)
 	if b.frame.left < 0 {
 		b.keep = false // to the backend's close
@@ -210,39 +199,38 @@ func (x *exchange[CC]) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request,
 	return false, nil
 }
 
-// acquire takes a connection from hc for req, closing those that a
-// request must not be written on: an idle connection with bytes to read
-// (or closed by the backend). Nothing of req has been written yet, so the
-// next connection (in the end a new one) serves it as well, whatever req is.
-func (x *exchange[CC]) acquire(req *fasthttp.Request) (cc CC, c *backendConn, err error) {
+// acquire takes a connection from the pool, closing those that a request
+// must not be written on: an idle connection with bytes to read (or
+// closed by the backend). Nothing of the request has been written yet, so
+// the next connection (in the end a new one) serves it as well, whatever
+// it is.
+func (x *exchange) acquire() (*backendConn, error) {
 	var deadline time.Time
 	for {
-		cc, err = x.acquireConn(0, req.ConnectionClose())
+		c, err := x.pool.take()
 		if errors.Is(err, errDialDeferred) {
 			// A connection came back while the dial waited for the budget:
-			// take it, within one wait for a connection (as HostClient's
-			// MaxConnWaitTimeout) in all.
+			// take it, within one wait for a connection in all.
 			if deadline.IsZero() {
 				deadline = time.Now().Add(x.wait)
 			} else if time.Now().After(deadline) {
-				return cc, nil, errDialBudget
+				return nil, errDialBudget
 			}
 			continue
 		}
 		if err != nil {
-			return cc, nil, err
+			return nil, err
 		}
-		c = cc.Conn().(*backendConn)
 		if !c.used {
-			return cc, c, nil
+			return c, nil
 		}
 		switch c.peek() {
 		case peekEmpty:
-			return cc, c, nil
+			return c, nil
 		case peekData:
 			x.unclean.add(iUnsolicited, x.addr)
 		}
-		x.closeConn(cc)
+		x.pool.closeConn(c)
 	}
 }
 
@@ -285,13 +273,13 @@ func refusedHead(err error) bool {
 	return errors.Is(err, errTooManyInterim) || errors.Is(err, errUnaskedSwitch) || errors.As(err, new(*BadHeadError))
 }
 
-// release gives c back to hc after an exchange that ended where its
+// release gives c back to the pool after an exchange that ended where its
 // framing said it would, if keep and nothing is left in levee's buffer
 // (else closes it, counted under reason). Bytes on the socket beyond the
 // buffer are not looked for here: acquire looks before the connection's
 // next request is written, which sees them too, and those that arrive
 // later; one look a request, not two (a recvfrom each).
-func (x *exchange[CC]) release(hc *fasthttp.HostClient, cc CC, c *backendConn, br *bufio.Reader, keep bool, reason int) {
+func (x *exchange) release(hc *fasthttp.HostClient, c *backendConn, br *bufio.Reader, keep bool, reason int) {
 	left := br.Buffered() > 0
 	hc.ReleaseReader(br)
 	watched := c.unwatch()
@@ -303,14 +291,12 @@ func (x *exchange[CC]) release(hc *fasthttp.HostClient, cc CC, c *backendConn, b
 		x.unclean.add(reason, x.addr)
 	case c.early:
 		x.unclean.add(iEarly, x.addr)
-	case keep && c.stats.reserve():
+	case keep && x.reuse:
 		c.used = true
-		c.pooled.Store(true)
-		x.releaseConn(cc)
-		c.budget.gaveBack()
+		x.pool.put(c)
 		return
 	}
-	x.closeConn(cc)
+	x.pool.closeConn(c)
 }
 
 // bodyFrame reads a response body as its head frames it: by
@@ -364,11 +350,10 @@ func (f *bodyFrame) read(p []byte) (int, error) {
 // h1Body is a backend's response body on a pooled connection. At its end
 // it gives its connection back through exchange.release; closed before
 // that (CloseWithError), it closes the connection.
-type h1Body[CC interface{ Conn() net.Conn }] struct {
-	x     *exchange[CC]
+type h1Body struct {
+	x     *exchange
 	hc    *fasthttp.HostClient
-	cc    CC
-	held  bool // cc is still this body's
+	held  bool // c is still this body's
 	c     *backendConn
 	keep  bool
 	frame bodyFrame
@@ -376,7 +361,7 @@ type h1Body[CC interface{ Conn() net.Conn }] struct {
 	err   error
 }
 
-func (b *h1Body[CC]) Read(p []byte) (int, error) {
+func (b *h1Body) Read(p []byte) (int, error) {
 	if b.eof {
 		return 0, io.EOF
 	}
@@ -395,21 +380,21 @@ func (b *h1Body[CC]) Read(p []byte) (int, error) {
 }
 
 // end is the body read to its end: the connection goes back if clean.
-func (b *h1Body[CC]) end() {
+func (b *h1Body) end() {
 	b.eof = true
 	if b.held {
 		b.held = false
-		b.x.release(b.hc, b.cc, b.c, b.frame.br, b.keep, iAfterEnd)
+		b.x.release(b.hc, b.c, b.frame.br, b.keep, iAfterEnd)
 	}
 }
 
 // CloseWithError is fasthttp.ReadCloserWithError's: a body closed before
 // its end closes its connection.
-func (b *h1Body[CC]) CloseWithError(error) error {
+func (b *h1Body) CloseWithError(error) error {
 	if b.held {
 		b.held = false
 		b.hc.ReleaseReader(b.frame.br)
-		b.x.close(b.cc, b.c)
+		b.x.close(b.c)
 	}
 	return nil
 }

@@ -25,7 +25,7 @@ import (
 	"github.com/leveeproxy/levee/internal/spill"
 )
 
-// NewFastClient returns the fasthttp client for one backend address, the
+// newFastClient returns the fasthttp client for one backend address, the
 // pool of both engines: at most MaxConnsPerBackend connections, a
 // request beyond that waiting up to response_header_timeout for one.
 //
@@ -36,29 +36,19 @@ import (
 // cleanly goes back to the idle pool (see PoolStats); idle ones close after
 // IdleTimeout.
 //
-// The exchange on each connection is levee's (exchange): a connection goes
-// back to the pool only after a clean one; those closed otherwise are
-// counted in unclean (nil: not counted).
-func NewFastClient(addr string, u config.Upstream, unclean *Unclean) *fasthttp.HostClient {
-	hc, _ := newFastClient(addr, u, unclean, nil)
-	return hc
-}
-
-// newFastClient is NewFastClient whose exchange finds the contexts of the
-// net/http engine's requests in w (nil: none), and its dialer (the pool's
-// stats and dial budget).
-func newFastClient(addr string, u config.Upstream, unclean *Unclean, w *watches) (*fasthttp.HostClient, *fastDialer) {
+// The connections are levee's pool's (h1Pool), and the exchange on each is
+// levee's (exchange): a connection goes back to the pool only after a
+// clean one; those closed otherwise are counted in unclean (nil: not
+// counted). HostClient drives the exchange and its one retry. The
+// exchange finds the contexts of the net/http engine's requests in w (nil:
+// none). It returns the dialer too (the pool's stats and dial budget).
+func newFastClient(addr string, u config.Upstream, unclean *Unclean, w *watches) (*fasthttp.HostClient, *fastDialer, *h1Pool) {
 	d := newFastDialer(u)
+	wait := u.ResponseHeaderTimeout.D()
+	pool := newH1Pool(func() (*backendConn, error) { return d.dialPooled(addr) }, d.stats, u.MaxConnsPerBackend, wait, u.IdleTimeout.D())
 	hc := &fasthttp.HostClient{
-		Addr:                addr,
-		Dial:                d.Dial,
-		MaxConns:            u.MaxConnsPerBackend,
-		MaxConnWaitTimeout:  u.ResponseHeaderTimeout.D(),
-		MaxIdleConnDuration: u.IdleTimeout.D(),
-		ReadTimeout:         u.ResponseHeaderTimeout.D(),
-		// LIFO: the most recently used idle connection is reused first, so
-		// those a past burst left idle are the ones idle_timeout closes.
-		ConnPoolStrategy:              fasthttp.LIFO,
+		Addr:                          addr,
+		ReadTimeout:                   wait,
 		DisablePathNormalizing:        true,
 		DisableHeaderNamesNormalizing: true,
 		NoDefaultUserAgentHeader:      true,
@@ -71,9 +61,9 @@ func newFastClient(addr string, u config.Upstream, unclean *Unclean, w *watches)
 			return false, isIdempotent(&req.Header) && !req.IsBodyStream() &&
 				(errors.Is(err, fasthttp.ErrConnectionClosed) || errors.Is(err, io.EOF))
 		},
+		Transport: &exchange{unclean: unclean, watches: w, wait: wait, reuse: d.stats.reuse, addr: addr, pool: pool},
 	}
-	hc.Transport = newExchange(addr, unclean, w, u.ResponseHeaderTimeout.D(), d.stats.reuse, hc.AcquireConn, hc.CloseConn, hc.ReleaseConn)
-	return hc, d
+	return hc, d, pool
 }
 
 // errBodyTooLarge is a request body cut off at limits.body while streaming.

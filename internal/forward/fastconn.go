@@ -15,9 +15,10 @@ import (
 	"github.com/leveeproxy/levee/internal/sockio"
 )
 
-// fastDialer dials one backend's connections for its fasthttp.HostClient.
-// The connections bound each read of a response body and count themselves
-// in the pool's stats; see backendConn.
+// fastDialer dials one backend's connections: its HTTP/1.1 pool's
+// (h1Pool), its HTTP/2 leg's and upgrades'. The connections bound each read
+// of a response body and count themselves in the pool's stats; see
+// backendConn.
 type fastDialer struct {
 	d       *net.Dialer
 	stats   *PoolStats
@@ -31,20 +32,14 @@ func newFastDialer(u config.Upstream) *fastDialer {
 		timeout: u.ResponseHeaderTimeout.D()}
 }
 
-// Dial is a fasthttp.DialFunc: the pool's dials, within the dial budget
-// (a wait for it ends early, errDialDeferred, when a connection comes back).
-func (d *fastDialer) Dial(addr string) (net.Conn, error) { return d.dial(addr, true) }
+// dialPooled is the HTTP/1.1 pool's dial, within the dial budget (a wait
+// for it ends early, errDialDeferred, when a connection comes back).
+func (d *fastDialer) dialPooled(addr string) (*backendConn, error) { return d.dial(addr, true) }
 
 // dialOwn dials a connection of its own (an upgrade's), within the budget.
-func (d *fastDialer) dialOwn(addr string) (*backendConn, error) {
-	c, err := d.dial(addr, false)
-	if err != nil {
-		return nil, err
-	}
-	return c.(*backendConn), nil
-}
+func (d *fastDialer) dialOwn(addr string) (*backendConn, error) { return d.dial(addr, false) }
 
-func (d *fastDialer) dial(addr string, pooled bool) (net.Conn, error) {
+func (d *fastDialer) dial(addr string, pooled bool) (*backendConn, error) {
 	waited, err := d.budget.await(d.d.Timeout, pooled)
 	if waited {
 		d.stats.dialWaits.Add(1)
@@ -96,16 +91,6 @@ func (s *PoolStats) Counts() observe.ConnCounts {
 		DialErrors: s.dialErrors.Load(), DialWaits: s.dialWaits.Load(), Exchanges: s.exchanges.Load()}
 }
 
-// reserve counts a connection going back to the idle pool, false if
-// connections are not reused.
-func (s *PoolStats) reserve() bool {
-	if !s.reuse {
-		return false
-	}
-	s.idle.Add(1)
-	return true
-}
-
 // backendConn is a connection to a backend on the fasthttp engine.
 //
 // HostClient.ReadTimeout (response_header_timeout) sets one deadline for
@@ -113,13 +98,14 @@ func (s *PoolStats) reserve() bool {
 // the body streams (streamBody), each Read sets its own deadline instead,
 // timeout from its start: a body may take as long as it likes as long as
 // no read waits longer than timeout for a byte. A deadline update is a
-// runtime timer update (no system call, no allocation). fasthttp sets the
-// read deadline again before the next response's header, which ends the
-// per-read mode.
+// runtime timer update (no system call, no allocation). The exchange sets
+// the read deadline again before the next response's header, which ends
+// the per-read mode.
 //
-// fasthttp hands it to one request at a time. Its flags are atomic anyway,
-// so as not to rest on which goroutines fasthttp reads, pools and closes it
-// on; a load costs what a plain one does on amd64 and arm64.
+// The pool (h1Pool) hands it to one request at a time. Its flags are
+// atomic anyway, so as not to rest on which goroutines read and close it
+// (a body may be closed from the client's side); a load costs what a plain
+// one does on amd64 and arm64.
 type backendConn struct {
 	net.Conn
 	stats     *PoolStats
@@ -127,16 +113,16 @@ type backendConn struct {
 	timeout   time.Duration
 	local     connAddr    // what LocalAddr returns
 	streaming atomic.Bool // a response body is being read: each Read has its own deadline
-	pooled    atomic.Bool // counted in idle
 	closed    atomic.Bool
 
 	// The exchange's state (see exchange): only the request that holds
 	// the connection touches these; the pool's lock orders the holders.
-	used   bool                  // an exchange ended on it: it came back from the pool
-	writes int                   // writes of the current request
-	early  bool                  // response bytes were readable while the request was written
-	peekFD func(fd uintptr) bool // peekFunc, made once
-	peeked peekState
+	used      bool                  // an exchange ended on it: it came back from the pool
+	idleSince time.Time             // when it went back to the pool (guarded by h1Pool.mu)
+	writes    int                   // writes of the current request
+	early     bool                  // response bytes were readable while the request was written
+	peekFD    func(fd uintptr) bool // peekFunc, made once
+	peeked    peekState
 
 	io      sockio.Conn // the socket's reads and writes
 	hold    bool        // the next Write is held (holdLastWrite)
@@ -288,7 +274,6 @@ func (c *backendConn) Read(p []byte) (int, error) {
 }
 
 func (c *backendConn) Write(p []byte) (int, error) {
-	c.unpool() // fasthttp took it from the pool for a request
 	// Only a request's one write is held: once bytes have gone out, an
 	// early answer may already be on the socket, and the wait in sendRead
 	// would not see it (the readiness it reset came before).
@@ -310,7 +295,6 @@ func (c *backendConn) Write(p []byte) (int, error) {
 }
 
 func (c *backendConn) Close() error {
-	c.unpool()
 	if c.closed.CompareAndSwap(false, true) {
 		c.stats.open.Add(-1)
 	}
@@ -322,7 +306,6 @@ func (c *backendConn) Close() error {
 // than of bufio's 4 KiB (which would also change how a bandwidth limit
 // chunks the body), each through Write, which looks for an early response.
 func (c *backendConn) ReadFrom(r io.Reader) (int64, error) {
-	c.unpool()
 	c.wrote()
 	return io.Copy(struct{ io.Writer }{c}, r)
 }
@@ -349,12 +332,6 @@ func (c *backendConn) LocalAddr() net.Addr { return &c.local }
 
 // streamBody switches to bounding each body read by timeout.
 func (c *backendConn) streamBody() { c.streaming.Store(true) }
-
-func (c *backendConn) unpool() {
-	if c.pooled.Load() && c.pooled.CompareAndSwap(true, false) {
-		c.stats.idle.Add(-1)
-	}
-}
 
 // connAddr is a backendConn's local address, pointing back to it.
 type connAddr struct {

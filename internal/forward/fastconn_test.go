@@ -52,9 +52,8 @@ func drain(t *testing.T, resp *fasthttp.Response) {
 // Every connection of a burst goes back to the pool, whatever
 // max_idle_per_backend says (the pool is never smaller than the
 // connections in use: nothing is closed only to be dialled again), and the
-// idle count follows fasthttp's own pool through every way a connection
-// leaves it: reused, closed for an unread body, closed by
-// CloseIdleConnections.
+// idle count follows the pool through every way a connection leaves it:
+// reused, closed for an unread body, closed by closeIdle.
 func TestFastIdleCountFollowsThePool(t *testing.T) {
 	const maxIdle, burst = 3, 8
 	var arrived sync.WaitGroup
@@ -70,7 +69,7 @@ func TestFastIdleCountFollowsThePool(t *testing.T) {
 	defer srv.Close()
 	u := config.Default().Upstream
 	u.MaxIdlePerBackend = maxIdle
-	hc := NewFastClient(strings.TrimPrefix(srv.URL, "http://"), u, nil)
+	hc, _, pool := newFastClient(strings.TrimPrefix(srv.URL, "http://"), u, nil, nil)
 
 	type result struct {
 		resp *fasthttp.Response
@@ -103,8 +102,8 @@ func TestFastIdleCountFollowsThePool(t *testing.T) {
 	}
 	check := func(when string, want int64) {
 		t.Helper()
-		if n, pooled := idle.idle.Load(), hc.IdleConnsCount(); n != want || int64(pooled) != want {
-			t.Fatalf("%s: counted %d idle, fasthttp pools %d; want %d", when, n, pooled, want)
+		if n, pooled := idle.idle.Load(), pool.idleConns(); n != want || int64(pooled) != want {
+			t.Fatalf("%s: counted %d idle, the pool holds %d; want %d", when, n, pooled, want)
 		}
 	}
 	check("after the burst", burst)
@@ -114,7 +113,7 @@ func TestFastIdleCountFollowsThePool(t *testing.T) {
 		drain(t, fastGet(t, hc, fasthttp.MethodGet, "/"))
 	}
 	check("after reusing them", burst)
-	if conns := hc.ConnsCount(); conns != burst || idle.dials.Load() != dials {
+	if conns := pool.openConns(); conns != burst || idle.dials.Load() != dials {
 		t.Fatalf("%d connections, %d dials after reusing the idle ones, want %d and none", conns, idle.dials.Load()-dials, burst)
 	}
 
@@ -126,8 +125,11 @@ func TestFastIdleCountFollowsThePool(t *testing.T) {
 		t.Fatalf("counts %+v: want %d open and %d exchanges", c, burst-1, 3*burst+1)
 	}
 
-	hc.CloseIdleConnections()
-	check("after CloseIdleConnections", 0)
+	pool.closeIdle()
+	check("after closeIdle", 0)
+	if conns := pool.openConns(); conns != 0 {
+		t.Fatalf("%d connections after closeIdle, want 0", conns)
+	}
 }
 
 // A response without a body (HEAD) gives its connection back inside Do,
@@ -137,15 +139,15 @@ func TestFastBodylessResponseCounted(t *testing.T) {
 		io.WriteString(w, "body")
 	}))
 	defer srv.Close()
-	hc := NewFastClient(strings.TrimPrefix(srv.URL, "http://"), config.Default().Upstream, nil)
+	hc, _, pool := newFastClient(strings.TrimPrefix(srv.URL, "http://"), config.Default().Upstream, nil, nil)
 	resp := fastGet(t, hc, fasthttp.MethodHead, "/")
 	idle := connOf(resp).stats
 	drain(t, resp)
-	if n, pooled := idle.idle.Load(), hc.IdleConnsCount(); n != 1 || pooled != 1 {
-		t.Fatalf("after a HEAD: counted %d idle, fasthttp pools %d; want 1 and 1", n, pooled)
+	if n, pooled := idle.idle.Load(), pool.idleConns(); n != 1 || pooled != 1 {
+		t.Fatalf("after a HEAD: counted %d idle, the pool holds %d; want 1 and 1", n, pooled)
 	}
 	drain(t, fastGet(t, hc, fasthttp.MethodGet, "/")) // reuses it, and counts it
-	if n, pooled := idle.idle.Load(), hc.IdleConnsCount(); n != 1 || pooled != 1 {
-		t.Fatalf("after a GET on it: counted %d idle, fasthttp pools %d; want 1 and 1", n, pooled)
+	if n, pooled := idle.idle.Load(), pool.idleConns(); n != 1 || pooled != 1 {
+		t.Fatalf("after a GET on it: counted %d idle, the pool holds %d; want 1 and 1", n, pooled)
 	}
 }

@@ -20,11 +20,10 @@ func heldPair(t *testing.T) (*backendConn, net.Conn) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	nc, err := newFastDialer(config.Default().Upstream).Dial(ln.Addr().String())
+	c, err := newFastDialer(config.Default().Upstream).dialPooled(ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := nc.(*backendConn)
 	t.Cleanup(func() { c.Close() })
 	b, err := ln.Accept()
 	if err != nil {

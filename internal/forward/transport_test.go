@@ -15,17 +15,16 @@ func TestPoolCarriesTheUpstreamBounds(t *testing.T) {
 	u.DialTimeout = config.Duration(1500 * time.Millisecond)
 	u.ResponseHeaderTimeout = config.Duration(7 * time.Second)
 	u.IdleTimeout = config.Duration(11 * time.Second)
-	hc := NewFastClient("127.0.0.1:1", u, nil)
-	d := newFastDialer(u)
+	hc, d, pool := newFastClient("127.0.0.1:1", u, nil, nil)
 	checks := []struct {
 		name      string
 		got, want any
 	}{
-		{"MaxConns", hc.MaxConns, 17},
+		{"max conns", pool.max, 17},
 		{"reuse", d.stats.reuse, true},
-		{"MaxIdleConnDuration", hc.MaxIdleConnDuration, 11 * time.Second},
+		{"idle timeout", pool.idleFor, 11 * time.Second},
 		{"ReadTimeout (response header)", hc.ReadTimeout, 7 * time.Second},
-		{"MaxConnWaitTimeout", hc.MaxConnWaitTimeout, 7 * time.Second},
+		{"wait for a connection", pool.wait, 7 * time.Second},
 		{"dial timeout", d.d.Timeout, 1500 * time.Millisecond},
 		{"exchange", hc.Transport != nil, true},
 	}

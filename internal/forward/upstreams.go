@@ -11,8 +11,7 @@ import (
 
 // Upstreams are the connection pools to backends, shared by every app with
 // a backend at the same address under the same upstream settings: one
-// fasthttp.HostClient per address and settings, both engines' (the net/http
-// engine reaches it through httpLeg), so
+// pool per address and settings, both engines', so
 // upstream.max_conns_per_backend and max_idle_per_backend bound the
 // connections to a backend address across all the apps that use it (what
 // the backend can take), and an app composed on a known backend builds no
@@ -48,6 +47,7 @@ type Upstream struct {
 	Fast    *fasthttp.HostClient
 	watches *watches    // the net/http engine's requests in flight on Fast
 	dialer  *fastDialer // the pool's stats and dial budget
+	conns   *h1Pool     // Fast's connections
 	h2      *h2Leg      // nil: HTTP/1.1 (Fast)
 }
 
@@ -92,7 +92,7 @@ func (us *Upstreams) AcquireLeg(addr string, u config.Upstream, app config.AppUp
 		}
 		w := new(watches)
 		p = &Upstream{key: k, watches: w}
-		p.Fast, p.dialer = newFastClient(addr, u, &us.Unclean, w)
+		p.Fast, p.dialer, p.conns = newFastClient(addr, u, &us.Unclean, w)
 		if app.HTTP2() {
 			p.h2 = newH2Leg(addr, u, app, p.dialer)
 		}
@@ -152,7 +152,7 @@ func (us *Upstreams) CloseIdle() {
 
 // CloseIdle closes the pool's idle connections.
 func (p *Upstream) CloseIdle() {
-	p.Fast.CloseIdleConnections()
+	p.conns.closeIdle()
 	if p.h2 != nil {
 		p.h2.closeIdle()
 	}

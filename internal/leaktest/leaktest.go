@@ -72,12 +72,9 @@ var notTheTests = []string{
 	// Started once per process on first use, and kept.
 	"os/signal.signal_recv",
 	"github.com/valyala/fasthttp.updateServerDate",
-	// fasthttp's cleaners look at their stop condition only between sleeps:
-	// a HostClient's sleeps up to upstream.idle_timeout and ends at the
-	// first round that finds no connection; a Server's worker pool's sleeps
-	// MaxIdleWorkerDuration (10s) and ends at the first after Stop. Bounded,
-	// but as long as Wait or longer.
-	"github.com/valyala/fasthttp.(*HostClient).connsCleaner",
+	// fasthttp's Server's worker pool cleaner looks at its stop condition
+	// only between sleeps of MaxIdleWorkerDuration (10s), and ends at the
+	// first after Stop. Bounded, but as long as Wait or longer.
 	"github.com/valyala/fasthttp.(*workerPool).Start.func",
 }
 
