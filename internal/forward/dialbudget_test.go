@@ -113,7 +113,7 @@ func TestDialBudgetBoundsARedialWave(t *testing.T) {
 	burst := time.Now()
 	run() // the burst: up to wave connections at once
 	srv.CloseClientConnections()
-	pool.closeIdle() // what levee finds on its next look anyway
+	pool.close(false) // what levee finds on its next look anyway
 	mu.Lock()
 	// On a loaded machine a request of the burst may start after another
 	// ended and take its connection: the burst's tokens it did not spend

@@ -35,9 +35,8 @@ import (
 // HostClient drives the exchange (Do) and lends it its buffers.
 type exchange struct {
 	unclean *Unclean
-	watches *watches      // the net/http engine's request contexts
-	wait    time.Duration // the longest wait for a connection (response_header_timeout)
-	reuse   bool          // max_idle_per_backend > 0
+	watches *watches // the net/http engine's request contexts
+	reuse   bool     // max_idle_per_backend > 0
 	addr    string
 	pool    *h1Pool
 }
@@ -212,7 +211,7 @@ func (x *exchange) acquire() (*backendConn, error) {
 			// A connection came back while the dial waited for the budget:
 			// take it, within one wait for a connection in all.
 			if deadline.IsZero() {
-				deadline = time.Now().Add(x.wait)
+				deadline = time.Now().Add(x.pool.wait)
 			} else if time.Now().After(deadline) {
 				return nil, errDialBudget
 			}

@@ -53,7 +53,7 @@ func drain(t *testing.T, resp *fasthttp.Response) {
 // max_idle_per_backend says (the pool is never smaller than the
 // connections in use: nothing is closed only to be dialled again), and the
 // idle count follows the pool through every way a connection leaves it:
-// reused, closed for an unread body, closed by closeIdle.
+// reused, closed for an unread body, closed by close.
 func TestFastIdleCountFollowsThePool(t *testing.T) {
 	const maxIdle, burst = 3, 8
 	var arrived sync.WaitGroup
@@ -125,10 +125,10 @@ func TestFastIdleCountFollowsThePool(t *testing.T) {
 		t.Fatalf("counts %+v: want %d open and %d exchanges", c, burst-1, 3*burst+1)
 	}
 
-	pool.closeIdle()
-	check("after closeIdle", 0)
+	pool.close(false)
+	check("after close", 0)
 	if conns := pool.openConns(); conns != 0 {
-		t.Fatalf("%d connections after closeIdle, want 0", conns)
+		t.Fatalf("%d connections after close, want 0", conns)
 	}
 }
 

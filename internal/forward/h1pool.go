@@ -34,6 +34,7 @@ type h1Pool struct {
 	waiters []*connWaiter  // oldest first
 	reaper  *time.Timer    // closes the connections idle for idleFor; nil until needed
 	reaping bool           // reaper is armed
+	retired bool           // no request will take again: connections given back close
 }
 
 // connWaiter is a request waiting for a connection: it is handed one, or
@@ -139,6 +140,12 @@ func (p *h1Pool) put(c *backendConn) {
 		w.ch <- c
 		return
 	}
+	if p.retired {
+		p.conns--
+		p.mu.Unlock()
+		c.Close()
+		return
+	}
 	c.idleSince = time.Now()
 	p.idle = append(p.idle, c)
 	p.stats.idle.Add(1)
@@ -210,10 +217,12 @@ func (p *h1Pool) reap() {
 	}
 }
 
-// closeIdle closes the idle connections; those in use are closed or given
-// back when their requests end.
-func (p *h1Pool) closeIdle() {
+// close closes the idle connections; those in use are closed or given
+// back when their requests end, and if retire (no request will take from
+// p again) given back is closed too.
+func (p *h1Pool) close(retire bool) {
 	p.mu.Lock()
+	p.retired = p.retired || retire
 	old := p.idle
 	p.idle = nil
 	p.stats.idle.Add(-int64(len(old)))

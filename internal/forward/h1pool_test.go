@@ -186,6 +186,22 @@ func TestH1PoolClosesIdleConnections(t *testing.T) {
 	})
 }
 
+// A retired pool (its last app gone) closes its idle connections at once
+// and those in use as they come back: nothing is left open for no one.
+func TestH1PoolRetiredClosesWhatComesBack(t *testing.T) {
+	pp := newPipePool(4, time.Second, time.Minute)
+	busy, idle := mustTake(t, pp.h1Pool), mustTake(t, pp.h1Pool)
+	pp.put(idle)
+	pp.close(true)
+	if n := pp.open.Load(); n != 1 {
+		t.Fatalf("%d open after retiring, want the 1 in use", n)
+	}
+	pp.put(busy)
+	if n, places, counted := pp.open.Load(), pp.openConns(), pp.stats.idle.Load(); n != 0 || places != 0 || counted != 0 {
+		t.Fatalf("after the last came back: %d open, %d places, %d counted idle; want none", n, places, counted)
+	}
+}
+
 // Many requests taking, giving back and closing at once never open more
 // than max connections, and the books balance at the end.
 func TestH1PoolUnderContention(t *testing.T) {
@@ -215,8 +231,8 @@ func TestH1PoolUnderContention(t *testing.T) {
 	if open, places, idle := int(pp.open.Load()), pp.openConns(), pp.idleConns(); open != places || idle != places || pp.stats.idle.Load() != int64(idle) {
 		t.Fatalf("at rest: %d open, %d places, %d idle (%d counted); want all equal", open, places, idle, pp.stats.idle.Load())
 	}
-	pp.closeIdle()
+	pp.close(false)
 	if open, places := pp.open.Load(), pp.openConns(); open != 0 || places != 0 {
-		t.Fatalf("after closeIdle: %d open, %d places", open, places)
+		t.Fatalf("after close: %d open, %d places", open, places)
 	}
 }

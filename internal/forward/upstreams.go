@@ -20,7 +20,8 @@ import (
 //
 // An app takes the pool of each backend with Acquire and gives it back
 // with Release once no route of its uses it; the last Release closes the
-// pool's idle connections (those in use finish their requests). The zero
+// pool's idle connections (those in use finish their requests, then
+// close). The zero
 // value is ready to use; it is safe for concurrent use and starts nothing.
 type Upstreams struct {
 	// Unclean counts the backend connections closed after an exchange
@@ -103,8 +104,9 @@ func (us *Upstreams) AcquireLeg(addr string, u config.Upstream, app config.AppUp
 }
 
 // Release gives back one use of p taken by Acquire; the last one forgets
-// the pool and closes its idle connections. A later Acquire of the same
-// address makes a new pool.
+// the pool and closes its idle connections, and its HTTP/1.1 connections
+// in use as their requests end. A later Acquire of the same address makes
+// a new pool.
 func (us *Upstreams) Release(p *Upstream) {
 	us.mu.Lock()
 	p.refs--
@@ -117,7 +119,7 @@ func (us *Upstreams) Release(p *Upstream) {
 	}
 	us.mu.Unlock()
 	if last {
-		p.CloseIdle()
+		p.closeIdle(true)
 	}
 }
 
@@ -151,8 +153,12 @@ func (us *Upstreams) CloseIdle() {
 }
 
 // CloseIdle closes the pool's idle connections.
-func (p *Upstream) CloseIdle() {
-	p.conns.closeIdle()
+func (p *Upstream) CloseIdle() { p.closeIdle(false) }
+
+// closeIdle closes the pool's idle connections, and if retire, its
+// HTTP/1.1 connections in use as their requests end.
+func (p *Upstream) closeIdle(retire bool) {
+	p.conns.close(retire)
 	if p.h2 != nil {
 		p.h2.closeIdle()
 	}
