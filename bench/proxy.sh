@@ -12,7 +12,7 @@
 #
 # What runs (all on 127.0.0.1, all started here as foreground children, all stopped by the trap):
 #   backend  bench/backend, GOMAXPROCS=1                          127.0.0.1:$BACKEND_PORT
-#   nginx    worker_processes 1, upstream keepalive 64, HTTP/1.1  127.0.0.1:18080
+#   nginx    worker_processes 1, upstream keepalive max(64, CONNS), HTTP/1.1  127.0.0.1:18080
 #   haproxy  nbthread 1, http-reuse always, http-keep-alive       127.0.0.1:18081
 #   levee    GOMAXPROCS=1, a config as a new user writes it: one plain listener (HTTP/1.1 on
 #            the event loops), default limits (skipped, with a message, if it does not build or get ready)
@@ -105,7 +105,9 @@ NGINX_BIN=$(command -v nginx)
 mkdir -p "$tmp/nginx/logs"
 {
   nginx_conf_head warn 4096
-  nginx_proxy_block 64 "$NGINX_PORT"
+  # As many idle backend connections as wrk can have requests in flight: with fewer, nginx closes
+  # and dials connections all run (each a TIME_WAIT), and the row measures that, not nginx.
+  nginx_proxy_block "$(( CONNS > 64 ? CONNS : 64 ))" "$NGINX_PORT"
 } >"$tmp/nginx.conf"
 start_nginx_target
 
