@@ -276,11 +276,14 @@ type loop struct {
 	evfd  int      // eventfd: wakes the loop for posted work
 	lfd   int      // the listener
 	conns []*Conn  // by descriptor
-	wheel *wheel
-	start time.Time
-	buf   []byte // one read buffer for every connection
-	head  Head
-	evs   []syscall.EpollEvent
+	// watches are the other sockets the handler waits on (Conn.Watch), by
+	// descriptor.
+	watches []*Watch
+	wheel   *wheel
+	start   time.Time
+	buf     []byte // one read buffer for every connection
+	head    Head
+	evs     []syscall.EpollEvent
 
 	pmu     sync.Mutex
 	posted  []*Conn // released connections the loop must look at
@@ -355,6 +358,13 @@ func (l *loop) release() {
 		}
 		l.close(c)
 	}
+	for _, w := range l.watches {
+		if w != nil {
+			l.watches[w.fd] = nil
+			w.l = nil
+			w.on(Stopped)
+		}
+	}
 	if l.epf != nil {
 		l.epf.Close()
 	} else {
@@ -422,6 +432,8 @@ func (l *loop) handle(evs []syscall.EpollEvent) {
 			l.drainPosted()
 		case fd < len(l.conns) && l.conns[fd] != nil:
 			l.event(l.conns[fd], evs[i].Events)
+		case fd < len(l.watches) && l.watches[fd] != nil:
+			l.watches[fd].on(Readable)
 		}
 	}
 }
@@ -661,7 +673,11 @@ func (l *loop) close(c *Conn) {
 
 // expire: a connection's deadline passed.
 func (l *loop) expire(owner any) {
-	c := owner.(*Conn)
+	c, ok := owner.(*Conn)
+	if !ok {
+		owner.(*Watch).on(TimedOut)
+		return
+	}
 	switch c.state.Load() {
 	case stHeld, stDisarmed:
 		// The holder keeps its own time; look again later.
@@ -895,31 +911,14 @@ func (l *loop) drainPosted() {
 			l.close(c)
 			continue
 		}
-		c.state.Store(stLoop)
-		c.wantOut.Store(false)
-		if c.gone.Load() || c.killed.Load() {
-			l.close(c)
+		if !l.takeBack(c, st) {
 			continue
 		}
 		if c.closing {
 			l.closeAfterOut(c, c.linger)
 			continue
 		}
-		if st == stDisarmed || c.rearm {
-			c.rearm = false
-			if l.ctl(syscall.EPOLL_CTL_MOD, c.fd, syscall.EPOLLIN|syscall.EPOLLRDHUP) != nil &&
-				l.ctl(syscall.EPOLL_CTL_ADD, c.fd, syscall.EPOLLIN|syscall.EPOLLRDHUP) != nil {
-				l.close(c)
-				continue
-			}
-		}
-		if len(c.in) > 0 {
-			in := c.in
-			c.in = nil
-			l.serve(c, in)
-		} else {
-			l.idle(c)
-		}
+		l.next(c)
 	}
 	if l.s.draining.Load() {
 		// Shutdown: close the connections that wait for a request. One
@@ -938,6 +937,121 @@ func (l *loop) drainPosted() {
 			}
 		}
 	}
+}
+
+// takeBack makes c, held until now (its state st), the loop's again:
+// closed if its client left or it was killed meanwhile, watched for reads
+// again if the hold stopped that; false if it closed.
+func (l *loop) takeBack(c *Conn, st uint32) bool {
+	c.state.Store(stLoop)
+	c.wantOut.Store(false)
+	if c.gone.Load() || c.killed.Load() {
+		l.close(c)
+		return false
+	}
+	if st == stDisarmed || c.rearm {
+		c.rearm = false
+		if l.ctl(syscall.EPOLL_CTL_MOD, c.fd, syscall.EPOLLIN|syscall.EPOLLRDHUP) != nil &&
+			l.ctl(syscall.EPOLL_CTL_ADD, c.fd, syscall.EPOLLIN|syscall.EPOLLRDHUP) != nil {
+			l.close(c)
+			return false
+		}
+	}
+	return true
+}
+
+// next serves what c's client sent behind its last request, or waits for
+// the next one.
+func (l *loop) next(c *Conn) {
+	if len(c.in) > 0 {
+		in := c.in
+		c.in = nil
+		l.serve(c, in)
+		return
+	}
+	l.idle(c)
+}
+
+// Reply ends c's held request in the loop (from a Watch's callback): it
+// writes p as Answer does, then gives c back to the loop as Release(m)
+// would, with no wake-up of the loop. A connection killed or closed
+// meanwhile is closed, and p dropped.
+func (c *Conn) Reply(p []byte, m ReleaseMode) {
+	l := c.l
+	st := c.state.Load()
+	if st == stClosed || st == stLoop || l.conns[c.fd] != c || !l.takeBack(c, st) {
+		return
+	}
+	c.Answer(p)
+	if m != Keep {
+		c.closing, c.linger = true, m == Linger
+	}
+	if c.closing {
+		l.closeAfterOut(c, c.linger)
+		return
+	}
+	if len(c.out) > 0 {
+		return // flush goes on from there
+	}
+	l.next(c)
+}
+
+// Event is what a Watch's callback is told.
+type Event uint8
+
+const (
+	// Readable: the socket has bytes to read, or its peer closed, or it
+	// failed. Level-triggered: it comes again while that holds.
+	Readable Event = iota
+	// TimedOut: the Watch's deadline passed; it is still watched.
+	TimedOut
+	// Stopped: the loop has stopped (Server.Close); the Watch is over and
+	// the socket is the handler's to close. Its Conn's Release closes it.
+	Stopped
+)
+
+// Watch is a socket other than a client's that a loop's handler waits on,
+// in the loop: a backend connection whose answer the loop reads itself.
+// The socket stays the handler's: the loop only reads its readiness.
+type Watch struct {
+	l     *loop
+	fd    int
+	entry entry
+	on    func(Event)
+}
+
+// Watch has c's loop call on, in the loop, with fd's events until Unwatch;
+// timeout (0: none) bounds the wait from now, and a TimedOut event says it
+// passed. Called in the loop (inside Handler.Request or a Watch's
+// callback), with w not watching.
+func (c *Conn) Watch(w *Watch, fd int, timeout time.Duration, on func(Event)) error {
+	l := c.l
+	if err := l.ctl(syscall.EPOLL_CTL_ADD, fd, syscall.EPOLLIN|syscall.EPOLLRDHUP); err != nil {
+		return err
+	}
+	*w = Watch{l: l, fd: fd, on: on}
+	w.entry.owner = w
+	if fd >= len(l.watches) {
+		l.watches = append(l.watches, make([]*Watch, fd+1-len(l.watches)+64)...)
+	}
+	l.watches[fd] = w
+	if timeout > 0 {
+		l.wheel.set(&w.entry, l.tick(time.Now())+l.ticks(timeout))
+	}
+	return nil
+}
+
+// Unwatch ends w (in the loop): the loop forgets the socket, which stays
+// open. A Watch the loop stopped is already over.
+func (w *Watch) Unwatch() {
+	l := w.l
+	if l == nil {
+		return
+	}
+	w.l = nil
+	l.wheel.remove(&w.entry)
+	l.watches[w.fd] = nil
+	l.ctl(syscall.EPOLL_CTL_DEL, w.fd, 0)
 }
 
 // FreshGrace is how long Shutdown waits for the first request of a

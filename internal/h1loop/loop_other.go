@@ -25,7 +25,7 @@ func (c *Conn) Peer() netip.AddrPort                            { return netip.A
 func (c *Conn) Gone() bool                                      { return true }
 func (c *Conn) Answer(p []byte)                                 {}
 func (c *Conn) Write(p []byte, deadline time.Time) (int, error) { return 0, errUnsupported }
-func (c *Conn) Release(closeConn bool)                          {}
+func (c *Conn) Release(m ReleaseMode)                           {}
 
 // Server serves HTTP/1.1 connections on event loops (linux only).
 type Server struct{}
@@ -46,3 +46,21 @@ const (
 	Drop
 	Linger
 )
+
+// Event is what a Watch's callback is told (linux only).
+type Event uint8
+
+const (
+	Readable Event = iota
+	TimedOut
+	Stopped
+)
+
+// Watch is a socket a loop's handler waits on (linux only).
+type Watch struct{}
+
+func (c *Conn) Watch(w *Watch, fd int, timeout time.Duration, on func(Event)) error {
+	return errUnsupported
+}
+func (w *Watch) Unwatch()                     {}
+func (c *Conn) Reply(p []byte, m ReleaseMode) {}
