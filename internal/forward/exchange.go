@@ -161,17 +161,30 @@ func (x *exchange) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, res
 	if hc.ReadTimeout > 0 {
 		deadline = time.Now().Add(hc.ReadTimeout)
 	}
+	return x.readResponse(hc, c, req, resp, skipBody, deadline, bw)
+}
+
+// readResponse reads on c the answer to req (written), its head into resp
+// by deadline (zero: none) and its body framed for resp to stream. bw, if
+// not nil, holds the request's last bytes (holdLastWrite) and is released
+// once the first read has sent them. retry is RoundTrip's.
+func (x *exchange) readResponse(hc *fasthttp.HostClient, c *backendConn, req *fasthttp.Request, resp *fasthttp.Response,
+	skipBody bool, deadline time.Time, bw *bufio.Writer) (retry bool, err error) {
+	releaseWriter := func() {
+		c.dropHeld() // sent by the first read, or never to be
+		if bw != nil {
+			hc.ReleaseWriter(bw)
+		}
+	}
 	if err := c.SetReadDeadline(deadline); err != nil {
-		c.dropHeld()
-		hc.ReleaseWriter(bw)
+		releaseWriter()
 		x.close(c)
 		return true, err
 	}
 	resp.Header.DisableNormalizing()
 	br := hc.AcquireReader(c)
 	err = readHead(resp, br)
-	c.dropHeld() // sent by the first read, or never to be
-	hc.ReleaseWriter(bw)
+	releaseWriter()
 	if err != nil {
 		hc.ReleaseReader(br)
 		if errors.Is(err, errUnaskedSwitch) {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"iter"
 	"net"
 	"net/http"
 	"sync"
@@ -90,6 +91,12 @@ type Body struct {
 	// or the app's upstream.deadline.timeout); the backend learns what is left
 	// (Levee-Deadline, and grpc-timeout for gRPC). Zero: none.
 	Deadline time.Time
+	// Loop, if set, is a call an event loop began (StartLoop) and hands
+	// on: serve goes on from where it left it.
+	Loop *LoopCall
+	// sent is the loop's request already written (resume): the first
+	// try reads its answer.
+	sent *sentCall
 }
 
 // TraceHeaders is how a traced request's W3C trace context goes to the
@@ -114,6 +121,11 @@ func (p *Pool) ServeFast(ctx *fasthttp.RequestCtx, body Body, sh *shape.Checker,
 // serve is the forward core of both engines: it picks a backend for d's
 // request and forwards it (see ServeFast).
 func (p *Pool) serve(d downstream, body Body, sh *shape.Checker, slot admit.Releaser) {
+	if lc := body.Loop; lc != nil {
+		body.Loop = nil
+		p.resume(d, lc, body, sh)
+		return
+	}
 	start := time.Now()
 	key := d.key(p.key)
 	bal := p.balancer(key)
@@ -134,12 +146,7 @@ func (p *Pool) forward(d downstream, be *backend, in Body, sh *shape.Checker, pk
 	out := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(out)
 	upgrading := d.copyHead(p, &out.Header, in.Trace)
-	if in.Shadow != "" {
-		out.Header.Set(reply.Shadow, in.Shadow)
-	}
-	if !in.Deadline.IsZero() {
-		p.handOnDeadline(&out.Header, in.Deadline)
-	}
+	p.headExtras(&out.Header, in)
 	if upgrading {
 		p.tunnel(d.(fastDown).c, be, out, pk) // only fasthttp's requests upgrade
 		return
@@ -201,9 +208,10 @@ func (p *Pool) forward(d downstream, be *backend, in Body, sh *shape.Checker, pk
 	if _, ok := watched.(watcher); !ok && watched != nil && watched.Done() == nil {
 		watched = nil // cannot end (a watcher can, and Done may allocate)
 	}
-	call := legCall{watched: watched, body: d.bodyCloser()}
+	call := legCall{watched: watched, body: d.bodyCloser(), sent: in.sent}
 	for {
 		err := be.up.do(out, resp, call)
+		call.sent = nil // a try again writes the request
 		if !retrying || !p.retryTry(d, resp, err, body, pk, &t) {
 			if streamed != nil && (err != nil || be.up.h2 == nil) {
 				// The body has gone (HTTP/1.1 writes it before the
@@ -243,6 +251,17 @@ func (p *Pool) forward(d downstream, be *backend, in Body, sh *shape.Checker, pk
 	fasthttp.ReleaseResponse(resp)
 	d.send(nil, 0)
 	pk.finish(d)
+}
+
+// headExtras adds to a request's head what levee tells its backend beside
+// the client's fields: the shadowed limits, and the time left.
+func (p *Pool) headExtras(out *fasthttp.RequestHeader, in Body) {
+	if in.Shadow != "" {
+		out.Set(reply.Shadow, in.Shadow)
+	}
+	if !in.Deadline.IsZero() {
+		p.handOnDeadline(out, in.Deadline)
+	}
 }
 
 // countItems stores the items br counted in dst, if set.
@@ -584,24 +603,9 @@ func (p *Pool) copyRequestTraced(ctx *fasthttp.RequestCtx, out *fasthttp.Request
 	upgrading = conn.has([]byte("upgrade")) && len(upgrade) > 0 && !hasH2C(upgrade) && n <= 0 && n != -1
 	h2c := len(upgrade) > 0 && hasH2C(upgrade)
 	for k, v := range in.All() {
-		switch {
-		case ascii.EqualFold(k, "Te"):
-			if hasToken(v, "trailers") {
-				out.Add("Te", "trailers")
-			}
-		case ascii.EqualFold(k, "Host"):
-			// levee's own: the authority that routed the request, which
-			// Connection cannot strip (RFC 9112 §3.2: one Host, always).
-			out.SetHostBytes(v)
-		case isHopByHop(k) || conn.has(k) || isForwarding(k) ||
-			ascii.EqualFold(k, "Content-Length") || ascii.EqualFold(k, "Expect") || isProxy(k) || ascii.EqualFold(k, reply.Shadow) ||
-			ascii.EqualFold(k, deadline.Header):
-		case isIdentity(k) && !p.trust.trustsFast(ctx): // peer looked up only when such a header is sent
-		case ascii.EqualFold(k, "Http2-Settings") && h2c:
-		case tc.Traceparent != nil && (ascii.EqualFold(k, "Traceparent") || tc.DropTracestate && ascii.EqualFold(k, "Tracestate")):
-		default:
-			out.AddBytesKV(k, v)
-		}
+		copyField(out, k, v, requestField(k, &conn, h2c, &tc), func() bool {
+			return p.trust.trustsFast(ctx) // peer looked up only when such a header is sent
+		})
 	}
 	if tc.Traceparent != nil {
 		out.AddBytesV("traceparent", tc.Traceparent)
@@ -612,6 +616,63 @@ func (p *Pool) copyRequestTraced(ctx *fasthttp.RequestCtx, out *fasthttp.Request
 	}
 	p.trust.setForwardedFast(ctx, out)
 	return upgrading
+}
+
+// What copying a request's head does with one of its fields
+// (requestField).
+const (
+	fieldDrop     = iota
+	fieldPass     // copied as it is
+	fieldTE       // Te: only its "trailers" passes
+	fieldHost     // the one Host
+	fieldIdentity // X-Real-IP and the like: passes only from a trusted peer
+)
+
+// requestField says what becomes of a request's field named k on its way
+// to the backend: hop-by-hop fields (and those Connection names), the
+// forwarding fields levee sets, the framing levee redoes, Proxy, levee's
+// own and, with h2c, HTTP2-Settings, are dropped, as is the trace context
+// levee replaces (tc). Both HTTP/1.1 heads (fasthttp's and the event
+// loop's) are copied by it.
+func requestField(k []byte, conn *connTokens, h2c bool, tc *TraceHeaders) int {
+	switch {
+	case ascii.EqualFold(k, "Te"):
+		return fieldTE
+	case ascii.EqualFold(k, "Host"):
+		return fieldHost
+	case isHopByHop(k) || conn.has(k) || isForwarding(k) ||
+		ascii.EqualFold(k, "Content-Length") || ascii.EqualFold(k, "Expect") || isProxy(k) || ascii.EqualFold(k, reply.Shadow) ||
+		ascii.EqualFold(k, deadline.Header):
+		return fieldDrop
+	case isIdentity(k):
+		return fieldIdentity
+	case ascii.EqualFold(k, "Http2-Settings") && h2c:
+		return fieldDrop
+	case tc.Traceparent != nil && (ascii.EqualFold(k, "Traceparent") || tc.DropTracestate && ascii.EqualFold(k, "Tracestate")):
+		return fieldDrop
+	}
+	return fieldPass
+}
+
+// copyField copies the field k: v onto out as requestField said (kind);
+// trusted is asked, for an identity field, whether the peer may send one.
+func copyField(out *fasthttp.RequestHeader, k, v []byte, kind int, trusted func() bool) {
+	switch kind {
+	case fieldPass:
+		out.AddBytesKV(k, v)
+	case fieldTE:
+		if hasToken(v, "trailers") {
+			out.Add("Te", "trailers")
+		}
+	case fieldHost:
+		// levee's own: the authority that routed the request, which
+		// Connection cannot strip (RFC 9112 §3.2: one Host, always).
+		out.SetHostBytes(v)
+	case fieldIdentity:
+		if trusted() {
+			out.AddBytesKV(k, v)
+		}
+	}
 }
 
 // connectionOf reads a request's hop-by-hop vocabulary: the header names
@@ -772,9 +833,14 @@ func trimSpace(b []byte) []byte {
 // in any case (header names are passed through unnormalised).
 type fastHeader struct{ h *fasthttp.RequestHeader }
 
-func (f fastHeader) all(name string) string {
+func (f fastHeader) all(name string) string   { return allValues(f.h.All(), name) }
+func (f fastHeader) first(name string) string { return firstValue(f.h.All(), name) }
+
+// allValues joins the values of every field named name (in any case) with
+// ", "; firstValue is the first.
+func allValues(fields iter.Seq2[[]byte, []byte], name string) string {
 	var out []byte
-	for k, v := range f.h.All() {
+	for k, v := range fields {
 		if ascii.EqualFold(k, name) {
 			if len(out) > 0 {
 				out = append(out, ", "...)
@@ -785,8 +851,8 @@ func (f fastHeader) all(name string) string {
 	return string(out)
 }
 
-func (f fastHeader) first(name string) string {
-	for k, v := range f.h.All() {
+func firstValue(fields iter.Seq2[[]byte, []byte], name string) string {
+	for k, v := range fields {
 		if ascii.EqualFold(k, name) {
 			return string(v)
 		}

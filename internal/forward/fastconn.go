@@ -57,8 +57,10 @@ func (d *fastDialer) dial(addr string, pooled bool) (*backendConn, error) {
 	d.stats.open.Add(1)
 	c := &backendConn{Conn: nc, stats: d.stats, budget: d.budget, timeout: d.timeout}
 	c.local = connAddr{Addr: nc.LocalAddr(), c: c}
+	c.fd = -1
 	if c.io.Init(nc) {
 		c.peekFD = c.peekFunc
+		c.io.RawConn().Control(func(fd uintptr) { c.fd = int(fd) })
 	}
 	return c, nil
 }
@@ -124,9 +126,13 @@ type backendConn struct {
 	peekFD    func(fd uintptr) bool // peekFunc, made once
 	peeked    peekState
 
-	io      sockio.Conn // the socket's reads and writes
-	hold    bool        // the next Write is held (holdLastWrite)
-	pending []byte      // the held write (the caller's buffer, kept until the read)
+	io sockio.Conn // the socket's reads and writes
+	fd int         // the socket's descriptor, for an event loop (-1: none)
+	// pre is what an event loop read of the response before it handed
+	// the exchange on (LoopCall): Read returns it first.
+	pre     []byte
+	hold    bool   // the next Write is held (holdLastWrite)
+	pending []byte // the held write (the caller's buffer, kept until the read)
 
 	// A request's context on the net/http engine (watch): its end aborts
 	// the connection's reads and writes, and the connection is closed.
@@ -257,6 +263,13 @@ func (c *backendConn) holdLastWrite() {
 func (c *backendConn) dropHeld() { c.hold, c.pending = false, nil }
 
 func (c *backendConn) Read(p []byte) (int, error) {
+	if len(c.pre) > 0 {
+		n := copy(p, c.pre)
+		if c.pre = c.pre[n:]; len(c.pre) == 0 {
+			c.pre = nil
+		}
+		return n, nil
+	}
 	if c.pending != nil {
 		held := c.pending
 		c.pending = nil

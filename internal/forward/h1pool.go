@@ -99,6 +99,14 @@ func (p *h1Pool) take() (*backendConn, error) {
 	return p.granted(<-w.ch)
 }
 
+// takeIdle returns an idle connection, or nil: it never waits or dials
+// (an event loop's take, LoopCall).
+func (p *h1Pool) takeIdle() *backendConn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.popIdleLocked()
+}
+
 // granted is what a waiter was handed: a connection, or (nil) a place to
 // dial one in.
 func (p *h1Pool) granted(c *backendConn) (*backendConn, error) {

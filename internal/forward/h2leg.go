@@ -229,6 +229,7 @@ func (l *h2Leg) closeIdle() {
 type legCall struct {
 	watched context.Context
 	body    io.Closer
+	sent    *sentCall // HTTP/1.1: the request is written (LoopCall)
 }
 
 // maxUnprocessed bounds the tries of a request the backend refused

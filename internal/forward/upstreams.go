@@ -58,6 +58,9 @@ func (p *Upstream) do(out *fasthttp.Request, resp *fasthttp.Response, call legCa
 	if p.h2 != nil {
 		return p.h2.do(out, resp, call)
 	}
+	if call.sent != nil {
+		return call.sent.read(p.Fast, out, resp)
+	}
 	if call.watched == nil {
 		return p.Fast.Do(out, resp)
 	}

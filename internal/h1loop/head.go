@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"iter"
 	"math/bits"
+	"unsafe"
 
 	"github.com/leveeproxy/levee/internal/ascii"
 	"github.com/leveeproxy/levee/internal/framing"
@@ -426,3 +427,29 @@ var valueByte = func() (t [256]bool) {
 	t['\t'] = true
 	return t
 }()
+
+// CopyTo makes dst a copy of h whose views are into buf (grown and
+// returned), which holds a copy of h.Raw: a head the handler keeps past
+// Request, when the loop's buffer is read into again.
+func (h *Head) CopyTo(dst *Head, buf []byte) []byte {
+	buf = append(buf[:0], h.Raw...)
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(h.Raw)))
+	view := func(v []byte) []byte {
+		if v == nil {
+			return nil
+		}
+		off := int(uintptr(unsafe.Pointer(unsafe.SliceData(v))) - base)
+		if off < 0 || off+len(v) > len(buf) {
+			return nil // not a view of Raw: never, for a head ParseHead made
+		}
+		return buf[off : off+len(v) : off+len(v)]
+	}
+	dst.Method, dst.Target, dst.Path, dst.Host = view(h.Method), view(h.Target), view(h.Path), view(h.Host)
+	dst.HTTP10, dst.Close, dst.Length, dst.Len, dst.NField = h.HTTP10, h.Close, h.Length, h.Len, h.NField
+	dst.Raw = buf[:len(h.Raw)]
+	for i := range h.NField {
+		f := &h.Field[i]
+		dst.Field[i] = Field{Name: view(f.Name), Value: view(f.Value)}
+	}
+	return buf
+}

@@ -367,3 +367,26 @@ func TestNotVisible(t *testing.T) {
 		check(w[:])
 	}
 }
+
+func TestHeadCopyTo(t *testing.T) {
+	b := []byte("GET /a/b?q=1 HTTP/1.1\r\nHost: x.test:8080\r\nUser-Agent: t\r\nX-Empty:\r\nConnection: close\r\n\r\nGET / HTTP/1.1\r\n")
+	var h, dst Head
+	if r := ParseHead(b, 8<<10, &h); r != Simple {
+		t.Fatal(r)
+	}
+	buf := h.CopyTo(&dst, nil)
+	for i := range b {
+		b[i] = 'z' // the loop reads into its buffer again
+	}
+	if string(dst.Method) != "GET" || string(dst.Target) != "/a/b?q=1" || string(dst.Path) != "/a/b" ||
+		string(dst.Host) != "x.test:8080" || !dst.Close || dst.Len != h.Len || string(dst.Raw) != string(buf[:dst.Len]) {
+		t.Fatalf("copy %+v", dst)
+	}
+	var got []string
+	for k, v := range dst.All() {
+		got = append(got, string(k)+"="+string(v))
+	}
+	if want := "Host=x.test:8080 User-Agent=t X-Empty= Connection=close"; strings.Join(got, " ") != want {
+		t.Fatalf("fields %q, want %q", strings.Join(got, " "), want)
+	}
+}

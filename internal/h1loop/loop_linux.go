@@ -433,7 +433,11 @@ func (l *loop) handle(evs []syscall.EpollEvent) {
 		case fd < len(l.conns) && l.conns[fd] != nil:
 			l.event(l.conns[fd], evs[i].Events)
 		case fd < len(l.watches) && l.watches[fd] != nil:
-			l.watches[fd].on(Readable)
+			w := l.watches[fd]
+			w.on(Readable)
+			if l.watches[fd] == w {
+				l.arm(fd) // still waiting: one-shot, it needs arming again
+			}
 		}
 	}
 }
@@ -1026,7 +1030,7 @@ type Watch struct {
 // callback), with w not watching.
 func (c *Conn) Watch(w *Watch, fd int, timeout time.Duration, on func(Event)) error {
 	l := c.l
-	if err := l.ctl(syscall.EPOLL_CTL_ADD, fd, syscall.EPOLLIN|syscall.EPOLLRDHUP); err != nil {
+	if err := l.arm(fd); err != nil {
 		return err
 	}
 	*w = Watch{l: l, fd: fd, on: on}
@@ -1043,6 +1047,12 @@ func (c *Conn) Watch(w *Watch, fd int, timeout time.Duration, on func(Event)) er
 
 // Unwatch ends w (in the loop): the loop forgets the socket, which stays
 // open. A Watch the loop stopped is already over.
+//
+// The socket stays in the loop's epoll set, one-shot and disarmed once it
+// has reported (or reporting once more, ignored, if it had not): a
+// connection a loop watches again is armed with one EPOLL_CTL_MOD, not
+// added and deleted each request (an ADD costs several times a MOD). Its
+// close takes it out of the set.
 func (w *Watch) Unwatch() {
 	l := w.l
 	if l == nil {
@@ -1051,7 +1061,20 @@ func (w *Watch) Unwatch() {
 	w.l = nil
 	l.wheel.remove(&w.entry)
 	l.watches[w.fd] = nil
-	l.ctl(syscall.EPOLL_CTL_DEL, w.fd, 0)
+}
+
+// arm has the loop report fd's next readiness, once: a MOD if fd is in
+// the set, else an ADD.
+func (l *loop) arm(fd int) error {
+	const ev = syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT
+	err := syscall.EpollCtl(l.ep, syscall.EPOLL_CTL_MOD, fd, &syscall.EpollEvent{Events: ev, Fd: int32(fd)})
+	if err == syscall.ENOENT {
+		err = syscall.EpollCtl(l.ep, syscall.EPOLL_CTL_ADD, fd, &syscall.EpollEvent{Events: ev, Fd: int32(fd)})
+	}
+	if err != nil {
+		return fmt.Errorf("h1loop: epoll_ctl: %w", err)
+	}
+	return nil
 }
 
 // FreshGrace is how long Shutdown waits for the first request of a

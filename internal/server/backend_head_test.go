@@ -91,6 +91,20 @@ func TestInterimFloodIs502(t *testing.T) {
 // scriptBackend answers each connection's first request head with script.
 func scriptBackend(t testing.TB, script func(c net.Conn, br *bufio.Reader)) string {
 	t.Helper()
+	return serveBackend(t, func(c net.Conn, br *bufio.Reader) {
+		if _, _, err := readNaiveRequest(br); err != nil {
+			return
+		}
+		script(c, br)
+	})
+}
+
+// serveBackend serves each connection accepted on a loopback listener with
+// serve, which may read from br, on a goroutine of its own, under guard's
+// deadline, and closes it after; the test's end closes the listener and
+// waits for them.
+func serveBackend(t testing.TB, serve func(c net.Conn, br *bufio.Reader)) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -106,11 +120,7 @@ func scriptBackend(t testing.TB, script func(c net.Conn, br *bufio.Reader)) stri
 			wg.Go(func() {
 				defer c.Close()
 				c.SetDeadline(time.Now().Add(guard))
-				br := bufio.NewReader(c)
-				if _, _, err := readNaiveRequest(br); err != nil {
-					return
-				}
-				script(c, br)
+				serve(c, bufio.NewReader(c))
 			})
 		}
 	})

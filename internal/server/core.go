@@ -9,6 +9,7 @@ import (
 
 	"github.com/leveeproxy/levee/internal/admit"
 	"github.com/leveeproxy/levee/internal/clientkey"
+	"github.com/leveeproxy/levee/internal/forward"
 	"github.com/leveeproxy/levee/internal/limits"
 	"github.com/leveeproxy/levee/internal/netlimit"
 	"github.com/leveeproxy/levee/internal/observe"
@@ -205,6 +206,9 @@ type toBackend struct {
 	check    *shape.Checker
 	shadow   limits.ShadowSet
 	deadline time.Time
+	// loop is the call an event loop began and hands on (forwardInLoop);
+	// it holds the slot.
+	loop *forward.LoopCall
 }
 
 // noRoute is the refusal of a request no app claims.

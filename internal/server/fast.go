@@ -264,7 +264,8 @@ func (e *fastExchange) forward(rt *route, sh *limits.PathShape, slot admit.Relea
 	// bytes read ahead bank no time for it.
 	e.paced.Start, e.paced.N = time.Now(), 0
 	body := forward.Body{Limit: rt.BodyLimit(sh), Head: e.body.Bytes(), Whole: e.whole, Shadow: out.shadow.Header(), Deadline: out.deadline,
-		Items: &e.nItems, Trace: forward.TraceHeaders{Traceparent: e.tr.Traceparent(), DropTracestate: e.tr.DropTracestate()}}
+		Items: &e.nItems, Trace: forward.TraceHeaders{Traceparent: e.tr.Traceparent(), DropTracestate: e.tr.DropTracestate()},
+		Loop: out.loop}
 	if e.paced.R != nil {
 		body.Rest = &e.paced
 	}

@@ -218,6 +218,9 @@ func (e *loopEngine) Request(c *h1loop.Conn, h *h1loop.Head) h1loop.Verdict {
 	if v, answered := e.front(c, sock, h, &pre); answered {
 		return v
 	}
+	if forwardsInLoop(h, &pre) {
+		return e.forwardInLoop(c, sock, h, &pre)
+	}
 	r := loopReqs.Get().(*loopReq)
 	r.e, r.sock, r.off, r.next, r.pre = e, sock, 0, false, pre
 	r.head = append(r.head[:0], h.Raw...)
@@ -282,6 +285,9 @@ func (r *loopReq) serve() {
 	// The admission the loop began ends in enter; should fasthttp not have
 	// come so far, what it holds is given back here.
 	r.pre.adm.cancel()
+	if lc := r.pre.out.loop; lc != nil {
+		lc.Abort() // a call fasthttp never came to resume
+	}
 	mode := h1loop.Keep
 	switch {
 	case !r.next && r.sock.nc.TakeLinger():
@@ -308,8 +314,9 @@ type loopWorkers struct {
 	mu     sync.Mutex
 	idle   []*loopWorker
 	closed bool
-	// spawned counts the workers started.
-	spawned atomic.Uint64
+	// spawned counts the workers started; submitted the requests handed
+	// to them.
+	spawned, submitted atomic.Uint64
 }
 
 type loopWorker struct {
@@ -321,6 +328,7 @@ type loopWorker struct {
 const workerIdle = 10 * time.Second
 
 func (p *loopWorkers) submit(r *loopReq) {
+	p.submitted.Add(1)
 	p.mu.Lock()
 	if n := len(p.idle); n > 0 {
 		w := p.idle[n-1]

@@ -45,6 +45,10 @@ type checkedReq struct {
 	p     limits.Passed
 	adm   admission
 	tr    trace.Request // begun in the loop, with the stages it marked
+	// sh and out are what pass handed forward, for a request the loop
+	// forwarded and hands on (out.loop: forwardInLoop).
+	sh  *limits.PathShape
+	out toBackend
 }
 
 // admission is an admission the loop began (limits.Gate.Begin) for t: a
@@ -71,6 +75,14 @@ func (a *admission) cancel() {
 func servePassed[E exchange](s *Server, e E, r *checkedReq) {
 	tr := resumeTrace(e, &r.tr)
 	defer finish(s, r.snap, r.rt, e, r.start)
+	if r.out.loop != nil {
+		// The loop passed it and began forwarding it: the forward core
+		// goes on from there (the call holds the slot).
+		out := r.out
+		r.out.loop = nil
+		e.forward(r.rt, r.sh, nil, out)
+		return
+	}
 	pass(s, r.rt, e, r.start, tr, r.p, &r.adm)
 }
 
@@ -138,7 +150,8 @@ func (e *loopEngine) front(c *h1loop.Conn, sock *loopSocket, h *h1loop.Head, r *
 type loopHead struct {
 	h    *h1loop.Head
 	sock *loopSocket
-	left bool // closed unanswered: status 499, as fastExchange.gone
+	fwd  *loopFwd // the loop forwards it (forwardInLoop)
+	left bool     // closed unanswered: status 499, as fastExchange.gone
 	resp fasthttp.Response
 	out  []byte
 	tr   trace.Request
@@ -235,8 +248,21 @@ func (x *loopHead) items() uint64        { return 0 }
 // keep-alive), no body to a HEAD, Content-Length and Date. A test holds
 // the two to the same bytes (TestLoopAnswersAsFasthttp).
 func (x *loopHead) answer(c *h1loop.Conn) h1loop.Verdict {
+	closing := x.appendAnswer(true)
+	c.Answer(x.out)
+	if closing {
+		return h1loop.Close // lingering, as netlimit.Linger on fasthttp
+	}
+	return h1loop.Answered
+}
+
+// appendAnswer writes x.resp into x.out as fasthttp's server writes it, and
+// reports whether the connection closes after it. length: its length is
+// its body's (levee's own answer); else it is as the response has it (a
+// backend's, whose answer to a HEAD has a length and no body).
+func (x *loopHead) appendAnswer(length bool) (closing bool) {
 	resp := &x.resp
-	closing := x.h.Close || resp.Header.ConnectionClose()
+	closing = x.h.Close || resp.Header.ConnectionClose()
 	if closing {
 		resp.Header.SetConnectionClose()
 	} else if x.h.HTTP10 {
@@ -244,14 +270,12 @@ func (x *loopHead) answer(c *h1loop.Conn) h1loop.Verdict {
 	}
 	resp.SkipBody = string(x.h.Method) == http.MethodHead
 	body := resp.Body()
-	resp.Header.SetContentLength(len(body))
+	if length {
+		resp.Header.SetContentLength(len(body))
+	}
 	x.out = resp.Header.AppendBytes(x.out[:0])
 	if !resp.SkipBody {
 		x.out = append(x.out, body...)
 	}
-	c.Answer(x.out)
-	if closing {
-		return h1loop.Close // lingering, as netlimit.Linger on fasthttp
-	}
-	return h1loop.Answered
+	return closing
 }

@@ -150,6 +150,9 @@ type route struct {
 	// inLoop: the event loop may run the route's first steps
 	// (loopEngine.front): its rates are decided in process, without a wait.
 	inLoop bool
+	// loopForward: the event loop may forward the route's simple requests
+	// itself, when their slot is free (forwardInLoop).
+	loopForward bool
 }
 
 // bodyRead is how a route reads a request body ahead of admission:
@@ -292,7 +295,8 @@ func (s *Server) composeApp(name string, ac *config.App, cfg *config.Config, tru
 	c, retired := s.apps.Compose(name, ac, trust, stored)
 	return &route{Gate: c.Gate, app: c.App, pool: c.Pool, top: c.Top, guard: c.Guard, cert: sni.NewCert(ac),
 		body:   bodyRead{ahead: int64(ac.Limits.RequestBuffer)},
-		inLoop: c.Gate.Local()}, retired
+		inLoop: c.Gate.Local(), loopForward: c.Gate.Local() && c.Guard == nil &&
+			c.Gate.Shadow&limits.BatchShadows == 0 && c.Pool.ForwardsFromLoop()}, retired
 }
 
 // Listen binds every configured listener. It returns an error, and binds

@@ -77,6 +77,12 @@ func (s *Conn) Init(c net.Conn) bool {
 // write to the connection: for Peek.
 func (s *Conn) RawConn() syscall.RawConn { return s.raw }
 
+// ReadNow and WriteNow are one read(2) and one write(2) on fd, a socket
+// in non-blocking mode, for an event loop that watches it itself: EAGAIN
+// comes back as it is, and nothing waits.
+func ReadNow(fd int, p []byte) (int, syscall.Errno)  { return read(uintptr(fd), p) }
+func WriteNow(fd int, p []byte) (int, syscall.Errno) { return write(uintptr(fd), p) }
+
 // Read is net.Conn's Read.
 func (s *Conn) Read(p []byte) (int, error) {
 	if s.raw == nil {
