@@ -5,12 +5,14 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/leveeproxy/levee/internal/config"
+	"github.com/leveeproxy/levee/internal/h1loop"
 	"github.com/leveeproxy/levee/internal/observe"
 	"github.com/leveeproxy/levee/internal/sockio"
 )
@@ -128,9 +130,12 @@ type backendConn struct {
 
 	io sockio.Conn // the socket's reads and writes
 	fd int         // the socket's descriptor, for an event loop (-1: none)
+	// reg is its place in an event loop's epoll set (LoopCall).
+	reg h1loop.Registration
 	// pre is what an event loop read of the response before it handed
 	// the exchange on (LoopCall): Read returns it first.
 	pre     []byte
+	expired bool   // the loop's wait for the body timed out: the next socket read fails
 	hold    bool   // the next Write is held (holdLastWrite)
 	pending []byte // the held write (the caller's buffer, kept until the read)
 
@@ -270,6 +275,9 @@ func (c *backendConn) Read(p []byte) (int, error) {
 		}
 		return n, nil
 	}
+	if c.expired {
+		return 0, os.ErrDeadlineExceeded
+	}
 	if c.pending != nil {
 		held := c.pending
 		c.pending = nil
@@ -310,6 +318,7 @@ func (c *backendConn) Write(p []byte) (int, error) {
 func (c *backendConn) Close() error {
 	if c.closed.CompareAndSwap(false, true) {
 		c.stats.open.Add(-1)
+		c.reg.Drop(c.fd) // out of a loop's epoll set first (Registration.Drop)
 	}
 	return c.Conn.Close()
 }

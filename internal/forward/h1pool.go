@@ -100,12 +100,29 @@ func (p *h1Pool) take() (*backendConn, error) {
 }
 
 // takeIdle returns an idle connection, or nil: it never waits or dials
-// (an event loop's take, LoopCall).
-func (p *h1Pool) takeIdle() *backendConn {
+// (an event loop's take, LoopCall). Of the affine most recently used ones
+// it takes the most recent for which mine says yes (one already in the
+// loop's epoll set), else the most recent.
+func (p *h1Pool) takeIdle(mine func(*backendConn) bool) *backendConn {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	n := len(p.idle)
+	for i := n - 1; i >= max(n-affine, 0); i-- {
+		if c := p.idle[i]; mine(c) {
+			copy(p.idle[i:], p.idle[i+1:])
+			p.idle[n-1] = nil
+			p.idle = p.idle[:n-1]
+			p.stats.idle.Add(-1)
+			return c
+		}
+	}
 	return p.popIdleLocked()
 }
+
+// affine is how many of the most recently used idle connections takeIdle
+// looks through for one of the taker's: a few, so that a loop keeps
+// to its own connections without the pool giving up most-recent-first.
+const affine = 8
 
 // granted is what a waiter was handed: a connection, or (nil) a place to
 // dial one in.

@@ -89,7 +89,7 @@ func (p *Pool) ForwardsFromLoop() bool {
 // then on; if its Fd is not negative, the loop watches that socket and
 // calls Read when it is readable, else it hands the call to a worker at
 // once (Pool.serve resumes it).
-func (p *Pool) StartLoop(h *h1loop.Head, peer netip.Addr, peerIP string, in Body, slot admit.Releaser) *LoopCall {
+func (p *Pool) StartLoop(cc *h1loop.Conn, h *h1loop.Head, peer netip.Addr, peerIP string, in Body, slot admit.Releaser) *LoopCall {
 	lc := loopCalls.Get().(*LoopCall)
 	lc.p, lc.slot, lc.head = p, slot, string(h.Method) == "HEAD"
 	start := time.Now()
@@ -110,7 +110,7 @@ func (p *Pool) StartLoop(h *h1loop.Head, peer netip.Addr, peerIP string, in Body
 	lc.pk, lc.slot = newPick(p, bal, i, start, slot), nil
 	up := lc.be.up
 	lc.x = up.Fast.Transport.(*exchange)
-	c := lc.x.takeIdle()
+	c := lc.x.takeIdle(cc)
 	if c == nil || c.fd < 0 {
 		if c != nil {
 			up.conns.put(c)
@@ -147,12 +147,32 @@ func (lc *LoopCall) Fd() int {
 	return lc.c.fd
 }
 
-// Timeout is how long the answer's head may take from now (0: no bound).
+// Registration is the connection's place in a loop's epoll set, for the
+// loop's Watch.
+func (lc *LoopCall) Registration() *h1loop.Registration { return &lc.c.reg }
+
+// Timeout is how long the loop waits, from now, for what it reads next (0:
+// no bound): the answer's head within response_header_timeout of the
+// request, as the exchange reads it, and once the head is in, each read of
+// the body within that timeout of the one before, as backendConn reads a
+// body. The loop asks again after each read (LoopMore).
 func (lc *LoopCall) Timeout() time.Duration {
-	if lc.deadline.IsZero() {
+	switch {
+	case lc.end > 0:
+		return lc.c.timeout
+	case lc.deadline.IsZero():
 		return 0
 	}
 	return max(time.Until(lc.deadline), time.Millisecond)
+}
+
+// TimedOut hands on a call whose Timeout passed: the exchange, on the
+// worker, fails its next read of the socket at once (as its own deadline
+// would have) rather than waiting as long again.
+func (lc *LoopCall) TimedOut() {
+	if lc.c != nil && lc.end > 0 {
+		lc.c.expired = true // the head's deadline has passed already
+	}
 }
 
 // LoopState is what Read found.
@@ -165,33 +185,39 @@ const (
 )
 
 // Read reads what the backend sent, in the loop, and says what comes next.
+// The loop's watch is edge-triggered: it reads until it has what it needs
+// or the socket has no more (EAGAIN).
 func (lc *LoopCall) Read() LoopState {
 	if cap(lc.buf) == 0 {
 		lc.buf = make([]byte, 0, loopHeadMax)
 	}
-	if len(lc.buf) == cap(lc.buf) {
-		if cap(lc.buf) >= loopMax {
-			return LoopResume
+	for {
+		if len(lc.buf) == cap(lc.buf) {
+			if cap(lc.buf) >= loopMax {
+				return LoopResume
+			}
+			lc.buf = append(lc.buf, make([]byte, min(2*cap(lc.buf), loopMax)-len(lc.buf))...)[:len(lc.buf)]
 		}
-		lc.buf = append(lc.buf, make([]byte, min(2*cap(lc.buf), loopMax)-len(lc.buf))...)[:len(lc.buf)]
-	}
-	n, errno := sockio.ReadNow(lc.c.fd, lc.buf[len(lc.buf):cap(lc.buf)])
-	switch {
-	case errno == syscall.EAGAIN:
-		return LoopMore
-	case errno != 0 || n <= 0:
-		if len(lc.buf) == 0 {
-			// Closed, or failed, before a byte of the answer: a kept-alive
-			// connection the backend closed under the request. The worker
-			// sends it again on a fresh one, as HostClient.Do retries an
-			// idempotent request (a GET or a HEAD: StartLoop's).
-			lc.x.close(lc.c)
-			lc.c = nil
+		n, errno := sockio.ReadNow(lc.c.fd, lc.buf[len(lc.buf):cap(lc.buf)])
+		switch {
+		case errno == syscall.EAGAIN:
+			return LoopMore
+		case errno != 0 || n <= 0:
+			if len(lc.buf) == 0 {
+				// Closed, or failed, before a byte of the answer: a kept-alive
+				// connection the backend closed under the request. The worker
+				// sends it again on a fresh one, as HostClient.Do retries an
+				// idempotent request (a GET or a HEAD: StartLoop's).
+				lc.x.close(lc.c)
+				lc.c = nil
+			}
+			return LoopResume // the exchange reads the same end and answers for it
 		}
-		return LoopResume // the exchange reads the same end and answers for it
+		lc.buf = lc.buf[:len(lc.buf)+n]
+		if st := lc.frame(); st != LoopMore {
+			return st
+		}
 	}
-	lc.buf = lc.buf[:len(lc.buf)+n]
-	return lc.frame()
 }
 
 // frame looks at the answer read so far.
@@ -361,10 +387,11 @@ func (f loopHeader) all(name string) string   { return allValues(f.h.All(), name
 func (f loopHeader) first(name string) string { return firstValue(f.h.All(), name) }
 
 // takeIdle takes an idle connection that a request may be written on
-// (exchange.acquire's rule) without waiting or dialling: nil if none.
-func (x *exchange) takeIdle() *backendConn {
+// (exchange.acquire's rule) without waiting or dialling, one already in
+// cc's loop's epoll set if it can: nil if none.
+func (x *exchange) takeIdle(cc *h1loop.Conn) *backendConn {
 	for {
-		c := x.pool.takeIdle()
+		c := x.pool.takeIdle(func(c *backendConn) bool { return c.reg.In(cc) })
 		if c == nil || !c.used {
 			return c
 		}

@@ -288,6 +288,11 @@ type loop struct {
 	pmu     sync.Mutex
 	posted  []*Conn // released connections the loop must look at
 	stopped bool    // the loop has stopped: Release closes for itself
+
+	// epMu keeps ep open while a socket is taken out of its set from
+	// outside the loop (Registration), and epClosed says it no longer is.
+	epMu     sync.RWMutex
+	epClosed bool
 }
 
 func newLoop(s *Server, lfd int) (*loop, error) {
@@ -325,7 +330,10 @@ func newLoop(s *Server, lfd int) (*loop, error) {
 	return l, nil
 }
 
-const epollExclusive = 1 << 28
+const (
+	epollExclusive = 1 << 28
+	epollET        = 1 << 31 // syscall.EPOLLET, which is negative there
+)
 
 func (l *loop) ctl(op, fd int, events uint32) error {
 	if err := syscall.EpollCtl(l.ep, op, fd, &syscall.EpollEvent{Events: events, Fd: int32(fd)}); err != nil {
@@ -365,11 +373,14 @@ func (l *loop) release() {
 			w.on(Stopped)
 		}
 	}
+	l.epMu.Lock()
+	l.epClosed = true
 	if l.epf != nil {
 		l.epf.Close()
 	} else {
 		syscall.Close(l.ep)
 	}
+	l.epMu.Unlock()
 	syscall.Close(l.evfd)
 }
 
@@ -433,11 +444,7 @@ func (l *loop) handle(evs []syscall.EpollEvent) {
 		case fd < len(l.conns) && l.conns[fd] != nil:
 			l.event(l.conns[fd], evs[i].Events)
 		case fd < len(l.watches) && l.watches[fd] != nil:
-			w := l.watches[fd]
-			w.on(Readable)
-			if l.watches[fd] == w {
-				l.arm(fd) // still waiting: one-shot, it needs arming again
-			}
+			l.watches[fd].on(Readable)
 		}
 	}
 }
@@ -670,7 +677,9 @@ func (l *loop) close(c *Conn) {
 	l.s.open.Add(-1)
 	l.wheel.remove(&c.entry)
 	l.conns[c.fd] = nil
-	syscall.Close(c.fd) // leaves the epoll set with it
+	// Out of the set before the close: see Registration.Drop.
+	l.ctl(syscall.EPOLL_CTL_DEL, c.fd, 0)
+	syscall.Close(c.fd)
 	c.in, c.out = nil, nil
 	l.s.o.Handler.Closed(c)
 }
@@ -1005,7 +1014,8 @@ type Event uint8
 
 const (
 	// Readable: the socket has bytes to read, or its peer closed, or it
-	// failed. Level-triggered: it comes again while that holds.
+	// failed. Edge-triggered: it comes when more arrives, so the callback
+	// reads until EAGAIN (or until it has what it needs).
 	Readable Event = iota
 	// TimedOut: the Watch's deadline passed; it is still watched.
 	TimedOut
@@ -1024,14 +1034,51 @@ type Watch struct {
 	on    func(Event)
 }
 
+// Registration is a socket's place in one loop's epoll set, kept with the
+// socket (a backend connection) from one Watch to the next, so that a
+// socket a loop watches again costs no system call. The socket is in the
+// set edge-triggered, and stays there whoever uses it between watches (an
+// event for a socket the loop does not watch is ignored), until another
+// loop watches it, which takes it out of the first's set, or Drop. The
+// zero value is in no set. Only the socket's user of the moment may touch
+// it.
+type Registration struct{ l *loop }
+
+// In reports whether r is in c's loop's set.
+func (r *Registration) In(c *Conn) bool { return r.l != nil && r.l == c.l }
+
+// Drop takes fd out of the set r is in, from any goroutine: call it before
+// the socket closes. A close alone takes a socket out of an epoll set only
+// once no descriptor of it is left anywhere, and a child process being
+// started holds copies of every descriptor until it execs: events of a
+// socket closed meanwhile would come under its number, which the loop may
+// have given to a new connection.
+func (r *Registration) Drop(fd int) {
+	l := r.l
+	if l == nil {
+		return
+	}
+	r.l = nil
+	l.epMu.RLock()
+	if !l.epClosed {
+		syscall.EpollCtl(l.ep, syscall.EPOLL_CTL_DEL, fd, nil)
+	}
+	l.epMu.RUnlock()
+}
+
 // Watch has c's loop call on, in the loop, with fd's events until Unwatch;
 // timeout (0: none) bounds the wait from now, and a TimedOut event says it
-// passed. Called in the loop (inside Handler.Request or a Watch's
-// callback), with w not watching.
-func (c *Conn) Watch(w *Watch, fd int, timeout time.Duration, on func(Event)) error {
+// passed. reg is fd's registration, updated. Called in the loop (inside
+// Handler.Request or a Watch's callback), with w not watching.
+func (c *Conn) Watch(w *Watch, reg *Registration, fd int, timeout time.Duration, on func(Event)) error {
 	l := c.l
-	if err := l.arm(fd); err != nil {
-		return err
+	if reg.l != l {
+		reg.Drop(fd)
+		ev := &syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | epollET, Fd: int32(fd)}
+		if err := syscall.EpollCtl(l.ep, syscall.EPOLL_CTL_ADD, fd, ev); err != nil {
+			return fmt.Errorf("h1loop: epoll_ctl: %w", err)
+		}
+		reg.l = l
 	}
 	*w = Watch{l: l, fd: fd, on: on}
 	w.entry.owner = w
@@ -1045,14 +1092,22 @@ func (c *Conn) Watch(w *Watch, fd int, timeout time.Duration, on func(Event)) er
 	return nil
 }
 
+// SetTimeout moves w's deadline to timeout from now (0: none), in the loop.
+func (w *Watch) SetTimeout(timeout time.Duration) {
+	l := w.l
+	if l == nil {
+		return
+	}
+	if timeout <= 0 {
+		l.wheel.set(&w.entry, 0)
+		return
+	}
+	l.wheel.set(&w.entry, l.tick(time.Now())+l.ticks(timeout))
+}
+
 // Unwatch ends w (in the loop): the loop forgets the socket, which stays
-// open. A Watch the loop stopped is already over.
-//
-// The socket stays in the loop's epoll set, one-shot and disarmed once it
-// has reported (or reporting once more, ignored, if it had not): a
-// connection a loop watches again is armed with one EPOLL_CTL_MOD, not
-// added and deleted each request (an ADD costs several times a MOD). Its
-// close takes it out of the set.
+// open, and in its set (Registration). A Watch the loop stopped is already
+// over.
 func (w *Watch) Unwatch() {
 	l := w.l
 	if l == nil {
@@ -1061,20 +1116,6 @@ func (w *Watch) Unwatch() {
 	w.l = nil
 	l.wheel.remove(&w.entry)
 	l.watches[w.fd] = nil
-}
-
-// arm has the loop report fd's next readiness, once: a MOD if fd is in
-// the set, else an ADD.
-func (l *loop) arm(fd int) error {
-	const ev = syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT
-	err := syscall.EpollCtl(l.ep, syscall.EPOLL_CTL_MOD, fd, &syscall.EpollEvent{Events: ev, Fd: int32(fd)})
-	if err == syscall.ENOENT {
-		err = syscall.EpollCtl(l.ep, syscall.EPOLL_CTL_ADD, fd, &syscall.EpollEvent{Events: ev, Fd: int32(fd)})
-	}
-	if err != nil {
-		return fmt.Errorf("h1loop: epoll_ctl: %w", err)
-	}
-	return nil
 }
 
 // FreshGrace is how long Shutdown waits for the first request of a

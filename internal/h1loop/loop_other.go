@@ -59,8 +59,15 @@ const (
 // Watch is a socket a loop's handler waits on (linux only).
 type Watch struct{}
 
-func (c *Conn) Watch(w *Watch, fd int, timeout time.Duration, on func(Event)) error {
+// Registration is a socket's place in a loop's set (linux only).
+type Registration struct{}
+
+func (r *Registration) In(c *Conn) bool { return false }
+func (r *Registration) Drop(fd int)     {}
+
+func (c *Conn) Watch(w *Watch, reg *Registration, fd int, timeout time.Duration, on func(Event)) error {
 	return errUnsupported
 }
+func (w *Watch) SetTimeout(time.Duration)     {}
 func (w *Watch) Unwatch()                     {}
 func (c *Conn) Reply(p []byte, m ReleaseMode) {}

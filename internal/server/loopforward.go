@@ -75,7 +75,7 @@ func (e *loopEngine) forwardInLoop(c *h1loop.Conn, sock *loopSocket, h *h1loop.H
 		f.free()
 		return v
 	}
-	if fd := f.call.Fd(); fd >= 0 && c.Watch(&f.w, fd, f.call.Timeout(), f.on) == nil {
+	if fd := f.call.Fd(); fd >= 0 && c.Watch(&f.w, f.call.Registration(), fd, f.call.Timeout(), f.on) == nil {
 		return h1loop.Held
 	}
 	f.resume()
@@ -88,6 +88,7 @@ func (f *loopFwd) event(ev h1loop.Event) {
 	case h1loop.Readable:
 		switch f.call.Read() {
 		case forward.LoopMore:
+			f.w.SetTimeout(f.call.Timeout())
 			return
 		case forward.LoopAnswer:
 			f.w.Unwatch()
@@ -104,6 +105,9 @@ func (f *loopFwd) event(ev h1loop.Event) {
 		f.c.Release(h1loop.Drop)
 		f.free()
 		return
+	}
+	if ev == h1loop.TimedOut {
+		f.call.TimedOut()
 	}
 	f.w.Unwatch() // timed out, or an answer for the forward core
 	f.resume()
@@ -186,5 +190,5 @@ func (x *loopHead) forward(rt *route, sh *limits.PathShape, slot admit.Releaser,
 	peer, _ := netlimit.PeerOf(x.sock.nc)
 	f := x.fwd
 	f.r.sh, f.r.out = sh, out
-	f.call = rt.pool.StartLoop(x.h, peer, netlimit.PeerIPOf(x.sock.nc), body, slot)
+	f.call = rt.pool.StartLoop(x.sock.c, x.h, peer, netlimit.PeerIPOf(x.sock.nc), body, slot)
 }

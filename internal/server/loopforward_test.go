@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -153,7 +154,9 @@ func TestLoopForwardSendsTheSameHead(t *testing.T) {
 			heads[i] = append(heads[i], <-got)
 		}
 	}
-	if fmt.Sprint(heads[0]) != fmt.Sprint(heads[1]) {
+	// The time left differs by the milliseconds between the runs.
+	left := regexp.MustCompile(`Levee-Deadline: \d+`)
+	if a, b := left.ReplaceAllString(fmt.Sprint(heads[0]), ""), left.ReplaceAllString(fmt.Sprint(heads[1]), ""); a != b {
 		t.Fatalf("the loop sent\n%q\nfasthttp sent\n%q", heads[0], heads[1])
 	}
 	for _, bad := range []string{"6.6.6.6", "evil", "Levee-Shadow", "keep-alive"} {
