@@ -271,9 +271,6 @@ func (lc *LoopCall) Answer(out *fasthttp.Response) {
 	}
 }
 
-// Status is the answer's status (0 before its head is read).
-func (lc *LoopCall) Status() int { return lc.resp.StatusCode() }
-
 // Done ends a call the loop answered (status: what went to the client): the
 // connection goes back to the pool, kept alive if the exchange allows it,
 // and the slot is given back.
