@@ -36,10 +36,13 @@ import (
 type exchange struct {
 	unclean *Unclean
 	watches *watches // the net/http engine's request contexts
-	reuse   bool     // max_idle_per_backend > 0
 	addr    string
 	pool    *h1Pool
 }
+
+// reuses reports whether connections are kept after an exchange
+// (max_idle_per_backend > 0).
+func (x *exchange) reuses() bool { return x.pool.stats.reuse }
 
 // close closes c, ending its request's watch.
 func (x *exchange) close(c *backendConn) {
@@ -119,7 +122,7 @@ var errTooManyInterim = errors.New("forward: backend sent more than 8 interim (1
 // try again (its RetryIfErr decides), as fasthttp's own transport does.
 func (x *exchange) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) (retry bool, err error) {
 	skipBody := resp.SkipBody || req.Header.IsHead()
-	if !x.reuse {
+	if !x.reuses() {
 		// No reuse (max_idle_per_backend 0): the backend closes after
 		// answering, so that not even a response without a body leaves
 		// its connection idle. Here, for both engines' requests.
@@ -303,7 +306,7 @@ func (x *exchange) release(hc *fasthttp.HostClient, c *backendConn, br *bufio.Re
 		x.unclean.add(reason, x.addr)
 	case c.early:
 		x.unclean.add(iEarly, x.addr)
-	case keep && x.reuse:
+	case keep && x.reuses():
 		c.used = true
 		x.pool.put(c)
 		return

@@ -62,7 +62,7 @@ func newFastClient(addr string, u config.Upstream, unclean *Unclean, w *watches)
 			return false, isIdempotent(&req.Header) && !req.IsBodyStream() &&
 				(errors.Is(err, fasthttp.ErrConnectionClosed) || errors.Is(err, io.EOF))
 		},
-		Transport: &exchange{unclean: unclean, watches: w, reuse: d.stats.reuse, addr: addr, pool: pool},
+		Transport: &exchange{unclean: unclean, watches: w, addr: addr, pool: pool},
 	}
 	return hc, d, pool
 }

@@ -277,7 +277,7 @@ func (lc *LoopCall) Answer(out *fasthttp.Response) {
 func (lc *LoopCall) Done(status int) {
 	c := lc.c
 	lc.c = nil
-	if lc.keep && lc.x.reuse {
+	if lc.keep && lc.x.reuses() {
 		c.used = true
 		lc.x.pool.put(c)
 	} else {
