@@ -121,6 +121,32 @@ func ValidHost(h []byte) bool { return validHost(h) }
 // method or a field name.
 func TokenByte(c byte) bool { return tokenByte[c] }
 
+// NamelessCookie reports whether a Cookie field value holds a pair with an
+// empty name ("=v"). levee refuses it (BadHeaderReply): the backend's head
+// is written by fasthttp, which writes that pair as "v", and parsers read
+// "v" as a cookie named v where "=v" is no cookie at all (Go's), so the
+// backend would read a cookie the client never sent.
+func NamelessCookie[T string | []byte](v T) bool {
+	for len(v) > 0 {
+		i := 0
+		for i < len(v) && v[i] != ';' {
+			i++
+		}
+		pair := v[:i]
+		for len(pair) > 0 && (pair[0] == ' ' || pair[0] == '\t') {
+			pair = pair[1:]
+		}
+		if len(pair) > 0 && pair[0] == '=' {
+			return true
+		}
+		if i == len(v) {
+			break
+		}
+		v = v[i+1:]
+	}
+	return false
+}
+
 // Twin reports whether name is s (a field name in lower case, with
 // hyphens) spelled with an underscore for some hyphen, any case:
 // Twin("Content_Length", "content-length") is true, and Fast refuses such

@@ -36,6 +36,9 @@ func TestFast(t *testing.T) {
 		{"GET / HTTP/1.1\r\nHost: a.test\r\nX Y: z\r\n\r\n", ptr(BadHeader)},
 		{"GET / HTTP/1.1\r\nHost: a.test\r\nX: y\r\n z\r\n\r\n", ptr(BadHeader)},
 		{"GET / HTTP/1.1\r\nHost: a.test\nX: y\r\n\r\n", ptr(BadHeader)},
+		{"GET / HTTP/1.1\r\nHost: a.test\r\nCookie: a=1; =2\r\n\r\n", ptr(BadHeader)},
+		{"GET / HTTP/1.1\r\nHost: a.test\r\nCookie: =2\r\n\r\n", ptr(BadHeader)},
+		{"GET / HTTP/1.1\r\nHost: a.test\r\nCookie: a=1; b; c=\r\n\r\n", nil},
 		{"POST / HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: identity\r\n\r\n", ptr(BadFraming)},
 		{"POST / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", ptr(BadFraming)},
 		{"POST / HTTP/1.1\r\nHost: a.test\r\ntransfer_encoding: chunked\r\n\r\n", ptr(BadFraming)},
@@ -136,6 +139,8 @@ func TestHTTP(t *testing.T) {
 		{"content-length unlike the stream", func(r *http.Request) { r.ContentLength = 0 }, ptr(BadFraming)},
 		{"value with edge whitespace", func(r *http.Request) { r.Header.Set("X", " y") }, ptr(BadHeader)},
 		{"expect", func(r *http.Request) { r.Header.Set("Expect", "foo") }, ptr(Expectation)},
+		{"nameless cookie", func(r *http.Request) { r.Header["Cookie"] = []string{"a=1", "=2"} }, ptr(BadHeader)},
+		{"cookies", func(r *http.Request) { r.Header["Cookie"] = []string{"a=1", "b=2; c"} }, nil},
 	} {
 		r := ok()
 		tc.edit(r)

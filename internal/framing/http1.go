@@ -97,11 +97,14 @@ func fields(h *fasthttp.RequestHeader) *reply.Reply {
 			} else if twin(name, "transfer-encoding") {
 				return BadFramingReply
 			}
-		case len("expect"):
+		case len("expect"): // and len("cookie")
 			// RFC 9110 §10.1.1: a server MAY answer 417 to any other
 			// expectation; levee does, rather than forward one it cannot meet.
 			if v := bytes.Trim(line[colon+1:], " \t"); ascii.EqualFold(name, "expect") && len(v) > 0 && !ascii.EqualFold(v, "100-continue") {
 				return ExpectationReply
+			}
+			if ascii.EqualFold(name, "cookie") && NamelessCookie(line[colon+1:]) {
+				return BadHeaderReply
 			}
 		}
 	}

@@ -57,6 +57,11 @@ func HTTP(r *http.Request) *reply.Reply {
 			}
 		}
 	}
+	for _, v := range r.Header["Cookie"] {
+		if NamelessCookie(v) {
+			return BadHeaderReply
+		}
+	}
 	if _, ok := r.Header["Expect"]; ok { // net/http removed a 100-continue
 		return ExpectationReply
 	}

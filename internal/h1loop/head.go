@@ -338,7 +338,10 @@ func (s *seen) field(name, value []byte) bool {
 		return !framing.Twin(name, "content-length") && !ascii.EqualFold(name, "http2-settings")
 	case len("transfer-encoding"):
 		return !ascii.EqualFold(name, "transfer-encoding") && !framing.Twin(name, "transfer-encoding")
-	case len("expect"):
+	case len("expect"): // and len("cookie")
+		if ascii.EqualFold(name, "cookie") {
+			return !framing.NamelessCookie(value) // the full engine refuses it
+		}
 		return !ascii.EqualFold(name, "expect")
 	case len("upgrade"): // and len("trailer")
 		return !ascii.EqualFold(name, "upgrade") && !ascii.EqualFold(name, "trailer")

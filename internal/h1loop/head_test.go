@@ -390,3 +390,17 @@ func TestHeadCopyTo(t *testing.T) {
 		t.Fatalf("fields %q, want %q", strings.Join(got, " "), want)
 	}
 }
+
+// A Cookie with a nameless pair is the full engine's to refuse.
+func TestNamelessCookieIsNotSimple(t *testing.T) {
+	var h Head
+	for _, c := range []struct {
+		cookie string
+		want   Result
+	}{{"a=1; b=2", Simple}, {"a=1; =2", NotSimple}, {"=2", NotSimple}, {"a", Simple}} {
+		b := []byte("GET / HTTP/1.1\r\nHost: a.test\r\nCookie: " + c.cookie + "\r\n\r\n")
+		if r := ParseHead(b, 8<<10, &h); r != c.want {
+			t.Errorf("Cookie: %s: %v, want %v", c.cookie, r, c.want)
+		}
+	}
+}
