@@ -19,7 +19,6 @@ import (
 	"flag"
 	"log"
 	"net"
-	"os"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -84,8 +83,8 @@ type loopHandler struct{}
 
 func (loopHandler) Accepted(*h1loop.Conn) bool { return true }
 func (loopHandler) Closed(*h1loop.Conn)        {}
-func (loopHandler) Handoff(_ *h1loop.Conn, f *os.File, _ []byte) {
-	f.Close()
+func (loopHandler) Handoff(_ *h1loop.Conn, nc net.Conn, _ []byte) {
+	nc.Close()
 }
 func (loopHandler) Request(c *h1loop.Conn, h *h1loop.Head) h1loop.Verdict {
 	c.Answer(loopRefusal)

@@ -94,8 +94,8 @@ type Server struct {
 	// MaxConnsPerIP is the most open connections from one client address
 	// per listener; trusted_proxies are exempt (they carry many clients).
 	MaxConnsPerIP int `yaml:"max_conns_per_ip"`
-	// EventLoop serves the HTTP/1.1 connections of plain listeners
-	// (without h2c) from event loops (internal/h1loop) rather than a
+	// EventLoop serves the HTTP/1.1 connections of listeners, plain or
+	// TLS (without h2c), from event loops (internal/h1loop) rather than a
 	// goroutine each; linux only, and on by default there.
 	EventLoop bool `yaml:"event_loop"`
 	// MinRate is the fewest bytes a second a client may send a request body

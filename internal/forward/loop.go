@@ -118,7 +118,7 @@ func (p *Pool) StartLoop(cc *h1loop.Conn, h *h1loop.Head, peer netip.Addr, peerI
 		return lc // the worker waits or dials, as any request does
 	}
 	lc.req.Reset()
-	p.copyLoopHead(h, peer, &lc.req, in.Trace)
+	p.copyLoopHead(h, peer, cc.IsTLS(), &lc.req, in.Trace)
 	p.headExtras(&lc.req, in)
 	lc.out = lc.req.AppendBytes(lc.out[:0])
 	c.startRequest()
@@ -354,8 +354,9 @@ func (s *sentCall) read(hc *fasthttp.HostClient, out *fasthttp.Request, resp *fa
 }
 
 // copyLoopHead is copyRequestTraced for the event loop's head (simple: no
-// upgrade, no body, Connection only "close" or "keep-alive").
-func (p *Pool) copyLoopHead(h *h1loop.Head, peer netip.Addr, out *fasthttp.RequestHeader, tc TraceHeaders) {
+// upgrade, no body, Connection only "close" or "keep-alive"), of a client
+// connection that is TLS or not.
+func (p *Pool) copyLoopHead(h *h1loop.Head, peer netip.Addr, tls bool, out *fasthttp.RequestHeader, tc TraceHeaders) {
 	out.DisableNormalizing()
 	out.SetNoDefaultContentType(true)
 	out.SetMethodBytes(h.Method)
@@ -374,7 +375,7 @@ func (p *Pool) copyLoopHead(h *h1loop.Head, peer netip.Addr, out *fasthttp.Reque
 	if tc.Traceparent != nil {
 		out.AddBytesV("traceparent", tc.Traceparent)
 	}
-	setForwarded(p.trust, out, peer, h.Host, false, loopHeader{h})
+	setForwarded(p.trust, out, peer, h.Host, tls, loopHeader{h})
 }
 
 // loopHeader reads the event loop's head's forwarding fields.

@@ -1,5 +1,5 @@
-// Package h1loop is levee's event-loop HTTP/1.1 front: plain connections
-// served from epoll loops rather than a goroutine each. A loop reads a
+// Package h1loop is levee's event-loop HTTP/1.1 front: connections, plain
+// or TLS, served from epoll loops rather than a goroutine each. A loop reads a
 // readable connection once into one buffer shared by all of them, parses
 // the common request head itself (ParseHead: no body, no upgrade, nothing
 // a second parser could read differently) and hands the request to its
@@ -18,8 +18,9 @@
 package h1loop
 
 import (
+	"crypto/tls"
 	"errors"
-	"os"
+	"net"
 	"time"
 )
 
@@ -48,10 +49,18 @@ type Handler interface {
 	// on c; h and its views are valid only until it returns.
 	Request(c *Conn, h *Head) Verdict
 	// Handoff is called in the loop when c's next request is not simple:
-	// the handler owns the socket f from then on (the loop has forgotten
-	// it) and in is what was read of it and not consumed (its own copy).
-	Handoff(c *Conn, f *os.File, in []byte)
-	// Closed is called in the loop once c's socket is closed.
+	// the handler owns the socket nc (in blocking mode) from then on (the
+	// loop has forgotten c) and in is what was read of it and not consumed
+	// (its own copy). For a TLS connection (Options.TLS), nc is the socket
+	// under the session and in is plaintext: the handler reads and writes
+	// through c.TLSOver. It is also called for a connection Accepted
+	// refused (before any handshake), and, on the handshake's goroutine,
+	// for a TLS connection whose ALPN protocol is not HTTP/1.1, with in
+	// nil. It must return promptly: a connection it serves for long is
+	// served on a goroutine of its own.
+	Handoff(c *Conn, nc net.Conn, in []byte)
+	// Closed is called once c's socket is closed: in the loop, or on the
+	// handshake's goroutine for a TLS connection whose handshake failed.
 	Closed(c *Conn)
 }
 
@@ -75,6 +84,10 @@ type Options struct {
 	Tick time.Duration
 	// Loops is how many loops share the listener (1).
 	Loops int
+	// TLS, if set, makes every connection a TLS one: its handshake runs on
+	// a goroutine of its own, within HeadTimeout, and the loop then reads
+	// and writes through the session (tls_linux.go).
+	TLS *tls.Config
 }
 
 // ErrClosed is returned by Serve after Close.

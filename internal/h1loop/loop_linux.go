@@ -27,6 +27,7 @@ const (
 	stDisarmed               // held, and the loop has stopped watching it for reads
 	stLinger                 // answered and shut for writing: the loop discards what still comes
 	stClosed
+	stShaking // a TLS connection in its handshake, on a goroutine (tls_linux.go)
 )
 
 // Conn is one client connection of the loop. Its methods say who may
@@ -44,6 +45,8 @@ type Conn struct {
 	// loop's idle deadline runs from it.
 	idleAt atomic.Int64
 	entry  entry
+	// tls is a TLS connection's session; nil for a plain one.
+	tls *session
 	// in holds bytes read and not yet consumed: a partial head, or what a
 	// client sent behind a held request. nil when there are none.
 	in []byte
@@ -93,6 +96,12 @@ type Server struct {
 	paused   bool
 	lf       *os.File
 	open     atomic.Int64 // connections the loops have (held ones too)
+	local    net.Addr     // the listener's address
+	// shaking counts the TLS handshakes under way, shakes holds their
+	// connections (under shakeMu), so Close can end them.
+	shaking sync.WaitGroup
+	shakeMu sync.Mutex
+	shakes  map[*Conn]struct{}
 }
 
 // New returns a server; it starts nothing.
@@ -128,6 +137,7 @@ func (s *Server) Serve(ln *net.TCPListener) error {
 	if err != nil {
 		return fmt.Errorf("h1loop: %w", err)
 	}
+	s.local = ln.Addr()
 	lfd := int(lf.Fd())
 	if err := syscall.SetNonblock(lfd, true); err != nil {
 		lf.Close()
@@ -169,6 +179,8 @@ func (s *Server) Serve(ln *net.TCPListener) error {
 	s.loops = nil
 	s.mu.Unlock()
 	s.closeListener()
+	s.endHandshakes()
+	s.shaking.Wait()
 	return ErrClosed
 }
 
@@ -196,7 +208,18 @@ func (s *Server) Close() error {
 			l.wake() // under mu: Serve releases the loops under it too
 		}
 	})
+	s.endHandshakes()
 	return nil
+}
+
+// endHandshakes fails the TLS handshakes under way: their goroutines
+// close their connections.
+func (s *Server) endHandshakes() {
+	s.shakeMu.Lock()
+	defer s.shakeMu.Unlock()
+	for c := range s.shakes {
+		syscall.Shutdown(c.fd, syscall.SHUT_RDWR)
+	}
 }
 
 // PauseAccept stops the loops' accepting, and returns once none accepts:
@@ -282,6 +305,7 @@ type loop struct {
 	wheel   *wheel
 	start   time.Time
 	buf     []byte // one read buffer for every connection
+	sealBuf []byte // what Answer seals for a TLS connection
 	head    Head
 	evs     []syscall.EpollEvent
 
@@ -482,10 +506,25 @@ func (l *loop) accept() {
 	}
 	if !l.s.o.Handler.Accepted(c) {
 		// Refused: the handler answers it on the socket.
-		l.s.o.Handler.Handoff(c, os.NewFile(uintptr(nfd), "h1loop-conn"), nil)
+		if nc, err := fileConn(nfd); err == nil {
+			l.s.o.Handler.Handoff(c, nc, nil)
+		}
 		return
 	}
 	l.s.open.Add(1)
+	if l.s.o.TLS != nil {
+		l.newSession(c)
+		c.state.Store(stShaking)
+		l.s.shakeMu.Lock()
+		if l.s.shakes == nil {
+			l.s.shakes = make(map[*Conn]struct{})
+		}
+		l.s.shakes[c] = struct{}{}
+		l.s.shaking.Add(1)
+		l.s.shakeMu.Unlock()
+		go l.handshake(c)
+		return
+	}
 	l.conns[nfd] = c
 	if l.ctl(syscall.EPOLL_CTL_ADD, nfd, syscall.EPOLLIN|syscall.EPOLLRDHUP) != nil {
 		l.close(c)
@@ -569,28 +608,45 @@ func (l *loop) read(c *Conn) {
 			l.handoff(c, nil) // a head longer than MaxHead: the full engine refuses it
 			return
 		}
-		n, errno := sysRead(c.fd, c.in[len(c.in):cap(c.in)])
-		if errno == syscall.EAGAIN {
-			return
-		}
-		if errno != 0 || n == 0 {
-			l.close(c)
+		n, ok := l.fill(c, c.in[len(c.in):cap(c.in)])
+		if !ok || n == 0 {
 			return
 		}
 		c.in = c.in[:len(c.in)+n]
 		data = c.in
 	} else {
-		n, errno := sysRead(c.fd, l.buf)
-		if errno == syscall.EAGAIN {
-			return
-		}
-		if errno != 0 || n == 0 {
-			l.close(c)
+		n, ok := l.fill(c, l.buf)
+		if !ok || n == 0 {
 			return
 		}
 		data = l.buf[:n]
 	}
 	l.serve(c, data)
+}
+
+// fill reads what c's client sent into p: n bytes, or none yet (0, true),
+// or none ever (false: c closed).
+func (l *loop) fill(c *Conn, p []byte) (int, bool) {
+	if c.tls != nil {
+		n, err := l.readTLS(c, p)
+		if err == errAgain {
+			return 0, true
+		}
+		if err != nil {
+			l.close(c)
+			return 0, false
+		}
+		return n, true
+	}
+	n, errno := sysRead(c.fd, p)
+	if errno == syscall.EAGAIN {
+		return 0, true
+	}
+	if errno != 0 || n == 0 {
+		l.close(c)
+		return 0, false
+	}
+	return n, true
 }
 
 // serve serves the requests at the start of data, read from c.
@@ -602,6 +658,10 @@ func (l *loop) serve(c *Conn, data []byte) {
 		case NeedMore:
 			l.keep(c, data, o.MaxHead)
 			l.wheel.set(&c.entry, l.tick(time.Now())+l.ticks(o.HeadTimeout))
+			if c.unread() {
+				c.tls.more = false
+				l.read(c) // the rest may be in the session, not the socket
+			}
 			return
 		case NotSimple:
 			l.handoff(c, data)
@@ -654,9 +714,25 @@ func (l *loop) handoff(c *Conn, data []byte) {
 	}
 	in := append([]byte(nil), data...)
 	l.forget(c)
-	f := os.NewFile(uintptr(c.fd), "h1loop-conn")
-	l.s.o.Handler.Handoff(c, f, in)
+	nc, err := fileConn(c.fd)
+	if err != nil {
+		l.s.o.Handler.Closed(c)
+		return
+	}
+	l.s.o.Handler.Handoff(c, nc, in)
 }
+
+// fileConn is the socket fd, in blocking mode, its descriptor closed.
+func fileConn(fd int) (net.Conn, error) {
+	f := os.NewFile(uintptr(fd), "h1loop-conn")
+	nc, err := net.FileConn(f)
+	f.Close()
+	return nc, err
+}
+
+// unread reports whether c's TLS session may hold bytes the loop has not
+// read: the loop reads it before waiting for the socket.
+func (c *Conn) unread() bool { return c.tls != nil && c.tls.more }
 
 // forget takes c out of the loop without closing its socket.
 func (l *loop) forget(c *Conn) {
@@ -709,6 +785,9 @@ func (l *loop) expire(owner any) {
 		// A head that did not come in time is answered, as the full
 		// engine answers one (408), then closed lingering.
 		if ans := l.s.o.OnHeadTimeout(c); len(ans) > 0 {
+			if c.tls != nil {
+				ans, _ = c.tls.seal(ans, nil)
+			}
 			sysWrite(c.fd, ans)
 			l.closeAfterOut(c, true)
 			return
@@ -722,6 +801,16 @@ func (l *loop) expire(owner any) {
 // is read from c until then.
 func (c *Conn) Answer(p []byte) {
 	l := c.l
+	if c.tls != nil {
+		sealed, err := c.tls.seal(p, l.sealBuf)
+		if err != nil {
+			c.closing = true
+			return
+		}
+		if p = sealed; cap(sealed) <= sealKeep {
+			l.sealBuf = sealed[:0]
+		}
+	}
 	if len(c.out) == 0 {
 		n, errno := sysWrite(c.fd, p)
 		if errno == 0 && n == len(p) {
@@ -772,6 +861,11 @@ func (l *loop) flush(c *Conn) bool {
 
 // idle: c waits for its next request; draining, it closes instead.
 func (l *loop) idle(c *Conn) {
+	if c.unread() && !c.killed.Load() {
+		c.tls.more = false
+		l.read(c)
+		return
+	}
 	if l.s.draining.Load() || c.killed.Load() {
 		l.close(c)
 		return
@@ -821,6 +915,26 @@ func (l *loop) discard(c *Conn) {
 // Write writes p to c, for the holder of a held request: all of it, or an
 // error once deadline passes (zero: none) or the socket fails.
 func (c *Conn) Write(p []byte, deadline time.Time) (int, error) {
+	if c.tls == nil {
+		return c.write(p, deadline)
+	}
+	bp := sealBufs.Get().(*[]byte)
+	sealed, err := c.tls.seal(p, *bp)
+	if err == nil {
+		_, err = c.write(sealed, deadline)
+	}
+	if cap(sealed) <= sealKeep {
+		*bp = sealed[:0]
+		sealBufs.Put(bp)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// write writes p to the socket, as Write.
+func (c *Conn) write(p []byte, deadline time.Time) (int, error) {
 	written := 0
 	for len(p) > 0 {
 		n, errno := sysWrite(c.fd, p)
@@ -887,17 +1001,23 @@ const (
 func (c *Conn) Release(m ReleaseMode) {
 	l := c.l
 	c.idleAt.Store(time.Now().UnixNano())
-	if m == Keep && !c.rearm && len(c.in) == 0 && !l.s.draining.Load() && c.state.CompareAndSwap(stHeld, stLoop) {
+	if m == Keep && !c.rearm && len(c.in) == 0 && !c.unread() && !l.s.draining.Load() && c.state.CompareAndSwap(stHeld, stLoop) {
 		return // still watched: the client's next request wakes the loop
 	}
 	if m != Keep {
 		c.closing, c.linger = true, m == Linger
 	}
+	if !l.post(c) {
+		syscall.Close(c.fd) // release shut it down and left it to us
+	}
+}
+
+// post hands c to the loop (drainPosted); false if the loop has stopped.
+func (l *loop) post(c *Conn) bool {
 	l.pmu.Lock()
 	if l.stopped {
 		l.pmu.Unlock()
-		syscall.Close(c.fd) // release shut it down and left it to us
-		return
+		return false
 	}
 	l.posted = append(l.posted, c)
 	first := len(l.posted) == 1
@@ -905,6 +1025,7 @@ func (c *Conn) Release(m ReleaseMode) {
 	if first {
 		l.wake()
 	}
+	return true
 }
 
 // drainPosted takes back the connections released with work for the loop.
@@ -917,6 +1038,10 @@ func (l *loop) drainPosted() {
 	l.pmu.Unlock()
 	for _, c := range posted {
 		st := c.state.Load()
+		if st == stShaking {
+			l.adopt(c)
+			continue
+		}
 		if st == stClosed || l.conns[c.fd] != c {
 			continue
 		}
@@ -1133,21 +1258,20 @@ func (c *Conn) Kill() {
 	case stHeld, stDisarmed:
 		syscall.Shutdown(c.fd, syscall.SHUT_RDWR)
 		return // Release posts it, and the loop closes it then
+	case stShaking:
+		// The handshake fails, and closes it; if it is over, the loop
+		// closes it as it takes it (adopt).
+		s := c.l.s
+		s.shakeMu.Lock()
+		if _, ok := s.shakes[c]; ok {
+			syscall.Shutdown(c.fd, syscall.SHUT_RDWR)
+		}
+		s.shakeMu.Unlock()
+		return
 	case stClosed:
 		return
 	}
-	l := c.l
-	l.pmu.Lock()
-	if l.stopped {
-		l.pmu.Unlock()
-		return // release closed it
-	}
-	l.posted = append(l.posted, c)
-	first := len(l.posted) == 1
-	l.pmu.Unlock()
-	if first {
-		l.wake()
-	}
+	c.l.post(c) // if the loop has stopped, release closed it
 }
 
 func sysRead(fd int, p []byte) (int, syscall.Errno) {

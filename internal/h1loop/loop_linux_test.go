@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,7 +35,8 @@ type testHandler struct {
 }
 
 type handoff struct {
-	f  *os.File
+	c  *Conn
+	nc net.Conn
 	in []byte
 }
 
@@ -84,12 +84,12 @@ func (h *testHandler) Request(c *Conn, hd *Head) Verdict {
 	}
 }
 
-func (h *testHandler) Handoff(c *Conn, f *os.File, in []byte) {
+func (h *testHandler) Handoff(c *Conn, nc net.Conn, in []byte) {
 	if h.handoffs != nil {
-		h.handoffs <- handoff{f, in}
+		h.handoffs <- handoff{c, nc, in}
 		return
 	}
-	f.Close()
+	nc.Close()
 }
 
 // start serves h on a loopback listener until the test ends.
@@ -267,17 +267,13 @@ func TestHandsOffWhatIsNotSimple(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no handoff")
 	}
-	defer ho.f.Close()
+	fc := ho.nc
+	defer fc.Close()
 	// The engine that takes over has every byte after the first request,
 	// and the socket.
 	if !strings.HasPrefix(post, string(ho.in)) || len(ho.in) == 0 {
 		t.Fatalf("handed off %q, want a prefix of %q", ho.in, post)
 	}
-	fc, err := net.FileConn(ho.f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fc.Close()
 	io.WriteString(fc, "HTTP/1.1 204 No Content\r\nX-Path: /up\r\n\r\n")
 	wantAnswer(t, br, "/up")
 }
@@ -292,7 +288,7 @@ func TestHandsOffAHeadTooLong(t *testing.T) {
 	io.WriteString(c, long[100:])
 	select {
 	case ho := <-h.handoffs:
-		ho.f.Close()
+		ho.nc.Close()
 		if !strings.HasPrefix(long, string(ho.in)) || len(ho.in) < 256 {
 			t.Fatalf("handed off %d bytes, want the first 256 at least of the head", len(ho.in))
 		}

@@ -4,6 +4,7 @@ package h1loop
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"net/netip"
@@ -26,6 +27,9 @@ func (c *Conn) Gone() bool                                      { return true }
 func (c *Conn) Answer(p []byte)                                 {}
 func (c *Conn) Write(p []byte, deadline time.Time) (int, error) { return 0, errUnsupported }
 func (c *Conn) Release(m ReleaseMode)                           {}
+func (c *Conn) IsTLS() bool                                     { return false }
+func (c *Conn) ConnectionState() tls.ConnectionState            { return tls.ConnectionState{} }
+func (c *Conn) TLSOver(under net.Conn) *tls.Conn                { return nil }
 
 // Server serves HTTP/1.1 connections on event loops (linux only).
 type Server struct{}

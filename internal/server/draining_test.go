@@ -53,9 +53,12 @@ apps:
 	waitFor(t, "the late connection accepted", func() bool { return l.ln.Open() > open })
 	stopped := make(chan error, 1)
 	go func() { stopped <- p.Stop() }()
-	waitFor(t, "the HTTP/1.1 engine's queue closed", func() bool {
+	waitFor(t, "the drain to begin", func() bool {
+		if l.loop != nil { // the event loops accept and sort TLS connections
+			return p.srv.draining.Load()
+		}
 		select {
-		case <-l.h1q.done:
+		case <-l.h1q.done: // the sorter's queue
 			return true
 		default:
 			return false

@@ -129,7 +129,7 @@ func (s *Server) serveFast(ctx *fasthttp.RequestCtx) {
 	e.c, e.left = ctx, false
 	e.pc.Bind(ctx, &s.peers)
 	e.whole, e.paced.R, e.nItems = false, nil, 0
-	if r, ok := ctx.Conn().(*loopReq); ok && r.pre.rt != nil {
+	if r := loopReqOf(ctx.Conn()); r != nil && r.pre.rt != nil {
 		servePassed(s, e, &r.pre) // routed and checked in the event loop
 	} else {
 		serve(s, e)
@@ -223,7 +223,7 @@ func (e *fastExchange) gone() {
 }
 
 func (e *fastExchange) reused() bool {
-	if r, ok := e.c.Conn().(*loopReq); ok {
+	if r := loopReqOf(e.c.Conn()); r != nil {
 		return r.sock.c.Requests > 1 // fasthttp serves it as a connection of one request
 	}
 	return e.c.ConnRequestNum() > 1

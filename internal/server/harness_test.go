@@ -131,7 +131,7 @@ const protoEnv = "LEVEE_TEST_PROTO"
 
 func testH2C() bool { return os.Getenv(protoEnv) == "h2c" }
 
-// testLoop: protoEnv is h1loop, and the plain listeners of test proxies
+// testLoop: protoEnv is h1loop, and the listeners (plain or TLS) of test proxies
 // serve HTTP/1.1 from event loops (server.event_loop).
 func testLoop() bool { return os.Getenv(protoEnv) == "h1loop" }
 

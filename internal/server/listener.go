@@ -78,7 +78,7 @@ func (s *Server) newListener(cfg *config.Config, i int, ln net.Listener) (*liste
 		o.Refusal = reply.Raw // a plain listener can say why
 	}
 	l.ln = netlimit.NewWith(ln, o)
-	if cfg.Server.EventLoop && lc.TLS == nil && !lc.H2C {
+	if cfg.Server.EventLoop && !lc.H2C {
 		var err error
 		if l.loop, err = s.newLoopEngine(cfg, l, ln); err != nil {
 			return nil, fmt.Errorf("server: listen %s: %w", lc.Addr, err)
@@ -200,18 +200,11 @@ func (l *listener) sort(c net.Conn) {
 			return
 		}
 		c = tc
-		if tc.ConnectionState().NegotiatedProtocol == acmeALPN { // a validation ends at its handshake
-			tc.Close()
+		var ok bool
+		if state, ok = negotiated(tc); !ok {
 			return
 		}
-		if cs := tc.ConnectionState(); cs.NegotiatedProtocol == "h2" {
-			if !h2.Adequate(&cs) {
-				h2guard.Refuse(tc, h2guard.ErrCodeInadequateSecurity)
-				tc.Close()
-				return
-			}
-			isH2, state = true, new(cs) // a copy: HTTP/1.1 allocates nothing here
-		}
+		isH2 = state != nil
 	} else {
 		pc, sniffed, err := h2.PeekPreface(c)
 		if err != nil {
@@ -222,11 +215,37 @@ func (l *listener) sort(c net.Conn) {
 	}
 	c.SetDeadline(time.Time{}) // the engines set their own
 	if isH2 {
-		netlimit.Started(c) // a refused stream's client sends it again
-		l.h2.ServeConn(&h2Conn{Conn: h2guard.Wrap(c, l.guard), tls: state})
+		l.serveH2(c, state)
 	} else if !l.h1q.push(c) {
 		answerDraining(c)
 	}
+}
+
+// negotiated sorts a TLS connection by the protocol its handshake agreed:
+// an ACME validation ends at its handshake, and HTTP/2 must be adequately
+// secure (RFC 9113, 9.2), or tc is closed (ok false). state is HTTP/2's
+// connection state, nil for HTTP/1.x.
+func negotiated(tc *tls.Conn) (state *tls.ConnectionState, ok bool) {
+	cs := tc.ConnectionState()
+	switch cs.NegotiatedProtocol {
+	case acmeALPN:
+		tc.Close()
+		return nil, false
+	case "h2":
+		if !h2.Adequate(&cs) {
+			h2guard.Refuse(tc, h2guard.ErrCodeInadequateSecurity)
+			tc.Close()
+			return nil, false
+		}
+		return new(cs), true // a copy: HTTP/1.1 allocates nothing here
+	}
+	return nil, true
+}
+
+// serveH2 serves an HTTP/2 connection until it ends.
+func (l *listener) serveH2(c net.Conn, state *tls.ConnectionState) {
+	netlimit.Started(c) // a refused stream's client sends it again
+	l.h2.ServeConn(&h2Conn{Conn: h2guard.Wrap(c, l.guard), tls: state})
 }
 
 // drainingWrite bounds answerDraining's wait for the request and the
@@ -272,7 +291,15 @@ func (l *listener) shutdown(ctx context.Context) error {
 		// that connects during the drain is refused, not left in a backlog
 		// that no loop takes from.
 		l.ln.Close()
-		return l.loop.shutdown(ctx)
+		if l.h2 == nil {
+			return l.loop.shutdown(ctx)
+		}
+		var wg sync.WaitGroup
+		var e1, e2 error
+		wg.Go(func() { e1 = l.loop.shutdown(ctx) })
+		wg.Go(func() { e2 = l.h2.Shutdown(ctx) })
+		wg.Wait()
+		return errors.Join(e1, e2)
 	}
 	if l.h1q != nil {
 		l.close() // the socket is the sorter's; fasthttp closes its queue again

@@ -2,10 +2,10 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
-	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -19,7 +19,7 @@ import (
 	"github.com/leveeproxy/levee/internal/reply"
 )
 
-// loopEngine serves a plain listener's HTTP/1.1 connections from event
+// loopEngine serves a listener's HTTP/1.1 connections (plain or TLS) from event
 // loops (server.event_loop, package h1loop). The loops read and parse,
 // and run the steps that never wait, refusing there (front,
 // loopfront.go); a request they let through is served by the listener's
@@ -61,7 +61,7 @@ func (s *Server) newLoopEngine(cfg *config.Config, l *listener, ln net.Listener)
 	e := &loopEngine{s: s, l: l, tcp: tcp, local: ln.Addr(), idle: newConnQueue(ln.Addr())}
 	// One loop per P: each reads, parses and refuses on whichever P the
 	// runtime gives it, as the goroutines of the other engine do.
-	srv, err := h1loop.New(h1loop.Options{Handler: e, MaxHead: int(sc.MaxHeaderBytes), Loops: runtime.GOMAXPROCS(0),
+	srv, err := h1loop.New(h1loop.Options{Handler: e, MaxHead: int(sc.MaxHeaderBytes), Loops: runtime.GOMAXPROCS(0), TLS: l.tls,
 		HeadTimeout: sc.ReadHeaderTimeout.D(), IdleTimeout: sc.IdleTimeout.D(), WriteTimeout: sc.WriteTimeout.D(),
 		OnHeadTimeout: func(*h1loop.Conn) []byte {
 			// As fastParseError answers a head that did not come in time.
@@ -186,28 +186,46 @@ func (e *loopEngine) Closed(c *h1loop.Conn) {
 }
 
 // Handoff serves on fasthttp a connection whose next request the loop
-// does not take, or answers one refused at accept.
-func (e *loopEngine) Handoff(c *h1loop.Conn, f *os.File, in []byte) {
-	nc, err := net.FileConn(f)
-	f.Close()
+// does not take, or answers one refused at accept, or serves a TLS one
+// that is not HTTP/1.x by its protocol (HTTP/2).
+func (e *loopEngine) Handoff(c *h1loop.Conn, nc net.Conn, in []byte) {
 	if reason, ok := c.Value.(string); ok {
-		if err == nil {
-			e.l.ln.Refuse(nc, reason)
-		}
+		e.l.ln.Refuse(nc, reason)
 		return
 	}
 	s := c.Value.(*loopSocket)
-	if err != nil {
-		s.nc.Close()
+	if !c.IsTLS() {
+		s.nc.Rebind(h2.Replay(nc, in))
+		e.serving.Go(func() { e.l.h1.ServeConn(s.nc) })
 		return
 	}
-	s.nc.Rebind(h2.Replay(nc, in))
-	e.serving.Add(1)
-	go func() {
-		defer e.serving.Done()
-		e.l.h1.ServeConn(s.nc)
-	}()
+	// The session reads and writes through the counted connection, as a
+	// TLS connection the listener sorts does.
+	s.nc.Rebind(nc)
+	tc := c.TLSOver(s.nc)
+	state, ok := negotiated(tc)
+	switch {
+	case !ok:
+	case state != nil:
+		e.serving.Go(func() { e.l.serveH2(tc, state) })
+	default:
+		e.serving.Go(func() { e.l.h1.ServeConn(tlsReplay{h2.Replay(tc, in), tc}) })
+	}
 }
+
+// tlsReplay is a TLS connection handed off by its loop, with the plaintext
+// the loop read first: fasthttp takes it for TLS (ConnectionState and
+// Handshake).
+type tlsReplay struct {
+	net.Conn
+	tc *tls.Conn
+}
+
+func (r tlsReplay) ConnectionState() tls.ConnectionState { return r.tc.ConnectionState() }
+func (r tlsReplay) Handshake() error                     { return r.tc.Handshake() }
+
+// NetConn is the connection underneath, for netlimit's look through it.
+func (r tlsReplay) NetConn() net.Conn { return r.Conn }
 
 // Request answers in the loop a request that route, check or admission
 // refuses (front), and hands any other to a pooled goroutine, which
@@ -281,7 +299,11 @@ func (r *loopReq) NetConn() net.Conn { return r.sock.nc }
 // serve runs on a worker: fasthttp serves the request, and the loop gets
 // the connection back, kept if fasthttp would keep it.
 func (r *loopReq) serve() {
-	r.e.l.h1.ServeConn(r)
+	if r.sock.c.IsTLS() {
+		r.e.l.h1.ServeConn(tlsLoopReq{r})
+	} else {
+		r.e.l.h1.ServeConn(r)
+	}
 	// The admission the loop began ends in enter; should fasthttp not have
 	// come so far, what it holds is given back here.
 	r.pre.adm.cancel()
@@ -297,6 +319,24 @@ func (r *loopReq) serve() {
 	}
 	r.sock.c.Release(mode)
 	r.done()
+}
+
+// tlsLoopReq is a loopReq of a TLS connection: fasthttp takes it for TLS
+// (ConnectionState and Handshake).
+type tlsLoopReq struct{ *loopReq }
+
+func (r tlsLoopReq) ConnectionState() tls.ConnectionState { return r.sock.c.ConnectionState() }
+func (r tlsLoopReq) Handshake() error                     { return nil } // done before the loop had it
+
+// loopReqOf is the loop request fasthttp serves as c, if it is one.
+func loopReqOf(c net.Conn) *loopReq {
+	switch r := c.(type) {
+	case *loopReq:
+		return r
+	case tlsLoopReq:
+		return r.loopReq
+	}
+	return nil
 }
 
 func (r *loopReq) done() {

@@ -3,8 +3,11 @@ package server
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"regexp"
 	"strings"
 	"testing"
@@ -192,4 +195,61 @@ func scriptBackendAll(t *testing.T, answer func(head string) string) string {
 			}
 		}
 	})
+}
+
+// A TLS listener's HTTP/1.1 connections are the event loops' too: the
+// loop holds the connection, forwards its simple requests (the backend
+// learns they came over TLS), hands a request with a body to fasthttp
+// over the same session, and gives an HTTP/2 connection to levee's
+// HTTP/2 server after the handshake.
+func TestLoopServesTLS(t *testing.T) {
+	if !h1loop.Supported {
+		t.Skip("no event loop here")
+	}
+	be := newBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "%s %s xfp=%s fwd=%s body=%s", r.Method, r.URL.Path,
+			r.Header.Get("X-Forwarded-Proto"), r.Header.Get("Forwarded"), b)
+	})
+	cert, key, roots := selfSigned(t)
+	p := startProxy(t, fmt.Sprintf("listen: [{addr: 127.0.0.1:0, tls: {cert: %q, key: %q}}]\n"+
+		"server: {event_loop: true}\napps:\n  a:\n    hosts: [a.test]\n    backends: [%s]\n", cert, key, be))
+	l := p.srv.listeners[0]
+	if l.loop == nil {
+		t.Fatal("the TLS listener has no event loop")
+	}
+	url := "https://" + p.srv.Addrs()[0].String()
+	do := func(c *http.Client, method, path, body string) (string, int) {
+		t.Helper()
+		req, _ := http.NewRequest(method, url+path, strings.NewReader(body))
+		req.Host = "a.test"
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return readAll(t, resp), resp.ProtoMajor
+	}
+	tlsConf := &tls.Config{RootCAs: roots, ServerName: "photos.test"} // selfSigned's name
+	h1 := newClient(t, &http.Transport{TLSClientConfig: tlsConf.Clone(), Protocols: http1Only()})
+	const fwd = "for=127.0.0.1;host=a.test;proto=https"
+	for i := range 4 { // the first dials; the others find its connection idle, in the loop
+		path := fmt.Sprintf("/get%d", i)
+		if got, _ := do(h1, "GET", path, ""); got != "GET "+path+" xfp=https fwd="+fwd+" body=" {
+			t.Fatalf("GET %s: %q", path, got)
+		}
+		if n := l.loop.srv.Open(); n != 1 {
+			t.Fatalf("the loops hold %d connections, want the client's 1", n)
+		}
+	}
+	// A body: handed to fasthttp with the session.
+	if got, _ := do(h1, "POST", "/post", "hello"); got != "POST /post xfp=https fwd="+fwd+" body=hello" {
+		t.Fatalf("POST: %q", got)
+	}
+	if got, _ := do(h1, "GET", "/after", ""); got != "GET /after xfp=https fwd="+fwd+" body=" {
+		t.Fatalf("GET after the POST: %q", got)
+	}
+	h2c := newClient(t, &http.Transport{TLSClientConfig: tlsConf.Clone(), ForceAttemptHTTP2: true})
+	if got, proto := do(h2c, "GET", "/h2", ""); proto != 2 || got != "GET /h2 xfp=https fwd="+fwd+" body=" {
+		t.Fatalf("HTTP/2: HTTP/%d %q", proto, got)
+	}
 }

@@ -218,6 +218,9 @@ func (x *loopHead) describe(sp *trace.Span) trace.HTTPServer {
 	v := trace.HTTPServer{Method: b2s(x.h.Method), Path: x.Path(), Scheme: "http", Host: x.host(),
 		Proto: "1.1", Reject: b2s(x.resp.Header.Peek(reply.Reject)), Error: b2s(x.resp.Header.Peek(reply.Error)),
 		Client: netlimit.PeerIPOf(x.sock.nc)}
+	if x.sock.c.IsTLS() {
+		v.Scheme = "https"
+	}
 	if x.h.HTTP10 {
 		v.Proto = "1.0"
 	}
