@@ -215,10 +215,9 @@ func (x *exchange) readResponse(hc *fasthttp.HostClient, c *backendConn, req *fa
 }
 
 // acquire takes a connection from the pool, closing those that a request
-// must not be written on: an idle connection with bytes to read (or
-// closed by the backend). Nothing of the request has been written yet, so
-// the next connection (in the end a new one) serves it as well, whatever
-// it is.
+// must not be written on (usable). Nothing of the request has been
+// written yet, so the next connection (in the end a new one) serves it
+// as well, whatever it is.
 func (x *exchange) acquire() (*backendConn, error) {
 	var deadline time.Time
 	for {
@@ -236,17 +235,28 @@ func (x *exchange) acquire() (*backendConn, error) {
 		if err != nil {
 			return nil, err
 		}
-		if !c.used {
+		if x.usable(c) {
 			return c, nil
 		}
-		switch c.peek() {
-		case peekEmpty:
-			return c, nil
-		case peekData:
-			x.unclean.add(iUnsolicited, x.addr)
-		}
-		x.pool.closeConn(c)
 	}
+}
+
+// usable reports whether a request may be written on c, just taken from
+// the pool: a new connection, or an idle one with nothing to read (no
+// bytes, no close by the backend). If not, c is closed, and bytes found
+// on it are counted (UncleanUnsolicited). Both acquire and takeIdle ask.
+func (x *exchange) usable(c *backendConn) bool {
+	if !c.used {
+		return true
+	}
+	switch c.peek() {
+	case peekEmpty:
+		return true
+	case peekData:
+		x.unclean.add(iUnsolicited, x.addr)
+	}
+	x.pool.closeConn(c)
+	return false
 }
 
 // readHead reads a response header from br into resp, past interim

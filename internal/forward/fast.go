@@ -67,6 +67,9 @@ func newFastClient(addr string, u config.Upstream, unclean *Unclean, w *watches)
 	return hc, d, pool
 }
 
+// exchangeOf is the exchange hc does on its connections: newFastClient's.
+func exchangeOf(hc *fasthttp.HostClient) *exchange { return hc.Transport.(*exchange) }
+
 // errBodyTooLarge is a request body cut off at limits.body while streaming.
 var errBodyTooLarge = errors.New("forward: request body too large")
 

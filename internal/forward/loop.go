@@ -40,9 +40,8 @@ type LoopCall struct {
 	be   *backend
 	pk   *pick          // nil: no backend picked (resumed: serve picks)
 	slot admit.Releaser // the slot, while pk does not hold it
-	x    *exchange
-	c    *backendConn // the connection the head went out on; nil: none
-	head bool         // HEAD: the answer has no body
+	c    *backendConn   // the connection the head went out on (of be's pool); nil: none
+	head bool           // HEAD: the answer has no body
 
 	req      fasthttp.RequestHeader // the request's head
 	out      []byte                 // req, as written
@@ -109,8 +108,8 @@ func (p *Pool) StartLoop(cc *h1loop.Conn, h *h1loop.Head, peer netip.Addr, peerI
 	lc.be.requests.Inc()
 	lc.pk, lc.slot = newPick(p, bal, i, start, slot), nil
 	up := lc.be.up
-	lc.x = up.Fast.Transport.(*exchange)
-	c := lc.x.takeIdle(cc)
+	x := lc.x()
+	c := x.takeIdle(cc)
 	if c == nil || c.fd < 0 {
 		if c != nil {
 			up.conns.put(c)
@@ -128,7 +127,7 @@ func (p *Pool) StartLoop(cc *h1loop.Conn, h *h1loop.Head, peer netip.Addr, peerI
 		// A socket that does not take a short head at once: the worker
 		// sends it on another. What went out is a head cut short, which
 		// the backend's close discards.
-		lc.x.close(c)
+		x.close(c)
 		return lc
 	}
 	lc.c, lc.end, lc.keep = c, 0, true
@@ -137,6 +136,9 @@ func (p *Pool) StartLoop(cc *h1loop.Conn, h *h1loop.Head, peer netip.Addr, peerI
 	}
 	return lc
 }
+
+// x is the exchange on the connections of lc's backend (set while c is).
+func (lc *LoopCall) x() *exchange { return exchangeOf(lc.be.up.Fast) }
 
 // Fd is the socket the loop watches for the answer, -1 if the call goes to
 // a worker at once.
@@ -208,7 +210,7 @@ func (lc *LoopCall) Read() LoopState {
 				// connection the backend closed under the request. The worker
 				// sends it again on a fresh one, as HostClient.Do retries an
 				// idempotent request (a GET or a HEAD: StartLoop's).
-				lc.x.close(lc.c)
+				lc.x().close(lc.c)
 				lc.c = nil
 			}
 			return LoopResume // the exchange reads the same end and answers for it
@@ -275,13 +277,13 @@ func (lc *LoopCall) Answer(out *fasthttp.Response) {
 // connection goes back to the pool, kept alive if the exchange allows it,
 // and the slot is given back.
 func (lc *LoopCall) Done(status int) {
-	c := lc.c
+	c, x := lc.c, lc.x()
 	lc.c = nil
-	if lc.keep && lc.x.reuses() {
+	if lc.keep && x.reuses() {
 		c.used = true
-		lc.x.pool.put(c)
+		x.pool.put(c)
 	} else {
-		lc.x.close(c)
+		x.close(c)
 	}
 	lc.pk.code = status
 	lc.pk.Release()
@@ -292,7 +294,7 @@ func (lc *LoopCall) Done(status int) {
 // connection closes, and the slot is given back unanswered.
 func (lc *LoopCall) Abort() {
 	if lc.c != nil {
-		lc.x.close(lc.c)
+		lc.x().close(lc.c)
 		lc.c = nil
 	}
 	if lc.pk != nil {
@@ -308,7 +310,7 @@ func (lc *LoopCall) free() {
 	if cap(lc.buf) > loopHeadMax {
 		lc.buf = nil // a long answer's buffer is not kept
 	}
-	lc.p, lc.be, lc.pk, lc.slot, lc.x, lc.c = nil, nil, nil, nil, nil, nil
+	lc.p, lc.be, lc.pk, lc.slot, lc.c = nil, nil, nil, nil, nil
 	lc.buf, lc.out, lc.end, lc.deadline, lc.keep, lc.head = lc.buf[:0], lc.out[:0], 0, time.Time{}, false, false
 	lc.rd.Reset(nil)
 	loopCalls.Put(lc)
@@ -320,7 +322,7 @@ func (p *Pool) resume(d downstream, lc *LoopCall, in Body, sh *shape.Checker) {
 	pk, be, c, slot := lc.pk, lc.be, lc.c, lc.slot
 	if c != nil {
 		c.pre = append(c.pre[:0], lc.buf...) // read again by the exchange, first
-		in.sent = &sentCall{c: c, deadline: lc.deadline, x: lc.x}
+		in.sent = &sentCall{c: c, deadline: lc.deadline}
 	}
 	lc.c, lc.pk = nil, nil
 	lc.free()
@@ -335,18 +337,17 @@ func (p *Pool) resume(d downstream, lc *LoopCall, in Body, sh *shape.Checker) {
 // reads (exchange.readResponse) instead of taking a connection and
 // writing.
 type sentCall struct {
-	c        *backendConn
+	c        *backendConn // of the pool of the backend the call resumes on
 	deadline time.Time
-	x        *exchange
 }
 
-// read reads the answer to out, written by the loop, as RoundTrip reads
-// one (HostClient.Do's end included: a close before the first byte is
-// ErrConnectionClosed).
+// read reads the answer to out, written by the loop on hc's connection
+// s.c, as RoundTrip reads one (HostClient.Do's end included: a close
+// before the first byte is ErrConnectionClosed).
 func (s *sentCall) read(hc *fasthttp.HostClient, out *fasthttp.Request, resp *fasthttp.Response) error {
 	resp.Reset()
 	resp.ParseNetConn(s.c)
-	_, err := s.x.readResponse(hc, s.c, out, resp, out.Header.IsHead(), s.deadline, nil)
+	_, err := exchangeOf(hc).readResponse(hc, s.c, out, resp, out.Header.IsHead(), s.deadline, nil)
 	if err == io.EOF {
 		err = fasthttp.ErrConnectionClosed
 	}
@@ -385,20 +386,13 @@ func (f loopHeader) all(name string) string   { return allValues(f.h.All(), name
 func (f loopHeader) first(name string) string { return firstValue(f.h.All(), name) }
 
 // takeIdle takes an idle connection that a request may be written on
-// (exchange.acquire's rule) without waiting or dialling, one already in
-// cc's loop's epoll set if it can: nil if none.
+// (usable, as acquire) without waiting or dialling, one already in cc's
+// loop's epoll set if it can: nil if none.
 func (x *exchange) takeIdle(cc *h1loop.Conn) *backendConn {
 	for {
 		c := x.pool.takeIdle(func(c *backendConn) bool { return c.reg.In(cc) })
-		if c == nil || !c.used {
+		if c == nil || x.usable(c) {
 			return c
 		}
-		switch c.peek() {
-		case peekEmpty:
-			return c
-		case peekData:
-			x.unclean.add(iUnsolicited, x.addr)
-		}
-		x.pool.closeConn(c)
 	}
 }
