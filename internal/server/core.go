@@ -215,10 +215,11 @@ type toBackend struct {
 var noRoute = limits.Refusal{Code: http.StatusNotFound, Reason: reply.NoRoute}
 
 // finish accounts for a routed request once it is done, and ends its
-// trace.
-func finish[E exchange](s *Server, snap *snapshot, rt *route, e E, start time.Time) {
+// trace; code is the status it recorded (account).
+func finish[E exchange](s *Server, snap *snapshot, rt *route, e E, start time.Time) (code int) {
 	code, end := account(s, snap, rt, e, start)
 	endTrace(snap, rt, e, code, end)
+	return code
 }
 
 // account counts a routed request once it is done: metrics, the top

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"iter"
 	"time"
 
 	"github.com/leveeproxy/levee/internal/ascii"
@@ -35,13 +36,20 @@ func (e *httpExchange) clientTimeout(header string) (time.Duration, bool) {
 	return deadline.FromHTTP(e.R.Header, e.grpc, header)
 }
 
-// clientTimeout is the deadline header gives ("": none looked for; gRPC
-// has no HTTP/1.1 form).
+// clientTimeout is the deadline header gives (clientTimeoutOf).
 func (e *fastExchange) clientTimeout(header string) (time.Duration, bool) {
+	return clientTimeoutOf(e.c.Request.Header.All(), header)
+}
+
+// clientTimeoutOf is the client's deadline among an HTTP/1.1 request's
+// fields: what the first field named header gives ("": none looked for;
+// gRPC has no HTTP/1.1 form). Both engines read it so (fastExchange,
+// loopHead).
+func clientTimeoutOf(fields iter.Seq2[[]byte, []byte], header string) (time.Duration, bool) {
 	if header == "" {
 		return 0, false
 	}
-	for k, v := range e.c.Request.Header.All() {
+	for k, v := range fields {
 		if ascii.EqualFold(k, header) {
 			return deadline.ParseMillis(b2s(v)) // not kept
 		}

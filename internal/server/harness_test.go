@@ -60,6 +60,14 @@ func startProxyConfig(t testing.TB, cfg *config.Config, between func()) *proxy {
 
 func startProxyWith(t testing.TB, cfg *config.Config, o Options, between func()) *proxy {
 	t.Helper()
+	return startProxyHooks(t, cfg, o, between, nil)
+}
+
+// startProxyHooks is startProxyWith, running listened (if set) after
+// Listen and before Serve: where a test reaches into the bound listeners
+// before a request can arrive.
+func startProxyHooks(t testing.TB, cfg *config.Config, o Options, between func(), listened func(*Server)) *proxy {
+	t.Helper()
 	p := &proxy{t: t, logs: &testlog.Buffer{}, done: make(chan error, 1)}
 	o.Logger = slog.New(slog.NewTextHandler(p.logs, nil))
 	p.srv = New(cfg, o)
@@ -68,6 +76,9 @@ func startProxyWith(t testing.TB, cfg *config.Config, o Options, between func())
 	}
 	if err := p.srv.Listen(); err != nil {
 		t.Fatal(err)
+	}
+	if listened != nil {
+		listened(p.srv)
 	}
 	p.URL = "http://" + p.srv.Addrs()[0].String()
 	ctx, cancel := context.WithCancel(context.Background())

@@ -354,9 +354,12 @@ type loopWorkers struct {
 	mu     sync.Mutex
 	idle   []*loopWorker
 	closed bool
-	// spawned counts the workers started; submitted the requests handed
-	// to them.
-	spawned, submitted atomic.Uint64
+	// spawned counts the workers started.
+	spawned atomic.Uint64
+	// onSubmit, if set, is told of each request handed to a worker: a
+	// test's probe of which requests the loop serves itself, set before
+	// the loop runs (nil but in tests).
+	onSubmit func()
 }
 
 type loopWorker struct {
@@ -368,7 +371,9 @@ type loopWorker struct {
 const workerIdle = 10 * time.Second
 
 func (p *loopWorkers) submit(r *loopReq) {
-	p.submitted.Add(1)
+	if p.onSubmit != nil {
+		p.onSubmit()
+	}
 	p.mu.Lock()
 	if n := len(p.idle); n > 0 {
 		w := p.idle[n-1]

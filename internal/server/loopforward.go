@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/leveeproxy/levee/internal/admit"
-	"github.com/leveeproxy/levee/internal/ascii"
-	"github.com/leveeproxy/levee/internal/deadline"
 	"github.com/leveeproxy/levee/internal/forward"
 	"github.com/leveeproxy/levee/internal/h1loop"
 	"github.com/leveeproxy/levee/internal/limits"
@@ -66,12 +64,7 @@ func (e *loopEngine) forwardInLoop(c *h1loop.Conn, sock *loopSocket, h *h1loop.H
 	if f.call == nil {
 		// Refused on the way (its deadline passed): answered here, as
 		// front answers.
-		code, end := account(s, f.r.snap, f.r.rt, x, f.r.start)
-		endTrace(f.r.snap, f.r.rt, x, code, end)
-		v := h1loop.Close
-		if !x.left {
-			v = x.answer(c)
-		}
+		v := x.end(s, f.r.snap, f.r.rt, f.r.start, c)
 		f.free()
 		return v
 	}
@@ -100,8 +93,7 @@ func (f *loopFwd) event(ev h1loop.Event) {
 		f.call.Abort()
 		f.call = nil
 		f.x.left = true
-		code, end := account(f.e.s, f.r.snap, f.r.rt, &f.x, f.r.start)
-		endTrace(f.r.snap, f.r.rt, &f.x, code, end)
+		finish(f.e.s, f.r.snap, f.r.rt, &f.x, f.r.start)
 		f.c.Release(h1loop.Drop)
 		f.free()
 		return
@@ -118,8 +110,7 @@ func (f *loopFwd) answer() {
 	x := &f.x
 	f.call.Answer(&x.resp)
 	closing := x.appendAnswer(false)
-	code, end := account(f.e.s, f.r.snap, f.r.rt, x, f.r.start)
-	endTrace(f.r.snap, f.r.rt, x, code, end)
+	code := finish(f.e.s, f.r.snap, f.r.rt, x, f.r.start)
 	f.call.Done(code)
 	f.call = nil
 	mode := h1loop.Keep
@@ -172,15 +163,7 @@ func (x *loopHead) readBody(*Server, *route, *limits.PathShape) (limits.Refusal,
 
 // clientTimeout is fastExchange's, read from the loop's fields.
 func (x *loopHead) clientTimeout(header string) (time.Duration, bool) {
-	if header == "" {
-		return 0, false
-	}
-	for k, v := range x.h.All() {
-		if ascii.EqualFold(k, header) {
-			return deadline.ParseMillis(b2s(v))
-		}
-	}
-	return 0, false
+	return clientTimeoutOf(x.h.All(), header)
 }
 
 // forward starts the call the loop watches (forwardInLoop).

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -102,13 +103,19 @@ func TestLoopForwardAnswersAsFasthttp(t *testing.T) {
 				be := answerBackend(t, tc.answer, tc.head)
 				req := []byte(method + " /p?q=1 HTTP/1.1\r\nHost: a.test\r\nUser-Agent: t\r\nX-Forwarded-For: 6.6.6.6\r\n\r\n")
 				var answers [2][]byte
-				var conns [2]string // what became of the backend connections
+				var conns [2]string         // what became of the backend connections
+				var submitted atomic.Uint64 // requests the event loop handed to a worker
 				var handed uint64
 				for i, loop := range []string{"true", "false"} {
-					p := startProxy(t, "server: {event_loop: "+loop+"}\napps:\n  a:\n    hosts: [a.test]\n    backends: ["+be+"]\n")
+					cfg := mustParse(t, "server: {event_loop: "+loop+"}\napps:\n  a:\n    hosts: [a.test]\n    backends: ["+be+"]\n")
+					p := startProxyHooks(t, cfg, Options{}, nil, func(s *Server) {
+						if e := s.listeners[0].loop; e != nil {
+							e.workers.onSubmit = func() { submitted.Add(1) }
+						}
+					})
 					answers[i] = exchangeRaw(t, p, req, 4)
 					if i == 0 {
-						handed = p.srv.listeners[0].loop.workers.submitted.Load()
+						handed = submitted.Load()
 					}
 					conns[i] = fmt.Sprint("dials ", p.metricSum("levee_backend_dials_total", nil))
 					for _, r := range forward.UncleanReasons {

@@ -137,12 +137,19 @@ func (e *loopEngine) front(c *h1loop.Conn, sock *loopSocket, h *h1loop.Head, r *
 			x.refuse(ref)
 		}
 	}
-	code, end := account(s, snap, rt, x, start)
-	endTrace(snap, rt, x, code, end)
+	return x.end(s, snap, rt, start, c), true
+}
+
+// end ends x, routed to rt, in the loop, where it was refused or its
+// client left: it is accounted and its trace ended (finish), then its
+// answer goes out on c, or the connection closes if no one is left to
+// answer. Both front and forwardInLoop end a refusal so.
+func (x *loopHead) end(s *Server, snap *snapshot, rt *route, start time.Time, c *h1loop.Conn) h1loop.Verdict {
+	finish(s, snap, rt, x, start)
 	if x.left {
-		return h1loop.Close, true
+		return h1loop.Close
 	}
-	return x.answer(c), true
+	return x.answer(c)
 }
 
 // loopHead is a request in the loop as check and account read it and
