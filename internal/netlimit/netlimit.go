@@ -256,6 +256,13 @@ func PeerOf(c net.Conn) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
+// PeerIP is the peer's address as PeerIPOf gives it, for a caller that
+// holds the Conn itself (no walk through wrappers).
+func (c *Conn) PeerIP() string { return c.ip }
+
+// Peer is the peer's address as PeerOf gives it (invalid if not on TCP).
+func (c *Conn) Peer() netip.Addr { return c.peer }
+
 // PeerIPOf is PeerOf formatted (as at accept, so without allocating);
 // "" for another connection.
 func PeerIPOf(c net.Conn) string {

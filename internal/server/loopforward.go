@@ -9,7 +9,6 @@ import (
 	"github.com/leveeproxy/levee/internal/forward"
 	"github.com/leveeproxy/levee/internal/h1loop"
 	"github.com/leveeproxy/levee/internal/limits"
-	"github.com/leveeproxy/levee/internal/netlimit"
 )
 
 // The event loop forwards a request itself when nothing on its way can
@@ -170,8 +169,8 @@ func (x *loopHead) clientTimeout(header string) (time.Duration, bool) {
 func (x *loopHead) forward(rt *route, sh *limits.PathShape, slot admit.Releaser, out toBackend) {
 	body := forward.Body{Shadow: out.shadow.Header(), Deadline: out.deadline,
 		Trace: forward.TraceHeaders{Traceparent: x.tr.Traceparent(), DropTracestate: x.tr.DropTracestate()}}
-	peer, _ := netlimit.PeerOf(x.sock.nc)
+	peer := x.sock.nc.Peer()
 	f := x.fwd
 	f.r.sh, f.r.out = sh, out
-	f.call = rt.pool.StartLoop(x.sock.c, x.h, peer, netlimit.PeerIPOf(x.sock.nc), body, slot)
+	f.call = rt.pool.StartLoop(x.sock.c, x.h, peer, x.sock.nc.PeerIP(), body, slot)
 }

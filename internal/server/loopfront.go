@@ -197,7 +197,7 @@ func (x *loopHead) ContentLength() int64 {
 func (x *loopHead) ClientKey(k clientkey.Source) string {
 	switch k.Kind() {
 	case clientkey.IP:
-		return netlimit.PeerIPOf(x.sock.nc)
+		return x.sock.nc.PeerIP()
 	case clientkey.Header:
 		return string(forward.HeaderKeyView(k, x.h.All()))
 	}
@@ -210,7 +210,7 @@ func (x *loopHead) TopKey(k clientkey.Source) string {
 			return b2s(v)
 		}
 	}
-	return netlimit.PeerIPOf(x.sock.nc)
+	return x.sock.nc.PeerIP()
 }
 
 func (x *loopHead) traceState() *trace.Request { return &x.tr }
@@ -224,7 +224,7 @@ func (x *loopHead) incomingTrace() trace.Incoming {
 func (x *loopHead) describe(sp *trace.Span) trace.HTTPServer {
 	v := trace.HTTPServer{Method: b2s(x.h.Method), Path: x.Path(), Scheme: "http", Host: x.host(),
 		Proto: "1.1", Reject: b2s(x.resp.Header.Peek(reply.Reject)), Error: b2s(x.resp.Header.Peek(reply.Error)),
-		Client: netlimit.PeerIPOf(x.sock.nc)}
+		Client: x.sock.nc.PeerIP()}
 	if x.sock.c.IsTLS() {
 		v.Scheme = "https"
 	}
