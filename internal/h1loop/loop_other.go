@@ -30,6 +30,8 @@ func (c *Conn) Release(m ReleaseMode)                           {}
 func (c *Conn) IsTLS() bool                                     { return false }
 func (c *Conn) ConnectionState() tls.ConnectionState            { return tls.ConnectionState{} }
 func (c *Conn) TLSOver(under net.Conn) *tls.Conn                { return nil }
+func (c *Conn) Kill()                                           {}
+func (c *Conn) Control(f func(fd uintptr))                      {}
 
 // Server serves HTTP/1.1 connections on event loops (linux only).
 type Server struct{}
@@ -41,6 +43,8 @@ func (s *Server) Serve(ln *net.TCPListener) error    { return errUnsupported }
 func (s *Server) Close() error                       { return nil }
 func (s *Server) Open() int64                        { return 0 }
 func (s *Server) Shutdown(ctx context.Context) error { return nil }
+func (s *Server) PauseAccept()                       {}
+func (s *Server) ResumeAccept()                      {}
 
 // ReleaseMode is how Release ends a hold.
 type ReleaseMode uint8

@@ -133,15 +133,16 @@ func raiseFDLimit(t *testing.T, need uint64) bool {
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		t.Fatalf("getrlimit: %v", err)
 	}
-	if lim.Cur >= need {
+	// The conversions: Rlimit's fields are int64 on some systems.
+	if uint64(lim.Cur) >= need {
 		return true
 	}
-	if lim.Max < need {
+	if uint64(lim.Max) < need {
 		return false
 	}
-	lim.Cur = need
+	lim.Cur = lim.Max
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		t.Fatalf("setrlimit NOFILE to %d: %v", need, err)
+		t.Fatalf("setrlimit NOFILE to %d: %v", lim.Max, err)
 	}
 	return true
 }

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -81,7 +80,7 @@ func Start(ctx context.Context, sp Spec) (*Child, error) {
 	// The child has its own copies once started: ours are closed then, so
 	// that its exit ends the control socket (EOF) at once.
 	defer func() { closeAll(files) }()
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	fds, err := socketpair()
 	if err != nil {
 		return nil, fmt.Errorf("upgrade: control socket: %w", err)
 	}
