@@ -513,16 +513,7 @@ func (l *loop) accept() {
 	}
 	l.s.open.Add(1)
 	if l.s.o.TLS != nil {
-		l.newSession(c)
-		c.state.Store(stShaking)
-		l.s.shakeMu.Lock()
-		if l.s.shakes == nil {
-			l.s.shakes = make(map[*Conn]struct{})
-		}
-		l.s.shakes[c] = struct{}{}
-		l.s.shaking.Add(1)
-		l.s.shakeMu.Unlock()
-		go l.handshake(c)
+		l.startHandshake(c)
 		return
 	}
 	l.conns[nfd] = c

@@ -179,11 +179,21 @@ func (c *Conn) TLSOver(under net.Conn) *tls.Conn {
 	return c.tls.tc
 }
 
-// newSession makes c a TLS connection.
-func (l *loop) newSession(c *Conn) {
+// startHandshake makes c, just accepted, a TLS connection, and starts its
+// handshake (handshake), which Close can end (endHandshakes).
+func (l *loop) startHandshake(c *Conn) {
 	s := &session{fd: c.fd, local: l.s.local, remote: net.TCPAddrFromAddrPort(c.peer)}
 	s.tc = tls.Server(s, l.s.o.TLS)
 	c.tls = s
+	c.state.Store(stShaking)
+	l.s.shakeMu.Lock()
+	if l.s.shakes == nil {
+		l.s.shakes = make(map[*Conn]struct{})
+	}
+	l.s.shakes[c] = struct{}{}
+	l.s.shaking.Add(1)
+	l.s.shakeMu.Unlock()
+	go l.handshake(c)
 }
 
 // handshake runs c's TLS handshake, on a goroutine of its own (c is
