@@ -316,7 +316,18 @@ func (x *exchange) release(hc *fasthttp.HostClient, c *backendConn, br *bufio.Re
 		x.unclean.add(reason, x.addr)
 	case c.early:
 		x.unclean.add(iEarly, x.addr)
-	case keep && x.reuses():
+	default:
+		x.putBack(c, keep)
+		return
+	}
+	x.pool.closeConn(c)
+}
+
+// putBack ends a clean exchange on c: the connection goes back to the
+// pool if the answer let it stay open (keep) and the pool reuses, else it
+// closes. Both release and the loop's LoopCall.Done end so.
+func (x *exchange) putBack(c *backendConn, keep bool) {
+	if keep && x.reuses() {
 		c.used = true
 		x.pool.put(c)
 		return

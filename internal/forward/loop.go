@@ -277,14 +277,8 @@ func (lc *LoopCall) Answer(out *fasthttp.Response) {
 // connection goes back to the pool, kept alive if the exchange allows it,
 // and the slot is given back.
 func (lc *LoopCall) Done(status int) {
-	c, x := lc.c, lc.x()
+	lc.x().putBack(lc.c, lc.keep)
 	lc.c = nil
-	if lc.keep && x.reuses() {
-		c.used = true
-		x.pool.put(c)
-	} else {
-		x.close(c)
-	}
 	lc.pk.code = status
 	lc.pk.Release()
 	lc.free()

@@ -84,6 +84,18 @@ func (h *testHandler) Request(c *Conn, hd *Head) Verdict {
 	}
 }
 
+// handedOff waits for the handler's next handoff.
+func (h *testHandler) handedOff(t *testing.T) handoff {
+	t.Helper()
+	select {
+	case ho := <-h.handoffs:
+		return ho
+	case <-time.After(5 * time.Second):
+		t.Fatal("no handoff")
+		return handoff{}
+	}
+}
+
 func (h *testHandler) Handoff(c *Conn, nc net.Conn, in []byte) {
 	if h.handoffs != nil {
 		h.handoffs <- handoff{c, nc, in}
@@ -261,12 +273,7 @@ func TestHandsOffWhatIsNotSimple(t *testing.T) {
 	post := "POST /up HTTP/1.1\r\nHost: a.test\r\nContent-Length: 5\r\n\r\nhello"
 	io.WriteString(c, get("/first")+post)
 	wantAnswer(t, br, "/first")
-	var ho handoff
-	select {
-	case ho = <-h.handoffs:
-	case <-time.After(5 * time.Second):
-		t.Fatal("no handoff")
-	}
+	ho := h.handedOff(t)
 	fc := ho.nc
 	defer fc.Close()
 	// The engine that takes over has every byte after the first request,
@@ -286,14 +293,10 @@ func TestHandsOffAHeadTooLong(t *testing.T) {
 	io.WriteString(c, long[:100])
 	time.Sleep(20 * time.Millisecond)
 	io.WriteString(c, long[100:])
-	select {
-	case ho := <-h.handoffs:
-		ho.nc.Close()
-		if !strings.HasPrefix(long, string(ho.in)) || len(ho.in) < 256 {
-			t.Fatalf("handed off %d bytes, want the first 256 at least of the head", len(ho.in))
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no handoff")
+	ho := h.handedOff(t)
+	ho.nc.Close()
+	if !strings.HasPrefix(long, string(ho.in)) || len(ho.in) < 256 {
+		t.Fatalf("handed off %d bytes, want the first 256 at least of the head", len(ho.in))
 	}
 }
 

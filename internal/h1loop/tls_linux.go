@@ -222,10 +222,8 @@ func (l *loop) handshake(c *Conn) {
 	nc.SetDeadline(time.Time{})
 	if p := s.tc.ConnectionState().NegotiatedProtocol; p != "" && p != "http/1.1" {
 		// HTTP/2, say: the handler's, over the blocking copy.
-		l.s.open.Add(-1)
-		c.state.Store(stClosed)
 		s.under = nil
-		syscall.Close(c.fd)
+		l.leave(c)
 		l.s.o.Handler.Handoff(c, nc, nil)
 		return
 	}
@@ -239,10 +237,16 @@ func (l *loop) handshake(c *Conn) {
 
 // drop closes c, a connection in no loop.
 func (l *loop) drop(c *Conn) {
+	l.leave(c)
+	l.s.o.Handler.Closed(c)
+}
+
+// leave closes the loops' descriptor of c, a connection in no loop, and
+// stops counting it.
+func (l *loop) leave(c *Conn) {
 	l.s.open.Add(-1)
 	c.state.Store(stClosed)
 	syscall.Close(c.fd)
-	l.s.o.Handler.Closed(c)
 }
 
 // adopt takes into the loop a TLS connection whose handshake is done, and

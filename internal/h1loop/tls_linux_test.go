@@ -100,12 +100,7 @@ func TestTLSHandsOffWhatIsNotSimple(t *testing.T) {
 	post := "POST /up HTTP/1.1\r\nHost: a.test\r\nContent-Length: 5\r\n\r\nhello"
 	io.WriteString(c, get("/first")+post)
 	wantAnswer(t, br, "/first")
-	var ho handoff
-	select {
-	case ho = <-h.handoffs:
-	case <-time.After(5 * time.Second):
-		t.Fatal("no handoff")
-	}
+	ho := h.handedOff(t)
 	if !ho.c.IsTLS() {
 		t.Fatal("the handed-off connection is not TLS")
 	}
@@ -131,12 +126,7 @@ func TestTLSHandsOffOtherProtocols(t *testing.T) {
 	s, addr := start(t, h, o)
 	client.NextProtos = []string{"h2"}
 	c, _ := dialTLS(t, addr, client)
-	var ho handoff
-	select {
-	case ho = <-h.handoffs:
-	case <-time.After(5 * time.Second):
-		t.Fatal("no handoff")
-	}
+	ho := h.handedOff(t)
 	if ho.in != nil || ho.c.ConnectionState().NegotiatedProtocol != "h2" {
 		t.Fatalf("handed off with %q, protocol %q; want nothing read, h2", ho.in, ho.c.ConnectionState().NegotiatedProtocol)
 	}
